@@ -1,0 +1,56 @@
+"""The application object: everything a request handler or worker needs, passed explicitly.
+
+There are no module-level singletons: the API (``create_app`` in
+:mod:`routemaster.api`) and the worker each build one :class:`App` per process
+and hand it down.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import requests
+import sqlalchemy as sa
+
+from routemaster.config.model import Config
+
+Clock = Callable[[], datetime.datetime]
+
+
+def utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Tunables, with production defaults; each is overridable from the environment by the CLI."""
+
+    max_request_body: int = 1024 * 1024  # bytes; larger bodies get 413
+    feed_timeout_in_request: float = 2.0  # seconds; a request never waits longer on one feed
+    feed_timeout: float = 10.0  # seconds, in the worker
+    max_transitions: int = 50  # per processing step, so a config loop cannot spin forever
+    lease: datetime.timedelta = datetime.timedelta(seconds=60)  # claimed work reclaimable after
+    delivery_concurrency: int = 16  # webhook deliveries in flight per worker process
+    batch_size: int = 500  # labels claimed per worker transaction
+    poll_interval: float = 1.0  # seconds between worker polls when idle
+    worker_id: str = field(default_factory=_default_worker_id)
+
+
+@dataclass
+class App:
+    config: Config
+    db: sa.Engine
+    settings: Settings = field(default_factory=Settings)
+    clock: Clock = utc_now
+    http: requests.Session = field(default_factory=requests.Session)
+
+    def now(self) -> datetime.datetime:
+        return self.clock()

@@ -1,0 +1,184 @@
+"""The compiled, immutable configuration: what every other package reads.
+
+Built by :mod:`routemaster.config.loader` from YAML after schema and semantic
+validation, so code holding a :class:`Config` may rely on it being coherent
+(every destination exists, every condition compiled, feed names unique).
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from routemaster.exit_conditions import Program
+
+Path = tuple[str, ...]
+"""A dotted context path split on dots: ``("metadata", "user", "tz")``."""
+
+
+@dataclass(frozen=True)
+class MetadataTrigger:
+    """Evaluate the gate when an update touches ``path`` (below ``metadata``)."""
+
+    path: Path  # without the leading "metadata", e.g. ("payment", "status")
+
+
+@dataclass(frozen=True)
+class IntervalTrigger:
+    """Evaluate every label in the gate every ``interval``."""
+
+    interval: datetime.timedelta
+
+
+@dataclass(frozen=True)
+class SystemTimezone:
+    """The worker host's local time zone (the reference's behaviour)."""
+
+
+@dataclass(frozen=True)
+class NamedTimezone:
+    name: str  # a valid IANA name, checked at load
+
+
+@dataclass(frozen=True)
+class MetadataTimezone:
+    """Each label's own zone, read from its metadata; invalid or missing: skipped."""
+
+    path: Path  # full context path, starting with "metadata"
+
+
+Timezone = Union[SystemTimezone, NamedTimezone, MetadataTimezone]
+
+
+@dataclass(frozen=True)
+class TimeTrigger:
+    """Evaluate every label in the gate daily at ``time`` in ``timezone``."""
+
+    time: datetime.time
+    timezone: Timezone = field(default_factory=SystemTimezone)
+
+
+@dataclass(frozen=True)
+class EntryTrigger:
+    """Evaluate as a label enters the gate (``event: entry``)."""
+
+
+Trigger = Union[MetadataTrigger, IntervalTrigger, TimeTrigger, EntryTrigger]
+
+
+@dataclass(frozen=True)
+class ConstantNext:
+    state: str
+
+
+@dataclass(frozen=True)
+class ContextNextDestination:
+    value: Any  # compared with ``==`` against the looked-up value
+    state: str
+
+
+@dataclass(frozen=True)
+class ContextNext:
+    path: Path  # full context path, e.g. ("metadata", "variant")
+    default: str
+    destinations: tuple[ContextNextDestination, ...]
+
+
+@dataclass(frozen=True)
+class NoNext:
+    """An end state: no transition out."""
+
+
+NextStates = Union[ConstantNext, ContextNext, NoNext]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a failing action is retried before the label is marked errored."""
+
+    max_attempts: int = 10
+    initial_delay: datetime.timedelta = datetime.timedelta(seconds=1)
+    max_delay: datetime.timedelta = datetime.timedelta(minutes=10)
+    multiplier: float = 2.0
+    timeout: datetime.timedelta = datetime.timedelta(seconds=10)  # per request
+
+
+@dataclass(frozen=True)
+class Gate:
+    name: str
+    exit_condition: Program
+    triggers: tuple[Trigger, ...]
+    next_states: NextStates
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    webhook: str  # may contain <label> and <state_machine>
+    next_states: NextStates
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+State = Union[Gate, Action]
+
+
+@dataclass(frozen=True)
+class Feed:
+    name: str
+    url: str  # may contain <label> and <state_machine>
+
+
+@dataclass(frozen=True)
+class WebhookHeaderRule:
+    """Extra headers for webhook (and feed) URLs matching ``match`` (``re.search``)."""
+
+    match: str
+    headers: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class StateMachine:
+    name: str
+    states: tuple[State, ...]  # the first is where new labels start
+    feeds: tuple[Feed, ...] = ()
+    webhooks: tuple[WebhookHeaderRule, ...] = ()
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    signing_secret: str | None = None  # HMAC-SHA256 webhook signing when set
+
+    def get_state(self, name: str) -> State:
+        """The state called ``name``; ``KeyError`` when the machine has none."""
+        for state in self.states:
+            if state.name == name:
+                return state
+        raise KeyError(name)
+
+    @property
+    def initial_state(self) -> State:
+        return self.states[0]
+
+    def feed(self, name: str) -> Feed:
+        for feed in self.feeds:
+            if feed.name == name:
+                return feed
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class LoggingPlugin:
+    dotted_path: str  # "package.module:Class"
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Config:
+    state_machines: tuple[StateMachine, ...]
+    logging_plugins: tuple[LoggingPlugin, ...] = ()
+    sources: tuple[str, ...] = ()  # the files it was loaded from, for messages
+
+    def get_machine(self, name: str) -> StateMachine:
+        """The machine called ``name``; ``KeyError`` when there is none."""
+        for machine in self.state_machines:
+            if machine.name == name:
+                return machine
+        raise KeyError(name)

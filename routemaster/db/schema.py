@@ -1,0 +1,72 @@
+"""The tables, as SQLAlchemy Core metadata (the alembic migrations are the source of truth).
+
+A label's current state lives on its row, written in the same transaction as
+the history row that records the move, so "labels of machine M in state S" is
+an index lookup and never a scan of history.
+
+Work for the worker is a single column, ``due_at``: a label is due when
+``due_at <= now()``. Claiming work moves ``due_at`` into the future by the
+lease length, so a worker that dies mid-work simply lets the lease run out and
+the label becomes due again.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+metadata = sa.MetaData()
+
+labels = sa.Table(
+    "labels",
+    metadata,
+    sa.Column("state_machine", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("metadata", postgresql.JSONB, nullable=False, server_default="{}"),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("state_entered_at", sa.DateTime(timezone=True), nullable=False),
+    # id of the history row that moved the label into ``state``: the
+    # idempotency token of an action entry, and the optimistic "is it still
+    # where it was" check after remote calls.
+    sa.Column("entry_id", sa.BigInteger, nullable=False),
+    sa.Column("previous_state", sa.Text, nullable=True),
+    sa.Column("deleted", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("paused", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    # worker bookkeeping
+    sa.Column("due_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("errored", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("lease_owner", sa.Text, nullable=True),
+)
+
+sa.Index("labels_by_state", labels.c.state_machine, labels.c.state, labels.c.name,
+         postgresql_where=sa.not_(labels.c.deleted))
+sa.Index("labels_due", labels.c.due_at, postgresql_where=labels.c.due_at.isnot(None))
+
+history = sa.Table(
+    "history",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("state_machine", sa.Text, nullable=False),
+    sa.Column("label", sa.Text, nullable=False),
+    sa.Column("old_state", sa.Text, nullable=True),
+    sa.Column("new_state", sa.Text, nullable=True),  # null: the label was deleted
+    sa.Column("created", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column("forced", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("reason", sa.Text, nullable=True),
+)
+
+sa.Index("history_by_label", history.c.state_machine, history.c.label, history.c.id)
+
+trigger_occurrences = sa.Table(
+    "trigger_occurrences",
+    metadata,
+    # "machine/state/trigger-index", and the occurrence it is for: the primary
+    # key makes each interval or daily occurrence handled once across workers.
+    sa.Column("trigger_key", sa.Text, primary_key=True),
+    sa.Column("occurrence", sa.DateTime(timezone=True), primary_key=True),
+    sa.Column("handled_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+)

@@ -1,0 +1,528 @@
+"""The label core: create, update, delete and move labels, in PostgreSQL.
+
+Used by both the API and the worker. Every function here runs its own short
+transactions and never holds one while waiting on a remote server: when a
+gate's condition reads a feed, the transaction is committed, the feed fetched,
+and a new transaction checks the label is still where it was (``entry_id``)
+before going on.
+
+A label's current state is on its row; every move also appends a history row
+in the same transaction, and that row's id becomes the label's ``entry_id``
+(the idempotency token of an action entry).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from routemaster.app import App
+from routemaster.config.model import (
+    Action,
+    EntryTrigger,
+    Gate,
+    MetadataTrigger,
+    State,
+    StateMachine,
+)
+from routemaster.exit_conditions.context import Context, FeedUnavailable
+from routemaster.http.feeds import fetch_feed
+from routemaster.machine.transitions import choose_next_state
+
+FEED_RETRY_DELAY = datetime.timedelta(seconds=30)
+DUE_CHANNEL = "routemaster_due"
+
+LABEL_COLUMNS = (
+    "state_machine, name, metadata, state, state_entered_at, entry_id, previous_state, "
+    "deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at"
+)
+
+
+class LabelExists(Exception):
+    """The name is taken in this machine (also by a deleted label)."""
+
+
+class LabelNotFound(Exception):
+    pass
+
+
+class LabelDeleted(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Label:
+    state_machine: str
+    name: str
+    metadata: dict[str, Any]
+    state: str
+    state_entered_at: datetime.datetime
+    entry_id: int
+    previous_state: str | None
+    deleted: bool
+    paused: bool
+    errored: bool
+    last_error: str | None
+    attempts: int
+    due_at: datetime.datetime | None
+    created_at: datetime.datetime
+    updated_at: datetime.datetime
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    id: int
+    old_state: str | None
+    new_state: str | None
+    created: datetime.datetime
+    forced: bool
+    reason: str | None
+
+
+class FeedsNeeded(Exception):
+    """Raised inside a transaction when an evaluation reads feeds not yet fetched."""
+
+    def __init__(self, names: frozenset[str], label: Label) -> None:
+        super().__init__(", ".join(sorted(names)))
+        self.names = names
+        self.label = label  # where the label is now: moves before this point stand
+
+
+def _label_from_row(row: sa.Row[Any]) -> Label:
+    return Label(**row._mapping)
+
+
+# ---------------------------------------------------------------- public API
+
+
+def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str, Any]) -> Label:
+    """Create ``name`` in the machine's first state; ``LabelExists`` if the name is taken."""
+    now = app.now()
+    initial = machine.initial_state
+    with app.db.begin() as conn:
+        row = conn.execute(
+            _CREATE,
+            {
+                "sm": machine.name,
+                "name": name,
+                "metadata": json.dumps(metadata),
+                "state": initial.name,
+                "now": now,
+                "due_at": now if isinstance(initial, Action) else None,
+            },
+        ).first()
+        if row is None:
+            raise LabelExists(name)
+        label = _label_from_row(row)
+        if isinstance(initial, Action):
+            _notify_due(conn)
+            return label
+        if not (_has_entry_trigger(initial) or _metadata_triggered(initial, metadata)):
+            return label
+        try:
+            return _advance_locked(conn, app, machine, label, evaluate=True, feeds={})
+        except FeedsNeeded as needed:
+            label = needed.label
+    return _process(app, machine, name, expected_entry_id=label.entry_id,
+                    feed_timeout=app.settings.feed_timeout_in_request) or get_label(
+                        app, machine, name)
+
+
+def get_label(app: App, machine: StateMachine, name: str) -> Label:
+    with app.db.connect() as conn:
+        row = conn.execute(_SELECT, {"sm": machine.name, "name": name}).first()
+    if row is None:
+        raise LabelNotFound(name)
+    return _label_from_row(row)
+
+
+def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str, Any]) -> Label:
+    """Deep-merge ``patch`` into the metadata and evaluate the gate if a trigger path was touched.
+
+    The metadata write commits even if the evaluation then fails (a feed is
+    down): the label is marked due so the worker retries the evaluation.
+    """
+    with app.db.begin() as conn:
+        row = conn.execute(_SELECT_FOR_UPDATE, {"sm": machine.name, "name": name}).first()
+        if row is None:
+            raise LabelNotFound(name)
+        label = _label_from_row(row)
+        if label.deleted:
+            raise LabelDeleted(name)
+        merged = deep_merge(label.metadata, patch)
+        row = conn.execute(
+            _UPDATE_METADATA,
+            {"sm": machine.name, "name": name, "metadata": json.dumps(merged)},
+        ).one()
+        label = _label_from_row(row)
+        state = _state_or_none(machine, label.state)
+        if not isinstance(state, Gate) or not _metadata_triggered(state, patch):
+            return label
+        try:
+            return _advance_locked(conn, app, machine, label, evaluate=True, feeds={})
+        except FeedsNeeded as needed:
+            label = needed.label
+    return _process(app, machine, name, expected_entry_id=label.entry_id,
+                    feed_timeout=app.settings.feed_timeout_in_request) or get_label(app, machine, name)
+
+
+def delete_label(app: App, machine: StateMachine, name: str) -> None:
+    """Soft-delete: clear metadata, record it in history, keep the name taken."""
+    now = app.now()
+    with app.db.begin() as conn:
+        conn.execute(_DELETE, {"sm": machine.name, "name": name, "now": now})
+
+
+def evaluate_label(
+    app: App,
+    machine: StateMachine,
+    name: str,
+    *,
+    expected_entry_id: int | None = None,
+    feed_timeout: float | None = None,
+) -> Label | None:
+    """Evaluate the label's current gate now and move it as far as it goes.
+
+    ``None`` when the label is deleted, paused, errored, gone, or no longer
+    in the entry ``expected_entry_id``.
+    """
+    timeout = app.settings.feed_timeout if feed_timeout is None else feed_timeout
+    return _process(app, machine, name, expected_entry_id=expected_entry_id,
+                    feed_timeout=timeout, clear_due=True, required_kind=Gate)
+
+
+def complete_action(app: App, machine: StateMachine, name: str, entry_id: int) -> Label | None:
+    """The action's webhook succeeded: leave the action and continue through what follows."""
+    return _process(app, machine, name, expected_entry_id=entry_id,
+                    feed_timeout=app.settings.feed_timeout, clear_due=True, required_kind=Action)
+
+
+def history(app: App, machine: StateMachine, name: str) -> list[HistoryEntry]:
+    with app.db.connect() as conn:
+        rows = conn.execute(_HISTORY, {"sm": machine.name, "name": name}).all()
+    return [HistoryEntry(**row._mapping) for row in rows]
+
+
+def label_context(
+    app: App,
+    machine: StateMachine,
+    label: Label,
+    feed_timeout: float,
+    feeds: Mapping[str, Any] | None = None,
+) -> Context:
+    """The evaluation context for ``label`` now, fetching feeds lazily over HTTP."""
+
+    def fetch(feed_name: str) -> Any:
+        if feeds is not None and feed_name in feeds:
+            return feeds[feed_name]
+        return fetch_feed(app.http, machine, feed_name, label.name, timeout=feed_timeout)
+
+    return Context(
+        label=label.name,
+        metadata=label.metadata,
+        now=app.now(),
+        entered_state=label.state_entered_at,
+        previous_state=label.previous_state,
+        current_state=label.state,
+        fetch_feed=fetch,
+    )
+
+
+def deep_merge(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested objects merge key by key; any other value (lists, null) replaces."""
+    merged = dict(base)
+    for key, value in patch.items():
+        existing = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(existing, Mapping):
+            merged[key] = deep_merge(existing, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def advance_locked(
+    conn: sa.Connection,
+    app: App,
+    machine: StateMachine,
+    label: Label,
+    *,
+    evaluate: bool,
+    feeds: Mapping[str, Any],
+) -> Label:
+    """Move a label whose row ``conn`` holds locked as far as it goes.
+
+    ``evaluate`` says whether its current state's exit (gate condition or
+    completed action) should be attempted first. Raises :class:`FeedsNeeded`
+    when an evaluation reads a feed missing from ``feeds``: the caller commits,
+    fetches them outside the transaction, and tries again.
+    """
+    return _advance_locked(conn, app, machine, label, evaluate=evaluate, feeds=feeds)
+
+
+# ---------------------------------------------------------------- internals
+
+
+def _process(
+    app: App,
+    machine: StateMachine,
+    name: str,
+    *,
+    expected_entry_id: int | None,
+    feed_timeout: float,
+    clear_due: bool = False,
+    required_kind: type[Gate] | type[Action] | None = None,
+) -> Label | None:
+    """Lock, advance, and when feeds are needed: commit, fetch, and go round again."""
+    feeds: dict[str, Any] = {}
+    feeds_entry: int | None = None
+    for _ in range(app.settings.max_transitions):
+        with app.db.begin() as conn:
+            row = conn.execute(_SELECT_FOR_UPDATE, {"sm": machine.name, "name": name}).first()
+            if row is None:
+                return None
+            label = _label_from_row(row)
+            if label.deleted or label.paused or label.errored:
+                return None
+            if expected_entry_id is not None and label.entry_id != expected_entry_id:
+                return None
+            state = _state_or_none(machine, label.state)
+            if required_kind is not None and not isinstance(state, required_kind):
+                return None
+            required_kind = None  # later rounds continue wherever the label has got to
+            if feeds_entry != label.entry_id:
+                feeds = {}
+            try:
+                return _advance_locked(conn, app, machine, label, evaluate=True, feeds=feeds,
+                                       clear_due=clear_due)
+            except FeedsNeeded as needed:
+                missing = needed.names
+                label = needed.label
+        # Outside any transaction: fetch what the evaluation asked for.
+        try:
+            for feed_name in sorted(missing):
+                feeds[feed_name] = fetch_feed(app.http, machine, feed_name, name, timeout=feed_timeout)
+        except FeedUnavailable as error:
+            _mark_evaluation_failed(app, machine, name, label.entry_id, str(error))
+            return get_label(app, machine, name)
+        feeds_entry = label.entry_id
+        expected_entry_id = label.entry_id
+    return get_label(app, machine, name)
+
+
+def _advance_locked(
+    conn: sa.Connection,
+    app: App,
+    machine: StateMachine,
+    label: Label,
+    *,
+    evaluate: bool,
+    feeds: Mapping[str, Any],
+    clear_due: bool = False,
+) -> Label:
+    moved = False
+    for _ in range(app.settings.max_transitions):
+        state = _state_or_none(machine, label.state)
+        if state is None or not evaluate:
+            break
+        context = _prefetched_context(app, label, feeds)
+        if isinstance(state, Gate):
+            try:
+                holds = state.exit_condition.evaluate(context)
+            except FeedUnavailable as missing:
+                raise FeedsNeeded(frozenset({missing.feed}) | state.exit_condition.feeds,
+                                  label) from None
+            if not holds:
+                break
+        try:
+            destination = choose_next_state(state.next_states, context)
+        except FeedUnavailable as missing:
+            raise FeedsNeeded(frozenset({missing.feed}), label) from None
+        if destination is None:
+            break
+        label = _move(conn, app, machine, label, destination)
+        moved = True
+        new_state = machine.get_state(destination)
+        if isinstance(new_state, Action):
+            break
+        evaluate = _has_entry_trigger(new_state)
+        feeds = {}
+    if clear_due and not moved and (label.due_at is not None or label.attempts):
+        row = conn.execute(_CLEAR_DUE, {"sm": label.state_machine, "name": label.name}).one()
+        label = _label_from_row(row)
+    return label
+
+
+def _move(conn: sa.Connection, app: App, machine: StateMachine, label: Label, destination: str,
+          *, forced: bool = False, reason: str | None = None) -> Label:
+    now = app.now()
+    is_action = isinstance(machine.get_state(destination), Action)
+    row = conn.execute(
+        _MOVE,
+        {
+            "sm": label.state_machine,
+            "name": label.name,
+            "old": label.state,
+            "new": destination,
+            "now": now,
+            "forced": forced,
+            "reason": reason,
+            "due_at": now if is_action else None,
+        },
+    ).one()
+    if is_action:
+        _notify_due(conn)
+    return _label_from_row(row)
+
+
+def _mark_evaluation_failed(app: App, machine: StateMachine, name: str, entry_id: int, error: str) -> None:
+    with app.db.begin() as conn:
+        conn.execute(
+            _EVALUATION_FAILED,
+            {"sm": machine.name, "name": name, "entry_id": entry_id, "error": error,
+             "due_at": app.now() + FEED_RETRY_DELAY},
+        )
+
+
+def _prefetched_context(app: App, label: Label, feeds: Mapping[str, Any]) -> Context:
+    def fetch(feed_name: str) -> Any:
+        if feed_name in feeds:
+            return feeds[feed_name]
+        raise FeedUnavailable(feed_name, "not fetched yet")
+
+    return Context(
+        label=label.name,
+        metadata=label.metadata,
+        now=app.now(),
+        entered_state=label.state_entered_at,
+        previous_state=label.previous_state,
+        current_state=label.state,
+        fetch_feed=fetch,
+    )
+
+
+def _state_or_none(machine: StateMachine, name: str) -> State | None:
+    try:
+        return machine.get_state(name)
+    except KeyError:
+        return None
+
+
+def _has_entry_trigger(state: State) -> bool:
+    return isinstance(state, Gate) and any(isinstance(t, EntryTrigger) for t in state.triggers)
+
+
+def _metadata_triggered(state: State, patch: Mapping[str, Any]) -> bool:
+    """Whether an update of ``patch`` touches a metadata-trigger path of the gate."""
+    if not isinstance(state, Gate):
+        return False
+    trigger_paths = [t.path for t in state.triggers if isinstance(t, MetadataTrigger)]
+    if not trigger_paths:
+        return False
+    for touched in _leaf_paths(patch):
+        for path in trigger_paths:
+            shorter = min(len(path), len(touched))
+            if path[:shorter] == touched[:shorter]:
+                return True
+    return False
+
+
+def _leaf_paths(value: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    for key, item in value.items():
+        if isinstance(item, Mapping) and item:
+            yield from _leaf_paths(item, (*prefix, key))
+        else:
+            yield (*prefix, key)
+
+
+def _notify_due(conn: sa.Connection) -> None:
+    conn.execute(sa.text(f"NOTIFY {DUE_CHANNEL}"))
+
+
+# ---------------------------------------------------------------- SQL
+
+_CREATE = sa.text(
+    f"""
+    WITH created AS (
+        INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, entry_id,
+                            due_at, created_at, updated_at)
+        VALUES (:sm, :name, CAST(:metadata AS jsonb), :state, :now,
+                nextval(pg_get_serial_sequence('history', 'id')), :due_at, :now, :now)
+        ON CONFLICT DO NOTHING
+        RETURNING {LABEL_COLUMNS}
+    ), entry AS (
+        INSERT INTO history (id, state_machine, label, old_state, new_state, created)
+        SELECT entry_id, state_machine, name, NULL, state, state_entered_at FROM created
+    )
+    SELECT {LABEL_COLUMNS} FROM created
+    """
+)
+
+_SELECT = sa.text(f"SELECT {LABEL_COLUMNS} FROM labels WHERE state_machine = :sm AND name = :name")
+
+_SELECT_FOR_UPDATE = sa.text(
+    f"SELECT {LABEL_COLUMNS} FROM labels WHERE state_machine = :sm AND name = :name FOR UPDATE"
+)
+
+_UPDATE_METADATA = sa.text(
+    f"""
+    UPDATE labels SET metadata = CAST(:metadata AS jsonb), updated_at = now()
+    WHERE state_machine = :sm AND name = :name
+    RETURNING {LABEL_COLUMNS}
+    """
+)
+
+_MOVE = sa.text(
+    f"""
+    WITH entry AS (
+        INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
+        VALUES (:sm, :name, :old, :new, :now, :forced, :reason)
+        RETURNING id
+    )
+    UPDATE labels SET
+        state = :new, previous_state = :old, state_entered_at = :now,
+        entry_id = (SELECT id FROM entry), updated_at = now(),
+        due_at = :due_at, attempts = 0, errored = false, last_error = NULL, lease_owner = NULL
+    WHERE state_machine = :sm AND name = :name
+    RETURNING {LABEL_COLUMNS}
+    """
+)
+
+_CLEAR_DUE = sa.text(
+    f"""
+    UPDATE labels SET due_at = NULL, attempts = 0, last_error = NULL, lease_owner = NULL
+    WHERE state_machine = :sm AND name = :name
+    RETURNING {LABEL_COLUMNS}
+    """
+)
+
+_EVALUATION_FAILED = sa.text(
+    """
+    UPDATE labels SET due_at = :due_at, last_error = :error, lease_owner = NULL
+    WHERE state_machine = :sm AND name = :name AND entry_id = :entry_id AND NOT deleted
+    """
+)
+
+_DELETE = sa.text(
+    """
+    WITH deleted AS (
+        UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
+                          lease_owner = NULL, updated_at = now()
+        WHERE state_machine = :sm AND name = :name AND NOT deleted
+        RETURNING state_machine, name, state
+    )
+    INSERT INTO history (state_machine, label, old_state, new_state, created, reason)
+    SELECT state_machine, name, state, NULL, :now, 'deleted' FROM deleted
+    """
+)
+
+_HISTORY = sa.text(
+    """
+    SELECT id, old_state, new_state, created, forced, reason FROM history
+    WHERE state_machine = :sm AND label = :name ORDER BY id
+    """
+)

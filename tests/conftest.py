@@ -1,0 +1,58 @@
+"""Shared fixtures: a real PostgreSQL database, migrated, emptied between tests."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from routemaster.db.database import create_engine, normalise_url
+from routemaster.db.migrate import upgrade
+
+
+def _server_url() -> str:
+    """The server tests run against: as README says, in this order of preference."""
+    for variable in ("TEST_DATABASE_URL", "DATABASE_URL"):
+        if os.environ.get(variable):
+            return normalise_url(os.environ[variable])
+    local = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
+    try:
+        probe = sa.create_engine(local, poolclass=sa.pool.NullPool, connect_args={"connect_timeout": 2})
+        with probe.connect():
+            pass
+        return local
+    except sa.exc.OperationalError:
+        from routemaster.db.embedded import embedded_database_url
+
+        return embedded_database_url()
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    """A fresh database for this test session, migrated to head, dropped afterwards."""
+    server = sa.engine.make_url(_server_url())
+    name = f"routemaster_test_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = server.set(database=name).render_as_string(hide_password=False)
+    engine = create_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    yield url
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def db_engine(database_url: str) -> Iterator[sa.Engine]:
+    """An engine on the test database, with every table emptied before the test."""
+    engine = create_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("TRUNCATE labels, history, trigger_occurrences RESTART IDENTITY"))
+    yield engine
+    engine.dispose()
