@@ -29,6 +29,7 @@ class Recorded:
     headers: dict[str, str]
     body: bytes
     at: float  # time.monotonic() when received
+    client_port: int  # one per TCP connection: shows keep-alive at work
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -53,7 +54,14 @@ class StubServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 reply = stub._record(
-                    Recorded(self.command, self.path, dict(self.headers), body, time.monotonic())
+                    Recorded(
+                        self.command,
+                        self.path,
+                        dict(self.headers),
+                        body,
+                        time.monotonic(),
+                        self.client_address[1],
+                    )
                 )
                 if reply.delay:
                     time.sleep(reply.delay)
@@ -73,7 +81,7 @@ class StubServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
 
     def stop(self) -> None:
         if self._server is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from routemaster.exit_conditions import Program
 
@@ -48,7 +48,7 @@ class MetadataTimezone:
     path: Path  # full context path, starting with "metadata"
 
 
-Timezone = Union[SystemTimezone, NamedTimezone, MetadataTimezone]
+Timezone = SystemTimezone | NamedTimezone | MetadataTimezone
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class EntryTrigger:
     """Evaluate as a label enters the gate (``event: entry``)."""
 
 
-Trigger = Union[MetadataTrigger, IntervalTrigger, TimeTrigger, EntryTrigger]
+Trigger = MetadataTrigger | IntervalTrigger | TimeTrigger | EntryTrigger
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class NoNext:
     """An end state: no transition out."""
 
 
-NextStates = Union[ConstantNext, ContextNext, NoNext]
+NextStates = ConstantNext | ContextNext | NoNext
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class Action:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
-State = Union[Gate, Action]
+State = Gate | Action
 
 
 @dataclass(frozen=True)

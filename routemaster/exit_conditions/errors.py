@@ -22,7 +22,7 @@ class ConditionSyntaxError(ValueError):
         self.line = source.count("\n", 0, start) + 1
         self.column = start - line_start + 1
         self.length = max(1, min(end, line_end) - start)
-        self._line_text = source[line_start:line_end]
+        self._line_text = source[line_start:line_end].rstrip("\r")
         super().__init__(self._render())
 
     def _render(self) -> str:

@@ -75,7 +75,10 @@ def tokenize(source: str) -> list[Token]:
             else:
                 break
         if position >= length:
-            tokens.append(Token(Kind.END, "", length, length))
+            # Errors at the end point just after the last token, not after
+            # trailing comments or blank lines.
+            end = tokens[-1].end if tokens else 0
+            tokens.append(Token(Kind.END, "", end, end))
             return tokens
         token = _next_token(source, position)
         tokens.append(token)
@@ -101,8 +104,9 @@ def _next_token(source: str, position: int) -> Token:
         return Token(Kind.RPAREN, char, position, position + 1)
     if char in "\"'":
         return _string(source, position)
-    if char.isascii() and (char.isdigit() or (char == "-" and source[position + 1 : position + 2].isdigit())):
-        return _numeric(source, position)
+    run = _NUMERIC_RUN.match(source, position)
+    if run:
+        return _numeric(source, position, run.end())
     word = _WORD.match(source, position)
     if word:
         return _word(source, position, word.end())
@@ -114,9 +118,7 @@ def _word(source: str, start: int, end: int) -> Token:
     while source.startswith(".", end):
         segment = _SEGMENT.match(source, end + 1)
         if segment is None:
-            raise ConditionSyntaxError(
-                "Expected a name after '.'", source, end, end + 1
-            )
+            raise ConditionSyntaxError("Expected a name after '.'", source, end, end + 1)
         segments.append(segment.group())
         end = segment.end()
     text = source[start:end]
@@ -125,45 +127,46 @@ def _word(source: str, start: int, end: int) -> Token:
     return Token(Kind.PATH, text, start, end, tuple(segments))
 
 
-def _numeric(source: str, start: int) -> Token:
-    run = _NUMERIC_RUN.match(source, start)
-    assert run is not None  # the caller saw a digit
-    text = run.group()
-    end = run.end()
+def _numeric(source: str, start: int, end: int) -> Token:
+    text = source[start:end]
 
     def error(message: str) -> ConditionSyntaxError:
         return ConditionSyntaxError(message, source, start, end)
+
+    shown = text if len(text) <= 30 else f"{text[:27]}..."
 
     value: Any
     if _INT.fullmatch(text):
         try:
             value = int(text)
         except ValueError:  # more digits than Python will convert
-            raise error(f"Number too large: {text}") from None
+            raise error(f"Number too large: {shown}") from None
     elif _FLOAT.fullmatch(text):
         value = float(text)
         if value in (float("inf"), float("-inf")):
-            raise error(f"Number too large: {text}")
+            raise error(f"Number too large: {shown}")
     elif text.startswith("-"):
-        raise error(f"Invalid number {text!r}")
+        raise error(f"Invalid number {shown!r} (only numbers can be negative)")
     elif (time := _TIME.fullmatch(text)) is not None:
         hour, minute, second = (int(part or 0) for part in time.groups())
         if hour > 23 or minute > 59 or second > 59:
-            raise error(f"Invalid time of day {text!r}")
+            raise error(f"Invalid time of day {shown!r}")
         value = datetime.time(hour, minute, second)
     elif (duration := _DURATION.fullmatch(text)) is not None:
-        days, hours, minutes, seconds = (int(part or 0) for part in duration.groups())
         try:
+            days, hours, minutes, seconds = (int(part or 0) for part in duration.groups())
             value = datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-        except OverflowError:
-            raise error(f"Duration too large: {text}") from None
+        except (OverflowError, ValueError):  # ValueError: more digits than int() takes
+            raise error(f"Duration too large: {shown}") from None
     elif ":" in text:
-        raise error(f"Invalid time of day {text!r} (write e.g. 18:30 or 18:30:15)")
+        raise error(f"Invalid time of day {shown!r} (write e.g. 18:30 or 18:30:15)")
+    elif "." in text and any(char.isalpha() for char in text):
+        raise error(f"Invalid duration {shown!r} (durations use whole numbers, e.g. 1h30m)")
     elif "." in text:
-        raise error(f"Invalid number {text!r}")
+        raise error(f"Invalid number {shown!r}")
     else:
         raise error(
-            f"Invalid duration {text!r} (write e.g. 1d12h, 30m or 1h30m45s: "
+            f"Invalid duration {shown!r} (write e.g. 1d12h, 30m or 1h30m45s: "
             "units d, h, m, s in that order)"
         )
     return Token(Kind.LITERAL, text, start, end, value)
@@ -176,7 +179,9 @@ def _string(source: str, start: int) -> Token:
     while position < len(source):
         char = source[position]
         if char == quote:
-            return Token(Kind.LITERAL, source[start : position + 1], start, position + 1, "".join(chars))
+            return Token(
+                Kind.LITERAL, source[start : position + 1], start, position + 1, "".join(chars)
+            )
         if char == "\n":
             break
         if char == "\\":

@@ -1,0 +1,470 @@
+"""The benchmark suite: this project vs thread/routemaster 1.5.0 vs pgbench, same machine, same run.
+
+Run it with ``bench/run`` (which installs the reference and wrk first); see
+docs/performance.md for what each scenario measures and what limits it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import http.client
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+from measure import BENCH_DIR, MemorySampler, Server, run_pgbench, run_wrk, summarise
+from report import evaluate, print_table
+from targets import REFERENCE_VENV, REPO, Project, Reference, Target
+
+RECEIVER_PORT = 18089
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How long and how big: the default run and ``--quick``."""
+
+    duration: float  # seconds per measured wrk/pgbench run
+    warmup: float
+    reps: int  # measured runs per HTTP/pgbench scenario
+    slow_reps: int  # runs of the interval and action scenarios (each waits for a trigger)
+    scales: tuple[int, ...]  # existing labels for the create/read/update scenarios
+    list_scale: int
+    interval_sizes: tuple[int, ...]
+    action_labels: dict[str, int]  # per target
+    reference_cap: float  # seconds a reference drain may run before its rate is extrapolated
+    project_cap: float
+
+
+FULL = Profile(
+    duration=5, warmup=2, reps=3, slow_reps=1, scales=(0, 10_000, 100_000), list_scale=100_000,
+    interval_sizes=(2_000, 100_000), action_labels={"project": 5_000, "reference": 1_000},
+    reference_cap=60, project_cap=180,
+)
+QUICK = Profile(
+    duration=2, warmup=1, reps=1, slow_reps=1, scales=(0, 10_000), list_scale=10_000,
+    interval_sizes=(2_000,), action_labels={"project": 2_000, "reference": 300},
+    reference_cap=20, project_cap=60,
+)
+
+
+class Suite:
+    def __init__(self, profile: Profile, server: Server, log_dir: Path, scenarios: set[str] | None):
+        self.p = profile
+        self.server = server
+        self.log_dir = log_dir
+        self.only = scenarios
+        self.sampler = MemorySampler()
+        self.results: dict[str, dict[str, Any]] = {}
+        self.memory: dict[str, dict[str, int]] = {}
+        self.counter = 0
+
+    # -- bookkeeping ---------------------------------------------------------
+
+    def wanted(self, key: str) -> bool:
+        return self.only is None or any(key.startswith(s) for s in self.only)
+
+    def tag(self, base: str) -> str:
+        self.counter += 1
+        return f"{base}{self.counter}"
+
+    def record(self, key: str, target: str, unit: str, values: list[float], **extra: Any) -> None:
+        peaks = self.sampler.take()
+        entry = {"unit": unit, **summarise(values), **extra}
+        if target in peaks:
+            entry["peak_rss_mib"] = {k: round(v / 2**20, 1) for k, v in peaks[target].items()}
+            overall = self.memory.setdefault(target, {})
+            for role, rss in peaks[target].items():
+                overall[role] = max(overall.get(role, 0), rss)
+        self.results.setdefault(key, {})[target] = entry
+        median = entry["median"]
+        shown = "n/a" if median is None else f"{median:,.1f}"
+        print(f"  {key:<22} {target:<10} {shown:>12} {unit}"
+              + (f"  ({extra['note']})" if extra.get("note") else ""), flush=True)
+
+    # -- pgbench ---------------------------------------------------------------
+
+    def pgbench(self) -> None:
+        print("pgbench (this project's schema, same server)", flush=True)
+        pg = Project(self.server, self.log_dir)
+        pg.database = "bench_pgbench"
+        pg.fresh_database()
+        pg.bulk_labels("flow", "start", "r", 1000, {"go": False})
+        pg.query("CREATE SEQUENCE pgbench_names")
+        pg.analyze()
+        history_seq = pg.query("SELECT pg_get_serial_sequence('history', 'id')")
+        insert = self.log_dir / "insert.sql"
+        insert.write_text(
+            "BEGIN;\n"
+            "INSERT INTO history (state_machine, label, old_state, new_state) "
+            "VALUES ('flow', 'p' || nextval('pgbench_names'), NULL, 'start');\n"
+            "INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, entry_id) "
+            "VALUES ('flow', 'p' || currval('pgbench_names'), '{\"n\": 1, \"go\": false}', "
+            f"'start', now(), currval('{history_seq}'));\n"
+            "END;\n"
+        )
+        read = self.log_dir / "read.sql"
+        read.write_text(
+            "\\set i random(0, 999)\n"
+            "SELECT * FROM labels WHERE state_machine = 'flow' AND name = 'r-' || :i;\n"
+        )
+        pg.close()
+        for name, script in (("insert", insert), ("read", read)):
+            for clients in (1, 16):
+                key = f"pg_{name}_c{clients}"
+                scenario = f"{'create' if name == 'insert' else 'read'}_c{clients}"
+                if not (self.wanted(key) or self.wanted(scenario)):
+                    continue
+                run_pgbench(self.server, pg.database, script, clients=clients,
+                            duration=self.p.warmup)
+                runs = [
+                    run_pgbench(self.server, pg.database, script, clients=clients,
+                                duration=self.p.duration)
+                    for _ in range(self.p.reps)
+                ]
+                self.record(key, "pgbench", "tx/s", runs)
+        self.server.drop(pg.database)
+
+    # -- a service -------------------------------------------------------------
+
+    def service(self, target: Target) -> None:
+        self.sampler.roots[target.name] = target.pids
+        try:
+            for scale in self.p.scales:
+                suffix = "" if scale == 0 else f"_{scale // 1000}k"
+                names = ("create_c1", "create_c16", "read_c16", "update_c16")
+                keys = [f"{k}{suffix}" for k in names]
+                if scale:
+                    keys.remove(f"create_c1{suffix}")
+                extra = []
+                if scale == 0:
+                    extra = ["action_fast", "action_flaky", "interval_2k"]
+                if scale == self.p.list_scale:
+                    extra += [f"list_full{suffix}", f"list_page{suffix}"]
+                    extra += [f"interval_{n // 1000}k" for n in self.p.interval_sizes if n > 2000]
+                if not any(self.wanted(k) for k in keys + extra):
+                    continue
+                print(f"{target.name}: {scale:,} existing labels", flush=True)
+                target.fresh_database()
+                if scale:
+                    target.bulk_labels("flow", "start", "b", scale, {"n": 0, "go": False})
+                target.bulk_labels("flow", "start", "r", 1000, {"n": 0, "go": False})
+                target.analyze()
+                target.start()
+                self.sampler.take()
+                for key in keys:
+                    if self.wanted(key):
+                        mode, conc = key.split("_")[0], int(key.split("_")[1][1:])
+                        self.http(target, key, mode, conc)
+                for key in extra:
+                    if not self.wanted(key):
+                        continue
+                    if key.startswith("list"):
+                        self.listing(target, key, scale)
+                    elif key.startswith("action"):
+                        self.action(target, key)
+                    elif key.startswith("interval"):
+                        self.interval(target, key, int(key.split("_")[1][:-1]) * 1000)
+                target.stop()
+        finally:
+            target.stop()
+            target.close()
+            self.sampler.roots.pop(target.name, None)
+
+    def http(self, target: Target, key: str, mode: str, conc: int) -> None:
+        """create / read / update (PATCH moving each label start -> review) for a fixed time."""
+        d, base = self.p.duration, target.base_url
+
+        def one(duration: float) -> dict[str, Any]:
+            if mode == "create":
+                return run_wrk(base, mode="create", machine="flow", prefix=self.tag("c"),
+                               n=0, connections=conc, duration=duration)
+            if mode == "read":
+                return run_wrk(base, mode="read", machine="flow", prefix="r", n=1000,
+                               connections=conc, duration=duration)
+            # update: enough fresh labels in `start` for the run, sized from the last rate
+            count = int(max(one.rate, 100) * duration * 2) + 500  # type: ignore[attr-defined]
+            prefix = self.tag("u")
+            target.bulk_labels("flow", "start", prefix, count, {"n": 0, "go": False})
+            since = target.max_history_id()
+            result = run_wrk(base, mode="patch", machine="flow", prefix=prefix, n=count,
+                             connections=conc, duration=duration, key="go")
+            result["moved"] = target.transitions("flow", "start", "review", since)
+            result["exhausted"] = result["moved"] >= count
+            return result
+
+        one.rate = 0.0  # type: ignore[attr-defined]
+        one.rate = one(self.p.warmup)["rate"]  # type: ignore[attr-defined]
+        self.sampler.take()
+        runs = [one(d) for _ in range(self.p.reps)]
+        errors = sum(r["errors"] for r in runs)
+        requests = sum(r["requests"] for r in runs)
+        note = f"{errors} errors of {requests}" if errors else ""
+        if any(r.get("exhausted") for r in runs):
+            note += " labels ran out"
+        if mode == "update":
+            moved = sum(r["moved"] for r in runs)
+            if moved < requests * 0.99:
+                note += f" only {moved} of {requests} moved"
+        self.record(key, target.name, "req/s", [r["rate"] for r in runs], note=note.strip(),
+                    latency_p50_ms=[r["p50_us"] / 1000 for r in runs],
+                    latency_p99_ms=[r["p99_us"] / 1000 for r in runs], raw=runs)
+
+    def listing(self, target: Target, key: str, scale: int) -> None:
+        """Full listing (time to the last byte) or one page of 100 (latency), sequentially."""
+        conn = http.client.HTTPConnection("127.0.0.1", target.port, timeout=120)
+        path = "/state-machines/flow/labels"
+
+        def get(url: str) -> tuple[float, bytes]:
+            start = time.perf_counter()
+            conn.request("GET", url)
+            response = conn.getresponse()
+            body = response.read()
+            if response.status != 200:
+                raise RuntimeError(f"GET {url}: {response.status} {body[:200]!r}")
+            return time.perf_counter() - start, body
+
+        if key.startswith("list_full"):
+            get(path)
+            self.sampler.take()
+            runs, count = [], 0
+            for _ in range(max(self.p.reps, 2)):
+                seconds, body = get(path)
+                runs.append(seconds)
+                count = len(json.loads(body)["labels"])
+            self.record(key, target.name, "s", runs, labels=count,
+                        note="" if count >= scale else f"only {count} labels listed")
+        else:
+            _, body = get(path + "?limit=100")
+            first = json.loads(body)
+            if len(first["labels"]) > 100 or "next" not in first:
+                self.record(key, target.name, "ms", [], note="no paged listing")
+                return
+            times, url = [], first["next"]
+            for _ in range(50):
+                seconds, body = get(url)
+                times.append(seconds * 1000)
+                page = json.loads(body)
+                url = page.get("next") or path + "?limit=100"
+            middle = path + "?limit=100&after=b-5"  # a page from the middle of the table
+            for _ in range(10):
+                times.append(get(middle)[0] * 1000)
+            self.record(key, target.name, "ms", times)
+        conn.close()
+
+    def wait_for(self, target: Target, machine: str, old: str, new: str, since: int, n: int,
+                 *, cap: float, origin: float, started: float | None,
+                 first_timeout: float) -> dict[str, Any]:
+        """Poll history until ``n`` labels made the move ``old`` -> ``new``.
+
+        The drain is timed from ``started`` (or, when that cannot be known, from
+        the first label seen moving) and given up ``cap`` seconds after that;
+        ``first_timeout`` bounds the wait, from ``origin``, for the first move.
+        """
+        first = None
+        while True:
+            now = time.time()
+            count = target.transitions(machine, old, new, since)
+            if count and first is None:
+                first = now
+            if count >= n:
+                break
+            begun = started if started is not None else first
+            if begun is None:
+                if now - origin > first_timeout:
+                    break
+            elif now - begun > cap:
+                break
+            time.sleep(0.05)
+        begun = started if started is not None else first
+        elapsed = (now - begun) if begun is not None else None
+        return {"count": count, "elapsed": elapsed, "done": count >= n,
+                "first_after_s": None if first is None else first - origin}
+
+    def interval(self, target: Target, key: str, n: int) -> None:
+        """Labels whose condition is already true sit in an interval gate: time the drain."""
+        cap = self.p.reference_cap if target.name == "reference" else self.p.project_cap
+        runs, notes, raw = [], [], []
+        for _ in range(self.p.slow_reps if n <= 2000 else 1):
+            prefix = self.tag("i")
+            tick = target.next_interval_tick(time.time())
+            if tick is None:
+                # the reference's interval clock starts with the process
+                target.restart()
+                since = target.max_history_id()
+                target.bulk_labels("timed", "wait", prefix, n, {"go": True})
+            else:
+                lead = 3 + n / 30_000  # seconds the insert may take, plus margin
+                tick = target.next_interval_tick(time.time() + lead)
+                assert tick is not None
+                time.sleep(max(0.0, tick - lead - time.time()))
+                since = target.max_history_id()
+                target.bulk_labels("timed", "wait", prefix, n, {"go": True})
+                if time.time() > tick:
+                    notes.append("insert overran the tick")
+            target.analyze()
+            self.sampler.take()
+            outcome = self.wait_for(target, "timed", "wait", "done", since, n, cap=cap,
+                                    origin=time.time(), started=tick, first_timeout=90)
+            raw.append(outcome)
+            if outcome["elapsed"] is None or not outcome["count"]:
+                notes.append("nothing left the gate")
+                continue
+            rate = outcome["count"] / max(outcome["elapsed"], 0.05)
+            runs.append(rate)
+            if not outcome["done"]:
+                notes.append(f"{outcome['count']} of {n} in {outcome['elapsed']:.0f}s, "
+                             f"full drain ~{n / rate:.0f}s")
+        drain = [n / r for r in runs]
+        self.record(key, target.name, "labels/s", runs, drain_s=summarise(drain),
+                    note="; ".join(notes), raw=raw,
+                    measured_from="the trigger's occurrence" if target.name == "project"
+                    else "the first label leaving the gate")
+
+    def action(self, target: Target, key: str) -> None:
+        """PATCH opens the gate into an action (16 clients); time until all reached `end`."""
+        machine = "flow" if key == "action_fast" else "flaky"
+        n = self.p.action_labels[target.name]
+        cap = (self.p.reference_cap + 60) if target.name == "reference" else self.p.project_cap
+        runs, notes, raw = [], [], []
+        for _ in range(self.p.slow_reps):
+            prefix = self.tag("a")
+            target.bulk_labels(machine, "review", prefix, n, {"go": True, "done": False})
+            target.analyze()
+            since = target.max_history_id()
+            self.sampler.take()
+            started = time.time()
+            patch = run_wrk(target.base_url, mode="patch", machine=machine, prefix=prefix, n=n,
+                            connections=16, duration=cap, key="done")
+            patched = time.time() - started
+            outcome = self.wait_for(target, machine, "notify", "end", since, n, cap=cap,
+                                    origin=started, started=started, first_timeout=cap)
+            outcome["patch_seconds"] = patched
+            outcome["patch_errors"] = patch["errors"]
+            raw.append(outcome)
+            if outcome["count"]:
+                runs.append(outcome["count"] / outcome["elapsed"])
+            if not outcome["done"]:
+                notes.append(f"{outcome['count']} of {n} done in {outcome['elapsed']:.0f}s")
+        self.record(key, target.name, "labels/s", runs, labels=n, note="; ".join(notes), raw=raw)
+
+
+def project_runnable() -> str | None:
+    """None when ``python -m routemaster`` has serve, cron and migrate; else why not."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-m", "routemaster", "--help"], cwd=REPO, env=env,
+                         capture_output=True, text=True, check=False)
+    missing = [c for c in ("serve", "cron", "migrate") if c not in out.stdout]
+    if out.returncode or missing:
+        return f"routemaster CLI not usable (missing {missing}): {out.stderr.strip()[-300:]}"
+    return None
+
+
+def machine_info(server: Server) -> dict[str, Any]:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    ref_python = REFERENCE_VENV / "bin" / "python"
+    reference_python = subprocess.run(
+        [str(ref_python), "--version"], capture_output=True, text=True, check=False
+    ).stdout.strip() if ref_python.exists() else None
+    wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False)
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu,
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "postgresql": server.version(),
+        "python": platform.python_version(),
+        "reference_python": reference_python,
+        "wrk": (wrk.stdout or wrk.stderr).splitlines()[0] if (wrk.stdout or wrk.stderr) else None,
+        "kernel": platform.release(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="~3 minute development run")
+    parser.add_argument("--targets", default="pgbench,reference,project",
+                        help="comma-separated subset of pgbench,reference,project")
+    parser.add_argument("--only", default="",
+                        help="comma-separated scenario name prefixes, e.g. create_c16,interval")
+    parser.add_argument("--reference-workers", type=int, default=4)
+    parser.add_argument("--output", type=Path, default=BENCH_DIR / "results")
+    args = parser.parse_args()
+    profile = QUICK if args.quick else FULL
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    server = Server.from_environment()
+    log_dir = Path(tempfile.mkdtemp(prefix="routemaster-bench-"))
+    print(f"logs in {log_dir}", flush=True)
+
+    suite = Suite(profile, server, log_dir,
+                  {s.strip() for s in args.only.split(",") if s.strip()} or None)
+    started = time.time()
+    receiver = subprocess.Popen(
+        [sys.executable, str(BENCH_DIR / "receiver.py"), "--port", str(RECEIVER_PORT)],
+        stdout=subprocess.DEVNULL, stderr=open(log_dir / "receiver.log", "wb"),  # noqa: SIM115
+    )
+    suite.sampler.roots["receiver"] = lambda: [("receiver", receiver.pid)]
+    suite.sampler.start()
+    skipped: dict[str, str] = {}
+    try:
+        if "pgbench" in targets:
+            suite.pgbench()
+        if "reference" in targets:
+            if not (REFERENCE_VENV / "bin" / "routemaster").exists():
+                skipped["reference"] = f"not installed in {REFERENCE_VENV} (bench/run does that)"
+            else:
+                suite.service(Reference(server, log_dir, args.reference_workers))
+        if "project" in targets:
+            why = project_runnable()
+            if why:
+                skipped["project"] = why
+                print(f"project skipped: {why}", flush=True)
+            else:
+                suite.service(Project(server, log_dir))
+    finally:
+        suite.sampler.stop()
+        receiver.terminate()
+        receiver.wait()
+        for name in ("bench_project", "bench_reference", "bench_pgbench"):
+            server.drop(name)
+
+    checks = evaluate(suite.results, suite.memory)
+    report = {
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": "bench/run" + (" --quick" if args.quick else ""),
+        "profile": profile.__dict__,
+        "reference_workers": args.reference_workers,
+        "machine": machine_info(server),
+        "elapsed_s": round(time.time() - started),
+        "skipped": skipped,
+        "scenarios": suite.results,
+        "peak_rss_mib": {t: {r: round(v / 2**20, 1) for r, v in roles.items()}
+                         for t, roles in suite.memory.items()},
+        "checks": checks,
+    }
+    print()
+    print_table(report)
+    args.output.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    text = json.dumps(report, indent=2, default=str)
+    (args.output / f"{stamp}.json").write_text(text)
+    (args.output / "latest.json").write_text(text)
+    print(f"\nsaved {args.output / 'latest.json'} and {stamp}.json; logs in {log_dir}")
+
+
+if __name__ == "__main__":
+    main()

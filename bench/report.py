@@ -1,0 +1,157 @@
+"""Ratios, the issue's targets as pass/fail checks, and the printed table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+ORDER = [
+    "create_c1", "create_c16", "read_c16", "update_c16",
+    "create_c16_10k", "read_c16_10k", "update_c16_10k",
+    "create_c16_100k", "read_c16_100k", "update_c16_100k",
+    "list_full_100k", "list_page_100k", "list_full_10k", "list_page_10k",
+    "interval_2k", "interval_100k", "action_fast", "action_flaky",
+]
+PGBENCH = {"create": "pg_insert", "read": "pg_read"}
+TIME_UNITS = {"s", "ms"}
+
+
+def median(results: dict[str, Any], key: str, target: str) -> float | None:
+    value = results.get(key, {}).get(target, {}).get("median")
+    return None if value is None else float(value)
+
+
+def pg_key(key: str) -> str | None:
+    """The pgbench figure a scenario is held against: same operation, same clients."""
+    parts = key.split("_")
+    if parts[0] not in PGBENCH or len(parts) < 2:
+        return None
+    return f"{PGBENCH[parts[0]]}_{parts[1]}"
+
+
+def speedup(results: dict[str, Any], key: str, other_key: str, other: str) -> float | None:
+    """How many times better the project is (rates: project/other; times: other/project)."""
+    mine, theirs = median(results, key, "project"), median(results, other_key, other)
+    if not mine or not theirs:
+        return None
+    unit = results[key]["project"]["unit"]
+    return theirs / mine if unit in TIME_UNITS else mine / theirs
+
+
+def ratios(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    out = {}
+    for key in results:
+        if key.startswith("pg_"):
+            continue
+        pg = pg_key(key)
+        out[key] = {
+            "project_vs_reference": speedup(results, key, key, "reference"),
+            "project_vs_pgbench": speedup(results, key, pg, "pgbench") if pg else None,
+        }
+    return out
+
+
+def _serve_peak(entry: dict[str, Any] | None) -> float | None:
+    if not entry or "peak_rss_mib" not in entry:
+        return None
+    return max(v for k, v in entry["peak_rss_mib"].items() if k.startswith("serve"))
+
+
+def evaluate(results: dict[str, Any], memory: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+    """The issue's targets, each with the measured value and pass/fail (None: not measured)."""
+    r = ratios(results)
+    checks: list[dict[str, Any]] = []
+
+    def check(name: str, value: float | None, ok: Callable[[float], bool], goal: str) -> None:
+        checks.append({"name": name, "value": value, "target": goal,
+                       "pass": None if value is None else bool(ok(value))})
+
+    def rel(key: str, base: str) -> float | None:
+        a, b = median(results, key, "project"), median(results, base, "project")
+        return a / b if a and b else None
+
+    check("create, 16 clients, vs reference", r.get("create_c16", {}).get("project_vs_reference"),
+          lambda v: v >= 6, ">= 6x")
+    check("create, 16 clients, vs pgbench insert",
+          r.get("create_c16", {}).get("project_vs_pgbench"), lambda v: v >= 1 / 3, ">= 0.33")
+    check("read, 16 clients, vs reference", r.get("read_c16", {}).get("project_vs_reference"),
+          lambda v: v >= 4, ">= 4x")
+    check("update with transition, 16 clients, vs reference",
+          r.get("update_c16", {}).get("project_vs_reference"), lambda v: v >= 5, ">= 5x")
+    for op in ("create", "read"):
+        check(f"{op} at 100,000 labels vs empty", rel(f"{op}_c16_100k", f"{op}_c16"),
+              lambda v: v >= 0.9, ">= 0.9")
+    check("interval gate, 2,000 labels", median(results, "interval_2k", "project"),
+          lambda v: v >= 5000, ">= 5,000 labels/s")
+    drain = results.get("interval_100k", {}).get("project", {}).get("drain_s", {}).get("median")
+    check("interval gate, 100,000 labels drained", drain, lambda v: v < 60, "< 60 s")
+    check("action, fast receiver", median(results, "action_fast", "project"),
+          lambda v: v >= 1000, ">= 1,000 labels/s")
+    check("full listing of 100,000", median(results, "list_full_100k", "project"),
+          lambda v: v < 1, "< 1 s")
+    listing = _serve_peak(results.get("list_full_100k", {}).get("project"))
+    reading = _serve_peak(results.get("read_c16_100k", {}).get("project"))
+    check("full listing memory growth over reads (MiB)",
+          None if listing is None or reading is None else listing - reading,
+          lambda v: v < 20, "< 20 MiB (flat)")
+    check("page of 100 at 100,000", median(results, "list_page_100k", "project"),
+          lambda v: v < 20, "< 20 ms")
+    peak = max(memory.get("project", {}).values(), default=None)
+    check("largest process RSS (MiB)", None if peak is None else peak / 2**20,
+          lambda v: v <= 150, "<= 150 MiB")
+    return checks
+
+
+def _fmt(entry: dict[str, Any] | None) -> str:
+    if not entry or entry.get("median") is None:
+        return "-"
+    m, lo, hi = entry["median"], entry["min"], entry["max"]
+    digits = 3 if entry["unit"] == "s" else 1
+    if lo == hi:
+        return f"{m:,.{digits}f}"
+    return f"{m:,.{digits}f} ({lo:,.{digits}f}-{hi:,.{digits}f})"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def print_table(report: dict[str, Any]) -> None:
+    results = report["scenarios"]
+    r = ratios(results)
+    rows = [("scenario", "unit", "project", "reference", "pgbench", "proj/ref", "proj/pg")]
+    keys = [k for k in ORDER if k in results] + sorted(
+        k for k in results if k not in ORDER and not k.startswith("pg_"))
+    for key in keys:
+        entry = results[key]
+        unit = next(iter(entry.values()))["unit"]
+        pg = pg_key(key)
+        rows.append((
+            key, unit, _fmt(entry.get("project")), _fmt(entry.get("reference")),
+            _fmt(results.get(pg, {}).get("pgbench")) if pg else "",
+            _x(r[key]["project_vs_reference"]), _x(r[key]["project_vs_pgbench"]),
+        ))
+    for key in sorted(k for k in results if k.startswith("pg_")):
+        rows.append((key, "tx/s", "", "", _fmt(results[key].get("pgbench")), "", ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for i, row in enumerate(rows):
+        print("  ".join(cell.ljust(widths[j]) for j, cell in enumerate(row)).rstrip())
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+    notes = [(k, t, e["note"]) for k, per in results.items() for t, e in per.items()
+             if e.get("note")]
+    if notes:
+        print("\nnotes:")
+        for key, target, note in notes:
+            print(f"  {key} {target}: {note}")
+    print("\npeak RSS (MiB) per process role over the whole run:")
+    for target, roles in report["peak_rss_mib"].items():
+        print(f"  {target}: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(roles.items())))
+    print("\ntargets:")
+    for c in report["checks"]:
+        mark = {True: "PASS", False: "FAIL", None: "n/a "}[c["pass"]]
+        value = "-" if c["value"] is None else f"{c['value']:,.2f}"
+        print(f"  {mark}  {c['name']}: {value} (target {c['target']})")
+    if report.get("skipped"):
+        for target, why in report["skipped"].items():
+            print(f"  {target} not measured: {why}")

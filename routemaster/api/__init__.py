@@ -1,0 +1,66 @@
+"""The HTTP API: a Flask application built per process by :func:`create_app`.
+
+There is no module-level Flask app. ``create_app`` attaches the given
+:class:`~routemaster.app.App` (config, engine, settings) to the Flask app,
+and handlers reach it through :func:`routemaster.api.extension.routemaster_app`.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import flask
+
+from routemaster.api import errors, explanations, health, labels, machines
+from routemaster.api.extension import EXTENSION_KEY
+from routemaster.api.paths import NameConverter, rewrite_path_info
+from routemaster.app import App
+
+__all__ = ["create_app"]
+
+
+class RoutemasterFlask(flask.Flask):
+    """Flask, routing on the raw request path so ``%2F`` inside a name is not a separator."""
+
+    def wsgi_app(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        rewrite_path_info(environ)
+        return super().wsgi_app(environ, start_response)
+
+
+def create_app(app: App) -> flask.Flask:
+    flask_app = RoutemasterFlask(__name__)
+    flask_app.config["MAX_CONTENT_LENGTH"] = app.settings.max_request_body
+    flask_app.extensions[EXTENSION_KEY] = app
+    flask_app.url_map.converters["name"] = NameConverter
+    errors.register_error_handlers(flask_app)
+    for blueprint in (
+        health.blueprint,
+        machines.blueprint,
+        labels.blueprint,
+        explanations.blueprint,
+    ):
+        flask_app.register_blueprint(blueprint)
+    _forget_pooled_connections_after_fork(app)
+    return flask_app
+
+
+def _forget_pooled_connections_after_fork(app: App) -> None:
+    """Give each forked process (gunicorn worker) its own connections.
+
+    A pooled connection inherited from the parent shares its socket with
+    the parent; using it from two processes corrupts both sessions. After a
+    fork the child drops (without closing) what it inherited and opens its
+    own on first use. A weak reference so the hook does not keep old Apps alive.
+    """
+    reference = weakref.ref(app)
+
+    def forget() -> None:
+        inherited = reference()
+        if inherited is not None:
+            inherited.db.dispose(close=False)
+            inherited.http.close()
+
+    os.register_at_fork(after_in_child=forget)

@@ -1,0 +1,65 @@
+"""``GET .../labels/{label}/explain``: why is this label not moving?
+
+For a gate: its exit condition evaluated now, clause by clause with the
+values it saw, its triggers, and where the label would go if the condition
+held. For an action: the delivery bookkeeping (attempts, errored, last error,
+when it is next due). Nothing here moves the label or writes anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flask
+
+from routemaster import labels as label_core
+from routemaster.api.extension import machine_or_404, routemaster_app
+from routemaster.api.labels import LABEL, live_label
+from routemaster.api.responses import isoformat, json_response
+from routemaster.config import describe_machine
+from routemaster.config.model import Action
+from routemaster.exit_conditions import FeedUnavailable
+from routemaster.machine.transitions import choose_next_state
+
+blueprint = flask.Blueprint("explanations", __name__)
+
+
+@blueprint.get(LABEL + "/explain")
+def explain(sm: str, label: str) -> flask.Response:
+    app = routemaster_app()
+    machine = machine_or_404(app, sm)
+    found = live_label(app, machine, label)
+    body: dict[str, Any] = {
+        "state": found.state,
+        "state_entered_at": isoformat(found.state_entered_at),
+        "previous_state": found.previous_state,
+        "paused": found.paused,
+        "errored": found.errored,
+        "last_error": found.last_error,
+        "attempts": found.attempts,
+        "due_at": isoformat(found.due_at),
+    }
+    try:
+        state = machine.get_state(found.state)
+    except KeyError:
+        body["kind"] = None
+        body["message"] = "The configuration no longer has this state; the label cannot move."
+        return json_response(body)
+    described = {entry["name"]: entry for entry in describe_machine(machine)["states"]}
+    body["kind"] = "action" if isinstance(state, Action) else "gate"
+    body["next"] = described[state.name].get("next")
+    if isinstance(state, Action):
+        body["webhook"] = state.webhook
+        return json_response(body)
+    body["triggers"] = described[state.name].get("triggers", [])
+    context = label_core.label_context(
+        app, machine, found, feed_timeout=app.settings.feed_timeout_in_request
+    )
+    explanation = state.exit_condition.explain(context)
+    body["exit_condition"] = explanation.to_json()
+    if explanation.result is not None:
+        try:
+            body["next_state_if_held"] = choose_next_state(state.next_states, context)
+        except FeedUnavailable as error:
+            body["next_state_error"] = str(error)
+    return json_response(body)

@@ -1,0 +1,34 @@
+"""``GET /``: is the service up, and can it reach its database?"""
+
+from __future__ import annotations
+
+import flask
+import sqlalchemy as sa
+
+from routemaster import __version__
+from routemaster.api.errors import DATABASE_UNAVAILABLE
+from routemaster.api.extension import routemaster_app
+from routemaster.api.responses import json_response
+
+blueprint = flask.Blueprint("health", __name__)
+
+_PING = sa.text("SELECT 1")
+
+
+@blueprint.get("/")
+def status() -> flask.Response:
+    """200 when a pooled connection answers ``SELECT 1``; 503 otherwise.
+
+    The engine's ``pool_pre_ping`` replaces connections broken by an outage,
+    so the answer returns to 200 by itself once the database is back.
+    """
+    try:
+        with routemaster_app().db.connect() as connection:
+            connection.execute(_PING)
+    except sa.exc.SQLAlchemyError:
+        return json_response(
+            {"status": "error", "message": DATABASE_UNAVAILABLE, "version": __version__}, 503
+        )
+    return json_response(
+        {"status": "ok", "state-machines": "/state-machines", "version": __version__}
+    )

@@ -1,0 +1,210 @@
+"""The label endpoints: create, read, merge metadata, delete, list, history.
+
+Handlers stay thin: parse and check the request, call the label core
+(:mod:`routemaster.labels`), shape the JSON. The label's state in a response
+is where the label is after the request's own processing (a metadata trigger
+may have moved it through gates).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import flask
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
+
+from routemaster import labels as label_core
+from routemaster.api.extension import machine_or_404, routemaster_app
+from routemaster.api.paths import link
+from routemaster.api.responses import isoformat, json_response
+from routemaster.app import App
+from routemaster.config.model import StateMachine
+from routemaster.db.queries import label_page
+
+blueprint = flask.Blueprint("labels", __name__)
+
+MAX_NAME_LENGTH = 1024
+MAX_PAGE_SIZE = 10_000
+STREAM_BATCH = 1_000
+
+LABEL = "/state-machines/<name:sm>/labels/<name:label>"
+
+
+@blueprint.get("/state-machines/<name:sm>/labels")
+def list_labels(sm: str) -> flask.Response:
+    """All live labels by name: streamed in batches, or one page with ``?limit=``."""
+    app = routemaster_app()
+    machine = machine_or_404(app, sm)
+    args = flask.request.args
+    state = args.get("state")
+    after = args.get("after", "")
+    limit = _page_size(args.get("limit"))
+    for value in (state, after):
+        if value is not None and "\x00" in value:
+            raise BadRequest("Query parameters cannot contain NUL characters.")
+    create = link("state-machines", machine.name, "labels") + "/:name"
+
+    if limit is not None:
+        rows = label_page(app.db, machine.name, after=after, limit=limit + 1, state=state)
+        body: dict[str, Any] = {
+            "labels": [{"name": name, "state": label_state} for name, label_state in rows[:limit]],
+            "create": create,
+        }
+        if len(rows) > limit:
+            query = {"limit": str(limit), "after": rows[limit - 1][0]}
+            if state is not None:
+                query["state"] = state
+            query_string = urlencode(query, quote_via=quote)
+            body["next"] = link("state-machines", machine.name, "labels") + "?" + query_string
+        return json_response(body)
+
+    # Fetched before the response starts, so a database outage is still a 503.
+    first = label_page(app.db, machine.name, after=after, limit=STREAM_BATCH, state=state)
+
+    def stream() -> Iterator[str]:
+        yield '{"labels":['
+        batch, separator = first, ""
+        while batch:
+            yield separator + ",".join(
+                json.dumps({"name": name, "state": label_state}, ensure_ascii=False)
+                for name, label_state in batch
+            )
+            separator = ","
+            if len(batch) < STREAM_BATCH:
+                break
+            batch = label_page(
+                app.db, machine.name, after=batch[-1][0], limit=STREAM_BATCH, state=state
+            )
+        yield '],"create":' + json.dumps(create) + "}"
+
+    return flask.Response(stream(), mimetype="application/json")
+
+
+@blueprint.route("/state-machines/<name:sm>/labels/", methods=["GET", "POST", "PATCH", "DELETE"])
+def empty_label(sm: str) -> flask.Response:
+    machine_or_404(routemaster_app(), sm)
+    raise BadRequest("Label names must not be empty.")
+
+
+@blueprint.post(LABEL)
+def create_label(sm: str, label: str) -> flask.Response:
+    app = routemaster_app()
+    machine = machine_or_404(app, sm)
+    check_label_name(label)
+    metadata = metadata_from_body(app.settings.max_request_body)
+    return json_response(label_body(label_core.create_label(app, machine, label, metadata)), 201)
+
+
+@blueprint.get(LABEL)
+def get_label(sm: str, label: str) -> flask.Response:
+    app = routemaster_app()
+    return json_response(label_body(live_label(app, machine_or_404(app, sm), label)))
+
+
+@blueprint.patch(LABEL)
+def update_label(sm: str, label: str) -> flask.Response:
+    app = routemaster_app()
+    machine = machine_or_404(app, sm)
+    check_label_name(label)
+    patch = metadata_from_body(app.settings.max_request_body)
+    return json_response(label_body(label_core.update_metadata(app, machine, label, patch)))
+
+
+@blueprint.delete(LABEL)
+def delete_label(sm: str, label: str) -> flask.Response:
+    """Soft delete; 204 also when there was no such label, so retries are harmless."""
+    app = routemaster_app()
+    machine = machine_or_404(app, sm)
+    check_label_name(label)
+    label_core.delete_label(app, machine, label)
+    return flask.Response(status=204)
+
+
+@blueprint.get(LABEL + "/history")
+def label_history(sm: str, label: str) -> flask.Response:
+    """Every transition, oldest first; a deleted label keeps its history, deletion last."""
+    app = routemaster_app()
+    machine = machine_or_404(app, sm)
+    check_label_name(label)
+    label_core.get_label(app, machine, label)  # 404 for a name never created
+    entries = label_core.history(app, machine, label)
+    return json_response(
+        {
+            "history": [
+                {
+                    "old_state": entry.old_state,
+                    "new_state": entry.new_state,
+                    "created": isoformat(entry.created),
+                    "forced": entry.forced,
+                    "reason": entry.reason,
+                }
+                for entry in entries
+            ]
+        }
+    )
+
+
+def live_label(app: App, machine: StateMachine, label: str) -> label_core.Label:
+    """The label, or 404 (unknown label) / 410 (deleted)."""
+    check_label_name(label)
+    found = label_core.get_label(app, machine, label)
+    if found.deleted:
+        raise label_core.LabelDeleted(label)
+    return found
+
+
+def label_body(label: label_core.Label) -> dict[str, Any]:
+    """The reference's ``metadata`` and ``state``, plus what an operator needs at a glance."""
+    return {
+        "metadata": label.metadata,
+        "state": label.state,
+        "state_entered_at": isoformat(label.state_entered_at),
+        "paused": label.paused,
+        "errored": label.errored,
+        "last_error": label.last_error,
+    }
+
+
+def check_label_name(name: str) -> None:
+    if len(name) > MAX_NAME_LENGTH:
+        raise BadRequest(f"Label names are limited to {MAX_NAME_LENGTH} characters.")
+    if "\x00" in name:
+        raise BadRequest("Label names cannot contain NUL characters.")
+
+
+def metadata_from_body(limit: int) -> dict[str, Any]:
+    """The object in a ``{"metadata": {...}}`` body, or 400 / 413 saying what is wrong."""
+    request = flask.request
+    if request.content_length is not None and request.content_length > limit:
+        raise RequestEntityTooLarge(f"Request bodies are limited to {limit} bytes.")
+    try:
+        body = json.loads(request.get_data(cache=False), parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        raise BadRequest("The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise BadRequest('The request body must be a JSON object like {"metadata": {...}}.')
+    if "metadata" not in body:
+        raise BadRequest('The request body must have a "metadata" key.')
+    metadata = body["metadata"]
+    if not isinstance(metadata, dict):
+        raise BadRequest('"metadata" must be a JSON object.')
+    return metadata
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _page_size(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    try:
+        size = int(raw)
+    except ValueError:
+        size = 0
+    if not 1 <= size <= MAX_PAGE_SIZE:
+        raise BadRequest(f"limit must be an integer from 1 to {MAX_PAGE_SIZE}.")
+    return size

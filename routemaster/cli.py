@@ -1,0 +1,303 @@
+"""The ``routemaster`` command: serve the API, run the worker, check a config, manage the database.
+
+Every process builds its own :class:`~routemaster.app.App` here and hands it
+to the API or the worker; nothing else in the package reads the environment
+or the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import os
+import socket
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import click
+import sqlalchemy as sa
+from gunicorn.app.base import BaseApplication
+
+from routemaster import __version__
+from routemaster.app import App, Settings
+from routemaster.config import ConfigError, config_warnings, load_config
+from routemaster.config.model import Config
+from routemaster.db.database import create_engine, url_from_environment
+from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable, embedded_database_url
+from routemaster.db.migrate import upgrade
+from routemaster.logging import PluginError, load_plugins
+
+DEFAULT_PORT = 2017
+_ENV_PREFIX = "ROUTEMASTER_"
+
+
+def settings_from_environment(environ: Mapping[str, str] | None = None) -> Settings:
+    """:class:`Settings` with each field overridable as ``ROUTEMASTER_<FIELD>``.
+
+    Durations are given in seconds (``ROUTEMASTER_LEASE=30``).
+    """
+    env = os.environ if environ is None else environ
+    defaults = Settings()
+    overrides: dict[str, Any] = {}
+    for field in dataclasses.fields(Settings):
+        raw = env.get(_ENV_PREFIX + field.name.upper())
+        if raw is None:
+            continue
+        default = getattr(defaults, field.name)
+        try:
+            if isinstance(default, datetime.timedelta):
+                overrides[field.name] = datetime.timedelta(seconds=float(raw))
+            elif isinstance(default, str):
+                overrides[field.name] = raw
+            else:
+                overrides[field.name] = type(default)(raw)
+        except ValueError as error:
+            raise click.UsageError(f"{_ENV_PREFIX}{field.name.upper()}={raw!r}: {error}") from error
+    return dataclasses.replace(defaults, **overrides)
+
+
+def database_url() -> str:
+    """The named server (``DATABASE_URL`` or ``DB_*``), else the embedded one."""
+    url = url_from_environment()
+    if url:
+        return url
+    try:
+        return embedded_database_url()
+    except EmbeddedUnavailable as error:
+        raise click.ClickException(str(error)) from error
+
+
+def migrate_database(url: str) -> None:
+    engine = create_engine(url, pool_size=1, max_overflow=0)
+    try:
+        upgrade(engine)
+    finally:
+        engine.dispose()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    config_paths: tuple[str, ...]
+
+    def load(self) -> Config:
+        """The layered config, or exit 1 listing every problem."""
+        if not self.config_paths:
+            raise click.UsageError("give the configuration: routemaster -c CONFIG.yaml COMMAND")
+        try:
+            return load_config(self.config_paths)
+        except ConfigError as error:
+            click.echo(str(error), err=True)
+            sys.exit(1)
+
+
+@click.group()
+@click.option(
+    "-c", "--config", "config_paths", multiple=True, metavar="CONFIG",
+    help="A YAML config file; repeat to layer later files over earlier ones.",
+)
+@click.version_option(__version__, prog_name="routemaster")
+@click.pass_context
+def cli(ctx: click.Context, config_paths: tuple[str, ...]) -> None:
+    """State machines as a service."""
+    ctx.obj = _Options(config_paths)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
+    )
+
+
+def _default_bind() -> str:
+    """``[::]:2017``, or ``0.0.0.0:2017`` where the host has no IPv6."""
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::", 0))
+    except OSError:
+        return f"0.0.0.0:{DEFAULT_PORT}"
+    return f"[::]:{DEFAULT_PORT}"
+
+
+def _default_workers() -> int:
+    configured = os.environ.get("WEB_CONCURRENCY")
+    if configured:
+        return int(configured)
+    return min(2 * (os.cpu_count() or 1) + 1, 8)
+
+
+WSGIApp = Callable[..., Any]
+
+
+class _GunicornServer(BaseApplication):  # type: ignore[misc]
+    """Gunicorn run in-process; ``build`` runs in each worker after the fork.
+
+    Building there (``preload_app`` off) gives every worker its own database
+    pool: a pool's sockets must never be shared across a fork.
+    """
+
+    def __init__(self, options: dict[str, Any], build: Callable[[], WSGIApp]) -> None:
+        self._options = options
+        self._build = build
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self._options.items():
+            self.cfg.set(key, value)
+        # Gunicorn >= 25.1 opens a control socket at one fixed path per user, which
+        # several servers on one host would fight over; we do not use it.
+        if "control_socket_disable" in self.cfg.settings:
+            self.cfg.set("control_socket_disable", True)
+
+    def load(self) -> WSGIApp:
+        return self._build()
+
+
+@cli.command()
+@click.option("-b", "--bind", default=None, metavar="HOST:PORT",
+              help="Address to listen on (default [::]:2017).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Gunicorn worker processes (default $WEB_CONCURRENCY, else 2 x CPUs + 1, <= 8).")
+@click.pass_obj
+def serve(options: _Options, bind: str | None, workers: int | None) -> None:
+    """Run the HTTP API under gunicorn."""
+    config = options.load()
+    settings = settings_from_environment()
+    url = database_url()
+    migrate_database(url)
+
+    def build() -> WSGIApp:
+        from routemaster.api import create_app
+
+        # A sync worker serves one request at a time: a small pool is plenty.
+        engine = create_engine(url, pool_size=2, max_overflow=4)
+        return create_app(App(config=config, db=engine, settings=settings))
+
+    server = _GunicornServer(
+        {
+            "bind": [bind or _default_bind()],
+            "workers": workers or _default_workers(),
+            "proc_name": "routemaster",
+            "errorlog": "-",
+            "loglevel": "info",
+        },
+        build,
+    )
+    server.run()
+
+
+@cli.command()
+@click.pass_obj
+def cron(options: _Options) -> None:
+    """Run the worker: gate triggers, action webhooks, retries. Run as many as you like."""
+    from routemaster.worker import run_worker
+
+    config = options.load()
+    settings = settings_from_environment()
+    url = database_url()
+    migrate_database(url)
+    engine = create_engine(url, pool_size=5, max_overflow=settings.delivery_concurrency + 5)
+    try:
+        run_worker(App(config=config, db=engine, settings=settings))
+    finally:
+        engine.dispose()
+
+
+def stale_states(config: Config, present: Sequence[tuple[str, str]]) -> list[str]:
+    """``machine.state`` for each (machine, state) holding labels that the config lacks."""
+    known = {machine.name: {state.name for state in machine.states}
+             for machine in config.state_machines}
+    return [f"{machine}.{state}" for machine, state in sorted(present)
+            if state not in known.get(machine, set())]
+
+
+@cli.command()
+@click.pass_obj
+def validate(options: _Options) -> None:
+    """Check the config; with DATABASE_URL (or DB_*) set, also that every label's state exists."""
+    config = options.load()
+    try:
+        load_plugins(config)
+    except PluginError as error:
+        click.echo(str(error), err=True)
+        sys.exit(1)
+    for warning in config_warnings(config):
+        click.echo(f"warning: {warning}", err=True)
+    url = url_from_environment()
+    if url:
+        present = _label_states(url)
+        if present is None:
+            click.echo("warning: database not reachable or not migrated; labels not checked",
+                       err=True)
+        else:
+            stale = stale_states(config, present)
+            if stale:
+                click.echo("Labels sit in states the config no longer has: " + ", ".join(stale),
+                           err=True)
+                sys.exit(1)
+    click.echo(f"Config valid: {len(config.state_machines)} state machines")
+
+
+def _label_states(url: str) -> list[tuple[str, str]] | None:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool,
+                              connect_args={"connect_timeout": 5})
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(sa.text(
+                "SELECT DISTINCT state_machine, state FROM labels WHERE NOT deleted"
+            ))
+            return [(row.state_machine, row.state) for row in rows]
+    except sa.exc.DBAPIError:
+        return None
+    finally:
+        engine.dispose()
+
+
+@cli.command()
+def migrate() -> None:
+    """Bring the database to the current schema (serve and cron do this at start too)."""
+    migrate_database(database_url())
+    click.echo("Database schema is current.")
+
+
+@cli.group()
+def db() -> None:
+    """The embedded PostgreSQL used when DATABASE_URL is not set."""
+
+
+def _embedded() -> EmbeddedPostgres:
+    try:
+        return EmbeddedPostgres.at()
+    except EmbeddedUnavailable as error:
+        raise click.ClickException(str(error)) from error
+
+
+@db.command("start")
+def db_start() -> None:
+    """Start it if needed and print its URL."""
+    server = _embedded()
+    try:
+        started = server.start()
+    except EmbeddedUnavailable as error:
+        raise click.ClickException(str(error)) from error
+    click.echo(f"{'Started' if started else 'Already running'}: {server.data_dir}", err=True)
+    click.echo(server.url())
+
+
+@db.command("stop")
+def db_stop() -> None:
+    """Stop it (its data is kept)."""
+    server = _embedded()
+    stopped = server.stop()
+    click.echo(f"{'Stopped' if stopped else 'Not running'}: {server.data_dir}", err=True)
+
+
+@db.command("status")
+def db_status() -> None:
+    """Exit 0 if it is running, 3 if not."""
+    server = _embedded()
+    running = server.is_running()
+    click.echo(f"{'Running' if running else 'Not running'}: {server.data_dir}")
+    sys.exit(0 if running else 3)
+
+
+def main() -> None:
+    cli(prog_name="routemaster")

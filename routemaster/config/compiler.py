@@ -1,0 +1,148 @@
+"""Turn a checked document into the immutable model.
+
+Only called after schema and semantic validation found nothing, so the
+document's shape and formats can be relied on here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from routemaster.config.formats import parse_duration, parse_time_of_day, split_path
+from routemaster.config.model import (
+    Action,
+    Config,
+    ConstantNext,
+    ContextNext,
+    ContextNextDestination,
+    EntryTrigger,
+    Feed,
+    Gate,
+    IntervalTrigger,
+    LoggingPlugin,
+    MetadataTimezone,
+    MetadataTrigger,
+    NamedTimezone,
+    NextStates,
+    NoNext,
+    RetryPolicy,
+    State,
+    StateMachine,
+    SystemTimezone,
+    TimeTrigger,
+    Timezone,
+    Trigger,
+    WebhookHeaderRule,
+)
+from routemaster.config.source import ConfigPath
+from routemaster.config.validation import Checked
+
+
+def compile_config(
+    document: dict[str, Any], checked: Checked, *, sources: tuple[str, ...]
+) -> Config:
+    machines = tuple(
+        _machine(name, machine, checked) for name, machine in document["state_machines"].items()
+    )
+    plugins = tuple(
+        LoggingPlugin(plugin["class"], tuple(plugin.get("kwargs", {}).items()))
+        for plugin in document.get("plugins", {}).get("logging", [])
+    )
+    return Config(state_machines=machines, logging_plugins=plugins, sources=sources)
+
+
+def _machine(name: str, machine: dict[str, Any], checked: Checked) -> StateMachine:
+    retry = _retry(machine.get("retry"), RetryPolicy())
+    path: ConfigPath = ("state_machines", name, "states")
+    return StateMachine(
+        name=name,
+        states=tuple(
+            _state(state, (*path, index), retry, checked)
+            for index, state in enumerate(machine["states"])
+        ),
+        feeds=tuple(Feed(feed["name"], feed["url"]) for feed in machine.get("feeds", [])),
+        webhooks=tuple(
+            WebhookHeaderRule(rule["match"], tuple(rule["headers"].items()))
+            for rule in machine.get("webhooks", [])
+        ),
+        retry=retry,
+        signing_secret=checked.secrets.get(name),
+    )
+
+
+def _state(state: dict[str, Any], path: ConfigPath, retry: RetryPolicy, checked: Checked) -> State:
+    next_states = _next(state.get("next"))
+    if "gate" in state:
+        return Gate(
+            name=state["gate"],
+            exit_condition=checked.conditions[(*path, "exit_condition")],
+            triggers=tuple(_trigger(trigger) for trigger in state.get("triggers", [])),
+            next_states=next_states,
+        )
+    return Action(
+        name=state["action"],
+        webhook=state["webhook"],
+        next_states=next_states,
+        retry=_retry(state.get("retry"), retry),
+    )
+
+
+def _retry(block: dict[str, Any] | None, base: RetryPolicy) -> RetryPolicy:
+    """``base`` with the fields ``block`` gives replaced (an action's over its machine's)."""
+    if not block:
+        return base
+    changes: dict[str, Any] = {}
+    for key, value in block.items():
+        if key in ("initial_delay", "max_delay", "timeout"):
+            changes[key] = parse_duration(value)
+        elif key == "multiplier":
+            changes[key] = float(value)
+        else:
+            changes[key] = int(value)
+    return dataclasses.replace(base, **changes)
+
+
+def _trigger(trigger: dict[str, Any]) -> Trigger:
+    if "metadata" in trigger:
+        return MetadataTrigger(_path(trigger["metadata"]))
+    if "interval" in trigger:
+        interval = parse_duration(trigger["interval"])
+        assert interval is not None  # checked by validation
+        return IntervalTrigger(interval)
+    if "time" in trigger:
+        time = parse_time_of_day(trigger["time"])
+        assert time is not None  # checked by validation
+        return TimeTrigger(time, _timezone(trigger.get("timezone")))
+    return EntryTrigger()
+
+
+def _timezone(name: str | None) -> Timezone:
+    if name is None:
+        return SystemTimezone()
+    if name.startswith("metadata."):
+        return MetadataTimezone(_path(name))
+    return NamedTimezone(name)
+
+
+def _next(next_: Any) -> NextStates:
+    if next_ is None:
+        return NoNext()
+    if isinstance(next_, str):
+        return ConstantNext(next_)
+    if next_["type"] == "constant":
+        return ConstantNext(next_["state"])
+    return ContextNext(
+        path=_path(next_["path"]),
+        default=next_["default"],
+        destinations=tuple(
+            ContextNextDestination(value=destination["value"], state=destination["state"])
+            for destination in next_["destinations"]
+        ),
+    )
+
+
+def _path(text: str) -> tuple[str, ...]:
+    parts = split_path(text)
+    assert parts is not None  # checked by validation
+    return parts

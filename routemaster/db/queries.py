@@ -1,0 +1,54 @@
+"""Read-only queries behind the API's listings: label pages, counts per state.
+
+Listings page by name (keyset: ``name > :after ORDER BY name``), so each page
+is an index range scan whose cost depends on the page size, not on how many
+labels or how much history the machine has.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+_PAGE = sa.text(
+    """
+    SELECT name, state FROM labels
+    WHERE state_machine = :sm AND NOT deleted AND name > :after
+    ORDER BY name LIMIT :limit
+    """
+)
+
+_PAGE_IN_STATE = sa.text(
+    """
+    SELECT name, state FROM labels
+    WHERE state_machine = :sm AND state = :state AND NOT deleted AND name > :after
+    ORDER BY name LIMIT :limit
+    """
+)
+
+_COUNTS = sa.text(
+    """
+    SELECT state, count(*) AS labels FROM labels
+    WHERE state_machine = :sm AND NOT deleted
+    GROUP BY state
+    """
+)
+
+
+def label_page(
+    engine: sa.Engine, machine: str, *, after: str, limit: int, state: str | None = None
+) -> list[tuple[str, str]]:
+    """Up to ``limit`` live labels named after ``after``, as ``(name, state)``, by name."""
+    with engine.connect() as connection:
+        if state is None:
+            result = connection.execute(_PAGE, {"sm": machine, "after": after, "limit": limit})
+        else:
+            result = connection.execute(
+                _PAGE_IN_STATE, {"sm": machine, "state": state, "after": after, "limit": limit}
+            )
+        return [(name, label_state) for name, label_state in result]
+
+
+def label_counts(engine: sa.Engine, machine: str) -> dict[str, int]:
+    """How many live labels are in each state (states with none are absent)."""
+    with engine.connect() as connection:
+        return {state: count for state, count in connection.execute(_COUNTS, {"sm": machine})}

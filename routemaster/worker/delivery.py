@@ -1,0 +1,59 @@
+"""Delivering one claimed action webhook and recording what happened.
+
+Runs in the worker's thread pool with no transaction open during the HTTP
+call; the outcome is written afterwards only if the label is still in the
+entry that was claimed (``entry_id``), so an operator's move in the
+meantime wins.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from routemaster import labels
+from routemaster.app import App
+from routemaster.config.model import Action
+from routemaster.http.webhooks import Outcome, build_request, deliver
+from routemaster.worker import claims
+from routemaster.worker.retry import backoff
+
+logger = logging.getLogger(__name__)
+
+
+def deliver_claim(app: App, claim: claims.Claim, rng: random.Random) -> None:
+    machine = app.config.get_machine(claim.state_machine)
+    action = machine.get_state(claim.state)
+    assert isinstance(action, Action), "claims only ever select labels in action states"
+    policy = action.retry  # the machine's policy with the action's overrides, from the loader
+    request = build_request(
+        machine,
+        action,
+        claim.name,
+        claim.metadata,
+        token=str(claim.entry_id),
+        timestamp=int(app.now().timestamp()),
+    )
+    result = deliver(app.http, request, timeout=policy.timeout.total_seconds())
+    where = f"{claim.state_machine}/{claim.name} in {claim.state} (attempt {claim.attempts})"
+    if result.outcome is Outcome.DELIVERED:
+        logger.info("delivered %s: %s -> %s", where, request.url, result.status)
+        labels.complete_action(app, machine, claim.name, claim.entry_id)
+        return
+    assert result.error is not None
+    if result.outcome is Outcome.GONE or claim.attempts >= policy.max_attempts:
+        error = f"{result.error} (attempt {claim.attempts} of {policy.max_attempts})"
+        logger.warning("errored %s: %s", where, error)
+        with app.db.begin() as conn:
+            claims.record_errored(conn, claim, error=error)
+        return
+    delay = backoff(policy, claim.attempts, rng)
+    logger.info("retrying %s in %.1fs: %s", where, delay.total_seconds(), result.error)
+    with app.db.begin() as conn:
+        claims.record_retry(
+            conn,
+            claim,
+            due_at=app.now() + delay,
+            error=result.error,
+            worker_id=app.settings.worker_id,
+        )

@@ -1,0 +1,37 @@
+"""Fixtures for the API: an App on the test database, its Flask app and a test client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import flask
+import pytest
+import sqlalchemy as sa
+from flask.testing import FlaskClient
+
+from routemaster.api import create_app
+from routemaster.app import App
+from routemaster.config import load_config
+from routemaster.config.model import Config
+
+CONFIG_PATH = Path(__file__).with_name("config.yaml")
+
+
+@pytest.fixture(scope="session")
+def config() -> Config:
+    return load_config([CONFIG_PATH])
+
+
+@pytest.fixture
+def app(db_engine: sa.Engine, config: Config) -> App:
+    return App(config=config, db=db_engine)
+
+
+@pytest.fixture
+def flask_app(app: App) -> flask.Flask:
+    return create_app(app)
+
+
+@pytest.fixture
+def client(flask_app: flask.Flask) -> FlaskClient:
+    return flask_app.test_client()

@@ -1,0 +1,163 @@
+"""Listings (streamed, paged, filtered), machine descriptions, history and explanations."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from flask.testing import FlaskClient
+from helpers import body
+
+from routemaster.api import labels as label_endpoints
+
+LABELS = "/state-machines/user/labels"
+
+
+def insert_labels(engine: sa.Engine, count: int, state: str = "start") -> list[str]:
+    """Many labels at once, straight into the table (the API is tested elsewhere)."""
+    names = [f"label-{index:05d}" for index in range(count)]
+    with engine.begin() as connection:
+        connection.execute(
+            sa.text(
+                "INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id) "
+                "SELECT 'user', n, :state, now(), 0 FROM unnest(CAST(:names AS text[])) AS n"
+            ),
+            {"names": names, "state": state},
+        )
+    return names
+
+
+def test_listing_streams_every_label_across_batches(
+    client: FlaskClient, db_engine: sa.Engine
+) -> None:
+    count = label_endpoints.STREAM_BATCH * 2 + 7
+    names = insert_labels(db_engine, count)
+    response = client.get(LABELS)
+    assert response.is_streamed
+    assert response.status_code == 200
+    assert [entry["name"] for entry in body(response)["labels"]] == names
+    assert body(response)["create"] == "/state-machines/user/labels/:name"
+
+
+def test_listing_of_an_exact_batch_multiple_ends_cleanly(
+    client: FlaskClient, db_engine: sa.Engine
+) -> None:
+    names = insert_labels(db_engine, label_endpoints.STREAM_BATCH)
+    assert len(body(client.get(LABELS))["labels"]) == len(names)
+
+
+def test_empty_listing(client: FlaskClient) -> None:
+    assert body(client.get("/state-machines/empty/labels")) == {
+        "labels": [],
+        "create": "/state-machines/empty/labels/:name",
+    }
+
+
+def test_pages_follow_next_links_to_the_end(client: FlaskClient, db_engine: sa.Engine) -> None:
+    names = insert_labels(db_engine, 25)
+    seen: list[str] = []
+    url: str | None = f"{LABELS}?limit=10"
+    pages = 0
+    while url is not None:
+        page = body(client.get(url))
+        seen.extend(entry["name"] for entry in page["labels"])
+        url = page.get("next")
+        pages += 1
+    assert seen == names
+    assert pages == 3
+
+
+def test_next_link_keeps_the_state_filter_and_encodes_the_cursor(client: FlaskClient) -> None:
+    for name in ("a b/1", "a b/2", "a b/3"):
+        client.post(f"{LABELS}/{name.replace('/', '%2F')}", json={"metadata": {}})
+    client.post(f"{LABELS}/moved", json={"metadata": {"ready": True}})
+    first = body(client.get(f"{LABELS}?limit=2&state=start"))
+    assert [entry["name"] for entry in first["labels"]] == ["a b/1", "a b/2"]
+    assert first["next"] == f"{LABELS}?limit=2&after=a%20b%2F2&state=start"
+    second = body(client.get(first["next"]))
+    assert second["labels"] == [{"name": "a b/3", "state": "start"}]
+    assert "next" not in second
+
+
+def test_state_filter(client: FlaskClient) -> None:
+    client.post(f"{LABELS}/stays", json={"metadata": {}})
+    client.post(f"{LABELS}/moves", json={"metadata": {"ready": True}})
+    assert body(client.get(f"{LABELS}?state=review"))["labels"] == [
+        {"name": "moves", "state": "review"}
+    ]
+    assert body(client.get(f"{LABELS}?state=start"))["labels"] == [
+        {"name": "stays", "state": "start"}
+    ]
+    assert body(client.get(f"{LABELS}?state=nowhere"))["labels"] == []
+
+
+def test_after_without_limit_streams_the_rest(client: FlaskClient, db_engine: sa.Engine) -> None:
+    names = insert_labels(db_engine, 5)
+    page = body(client.get(f"{LABELS}?after={names[1]}"))
+    assert [entry["name"] for entry in page["labels"]] == names[2:]
+
+
+def test_bad_limits_are_400(client: FlaskClient) -> None:
+    for limit in ("0", "-1", "x", "", "10001"):
+        response = client.get(f"{LABELS}?limit={limit}")
+        assert response.status_code == 400, limit
+        assert "limit" in body(response)["message"]
+
+
+def test_machine_description_counts_live_labels_per_state(client: FlaskClient) -> None:
+    client.post(f"{LABELS}/a", json={"metadata": {}})
+    client.post(f"{LABELS}/b", json={"metadata": {}})
+    client.post(f"{LABELS}/c", json={"metadata": {"ready": True}})
+    client.post(f"{LABELS}/d", json={"metadata": {}})
+    client.delete(f"{LABELS}/d")
+    response = client.get("/state-machines/user")
+    assert response.status_code == 200
+    described = body(response)
+    assert described["label_counts"] == {"start": 2, "review": 1}
+    counts = {state["name"]: state["labels"] for state in described["states"]}
+    assert counts == {"start": 2, "review": 1, "notify": 0, "done": 0}
+    assert described["labels"] == LABELS
+    assert client.get("/state-machines/nope").status_code == 404
+
+
+def test_history_lists_transitions_oldest_first(client: FlaskClient) -> None:
+    client.post(f"{LABELS}/alice", json={"metadata": {}})
+    client.patch(f"{LABELS}/alice", json={"metadata": {"ready": True, "approved": True}})
+    client.delete(f"{LABELS}/alice")
+    response = client.get(f"{LABELS}/alice/history")
+    assert response.status_code == 200
+    moves = [(entry["old_state"], entry["new_state"]) for entry in body(response)["history"]]
+    assert moves == [(None, "start"), ("start", "review"), ("review", "notify"), ("notify", None)]
+    assert all(entry["created"] for entry in body(response)["history"])
+
+
+def test_history_of_an_unknown_label_is_404(client: FlaskClient) -> None:
+    assert client.get(f"{LABELS}/nobody/history").status_code == 404
+
+
+def test_explain_a_gate_clause_by_clause(client: FlaskClient) -> None:
+    client.post(f"{LABELS}/alice", json={"metadata": {"ready": False, "route": "fast"}})
+    response = client.get(f"{LABELS}/alice/explain")
+    assert response.status_code == 200
+    described = body(response)
+    assert described["state"] == "start"
+    assert described["kind"] == "gate"
+    assert described["state_entered_at"]
+    assert described["exit_condition"]["source"] == "metadata.ready = true"
+    assert described["exit_condition"]["result"] is False
+    assert described["next_state_if_held"] == "done"
+    assert described["triggers"]
+
+
+def test_explain_an_action(client: FlaskClient) -> None:
+    client.post(f"{LABELS}/alice", json={"metadata": {"ready": True, "approved": True}})
+    described = body(client.get(f"{LABELS}/alice/explain"))
+    assert described["kind"] == "action"
+    assert described["state"] == "notify"
+    assert described["attempts"] == 0
+    assert described["errored"] is False
+    assert described["due_at"] is not None
+
+
+def test_explain_a_deleted_label_is_410(client: FlaskClient) -> None:
+    client.post(f"{LABELS}/alice", json={"metadata": {}})
+    client.delete(f"{LABELS}/alice")
+    assert client.get(f"{LABELS}/alice/explain").status_code == 410

@@ -1,0 +1,108 @@
+"""Raw-path routing under real HTTP servers: Werkzeug's, and gunicorn with forked workers."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import flask
+import pytest
+import requests
+from werkzeug.serving import make_server
+
+HERE = Path(__file__).parent
+REPOSITORY = HERE.parents[1]
+CONFIG_PATH = HERE / "config.yaml"
+
+
+def exercise(base: str) -> None:
+    """Create, read, patch and list labels whose names need percent-encoding."""
+    with requests.Session() as session:
+        for raw, name in [("a%2Fb", "a/b"), ("caf%C3%A9%20%25", "café %"), ("x%2F%2Fy", "x//y")]:
+            url = f"{base}/state-machines/user/labels/{raw}"
+            created = session.post(url, json={"metadata": {"name": name}}, timeout=10)
+            assert created.status_code == 201, created.text
+            assert session.get(url, timeout=10).json()["metadata"] == {"name": name}
+            assert session.patch(url, json={"metadata": {"n": 1}}, timeout=10).status_code == 200
+            assert session.get(url + "/history", timeout=10).status_code == 200
+        listed = session.get(f"{base}/state-machines/user/labels", timeout=10).json()
+        assert {entry["name"] for entry in listed["labels"]} == {"a/b", "café %", "x//y"}
+        assert session.get(f"{base}/state-machines/user/labels/a/b", timeout=10).status_code == 404
+        assert session.get(f"{base}/", timeout=10).status_code == 200
+
+
+def test_werkzeug_server(flask_app: flask.Flask) -> None:
+    server = make_server("127.0.0.1", 0, flask_app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        exercise(f"http://127.0.0.1:{server.port}")
+    finally:
+        server.shutdown()
+        thread.join()
+        server.server_close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def gunicorn(database_url: str, db_engine: object) -> Iterator[str]:
+    port = _free_port()
+    env = dict(
+        os.environ,
+        ROUTEMASTER_TEST_DATABASE_URL=database_url,
+        ROUTEMASTER_TEST_CONFIG=str(CONFIG_PATH),
+        PYTHONPATH=os.pathsep.join([str(REPOSITORY), str(HERE)]),
+    )
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--preload",
+            "--workers",
+            "2",
+            "--threads",
+            "4",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--log-level",
+            "warning",
+            "wsgi_entry:application",
+        ],
+        cwd=HERE,
+        env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                requests.get(base + "/", timeout=1)
+                break
+            except requests.ConnectionError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def test_gunicorn_with_preloaded_app_and_forked_workers(gunicorn: str) -> None:
+    exercise(gunicorn)
+    # Fresh connections spread over both workers: inherited pool connections would clash here.
+    for _ in range(40):
+        assert requests.get(gunicorn + "/state-machines/user/labels/a%2Fb", timeout=10).ok
