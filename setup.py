@@ -33,6 +33,7 @@ setup(
             "pytest-timeout>=2.2",
             "ruff>=0.4",
             "types-PyYAML",
+            "types-jsonschema",
             "types-requests",
         ],
     },

@@ -57,19 +57,26 @@ class Server:
         conn.autocommit = True
         return conn
 
+    def admin(self, *statements: str) -> Any:
+        """Run statements outside any transaction (``with conn`` would open one)."""
+        conn = self.connect("postgres")
+        try:
+            with conn.cursor() as cur:
+                for statement in statements:
+                    cur.execute(statement)
+                return cur.fetchone()[0] if cur.description else None
+        finally:
+            conn.close()
+
     def recreate(self, database: str) -> None:
-        with self.connect("postgres") as conn, conn.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-            cur.execute(f'CREATE DATABASE "{database}"')
+        self.admin(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)',
+                   f'CREATE DATABASE "{database}"')
 
     def drop(self, database: str) -> None:
-        with self.connect("postgres") as conn, conn.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        self.admin(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
     def version(self) -> str:
-        with self.connect("postgres") as conn, conn.cursor() as cur:
-            cur.execute("SHOW server_version")
-            return str(cur.fetchone()[0])
+        return str(self.admin("SHOW server_version"))
 
     def libpq_env(self) -> dict[str, str]:
         env = {"PGHOST": self.host, "PGPORT": str(self.port), "PGUSER": self.user}

@@ -128,9 +128,13 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
             return _advance_locked(conn, app, machine, label, evaluate=True, feeds={})
         except FeedsNeeded as needed:
             label = needed.label
-    return _process(app, machine, name, expected_entry_id=label.entry_id,
-                    feed_timeout=app.settings.feed_timeout_in_request) or get_label(
-                        app, machine, name)
+    return _process(
+        app,
+        machine,
+        name,
+        expected_entry_id=label.entry_id,
+        feed_timeout=app.settings.feed_timeout_in_request,
+    ) or get_label(app, machine, name)
 
 
 def get_label(app: App, machine: StateMachine, name: str) -> Label:
@@ -167,8 +171,13 @@ def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str,
             return _advance_locked(conn, app, machine, label, evaluate=True, feeds={})
         except FeedsNeeded as needed:
             label = needed.label
-    return _process(app, machine, name, expected_entry_id=label.entry_id,
-                    feed_timeout=app.settings.feed_timeout_in_request) or get_label(app, machine, name)
+    return _process(
+        app,
+        machine,
+        name,
+        expected_entry_id=label.entry_id,
+        feed_timeout=app.settings.feed_timeout_in_request,
+    ) or get_label(app, machine, name)
 
 
 def delete_label(app: App, machine: StateMachine, name: str) -> None:
@@ -192,14 +201,111 @@ def evaluate_label(
     in the entry ``expected_entry_id``.
     """
     timeout = app.settings.feed_timeout if feed_timeout is None else feed_timeout
-    return _process(app, machine, name, expected_entry_id=expected_entry_id,
-                    feed_timeout=timeout, clear_due=True, required_kind=Gate)
+    return _process(
+        app,
+        machine,
+        name,
+        expected_entry_id=expected_entry_id,
+        feed_timeout=timeout,
+        clear_due=True,
+        required_kind=Gate,
+    )
 
 
 def complete_action(app: App, machine: StateMachine, name: str, entry_id: int) -> Label | None:
     """The action's webhook succeeded: leave the action and continue through what follows."""
-    return _process(app, machine, name, expected_entry_id=entry_id,
-                    feed_timeout=app.settings.feed_timeout, clear_due=True, required_kind=Action)
+    return _process(
+        app,
+        machine,
+        name,
+        expected_entry_id=entry_id,
+        feed_timeout=app.settings.feed_timeout,
+        clear_due=True,
+        required_kind=Action,
+    )
+
+
+class InvalidOperation(Exception):
+    """An operator command that does not apply to the label as it is (say why)."""
+
+
+def retry_label(app: App, machine: StateMachine, name: str, *, reason: str | None = None) -> Label:
+    """Operator: make an errored label due again, with a fresh attempt count.
+
+    The retry is recorded in history as a forced entry that keeps the state,
+    so an audit shows who unblocked what and when. The idempotency token stays
+    the same: it is still the same entry into the action.
+    """
+    with app.db.begin() as conn:
+        label = _locked_live_label(conn, machine, name)
+        if not label.errored:
+            raise InvalidOperation(f"label {name!r} is not errored")
+        conn.execute(
+            _RECORD_FORCED,
+            {
+                "sm": machine.name,
+                "name": name,
+                "state": label.state,
+                "now": app.now(),
+                "reason": reason or "retried",
+            },
+        )
+        row = conn.execute(_RETRY, {"sm": machine.name, "name": name, "now": app.now()}).one()
+        _notify_due(conn)
+        return _label_from_row(row)
+
+
+def set_paused(
+    app: App, machine: StateMachine, name: str, paused: bool, *, reason: str | None = None
+) -> Label:
+    """Operator: a paused label is never evaluated or delivered until resumed."""
+    with app.db.begin() as conn:
+        label = _locked_live_label(conn, machine, name)
+        if label.paused == paused:
+            return label
+        conn.execute(
+            _RECORD_FORCED,
+            {
+                "sm": machine.name,
+                "name": name,
+                "state": label.state,
+                "now": app.now(),
+                "reason": reason or ("paused" if paused else "resumed"),
+            },
+        )
+        row = conn.execute(_SET_PAUSED, {"sm": machine.name, "name": name, "paused": paused}).one()
+        if not paused and row.due_at is not None:
+            _notify_due(conn)
+        return _label_from_row(row)
+
+
+def force_move(
+    app: App, machine: StateMachine, name: str, destination: str, *, reason: str | None = None
+) -> Label:
+    """Operator: move a label to ``destination`` regardless of conditions, marked as forced."""
+    if _state_or_none(machine, destination) is None:
+        raise InvalidOperation(f"state machine {machine.name!r} has no state {destination!r}")
+    with app.db.begin() as conn:
+        label = _locked_live_label(conn, machine, name)
+        return _move(
+            conn,
+            app,
+            machine,
+            label,
+            destination,
+            forced=True,
+            reason=reason or "moved by operator",
+        )
+
+
+def _locked_live_label(conn: sa.Connection, machine: StateMachine, name: str) -> Label:
+    row = conn.execute(_SELECT_FOR_UPDATE, {"sm": machine.name, "name": name}).first()
+    if row is None:
+        raise LabelNotFound(name)
+    label = _label_from_row(row)
+    if label.deleted:
+        raise LabelDeleted(name)
+    return label
 
 
 def history(app: App, machine: StateMachine, name: str) -> list[HistoryEntry]:
@@ -297,15 +403,18 @@ def _process(
             if feeds_entry != label.entry_id:
                 feeds = {}
             try:
-                return _advance_locked(conn, app, machine, label, evaluate=True, feeds=feeds,
-                                       clear_due=clear_due)
+                return _advance_locked(
+                    conn, app, machine, label, evaluate=True, feeds=feeds, clear_due=clear_due
+                )
             except FeedsNeeded as needed:
                 missing = needed.names
                 label = needed.label
         # Outside any transaction: fetch what the evaluation asked for.
         try:
             for feed_name in sorted(missing):
-                feeds[feed_name] = fetch_feed(app.http, machine, feed_name, name, timeout=feed_timeout)
+                feeds[feed_name] = fetch_feed(
+                    app.http, machine, feed_name, name, timeout=feed_timeout
+                )
         except FeedUnavailable as error:
             _mark_evaluation_failed(app, machine, name, label.entry_id, str(error))
             return get_label(app, machine, name)
@@ -334,8 +443,9 @@ def _advance_locked(
             try:
                 holds = state.exit_condition.evaluate(context)
             except FeedUnavailable as missing:
-                raise FeedsNeeded(frozenset({missing.feed}) | state.exit_condition.feeds,
-                                  label) from None
+                raise FeedsNeeded(
+                    frozenset({missing.feed}) | state.exit_condition.feeds, label
+                ) from None
             if not holds:
                 break
         try:
@@ -357,8 +467,16 @@ def _advance_locked(
     return label
 
 
-def _move(conn: sa.Connection, app: App, machine: StateMachine, label: Label, destination: str,
-          *, forced: bool = False, reason: str | None = None) -> Label:
+def _move(
+    conn: sa.Connection,
+    app: App,
+    machine: StateMachine,
+    label: Label,
+    destination: str,
+    *,
+    forced: bool = False,
+    reason: str | None = None,
+) -> Label:
     now = app.now()
     is_action = isinstance(machine.get_state(destination), Action)
     row = conn.execute(
@@ -379,12 +497,19 @@ def _move(conn: sa.Connection, app: App, machine: StateMachine, label: Label, de
     return _label_from_row(row)
 
 
-def _mark_evaluation_failed(app: App, machine: StateMachine, name: str, entry_id: int, error: str) -> None:
+def _mark_evaluation_failed(
+    app: App, machine: StateMachine, name: str, entry_id: int, error: str
+) -> None:
     with app.db.begin() as conn:
         conn.execute(
             _EVALUATION_FAILED,
-            {"sm": machine.name, "name": name, "entry_id": entry_id, "error": error,
-             "due_at": app.now() + FEED_RETRY_DELAY},
+            {
+                "sm": machine.name,
+                "name": name,
+                "entry_id": entry_id,
+                "error": error,
+                "due_at": app.now() + FEED_RETRY_DELAY,
+            },
         )
 
 
@@ -431,7 +556,9 @@ def _metadata_triggered(state: State, patch: Mapping[str, Any]) -> bool:
     return False
 
 
-def _leaf_paths(value: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+def _leaf_paths(
+    value: Mapping[str, Any], prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[str, ...]]:
     for key, item in value.items():
         if isinstance(item, Mapping) and item:
             yield from _leaf_paths(item, (*prefix, key))
@@ -517,6 +644,30 @@ _DELETE = sa.text(
     )
     INSERT INTO history (state_machine, label, old_state, new_state, created, reason)
     SELECT state_machine, name, state, NULL, :now, 'deleted' FROM deleted
+    """
+)
+
+_RECORD_FORCED = sa.text(
+    """
+    INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
+    VALUES (:sm, :name, :state, :state, :now, true, :reason)
+    """
+)
+
+_RETRY = sa.text(
+    f"""
+    UPDATE labels SET errored = false, attempts = 0, due_at = :now, lease_owner = NULL,
+                      updated_at = now()
+    WHERE state_machine = :sm AND name = :name
+    RETURNING {LABEL_COLUMNS}
+    """
+)
+
+_SET_PAUSED = sa.text(
+    f"""
+    UPDATE labels SET paused = :paused, lease_owner = NULL, updated_at = now()
+    WHERE state_machine = :sm AND name = :name
+    RETURNING {LABEL_COLUMNS}
     """
 )
 

@@ -20,7 +20,9 @@ def _server_url() -> str:
             return normalise_url(os.environ[variable])
     local = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
     try:
-        probe = sa.create_engine(local, poolclass=sa.pool.NullPool, connect_args={"connect_timeout": 2})
+        probe = sa.create_engine(
+            local, poolclass=sa.pool.NullPool, connect_args={"connect_timeout": 2}
+        )
         with probe.connect():
             pass
         return local

@@ -194,8 +194,10 @@ def _record_positions(
         )
     ancestors = (*ancestors, id(node))
     if isinstance(node, yaml.ScalarNode):
-        mark = node.start_mark
-        source.scalars[path] = ScalarMark(file, mark.line + 1, mark.column + 1, node.style)
+        start, end = node.start_mark, node.end_mark
+        source.scalars[path] = ScalarMark(
+            file, start.line + 1, start.column + 1, node.style, end.line + 1, end.column + 1
+        )
     elif isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             child = (*path, _key_text(key_node))

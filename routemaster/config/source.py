@@ -28,12 +28,14 @@ class Mark:
 
 @dataclass(frozen=True)
 class ScalarMark:
-    """Where a scalar value starts, and its YAML style (``|``, ``>``, quotes, or plain)."""
+    """Where a scalar value starts and ends, and its YAML style (``|``, ``>``, quotes, plain)."""
 
     file: str
     line: int
     column: int
     style: str | None
+    end_line: int
+    end_column: int  # just after the value
 
 
 @dataclass

@@ -24,7 +24,7 @@ from routemaster.config.formats import (
     split_path,
 )
 from routemaster.config.model import Config, Gate
-from routemaster.config.source import ConfigPath, SourceMap
+from routemaster.config.source import ConfigPath, ScalarMark, SourceMap
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
 
 _STATE_NAME = re.compile(r"[A-Za-z0-9_]+")
@@ -261,7 +261,7 @@ class _Checker:
         try:
             program = compile_condition(text)
         except ConditionSyntaxError as error:
-            line, column = self.condition_position(path, error.line, error.column)
+            line, column = self.condition_position(path, text, error.line, error.column)
             snippet = text.splitlines()[error.line - 1][error.column - 1 :][: error.length]
             self.report(
                 path,
@@ -275,7 +275,7 @@ class _Checker:
         for feed in sorted(program.feeds - feeds):
             offset = max(0, text.find(f"feeds.{feed}"))
             line, column = self.condition_position(
-                path, text.count("\n", 0, offset) + 1, offset - text.rfind("\n", 0, offset)
+                path, text, text.count("\n", 0, offset) + 1, offset - text.rfind("\n", 0, offset)
             )
             self.report(
                 path,
@@ -286,18 +286,50 @@ class _Checker:
             )
 
     def condition_position(
-        self, path: ConfigPath, line: int, column: int
+        self, path: ConfigPath, text: str, line: int, column: int
     ) -> tuple[int | None, int | None]:
-        """Where ``line``/``column`` of the condition at ``path`` is in its YAML file."""
+        """Where ``line``/``column`` of the condition ``text`` at ``path`` is in its file.
+
+        Exact for literal blocks (``|``) and for folded, plain or quoted values
+        that fold into one line; otherwise the start of the value.
+        """
         scalar = self.source.scalars.get(path)
         if scalar is None:
             return None, None
-        if scalar.style in ("|", ">"):
+        if scalar.style == "|":
             return scalar.line + line, self.block_indent(scalar.file, scalar.line) + column
-        if line == 1:
-            quote = 1 if scalar.style in ("'", '"') else 0
-            return scalar.line, scalar.column + quote + column - 1
-        return scalar.line + line - 1, None
+        paragraphs = self.folded_paragraphs(scalar)
+        folded = "\n".join(" ".join(piece for _, _, piece in lines) for lines in paragraphs)
+        if folded == text.rstrip("\n") and line <= len(paragraphs):
+            offset = column - 1
+            for segment_line, segment_column, piece in paragraphs[line - 1]:
+                if offset <= len(piece):
+                    return segment_line, segment_column + offset
+                offset -= len(piece) + 1
+        return scalar.line, scalar.column
+
+    def folded_paragraphs(self, scalar: ScalarMark) -> list[list[tuple[int, int, str]]]:
+        """The source lines a folded value is made of, as (line, column, text).
+
+        Folding joins lines with a space and turns each blank line into a line
+        break, so each paragraph here is one line of the value.
+        """
+        quote = 1 if scalar.style in ("'", '"') else 0
+        first = scalar.line + 1 if scalar.style == ">" else scalar.line
+        paragraphs: list[list[tuple[int, int, str]]] = [[]]
+        for number in range(first, scalar.end_line + 1):
+            raw = self.source.source_line(scalar.file, number) or ""
+            start = scalar.column - 1 + quote if number == scalar.line else 0
+            end = scalar.end_column - 1 - quote if number == scalar.end_line else len(raw)
+            piece = raw[start:end]
+            if piece.strip():
+                start += len(piece) - len(piece.lstrip())
+                paragraphs[-1].append((number, start + 1, piece.strip()))
+            elif number != scalar.end_line:
+                paragraphs.append([])
+        while len(paragraphs) > 1 and not paragraphs[-1]:
+            paragraphs.pop()  # trailing blank lines: YAML's chomping decides, not folding
+        return paragraphs
 
     def block_indent(self, file: str, header_line: int) -> int:
         """A block scalar's indentation: that of its first non-blank content line."""

@@ -34,9 +34,9 @@ def url_from_environment(environ: Mapping[str, str] | None = None) -> str | None
 def normalise_url(url: str) -> str:
     """Accept libpq-style ``postgres://`` URLs as well as SQLAlchemy ones."""
     if url.startswith("postgres://"):
-        url = "postgresql://" + url[len("postgres://"):]
+        url = "postgresql://" + url[len("postgres://") :]
     if url.startswith("postgresql://"):
-        url = "postgresql+psycopg2://" + url[len("postgresql://"):]
+        url = "postgresql+psycopg2://" + url[len("postgresql://") :]
     return url
 
 

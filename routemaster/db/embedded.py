@@ -136,9 +136,18 @@ def _server_os_user() -> _OsUser | None:
     created = candidates[-1]
     try:
         subprocess.run(
-            ["useradd", "--system", "--user-group", "--no-create-home",
-             "--shell", "/usr/sbin/nologin", created],
-            check=True, capture_output=True, text=True,
+            [
+                "useradd",
+                "--system",
+                "--user-group",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                created,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
         )
     except (OSError, subprocess.CalledProcessError) as error:
         raise EmbeddedUnavailable(
@@ -209,8 +218,16 @@ class EmbeddedPostgres:
                 self._prepare_socket_dir(os_user)
                 options = f"-h '' -k {shlex.quote(str(self.socket_dir))}"
                 result = self._pg_ctl(
-                    ["start", "-w", "-t", str(START_TIMEOUT), "-l", str(self.log_file),
-                     "-o", options],
+                    [
+                        "start",
+                        "-w",
+                        "-t",
+                        str(START_TIMEOUT),
+                        "-l",
+                        str(self.log_file),
+                        "-o",
+                        options,
+                    ],
                     check=False,
                 )
                 if result.returncode != 0:
@@ -255,8 +272,17 @@ class EmbeddedPostgres:
             os.chown(self.data_dir, os_user.uid, os_user.gid)
         self.data_dir.chmod(0o700)
         result = self._run(
-            [str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER,
-             "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"],
+            [
+                str(self.bin_dir / "initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                SUPERUSER,
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-sync",
+            ],
             check=False,
         )
         if result.returncode != 0:
@@ -270,8 +296,9 @@ class EmbeddedPostgres:
             os.chown(self.socket_dir, os_user.uid, os_user.gid)
 
     def _ensure_database(self, name: str) -> None:
-        engine = sa.create_engine(self.url("postgres"), poolclass=sa.pool.NullPool,
-                                  isolation_level="AUTOCOMMIT")
+        engine = sa.create_engine(
+            self.url("postgres"), poolclass=sa.pool.NullPool, isolation_level="AUTOCOMMIT"
+        )
         try:
             with engine.connect() as connection:
                 exists = connection.execute(
@@ -283,24 +310,32 @@ class EmbeddedPostgres:
             engine.dispose()
 
     def _pg_ctl(self, args: Sequence[str], *, check: bool) -> subprocess.CompletedProcess[str]:
-        return self._run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), *args],
-                         check=check)
+        return self._run(
+            [str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), *args], check=check
+        )
 
     def _run(self, command: Sequence[str], *, check: bool) -> subprocess.CompletedProcess[str]:
         os_user = _server_os_user()
         if os_user is not None:
             command = [
-                "setpriv", f"--reuid={os_user.uid}", f"--regid={os_user.gid}", "--init-groups",
-                "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", *command,
+                "setpriv",
+                f"--reuid={os_user.uid}",
+                f"--regid={os_user.gid}",
+                "--init-groups",
+                "--inh-caps=+dac_read_search",
+                "--ambient-caps=+dac_read_search",
+                *command,
             ]
         # pg_ctl start leaves the server holding inherited pipes open: send its output to files.
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            result = subprocess.run(command, stdout=out, stderr=err, text=True, check=False,
-                                    stdin=subprocess.DEVNULL)
+            result = subprocess.run(
+                command, stdout=out, stderr=err, text=True, check=False, stdin=subprocess.DEVNULL
+            )
             out.seek(0)
             err.seek(0)
-            completed = subprocess.CompletedProcess(command, result.returncode, out.read(),
-                                                    err.read())
+            completed = subprocess.CompletedProcess(
+                command, result.returncode, out.read(), err.read()
+            )
         if check:
             completed.check_returncode()
         return completed

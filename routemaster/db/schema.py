@@ -32,8 +32,12 @@ labels = sa.Table(
     sa.Column("previous_state", sa.Text, nullable=True),
     sa.Column("deleted", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("paused", sa.Boolean, nullable=False, server_default=sa.false()),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
-    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.Column(
+        "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
     # worker bookkeeping
     sa.Column("due_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
@@ -42,8 +46,13 @@ labels = sa.Table(
     sa.Column("lease_owner", sa.Text, nullable=True),
 )
 
-sa.Index("labels_by_state", labels.c.state_machine, labels.c.state, labels.c.name,
-         postgresql_where=sa.not_(labels.c.deleted))
+sa.Index(
+    "labels_by_state",
+    labels.c.state_machine,
+    labels.c.state,
+    labels.c.name,
+    postgresql_where=sa.not_(labels.c.deleted),
+)
 sa.Index("labels_due", labels.c.due_at, postgresql_where=labels.c.due_at.isnot(None))
 
 history = sa.Table(
@@ -68,5 +77,7 @@ trigger_occurrences = sa.Table(
     # key makes each interval or daily occurrence handled once across workers.
     sa.Column("trigger_key", sa.Text, primary_key=True),
     sa.Column("occurrence", sa.DateTime(timezone=True), primary_key=True),
-    sa.Column("handled_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column(
+        "handled_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
 )

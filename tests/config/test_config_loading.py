@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from routemaster.config import (
+    Action,
     ConfigError,
     ConfigProblem,
     ConstantNext,
@@ -279,3 +280,27 @@ def test_every_mistake_is_reported_in_file_order(
         "state_machines.user.states.0.triggers.0.interval: expected a duration such as"
         " 30s, 10m, 1h30m or 1d, got '90 minutes'"
     )
+
+
+def test_anchors_and_merge_keys(write: Callable[..., Path]) -> None:
+    path = write(
+        """\
+        state_machines:
+          user:
+            retry: &quick {max_attempts: 4, timeout: 3s}
+            states:
+              - action: first
+                webhook: http://hooks/first
+                retry:
+                  <<: *quick
+                  max_attempts: 2
+                next: second
+              - action: second
+                webhook: http://hooks/second
+                retry: *quick
+        """
+    )
+    first, second = load_config([path]).get_machine("user").states
+    assert isinstance(first, Action) and isinstance(second, Action)
+    assert (first.retry.max_attempts, first.retry.timeout.total_seconds()) == (2, 3.0)
+    assert (second.retry.max_attempts, second.retry.timeout.total_seconds()) == (4, 3.0)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from routemaster.config import ConfigProblem
+from routemaster.config.schema import SCHEMA
 
 STATES = """\
 state_machines:
@@ -157,3 +159,7 @@ def test_a_machine_needs_states(
     [problem] = problems(write("state_machines:\n  user:\n    states: []\n"))
     assert (problem.path, problem.line) == ("state_machines.user.states", 3)
     assert problem.message == "must not be empty"
+
+
+def test_the_schema_is_valid_draft_2020_12() -> None:
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)

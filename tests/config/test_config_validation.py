@@ -492,3 +492,29 @@ def test_retry_durations(
     assert problem.path == f"state_machines.user.states.0.retry.{key}"
     assert problem.line == line_of(path, "retry:")
     assert problem.message == message
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        ">\n          metadata.a\n          and metadata.b == 3",
+        ">\n          metadata.a\n          and metadata.b == 3\n\n        next: start",
+        ">-\n          metadata.a\n\n          and metadata.b == 3",
+        "metadata.a\n          and metadata.b == 3",
+        '"metadata.a\n          and metadata.b == 3"',
+        "'metadata.a and metadata.b == 3'",
+    ],
+    ids=["folded", "folded-then-blank", "folded-strip", "plain", "double-quoted", "single-quoted"],
+)
+def test_condition_errors_are_located_in_folded_values(
+    one_problem: Load, line_of: Callable[..., int], condition: str
+) -> None:
+    problem, path = one_problem(
+        "state_machines:\n  user:\n    states:\n      - gate: start\n"
+        f"        exit_condition: {condition}\n"
+    )
+    line = line_of(path, "==")
+    assert (problem.line, problem.column) == (
+        line,
+        path.read_text().splitlines()[line - 1].index("==") + 1,
+    )

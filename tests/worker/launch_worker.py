@@ -1,0 +1,41 @@
+"""Run one real worker process for the multi-process tests.
+
+``python tests/worker/launch_worker.py CONFIG.yaml [CLOCK_OFFSET_SECONDS]``
+
+Like ``routemaster -c CONFIG.yaml cron`` (settings from ``ROUTEMASTER_*``,
+database from ``DATABASE_URL``), plus an optional clock offset so that
+several processes agree on a fake time near a daily trigger.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import sys
+
+from routemaster.app import App, utc_now
+from routemaster.cli import settings_from_environment
+from routemaster.config import load_config
+from routemaster.db.database import create_engine, url_from_environment
+from routemaster.worker import run_worker
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
+    )
+    config = load_config([sys.argv[1]])
+    offset = datetime.timedelta(seconds=float(sys.argv[2]) if len(sys.argv) > 2 else 0.0)
+    url = url_from_environment()
+    assert url is not None, "set DATABASE_URL"
+    engine = create_engine(url)
+    try:
+        app = App(config=config, db=engine, settings=settings_from_environment())
+        app.clock = lambda: utc_now() + offset
+        run_worker(app)
+    finally:
+        engine.dispose()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""Gates evaluated by the worker: clock triggers, retried evaluations, feeds.
+
+Clock-driven tests inject a :class:`FakeClock` and drive one worker round at
+a time (``fire_triggers``, ``housekeeping``, ``work_once``) so daily times
+and zones are tested at exact moments.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import sqlalchemy as sa
+
+from routemaster import labels
+from routemaster.app import App
+from routemaster.worker import Worker
+from tests.stub_server import Reply, StubServer
+from tests.worker.conftest import FakeClock, MakeApp, running
+
+UTC = datetime.UTC
+
+
+def gate_config(trigger: str, condition: str = "true", next_: str = "done") -> str:
+    return f"""
+state_machines:
+  m:
+    feeds:
+      - name: f
+        url: "{{stub}}/feed/<label>"
+    states:
+      - gate: start
+        triggers: [{trigger}]
+        exit_condition: {condition}
+        next: {next_}
+      - gate: done
+        exit_condition: false
+        next: b  # only so that b is reachable in every variant
+      - gate: b
+        exit_condition: false
+"""
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    executor = ThreadPoolExecutor(4)
+    yield executor
+    executor.shutdown(wait=True)
+
+
+def create(app: App, *names: str, **metadata: object) -> None:
+    machine = app.config.get_machine("m")
+    for name in names:
+        labels.create_label(app, machine, name, dict(metadata))
+
+
+def states(app: App) -> dict[str, str]:
+    with app.db.connect() as conn:
+        rows = conn.execute(sa.text("SELECT name, state FROM labels")).all()
+    return {row.name: row.state for row in rows}
+
+
+def one_round(worker: Worker, pool: ThreadPoolExecutor) -> None:
+    """Fire triggers, then work until nothing is due (waiting for pooled feed evaluations)."""
+    worker.fire_triggers()
+    while worker.work_once(pool):
+        pass
+    deadline = time.monotonic() + 10
+    while worker.in_flight:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_interval_trigger_evaluates_every_label_in_the_gate(make_app: MakeApp) -> None:
+    app = make_app(gate_config("{interval: 1s}", "metadata.ready = true"), batch_size=7)
+    create(app, *(f"l{i}" for i in range(40)))
+    machine = app.config.get_machine("m")
+    for i in range(0, 40, 2):
+        labels.update_metadata(app, machine, f"l{i}", {"ready": True})  # no metadata trigger
+    assert set(states(app).values()) == {"start"}
+    with running(app):
+        deadline = time.monotonic() + 10
+        while sum(state == "done" for state in states(app).values()) < 20:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert states(app) == {f"l{i}": "done" if i % 2 == 0 else "start" for i in range(40)}
+
+
+def test_interval_occurrence_is_handled_once_across_workers(
+    make_app: MakeApp, pool: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock(datetime.datetime(2024, 7, 1, 12, 0, 30, tzinfo=UTC))
+    config = gate_config("{interval: 1m}", "metadata.ready = true")
+    apps = [make_app(config, clock=clock) for _ in range(3)]
+    create(apps[0], "x")
+    workers = [Worker(app) for app in apps]
+    caplog.set_level("INFO", logger="routemaster.worker.scheduler")
+    for worker in workers:
+        worker.fire_triggers()
+    clock.advance(seconds=20)
+    for worker in workers:
+        worker.fire_triggers()
+    clock.advance(seconds=20)  # 12:01:10: the next occurrence
+    for worker in workers:
+        worker.fire_triggers()
+    fired = [r.getMessage() for r in caplog.records if "fired" in r.getMessage()]
+    assert len(fired) == 2
+    assert "2024-07-01T12:00:00+00:00" in fired[0]
+    assert "2024-07-01T12:01:00+00:00" in fired[1]
+
+
+def test_daily_time_in_a_named_zone(make_app: MakeApp, pool: ThreadPoolExecutor) -> None:
+    clock = FakeClock(datetime.datetime(2024, 7, 1, 12, 59, 59, tzinfo=UTC))  # 08:59:59 EDT
+    app = make_app(gate_config("{time: 9h, timezone: America/New_York}"), clock=clock)
+    create(app, "x", "y")
+    worker = Worker(app)
+    one_round(worker, pool)
+    assert states(app) == {"x": "start", "y": "start"}
+    clock.advance(seconds=2)
+    one_round(worker, pool)
+    assert states(app) == {"x": "done", "y": "done"}
+    create(app, "late")
+    clock.advance(minutes=5)
+    one_round(worker, pool)
+    one_round(
+        Worker(make_app(gate_config("{time: 9h, timezone: America/New_York}"), clock=clock)), pool
+    )
+    assert states(app)["late"] == "start", "the 09:00 occurrence was handled once, not again"
+
+
+def test_daily_time_in_system_time(
+    make_app: MakeApp, pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    clock = FakeClock(datetime.datetime(2024, 7, 1, 8, 59, 59, tzinfo=UTC))  # 17:59:59 JST
+    app = make_app(gate_config("{time: 18h}"), clock=clock)
+    create(app, "x")
+    worker = Worker(app)
+    one_round(worker, pool)
+    assert states(app) == {"x": "start"}
+    clock.advance(seconds=2)
+    one_round(worker, pool)
+    assert states(app) == {"x": "done"}
+
+
+def test_daily_time_in_each_labels_zone(make_app: MakeApp, pool: ThreadPoolExecutor) -> None:
+    clock = FakeClock(datetime.datetime(2024, 7, 1, 8, 0, 30, tzinfo=UTC))  # 09:00:30 in London
+    app = make_app(gate_config("{time: 9h, timezone: metadata.user.tz}"), clock=clock)
+    machine = app.config.get_machine("m")
+    labels.create_label(app, machine, "london", {"user": {"tz": "Europe/London"}})
+    labels.create_label(app, machine, "tokyo", {"user": {"tz": "Asia/Tokyo"}})
+    labels.create_label(app, machine, "bad", {"user": {"tz": "Not/AZone"}})
+    labels.create_label(app, machine, "none", {})
+    worker = Worker(app)
+    worker.housekeeping()
+    one_round(worker, pool)
+    assert states(app) == {"london": "done", "tokyo": "start", "bad": "start", "none": "start"}
+    clock.current = datetime.datetime(2024, 7, 2, 0, 0, 30, tzinfo=UTC)  # 09:00:30 in Tokyo
+    one_round(worker, pool)
+    assert states(app) == {"london": "done", "tokyo": "done", "bad": "start", "none": "start"}
+
+
+def test_failed_in_request_evaluation_is_retried_by_the_worker(
+    make_app: MakeApp, stub: StubServer, pool: ThreadPoolExecutor
+) -> None:
+    stub.script("/feed/x", Reply(503), Reply(200, b'{"ok": true}'))
+    clock = FakeClock(datetime.datetime.now(UTC))
+    app = make_app(gate_config("{metadata: go}", "feeds.f.ok = true"), clock=clock)
+    machine = app.config.get_machine("m")
+    create(app, "x")
+    label = labels.update_metadata(app, machine, "x", {"go": 1})
+    assert label.state == "start"  # the update itself succeeded
+    assert label.last_error is not None and "503" in label.last_error
+    worker = Worker(app)
+    one_round(worker, pool)
+    assert len(stub.received()) == 1, "not retried before its retry time"
+    clock.advance(minutes=5)
+    one_round(worker, pool)
+    label = labels.get_label(app, machine, "x")
+    assert (label.state, label.due_at, label.last_error) == ("done", None, None)
+    assert len(stub.received()) == 2
+
+
+def test_feeds_in_condition_and_context_transition_fetched_once(
+    make_app: MakeApp, stub: StubServer, pool: ThreadPoolExecutor
+) -> None:
+    stub.reply_json("/feed/x", {"ready": True, "variant": "b"})
+    stub.reply_json("/feed/y", {"ready": False, "variant": "b"})
+    next_ = (
+        "{type: context, path: feeds.f.variant, default: done,"
+        " destinations: [{value: b, state: b}]}"
+    )
+    clock = FakeClock(datetime.datetime(2024, 7, 1, 12, 0, 30, tzinfo=UTC))
+    app = make_app(gate_config("{interval: 1h}", "feeds.f.ready = true", next_), clock=clock)
+    create(app, "x", "y")
+    assert stub.received() == [], "feeds are fetched only when an evaluation reads them"
+    one_round(Worker(app), pool)
+    assert states(app) == {"x": "b", "y": "start"}
+    assert len(stub.received("/feed/x")) == 1
+    assert len(stub.received("/feed/y")) == 1
+    assert labels.get_label(app, app.config.get_machine("m"), "y").due_at is None
+
+
+def test_a_failed_feed_leaves_the_label_in_its_gate(
+    make_app: MakeApp, stub: StubServer, pool: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    stub.script("/feed/x", Reply(502))
+    clock = FakeClock(datetime.datetime(2024, 7, 1, 12, 0, 30, tzinfo=UTC))
+    app = make_app(gate_config("{interval: 1h}", "feeds.f.ready = true"), clock=clock)
+    create(app, "x")
+    one_round(Worker(app), pool)
+    label = labels.get_label(app, app.config.get_machine("m"), "x")
+    assert label.state == "start"
+    assert label.due_at is not None and label.due_at > clock.current
+    assert label.last_error is not None and "502" in label.last_error
+    assert stub.url("/feed/x") in caplog.text and "502" in caplog.text
+
+
+def test_entry_trigger_evaluates_as_an_action_completes(
+    make_app: MakeApp, stub: StubServer
+) -> None:
+    config = """
+state_machines:
+  m:
+    states:
+      - action: notify
+        webhook: "{stub}/hook"
+        next: check
+      - gate: check
+        triggers: [{event: entry}]
+        exit_condition: metadata.skip = true
+        next: done
+      - gate: done
+        exit_condition: false
+"""
+    app = make_app(config)
+    machine = app.config.get_machine("m")
+    labels.create_label(app, machine, "x", {"skip": True})
+    labels.create_label(app, machine, "y", {"skip": False})
+    with running(app):
+        deadline = time.monotonic() + 10
+        while states(app) != {"x": "done", "y": "check"}:
+            assert time.monotonic() < deadline, states(app)
+            time.sleep(0.05)

@@ -1,0 +1,222 @@
+"""Real worker processes sharing one database: no duplicates, nothing lost."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from routemaster import labels
+from routemaster.app import App, utc_now
+from routemaster.config import load_config
+from tests.stub_server import Reply, StubServer
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCHER = Path(__file__).with_name("launch_worker.py")
+
+CONFIG = """
+state_machines:
+  m:
+    retry: {max_attempts: 5, initial_delay: 1s}
+    states:
+      - action: notify
+        webhook: "{stub}/hook/<label>"
+        next: done
+      - gate: done
+        exit_condition: false
+"""
+
+
+class Workers:
+    """Worker processes started for one test; all stopped at its end."""
+
+    def __init__(self, database_url: str, config: Path, tmp_path: Path) -> None:
+        self.database_url = database_url
+        self.config = config
+        self.tmp_path = tmp_path
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        self, *, clock_offset: float | None = None, **settings: object
+    ) -> subprocess.Popen[bytes]:
+        env = dict(os.environ)
+        env.update(
+            DATABASE_URL=self.database_url,
+            PYTHONPATH=str(ROOT),
+            ROUTEMASTER_POLL_INTERVAL="0.2",
+            ROUTEMASTER_WORKER_ID=f"w{len(self.processes)}",
+            **{f"ROUTEMASTER_{k.upper()}": str(v) for k, v in settings.items()},
+        )
+        args = [sys.executable, str(LAUNCHER), str(self.config)]
+        if clock_offset is not None:
+            args.append(str(clock_offset))
+        with (self.tmp_path / f"worker{len(self.processes)}.log").open("wb") as log:
+            process = subprocess.Popen(
+                args, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
+            )
+        self.processes.append(process)
+        return process
+
+    def logs(self) -> list[str]:
+        return [path.read_text() for path in sorted(self.tmp_path.glob("worker*.log"))]
+
+    def wait_started(self, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while sum("started" in log for log in self.logs()) < len(self.processes):
+            assert time.monotonic() < deadline, self.logs()
+            time.sleep(0.05)
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+WorkersFor = Callable[[str], tuple[Workers, App]]
+
+
+@pytest.fixture
+def workers_for(
+    database_url: str, db_engine: sa.Engine, tmp_path: Path, stub: StubServer
+) -> Iterator[WorkersFor]:
+    started: list[Workers] = []
+
+    def make(config_text: str) -> tuple[Workers, App]:
+        path = tmp_path / "config.yaml"
+        path.write_text(config_text.replace("{stub}", stub.url("")))
+        app = App(config=load_config([path]), db=db_engine)
+        workers = Workers(database_url, path, tmp_path)
+        started.append(workers)
+        return workers, app
+
+    yield make
+    for workers in started:
+        workers.stop_all()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, message: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, message
+        time.sleep(0.05)
+
+
+def count(app: App, sql: str) -> int:
+    with app.db.connect() as conn:
+        return int(conn.execute(sa.text(sql)).scalar_one())
+
+
+def test_three_workers_deliver_a_thousand_labels_once_each(
+    workers_for: WorkersFor, stub: StubServer
+) -> None:
+    workers, app = workers_for(CONFIG)
+    machine = app.config.get_machine("m")
+    for index in range(1000):
+        stub.script(f"/hook/l{index}", Reply(200, delay=0.01))
+    for _ in range(3):
+        workers.start(delivery_concurrency=8)
+    workers.wait_started()
+    for index in range(1000):
+        labels.create_label(app, machine, f"l{index}", {"i": index})
+    wait_until(
+        lambda: count(app, "SELECT count(*) FROM labels WHERE state = 'done'") == 1000,
+        timeout=60,
+        message="not every label was delivered",
+    )
+    paths = [request.path for request in stub.received()]
+    assert sorted(paths) == sorted(f"/hook/l{index}" for index in range(1000))  # once each
+    transitions = count(
+        app,
+        "SELECT count(*) FROM (SELECT label, old_state, new_state FROM history"
+        " GROUP BY label, old_state, new_state HAVING count(*) > 1) AS duplicated",
+    )
+    assert transitions == 0
+    assert count(app, "SELECT count(*) FROM history WHERE new_state = 'done'") == 1000
+    delivered_by = [log.count("delivered ") for log in workers.logs()]
+    assert all(delivered_by), f"every worker took a share: {delivered_by}"
+
+
+def test_sigkill_mid_delivery_loses_nothing(workers_for: WorkersFor, stub: StubServer) -> None:
+    workers, app = workers_for(CONFIG)
+    stub.script("/hook/x", Reply(200, delay=30), Reply(200))
+    first = workers.start(lease=2)
+    workers.wait_started()
+    labels.create_label(app, app.config.get_machine("m"), "x", {})
+    stub.wait_for(lambda: len(stub.received()) == 1)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    workers.start(lease=2)
+    stub.wait_for(lambda: len(stub.received()) == 2, timeout=15)
+    wait_until(lambda: labels.get_label(app, app.config.get_machine("m"), "x").state == "done", 10)
+    tokens = {request.headers["X-Idempotency-Token"] for request in stub.received()}
+    assert len(tokens) == 1
+    entries = labels.history(app, app.config.get_machine("m"), "x")
+    assert [(e.old_state, e.new_state) for e in entries] == [(None, "notify"), ("notify", "done")]
+    assert str(entries[0].id) in tokens
+
+
+def test_sigterm_finishes_in_flight_delivery_and_exits(
+    workers_for: WorkersFor, stub: StubServer
+) -> None:
+    workers, app = workers_for(CONFIG)
+    stub.script("/hook/x", Reply(200, delay=1.5))
+    process = workers.start()
+    workers.wait_started()
+    labels.create_label(app, app.config.get_machine("m"), "x", {})
+    stub.wait_for(lambda: len(stub.received()) == 1)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=15) == 0
+    label = labels.get_label(app, app.config.get_machine("m"), "x")
+    assert label.state == "done"
+    assert len(stub.received()) == 1
+
+
+def test_a_daily_time_fires_once_across_three_workers(
+    workers_for: WorkersFor, stub: StubServer
+) -> None:
+    config = """
+state_machines:
+  m:
+    states:
+      - gate: waiting
+        triggers: [{time: 18h30m, timezone: Europe/London}]
+        exit_condition: true
+        next: notify
+      - action: notify
+        webhook: "{stub}/hook/<label>"
+        next: waiting
+"""
+    workers, app = workers_for(config)
+    machine = app.config.get_machine("m")
+    for index in range(50):
+        labels.create_label(app, machine, f"l{index}", {})
+    london_half_six = datetime.datetime(2031, 3, 3, 18, 30, tzinfo=datetime.UTC)  # GMT in March
+    offset = (london_half_six - datetime.timedelta(seconds=4) - utc_now()).total_seconds()
+    for _ in range(3):
+        workers.start(clock_offset=offset)
+    workers.wait_started()
+    stub.wait_for(lambda: len(stub.received()) == 50, timeout=20)
+    wait_until(
+        lambda: count(app, "SELECT count(*) FROM history WHERE new_state = 'waiting'") == 100,
+        timeout=10,
+    )
+    time.sleep(2)  # room for any duplicate firing to show
+    assert sorted(r.path for r in stub.received()) == sorted(f"/hook/l{i}" for i in range(50))
+    fired = sum(log.count("fired for 2031-03-03T18:30:00+00:00") for log in workers.logs())
+    assert fired == 1
