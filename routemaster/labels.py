@@ -165,7 +165,7 @@ def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str,
         ).one()
         label = _label_from_row(row)
         state = _state_or_none(machine, label.state)
-        if not isinstance(state, Gate) or not _metadata_triggered(state, patch):
+        if label.paused or not isinstance(state, Gate) or not _metadata_triggered(state, patch):
             return label
         try:
             return _advance_locked(conn, app, machine, label, evaluate=True, feeds={})

@@ -43,7 +43,7 @@ def create_app(app: App) -> flask.Flask:
         explanations.blueprint,
     ):
         flask_app.register_blueprint(blueprint)
-    pass
+    _forget_pooled_connections_after_fork(app)
     return flask_app
 
 

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from routemaster.labels import LABEL_COLUMNS, Label
 
 StateKey = tuple[str, str]
-"""(state machine, state) of every action state, to tell actions from gates in SQL."""
+"""(state machine, state), or (state machine, label name), as the query says."""
 
 
 @dataclass(frozen=True)
@@ -63,13 +63,20 @@ def claim_actions(
 
 def lock_due_gates(
     conn: sa.Connection,
-    action_states: Sequence[StateKey],
+    gate_states: Sequence[StateKey],
     *,
     limit: int,
     now: datetime.datetime,
 ) -> list[Label]:
-    """Lock up to ``limit`` due labels that are not in an action, for evaluation in ``conn``."""
-    machines, states = _unzip(action_states)
+    """Lock up to ``limit`` due labels in ``gate_states``, for evaluation in ``conn``.
+
+    Only states this worker's configuration knows are taken, so during a
+    rolling deploy an old worker never mistakes a new state for something
+    with nothing to do.
+    """
+    if limit <= 0 or not gate_states:
+        return []
+    machines, states = _unzip(gate_states)
     rows = conn.execute(
         _LOCK_GATES, {"now": now, "limit": limit, "machines": machines, "states": states}
     ).all()
@@ -195,7 +202,7 @@ def _unzip(pairs: Iterable[StateKey]) -> tuple[list[str], list[str]]:
     return firsts, seconds
 
 
-_ACTION_STATES = "SELECT * FROM unnest(CAST(:machines AS text[]), CAST(:states AS text[]))"
+_STATES = "SELECT * FROM unnest(CAST(:machines AS text[]), CAST(:states AS text[]))"
 _NAMES = "SELECT * FROM unnest(CAST(:machines AS text[]), CAST(:names AS text[]))"
 _CLAIMABLE = "due_at <= :now AND NOT deleted AND NOT paused AND NOT errored"
 
@@ -203,7 +210,7 @@ _CLAIM_ACTIONS = sa.text(
     f"""
     WITH due AS (
         SELECT state_machine, name FROM labels
-        WHERE {_CLAIMABLE} AND (state_machine, state) IN ({_ACTION_STATES})
+        WHERE {_CLAIMABLE} AND (state_machine, state) IN ({_STATES})
         ORDER BY due_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -219,7 +226,7 @@ _CLAIM_ACTIONS = sa.text(
 _LOCK_GATES = sa.text(
     f"""
     SELECT {LABEL_COLUMNS} FROM labels
-    WHERE {_CLAIMABLE} AND (state_machine, state) NOT IN ({_ACTION_STATES})
+    WHERE {_CLAIMABLE} AND (state_machine, state) IN ({_STATES})
     ORDER BY due_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from routemaster import labels
 from routemaster.app import App
-from routemaster.config.model import StateMachine
 from routemaster.worker import claims
 from routemaster.worker.claims import StateKey
 
@@ -22,21 +21,18 @@ logger = logging.getLogger(__name__)
 
 
 def evaluate_due_gates(
-    app: App, action_states: Sequence[StateKey], *, limit: int
+    app: App, gate_states: Sequence[StateKey], *, limit: int
 ) -> tuple[int, list[StateKey]]:
     """Evaluate up to ``limit`` due gate labels; return how many, and those leased for feeds."""
     now = app.now()
     try:
         with app.db.begin() as conn:
-            due = claims.lock_due_gates(conn, action_states, limit=limit, now=now)
+            due = claims.lock_due_gates(conn, gate_states, limit=limit, now=now)
             finished: list[StateKey] = []
             need_feeds: list[StateKey] = []
             for label in due:
                 key = (label.state_machine, label.name)
-                machine = _machine(app, label.state_machine)
-                if machine is None:
-                    finished.append(key)
-                    continue
+                machine = app.config.get_machine(label.state_machine)
                 try:
                     after = labels.advance_locked(
                         conn, app, machine, label, evaluate=True, feeds={}
@@ -56,7 +52,7 @@ def evaluate_due_gates(
     except Exception:
         # One bad label must not stall the batch: redo it label by label.
         logger.exception("batch evaluation failed; evaluating one label at a time")
-        return _evaluate_one_by_one(app, action_states, limit=limit), []
+        return _evaluate_one_by_one(app, gate_states, limit=limit), []
     return len(due), need_feeds
 
 
@@ -66,12 +62,8 @@ def evaluate_leased(app: App, key: StateKey) -> None:
     A feed that fails leaves the label in its gate, due again after a short
     delay (see :func:`routemaster.labels.evaluate_label`).
     """
-    machine = _machine(app, key[0])
-    if machine is None:
-        with app.db.begin() as conn:
-            claims.clear_due(conn, [key])
-        return
     try:
+        machine = app.config.get_machine(key[0])
         labels.evaluate_label(app, machine, key[1], feed_timeout=app.settings.feed_timeout)
     except Exception as error:
         logger.exception("evaluating %s/%s failed", key[0], key[1])
@@ -81,11 +73,11 @@ def evaluate_leased(app: App, key: StateKey) -> None:
             )
 
 
-def _evaluate_one_by_one(app: App, action_states: Sequence[StateKey], *, limit: int) -> int:
+def _evaluate_one_by_one(app: App, gate_states: Sequence[StateKey], *, limit: int) -> int:
     """The slow, isolated path after a batch failed: each label in its own transactions."""
     now = app.now()
     with app.db.begin() as conn:
-        due = claims.lock_due_gates(conn, action_states, limit=limit, now=now)
+        due = claims.lock_due_gates(conn, gate_states, limit=limit, now=now)
         keys = [(label.state_machine, label.name) for label in due]
         claims.lease(
             conn, keys, lease_until=now + app.settings.lease, worker_id=app.settings.worker_id
@@ -93,11 +85,3 @@ def _evaluate_one_by_one(app: App, action_states: Sequence[StateKey], *, limit: 
     for key in keys:
         evaluate_leased(app, key)
     return len(keys)
-
-
-def _machine(app: App, name: str) -> StateMachine | None:
-    """The machine, or ``None`` for labels of a machine no longer configured."""
-    try:
-        return app.config.get_machine(name)
-    except KeyError:
-        return None

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from routemaster import labels
 from routemaster.app import App
-from routemaster.config.model import Action, IntervalTrigger, MetadataTimezone
+from routemaster.config.model import Action, Gate, IntervalTrigger, MetadataTimezone
 from routemaster.worker import claims
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import evaluate_due_gates, evaluate_leased
@@ -66,6 +66,12 @@ class Worker:
             for state in machine.states
             if isinstance(state, Action)
         ]
+        self.gate_states = [
+            (machine.name, state.name)
+            for machine in app.config.state_machines
+            for state in machine.states
+            if isinstance(state, Gate)
+        ]
         self.triggers = list(scheduled_triggers(app.config))
         self.zones: dict[str, list[str]] = {}  # per-label-zone trigger key -> zones seen
         self.handled: dict[str, datetime.datetime] = {}  # occurrence key -> latest handled
@@ -74,8 +80,9 @@ class Worker:
         self.slot_freed = threading.Event()
         self.lock = threading.Lock()
         self.scheduler = schedule.Scheduler()
-        self.scheduler.every(1).seconds.do(self.fire_triggers)
+        # In this order, so that at start-up the zones are known before triggers fire.
         self.scheduler.every(ZONE_REFRESH_SECONDS).seconds.do(self.housekeeping)
+        self.scheduler.every(1).seconds.do(self.fire_triggers)
         adapter = requests.adapters.HTTPAdapter(
             pool_connections=self.concurrency, pool_maxsize=self.concurrency
         )
@@ -97,11 +104,19 @@ class Worker:
         listener = DueListener(self.app.db)
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="routemaster-delivery")
         try:
-            self.housekeeping()
-            self.fire_triggers()
+            first = True
             while not self.stopping.is_set():
-                self.scheduler.run_pending()
-                if self.work_once(pool):
+                try:
+                    if first:
+                        self.scheduler.run_all()  # triggers and zones from the start
+                        first = False
+                    self.scheduler.run_pending()
+                    if self.work_once(pool):
+                        continue
+                except sa.exc.SQLAlchemyError:
+                    # The database is away (restart, failover): keep trying, slowly.
+                    logger.exception("database error in the worker loop; retrying")
+                    self.stopping.wait(self.app.settings.poll_interval)
                     continue
                 if self.in_flight >= self.concurrency:
                     self.slot_freed.wait(self.app.settings.poll_interval)
@@ -129,7 +144,7 @@ class Worker:
         for claim in actions:
             self._submit(pool, deliver_claim, self.app, claim, self.rng)
         evaluated, leased = evaluate_due_gates(
-            self.app, self.action_states, limit=settings.batch_size
+            self.app, self.gate_states, limit=settings.batch_size
         )
         for key in leased:
             self._submit(pool, evaluate_leased, self.app, key)
