@@ -14,7 +14,7 @@ from typing import Any
 
 import flask
 
-from routemaster.api import errors, explanations, health, labels, machines
+from routemaster.api import errors, explanations, health, labels, machines, operations
 from routemaster.api.extension import EXTENSION_KEY
 from routemaster.api.paths import NameConverter, rewrite_path_info
 from routemaster.app import App
@@ -41,6 +41,7 @@ def create_app(app: App) -> flask.Flask:
         machines.blueprint,
         labels.blueprint,
         explanations.blueprint,
+        operations.blueprint,
     ):
         flask_app.register_blueprint(blueprint)
     _forget_pooled_connections_after_fork(app)

@@ -1,0 +1,91 @@
+"""Operator commands: retry an errored label, pause and resume it, move it by force.
+
+Clients can still never move a label; these are for the people running the
+service (put them behind authentication in production). Each command is
+recorded in the label's history as forced, with the given reason.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import flask
+from werkzeug.exceptions import BadRequest, Conflict
+
+from routemaster import labels as label_core
+from routemaster.api.extension import machine_or_404, routemaster_app
+from routemaster.api.labels import LABEL, check_label_name, label_body
+from routemaster.api.responses import json_response
+
+blueprint = flask.Blueprint("operations", __name__)
+
+
+@blueprint.post(LABEL + "/retry")
+def retry(sm: str, label: str) -> flask.Response:
+    """Make an errored action delivery due again with a fresh attempt count."""
+    app = routemaster_app()
+    machine = machine_or_404(app, sm)
+    check_label_name(label)
+    body = _command_body()
+    return _run(lambda: label_core.retry_label(app, machine, label, reason=body.get("reason")))
+
+
+@blueprint.post(LABEL + "/pause")
+def pause(sm: str, label: str) -> flask.Response:
+    app = routemaster_app()
+    machine = machine_or_404(app, sm)
+    check_label_name(label)
+    body = _command_body()
+    return _run(
+        lambda: label_core.set_paused(app, machine, label, True, reason=body.get("reason"))
+    )
+
+
+@blueprint.post(LABEL + "/resume")
+def resume(sm: str, label: str) -> flask.Response:
+    app = routemaster_app()
+    machine = machine_or_404(app, sm)
+    check_label_name(label)
+    body = _command_body()
+    return _run(
+        lambda: label_core.set_paused(app, machine, label, False, reason=body.get("reason"))
+    )
+
+
+@blueprint.post(LABEL + "/move")
+def move(sm: str, label: str) -> flask.Response:
+    """Body ``{"state": S, "reason": "..."}``: put the label in ``S`` regardless of conditions."""
+    app = routemaster_app()
+    machine = machine_or_404(app, sm)
+    check_label_name(label)
+    body = _command_body()
+    destination = body.get("state")
+    if not isinstance(destination, str):
+        raise BadRequest('The request body must name the destination: {"state": "..."}.')
+    return _run(
+        lambda: label_core.force_move(app, machine, label, destination, reason=body.get("reason"))
+    )
+
+
+def _run(command: Any) -> flask.Response:
+    try:
+        return json_response(label_body(command()))
+    except label_core.InvalidOperation as error:
+        raise Conflict(str(error)) from None
+
+
+def _command_body() -> dict[str, Any]:
+    """An optional JSON object; ``reason``, when given, must be a string."""
+    raw = flask.request.get_data(cache=False)
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise BadRequest("The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.")
+    if body.get("reason") is not None and not isinstance(body["reason"], str):
+        raise BadRequest('"reason" must be a string.')
+    return body
