@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from measure import BENCH_DIR, MemorySampler, Server, run_pgbench, run_wrk, summarise
+from measure import BENCH_DIR, MemorySampler, Server, run_pgbench, run_wrk, run_wrk_until, summarise
 from report import evaluate, print_table
 from targets import REFERENCE_VENV, REPO, Project, Reference, Target
 
@@ -45,14 +45,28 @@ class Profile:
 
 
 FULL = Profile(
-    duration=5, warmup=2, reps=3, slow_reps=1, scales=(0, 10_000, 100_000), list_scale=100_000,
-    interval_sizes=(2_000, 100_000), action_labels={"project": 5_000, "reference": 1_000},
-    reference_cap=60, project_cap=180,
+    duration=5,
+    warmup=2,
+    reps=3,
+    slow_reps=1,
+    scales=(0, 10_000, 100_000),
+    list_scale=100_000,
+    interval_sizes=(2_000, 100_000),
+    action_labels={"project": 5_000, "reference": 1_000},
+    reference_cap=60,
+    project_cap=180,
 )
 QUICK = Profile(
-    duration=2, warmup=1, reps=1, slow_reps=1, scales=(0, 10_000), list_scale=10_000,
-    interval_sizes=(2_000,), action_labels={"project": 2_000, "reference": 300},
-    reference_cap=20, project_cap=60,
+    duration=2,
+    warmup=1,
+    reps=1,
+    slow_reps=1,
+    scales=(0, 10_000),
+    list_scale=10_000,
+    interval_sizes=(2_000,),
+    action_labels={"project": 2_000, "reference": 300},
+    reference_cap=20,
+    project_cap=60,
 )
 
 
@@ -78,7 +92,13 @@ class Suite:
 
     def record(self, key: str, target: str, unit: str, values: list[float], **extra: Any) -> None:
         peaks = self.sampler.take()
-        entry = {"unit": unit, **summarise(values), **extra}
+        # other work on the machine skews every figure: keep the load next to it
+        entry = {
+            "unit": unit,
+            **summarise(values),
+            **extra,
+            "loadavg_1m_after": round(os.getloadavg()[0], 2),
+        }
         if target in peaks:
             entry["peak_rss_mib"] = {k: round(v / 2**20, 1) for k, v in peaks[target].items()}
             overall = self.memory.setdefault(target, {})
@@ -87,8 +107,11 @@ class Suite:
         self.results.setdefault(key, {})[target] = entry
         median = entry["median"]
         shown = "n/a" if median is None else f"{median:,.1f}"
-        print(f"  {key:<22} {target:<10} {shown:>12} {unit}"
-              + (f"  ({extra['note']})" if extra.get("note") else ""), flush=True)
+        print(
+            f"  {key:<22} {target:<10} {shown:>12} {unit}"
+            + (f"  ({extra['note']})" if extra.get("note") else ""),
+            flush=True,
+        )
 
     # -- pgbench ---------------------------------------------------------------
 
@@ -123,11 +146,13 @@ class Suite:
                 scenario = f"{'create' if name == 'insert' else 'read'}_c{clients}"
                 if not (self.wanted(key) or self.wanted(scenario)):
                     continue
-                run_pgbench(self.server, pg.database, script, clients=clients,
-                            duration=self.p.warmup)
+                run_pgbench(
+                    self.server, pg.database, script, clients=clients, duration=self.p.warmup
+                )
                 runs = [
-                    run_pgbench(self.server, pg.database, script, clients=clients,
-                                duration=self.p.duration)
+                    run_pgbench(
+                        self.server, pg.database, script, clients=clients, duration=self.p.duration
+                    )
                     for _ in range(self.p.reps)
                 ]
                 self.record(key, "pgbench", "tx/s", runs)
@@ -185,18 +210,40 @@ class Suite:
 
         def one(duration: float) -> dict[str, Any]:
             if mode == "create":
-                return run_wrk(base, mode="create", machine="flow", prefix=self.tag("c"),
-                               n=0, connections=conc, duration=duration)
+                return run_wrk(
+                    base,
+                    mode="create",
+                    machine="flow",
+                    prefix=self.tag("c"),
+                    n=0,
+                    connections=conc,
+                    duration=duration,
+                )
             if mode == "read":
-                return run_wrk(base, mode="read", machine="flow", prefix="r", n=1000,
-                               connections=conc, duration=duration)
+                return run_wrk(
+                    base,
+                    mode="read",
+                    machine="flow",
+                    prefix="r",
+                    n=1000,
+                    connections=conc,
+                    duration=duration,
+                )
             # update: enough fresh labels in `start` for the run, sized from the last rate
             count = int(max(one.rate, 100) * duration * 2) + 500  # type: ignore[attr-defined]
             prefix = self.tag("u")
             target.bulk_labels("flow", "start", prefix, count, {"n": 0, "go": False})
             since = target.max_history_id()
-            result = run_wrk(base, mode="patch", machine="flow", prefix=prefix, n=count,
-                             connections=conc, duration=duration, key="go")
+            result = run_wrk(
+                base,
+                mode="patch",
+                machine="flow",
+                prefix=prefix,
+                n=count,
+                connections=conc,
+                duration=duration,
+                key="go",
+            )
             result["moved"] = target.transitions("flow", "start", "review", since)
             result["exhausted"] = result["moved"] >= count
             return result
@@ -214,9 +261,16 @@ class Suite:
             moved = sum(r["moved"] for r in runs)
             if moved < requests * 0.99:
                 note += f" only {moved} of {requests} moved"
-        self.record(key, target.name, "req/s", [r["rate"] for r in runs], note=note.strip(),
-                    latency_p50_ms=[r["p50_us"] / 1000 for r in runs],
-                    latency_p99_ms=[r["p99_us"] / 1000 for r in runs], raw=runs)
+        self.record(
+            key,
+            target.name,
+            "req/s",
+            [r["rate"] for r in runs],
+            note=note.strip(),
+            latency_p50_ms=[r["p50_us"] / 1000 for r in runs],
+            latency_p99_ms=[r["p99_us"] / 1000 for r in runs],
+            raw=runs,
+        )
 
     def listing(self, target: Target, key: str, scale: int) -> None:
         """Full listing (time to the last byte) or one page of 100 (latency), sequentially."""
@@ -240,8 +294,14 @@ class Suite:
                 seconds, body = get(path)
                 runs.append(seconds)
                 count = len(json.loads(body)["labels"])
-            self.record(key, target.name, "s", runs, labels=count,
-                        note="" if count >= scale else f"only {count} labels listed")
+            self.record(
+                key,
+                target.name,
+                "s",
+                runs,
+                labels=count,
+                note="" if count >= scale else f"only {count} labels listed",
+            )
         else:
             _, body = get(path + "?limit=100")
             first = json.loads(body)
@@ -260,19 +320,32 @@ class Suite:
             self.record(key, target.name, "ms", times)
         conn.close()
 
-    def wait_for(self, target: Target, machine: str, old: str, new: str, since: int, n: int,
-                 *, cap: float, origin: float, started: float | None,
-                 first_timeout: float) -> dict[str, Any]:
+    def wait_for(
+        self,
+        target: Target,
+        machine: str,
+        old: str,
+        new: str,
+        since: int,
+        n: int,
+        *,
+        cap: float,
+        origin: float,
+        started: float | None,
+        first_timeout: float,
+    ) -> dict[str, Any]:
         """Poll history until ``n`` labels made the move ``old`` -> ``new``.
 
         The drain is timed from ``started`` (or, when that cannot be known, from
         the first label seen moving) and given up ``cap`` seconds after that;
         ``first_timeout`` bounds the wait, from ``origin``, for the first move.
         """
-        first = None
+        first, count, progressed = None, 0, origin
         while True:
             now = time.time()
-            count = target.transitions(machine, old, new, since)
+            seen = target.transitions(machine, old, new, since)
+            if seen > count:
+                count, progressed = seen, now
             if count and first is None:
                 first = now
             if count >= n:
@@ -285,9 +358,14 @@ class Suite:
                 break
             time.sleep(0.05)
         begun = started if started is not None else first
-        elapsed = (now - begun) if begun is not None else None
-        return {"count": count, "elapsed": elapsed, "done": count >= n,
-                "first_after_s": None if first is None else first - origin}
+        # timed to the last label seen moving, so a stuck straggler does not count as time
+        elapsed = (progressed - begun) if begun is not None and count else None
+        return {
+            "count": count,
+            "elapsed": elapsed,
+            "done": count >= n,
+            "first_after_s": None if first is None else first - origin,
+        }
 
     def interval(self, target: Target, key: str, n: int) -> None:
         """Labels whose condition is already true sit in an interval gate: time the drain."""
@@ -312,8 +390,18 @@ class Suite:
                     notes.append("insert overran the tick")
             target.analyze()
             self.sampler.take()
-            outcome = self.wait_for(target, "timed", "wait", "done", since, n, cap=cap,
-                                    origin=time.time(), started=tick, first_timeout=90)
+            outcome = self.wait_for(
+                target,
+                "timed",
+                "wait",
+                "done",
+                since,
+                n,
+                cap=cap,
+                origin=time.time(),
+                started=tick,
+                first_timeout=90,
+            )
             raw.append(outcome)
             if outcome["elapsed"] is None or not outcome["count"]:
                 notes.append("nothing left the gate")
@@ -321,13 +409,23 @@ class Suite:
             rate = outcome["count"] / max(outcome["elapsed"], 0.05)
             runs.append(rate)
             if not outcome["done"]:
-                notes.append(f"{outcome['count']} of {n} in {outcome['elapsed']:.0f}s, "
-                             f"full drain ~{n / rate:.0f}s")
+                notes.append(
+                    f"{outcome['count']} of {n} in {outcome['elapsed']:.0f}s, "
+                    f"full drain ~{n / rate:.0f}s"
+                )
         drain = [n / r for r in runs]
-        self.record(key, target.name, "labels/s", runs, drain_s=summarise(drain),
-                    note="; ".join(notes), raw=raw,
-                    measured_from="the trigger's occurrence" if target.name == "project"
-                    else "the first label leaving the gate")
+        self.record(
+            key,
+            target.name,
+            "labels/s",
+            runs,
+            drain_s=summarise(drain),
+            note="; ".join(notes),
+            raw=raw,
+            measured_from="the trigger's occurrence"
+            if target.name == "project"
+            else "the first label leaving the gate",
+        )
 
     def action(self, target: Target, key: str) -> None:
         """PATCH opens the gate into an action (16 clients); time until all reached `end`."""
@@ -342,11 +440,32 @@ class Suite:
             since = target.max_history_id()
             self.sampler.take()
             started = time.time()
-            patch = run_wrk(target.base_url, mode="patch", machine=machine, prefix=prefix, n=n,
-                            connections=16, duration=cap, key="done")
+            patch = run_wrk_until(
+                target.base_url,
+                mode="patch",
+                machine=machine,
+                prefix=prefix,
+                n=n,
+                connections=16,
+                key="done",
+                cap=cap,
+                done=lambda since=since: (
+                    target.transitions(machine, "review", "notify", since) >= n
+                ),
+            )
             patched = time.time() - started
-            outcome = self.wait_for(target, machine, "notify", "end", since, n, cap=cap,
-                                    origin=started, started=started, first_timeout=cap)
+            outcome = self.wait_for(
+                target,
+                machine,
+                "notify",
+                "end",
+                since,
+                n,
+                cap=cap,
+                origin=started,
+                started=started,
+                first_timeout=cap,
+            )
             outcome["patch_seconds"] = patched
             outcome["patch_errors"] = patch["errors"]
             raw.append(outcome)
@@ -360,8 +479,14 @@ class Suite:
 def project_runnable() -> str | None:
     """None when ``python -m routemaster`` has serve, cron and migrate; else why not."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-m", "routemaster", "--help"], cwd=REPO, env=env,
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "routemaster", "--help"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     missing = [c for c in ("serve", "cron", "migrate") if c not in out.stdout]
     if out.returncode or missing:
         return f"routemaster CLI not usable (missing {missing}): {out.stderr.strip()[-300:]}"
@@ -378,9 +503,13 @@ def machine_info(server: Server) -> dict[str, Any]:
     except OSError:
         pass
     ref_python = REFERENCE_VENV / "bin" / "python"
-    reference_python = subprocess.run(
-        [str(ref_python), "--version"], capture_output=True, text=True, check=False
-    ).stdout.strip() if ref_python.exists() else None
+    reference_python = (
+        subprocess.run(
+            [str(ref_python), "--version"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        if ref_python.exists()
+        else None
+    )
     wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False)
     return {
         "cpus": os.cpu_count(),
@@ -397,10 +526,16 @@ def machine_info(server: Server) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="~3 minute development run")
-    parser.add_argument("--targets", default="pgbench,reference,project",
-                        help="comma-separated subset of pgbench,reference,project")
-    parser.add_argument("--only", default="",
-                        help="comma-separated scenario name prefixes, e.g. create_c16,interval")
+    parser.add_argument(
+        "--targets",
+        default="pgbench,reference,project",
+        help="comma-separated subset of pgbench,reference,project",
+    )
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated scenario name prefixes, e.g. create_c16,interval",
+    )
     parser.add_argument("--reference-workers", type=int, default=4)
     parser.add_argument("--output", type=Path, default=BENCH_DIR / "results")
     args = parser.parse_args()
@@ -410,12 +545,14 @@ def main() -> None:
     log_dir = Path(tempfile.mkdtemp(prefix="routemaster-bench-"))
     print(f"logs in {log_dir}", flush=True)
 
-    suite = Suite(profile, server, log_dir,
-                  {s.strip() for s in args.only.split(",") if s.strip()} or None)
+    suite = Suite(
+        profile, server, log_dir, {s.strip() for s in args.only.split(",") if s.strip()} or None
+    )
     started = time.time()
     receiver = subprocess.Popen(
         [sys.executable, str(BENCH_DIR / "receiver.py"), "--port", str(RECEIVER_PORT)],
-        stdout=subprocess.DEVNULL, stderr=open(log_dir / "receiver.log", "wb"),  # noqa: SIM115
+        stdout=subprocess.DEVNULL,
+        stderr=open(log_dir / "receiver.log", "wb"),  # noqa: SIM115
     )
     suite.sampler.roots["receiver"] = lambda: [("receiver", receiver.pid)]
     suite.sampler.start()
@@ -452,8 +589,10 @@ def main() -> None:
         "elapsed_s": round(time.time() - started),
         "skipped": skipped,
         "scenarios": suite.results,
-        "peak_rss_mib": {t: {r: round(v / 2**20, 1) for r, v in roles.items()}
-                         for t, roles in suite.memory.items()},
+        "peak_rss_mib": {
+            t: {r: round(v / 2**20, 1) for r, v in roles.items()}
+            for t, roles in suite.memory.items()
+        },
         "checks": checks,
     }
     print()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import threading
@@ -51,8 +52,11 @@ class Server:
 
     def connect(self, database: str) -> psycopg2.extensions.connection:
         conn = psycopg2.connect(
-            host=self.host, port=self.port, user=self.user,
-            password=self.password or None, dbname=database,
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password or None,
+            dbname=database,
         )
         conn.autocommit = True
         return conn
@@ -69,8 +73,9 @@ class Server:
             conn.close()
 
     def recreate(self, database: str) -> None:
-        self.admin(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)',
-                   f'CREATE DATABASE "{database}"')
+        self.admin(
+            f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)', f'CREATE DATABASE "{database}"'
+        )
 
     def drop(self, database: str) -> None:
         self.admin(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
@@ -85,44 +90,160 @@ class Server:
         return env
 
 
-def run_wrk(
-    base_url: str, *, mode: str, machine: str, prefix: str, n: int,
-    connections: int, duration: float, key: str = "go", timeout_s: float = 10,
-) -> dict[str, Any]:
-    """One wrk run; returns its summary (requests, duration, errors, latency) and the rate."""
+def _wrk_command(
+    base_url: str,
+    *,
+    mode: str,
+    machine: str,
+    prefix: str,
+    n: int,
+    connections: int,
+    duration: float,
+    key: str,
+    timeout_s: float,
+) -> list[str]:
     threads = 1 if connections < 2 else 2
-    command = [
-        "wrk", "-t", str(threads), "-c", str(connections), "-d", f"{max(1, round(duration))}s",
-        "--timeout", f"{int(timeout_s)}s", "-s", str(LUA), base_url,
-        "--", mode, machine, prefix, str(n), str(threads), key,
+    return [
+        "wrk",
+        "-t",
+        str(threads),
+        "-c",
+        str(connections),
+        "-d",
+        f"{max(1, round(duration))}s",
+        "--timeout",
+        f"{int(timeout_s)}s",
+        "-s",
+        str(LUA),
+        base_url,
+        "--",
+        mode,
+        machine,
+        prefix,
+        str(n),
+        str(threads),
+        key,
     ]
-    out = subprocess.run(command, capture_output=True, text=True, check=False)
-    for line in out.stdout.splitlines():
+
+
+def _wrk_result(stdout: str, stderr: str) -> dict[str, Any]:
+    for line in stdout.splitlines():
         if line.startswith("BENCHJSON "):
-            result: dict[str, Any] = json.loads(line[len("BENCHJSON "):])
+            result: dict[str, Any] = json.loads(line[len("BENCHJSON ") :])
             seconds = result["duration_us"] / 1e6
             result["rate"] = result["requests"] / seconds if seconds else 0.0
-            errors = sum(result[k] for k in (
-                "status_errors", "connect_errors", "read_errors", "write_errors", "timeouts"))
-            result["errors"] = errors
+            result["errors"] = sum(
+                result[k]
+                for k in (
+                    "status_errors",
+                    "connect_errors",
+                    "read_errors",
+                    "write_errors",
+                    "timeouts",
+                )
+            )
             return result
-    raise RuntimeError(f"wrk failed: {out.stdout}\n{out.stderr}")
+    raise RuntimeError(f"wrk failed: {stdout}\n{stderr}")
+
+
+def run_wrk(
+    base_url: str,
+    *,
+    mode: str,
+    machine: str,
+    prefix: str,
+    n: int,
+    connections: int,
+    duration: float,
+    key: str = "go",
+    timeout_s: float = 10,
+) -> dict[str, Any]:
+    """One wrk run for a fixed time; its summary (requests, errors, latency) and the rate."""
+    command = _wrk_command(
+        base_url,
+        mode=mode,
+        machine=machine,
+        prefix=prefix,
+        n=n,
+        connections=connections,
+        duration=duration,
+        key=key,
+        timeout_s=timeout_s,
+    )
+    out = subprocess.run(command, capture_output=True, text=True, check=False)
+    return _wrk_result(out.stdout, out.stderr)
+
+
+def run_wrk_until(
+    base_url: str,
+    *,
+    done: Callable[[], bool],
+    cap: float,
+    mode: str,
+    machine: str,
+    prefix: str,
+    n: int,
+    connections: int,
+    key: str = "go",
+) -> dict[str, Any]:
+    """wrk until ``done()`` holds (polled), then SIGINT, which makes wrk report and exit.
+
+    wrk's own clock always runs the full ``-d``, even when the script has
+    stopped every thread, hence the poll.
+    """
+    command = _wrk_command(
+        base_url,
+        mode=mode,
+        machine=machine,
+        prefix=prefix,
+        n=n,
+        connections=connections,
+        duration=cap,
+        key=key,
+        timeout_s=10,
+    )
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + cap
+    while proc.poll() is None and time.time() < deadline and not done():
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate()
+    return _wrk_result(stdout, stderr)
 
 
 def run_pgbench(
-    server: Server, database: str, script: Path, *, clients: int, duration: float,
+    server: Server,
+    database: str,
+    script: Path,
+    *,
+    clients: int,
+    duration: float,
     defines: dict[str, str] | None = None,
 ) -> float:
     """Transactions per second of ``script`` (prepared statements: PostgreSQL's ceiling)."""
     command = [
-        "pgbench", "-n", "-M", "prepared", "-c", str(clients), "-j", str(min(clients, 2)),
-        "-T", str(max(1, round(duration))), "-f", str(script),
+        "pgbench",
+        "-n",
+        "-M",
+        "prepared",
+        "-c",
+        str(clients),
+        "-j",
+        str(min(clients, 2)),
+        "-T",
+        str(max(1, round(duration))),
+        "-f",
+        str(script),
     ]
     for name, value in (defines or {}).items():
         command += ["-D", f"{name}={value}"]
     command.append(database)
     out = subprocess.run(
-        command, capture_output=True, text=True, check=False,
+        command,
+        capture_output=True,
+        text=True,
+        check=False,
         env={**os.environ, **server.libpq_env()},
     )
     for line in out.stdout.splitlines():

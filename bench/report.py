@@ -6,11 +6,24 @@ from collections.abc import Callable
 from typing import Any
 
 ORDER = [
-    "create_c1", "create_c16", "read_c16", "update_c16",
-    "create_c16_10k", "read_c16_10k", "update_c16_10k",
-    "create_c16_100k", "read_c16_100k", "update_c16_100k",
-    "list_full_100k", "list_page_100k", "list_full_10k", "list_page_10k",
-    "interval_2k", "interval_100k", "action_fast", "action_flaky",
+    "create_c1",
+    "create_c16",
+    "read_c16",
+    "update_c16",
+    "create_c16_10k",
+    "read_c16_10k",
+    "update_c16_10k",
+    "create_c16_100k",
+    "read_c16_100k",
+    "update_c16_100k",
+    "list_full_100k",
+    "list_page_100k",
+    "list_full_10k",
+    "list_page_10k",
+    "interval_2k",
+    "interval_100k",
+    "action_fast",
+    "action_flaky",
 ]
 PGBENCH = {"create": "pg_insert", "read": "pg_read"}
 TIME_UNITS = {"s", "ms"}
@@ -63,42 +76,91 @@ def evaluate(results: dict[str, Any], memory: dict[str, dict[str, int]]) -> list
     checks: list[dict[str, Any]] = []
 
     def check(name: str, value: float | None, ok: Callable[[float], bool], goal: str) -> None:
-        checks.append({"name": name, "value": value, "target": goal,
-                       "pass": None if value is None else bool(ok(value))})
+        checks.append(
+            {
+                "name": name,
+                "value": value,
+                "target": goal,
+                "pass": None if value is None else bool(ok(value)),
+            }
+        )
 
     def rel(key: str, base: str) -> float | None:
         a, b = median(results, key, "project"), median(results, base, "project")
         return a / b if a and b else None
 
-    check("create, 16 clients, vs reference", r.get("create_c16", {}).get("project_vs_reference"),
-          lambda v: v >= 6, ">= 6x")
-    check("create, 16 clients, vs pgbench insert",
-          r.get("create_c16", {}).get("project_vs_pgbench"), lambda v: v >= 1 / 3, ">= 0.33")
-    check("read, 16 clients, vs reference", r.get("read_c16", {}).get("project_vs_reference"),
-          lambda v: v >= 4, ">= 4x")
-    check("update with transition, 16 clients, vs reference",
-          r.get("update_c16", {}).get("project_vs_reference"), lambda v: v >= 5, ">= 5x")
+    check(
+        "create, 16 clients, vs reference",
+        r.get("create_c16", {}).get("project_vs_reference"),
+        lambda v: v >= 6,
+        ">= 6x",
+    )
+    check(
+        "create, 16 clients, vs pgbench insert",
+        r.get("create_c16", {}).get("project_vs_pgbench"),
+        lambda v: v >= 1 / 3,
+        ">= 0.33",
+    )
+    check(
+        "read, 16 clients, vs reference",
+        r.get("read_c16", {}).get("project_vs_reference"),
+        lambda v: v >= 4,
+        ">= 4x",
+    )
+    check(
+        "update with transition, 16 clients, vs reference",
+        r.get("update_c16", {}).get("project_vs_reference"),
+        lambda v: v >= 5,
+        ">= 5x",
+    )
     for op in ("create", "read"):
-        check(f"{op} at 100,000 labels vs empty", rel(f"{op}_c16_100k", f"{op}_c16"),
-              lambda v: v >= 0.9, ">= 0.9")
-    check("interval gate, 2,000 labels", median(results, "interval_2k", "project"),
-          lambda v: v >= 5000, ">= 5,000 labels/s")
+        check(
+            f"{op} at 100,000 labels vs empty",
+            rel(f"{op}_c16_100k", f"{op}_c16"),
+            lambda v: v >= 0.9,
+            ">= 0.9",
+        )
+    check(
+        "interval gate, 2,000 labels",
+        median(results, "interval_2k", "project"),
+        lambda v: v >= 5000,
+        ">= 5,000 labels/s",
+    )
     drain = results.get("interval_100k", {}).get("project", {}).get("drain_s", {}).get("median")
     check("interval gate, 100,000 labels drained", drain, lambda v: v < 60, "< 60 s")
-    check("action, fast receiver", median(results, "action_fast", "project"),
-          lambda v: v >= 1000, ">= 1,000 labels/s")
-    check("full listing of 100,000", median(results, "list_full_100k", "project"),
-          lambda v: v < 1, "< 1 s")
+    check(
+        "action, fast receiver",
+        median(results, "action_fast", "project"),
+        lambda v: v >= 1000,
+        ">= 1,000 labels/s",
+    )
+    check(
+        "full listing of 100,000",
+        median(results, "list_full_100k", "project"),
+        lambda v: v < 1,
+        "< 1 s",
+    )
     listing = _serve_peak(results.get("list_full_100k", {}).get("project"))
     reading = _serve_peak(results.get("read_c16_100k", {}).get("project"))
-    check("full listing memory growth over reads (MiB)",
-          None if listing is None or reading is None else listing - reading,
-          lambda v: v < 20, "< 20 MiB (flat)")
-    check("page of 100 at 100,000", median(results, "list_page_100k", "project"),
-          lambda v: v < 20, "< 20 ms")
+    check(
+        "full listing memory growth over reads (MiB)",
+        None if listing is None or reading is None else listing - reading,
+        lambda v: v < 20,
+        "< 20 MiB (flat)",
+    )
+    check(
+        "page of 100 at 100,000",
+        median(results, "list_page_100k", "project"),
+        lambda v: v < 20,
+        "< 20 ms",
+    )
     peak = max(memory.get("project", {}).values(), default=None)
-    check("largest process RSS (MiB)", None if peak is None else peak / 2**20,
-          lambda v: v <= 150, "<= 150 MiB")
+    check(
+        "largest process RSS (MiB)",
+        None if peak is None else peak / 2**20,
+        lambda v: v <= 150,
+        "<= 150 MiB",
+    )
     return checks
 
 
@@ -121,16 +183,23 @@ def print_table(report: dict[str, Any]) -> None:
     r = ratios(results)
     rows = [("scenario", "unit", "project", "reference", "pgbench", "proj/ref", "proj/pg")]
     keys = [k for k in ORDER if k in results] + sorted(
-        k for k in results if k not in ORDER and not k.startswith("pg_"))
+        k for k in results if k not in ORDER and not k.startswith("pg_")
+    )
     for key in keys:
         entry = results[key]
         unit = next(iter(entry.values()))["unit"]
         pg = pg_key(key)
-        rows.append((
-            key, unit, _fmt(entry.get("project")), _fmt(entry.get("reference")),
-            _fmt(results.get(pg, {}).get("pgbench")) if pg else "",
-            _x(r[key]["project_vs_reference"]), _x(r[key]["project_vs_pgbench"]),
-        ))
+        rows.append(
+            (
+                key,
+                unit,
+                _fmt(entry.get("project")),
+                _fmt(entry.get("reference")),
+                _fmt(results.get(pg, {}).get("pgbench")) if pg else "",
+                _x(r[key]["project_vs_reference"]),
+                _x(r[key]["project_vs_pgbench"]),
+            )
+        )
     for key in sorted(k for k in results if k.startswith("pg_")):
         rows.append((key, "tx/s", "", "", _fmt(results[key].get("pgbench")), "", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -138,8 +207,9 @@ def print_table(report: dict[str, Any]) -> None:
         print("  ".join(cell.ljust(widths[j]) for j, cell in enumerate(row)).rstrip())
         if i == 0:
             print("  ".join("-" * w for w in widths))
-    notes = [(k, t, e["note"]) for k, per in results.items() for t, e in per.items()
-             if e.get("note")]
+    notes = [
+        (k, t, e["note"]) for k, per in results.items() for t, e in per.items() if e.get("note")
+    ]
     if notes:
         print("\nnotes:")
         for key, target, note in notes:

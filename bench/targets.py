@@ -65,7 +65,11 @@ class Target:
         for role, argv, env in self.commands():
             log = open(self.log_dir / f"{self.name}-{role}.log", "ab")  # noqa: SIM115
             proc = subprocess.Popen(
-                argv, cwd=REPO, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+                argv,
+                cwd=REPO,
+                env={**os.environ, **env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
             self.procs.append((role, proc))
@@ -79,7 +83,8 @@ class Target:
                 if proc.poll() is not None:
                     raise RuntimeError(
                         f"{self.name} {role} exited with {proc.returncode}; "
-                        f"see {self.log_dir}/{self.name}-{role}.log")
+                        f"see {self.log_dir}/{self.name}-{role}.log"
+                    )
             try:
                 with urllib.request.urlopen(self.base_url + "/", timeout=2) as response:
                     if response.status == 200:
@@ -130,7 +135,12 @@ class Target:
             return cur.fetchone()[0] if cur.description else None
 
     def bulk_labels(
-        self, machine: str, state: str, prefix: str, count: int, metadata: dict[str, Any],
+        self,
+        machine: str,
+        state: str,
+        prefix: str,
+        count: int,
+        metadata: dict[str, Any],
     ) -> None:
         """``count`` labels ``PREFIX-0`` .. ``PREFIX-(count-1)`` sitting in ``state``, via SQL."""
         raise NotImplementedError
@@ -143,12 +153,14 @@ class Target:
 
     def transitions(self, machine: str, old: str, new: str, since_id: int) -> int:
         """History rows recording ``old`` -> ``new`` in ``machine`` written after ``since_id``."""
-        return int(self.query(
-            f"SELECT count(*) FROM history WHERE id > %(since)s "
-            f"AND {self.history_machine_column} = %(m)s "
-            f"AND old_state = %(old)s AND new_state = %(new)s",
-            {"since": since_id, "m": machine, "old": old, "new": new},
-        ))
+        return int(
+            self.query(
+                f"SELECT count(*) FROM history WHERE id > %(since)s "
+                f"AND {self.history_machine_column} = %(m)s "
+                f"AND old_state = %(old)s AND new_state = %(new)s",
+                {"since": since_id, "m": machine, "old": old, "new": new},
+            )
+        )
 
     def next_interval_tick(self, after: float, interval: float = 60) -> float | None:
         """When the next interval-trigger run starts after ``after``, if it can be known."""
@@ -172,7 +184,10 @@ class Project(Target):
 
     def create_schema(self) -> None:
         subprocess.run(
-            self._cli("migrate"), cwd=REPO, env={**os.environ, **self._env()}, check=True,
+            self._cli("migrate"),
+            cwd=REPO,
+            env={**os.environ, **self._env()},
+            check=True,
             capture_output=True,
         )
 
@@ -184,7 +199,12 @@ class Project(Target):
         ]
 
     def bulk_labels(
-        self, machine: str, state: str, prefix: str, count: int, metadata: dict[str, Any],
+        self,
+        machine: str,
+        state: str,
+        prefix: str,
+        count: int,
+        metadata: dict[str, Any],
     ) -> None:
         self.query(
             """
@@ -217,8 +237,12 @@ class Reference(Target):
         self.workers = workers
 
     def _env(self) -> dict[str, str]:
-        env = {"DB_HOST": self.server.host, "DB_PORT": str(self.server.port),
-               "DB_NAME": self.database, "DB_USER": self.server.user}
+        env = {
+            "DB_HOST": self.server.host,
+            "DB_PORT": str(self.server.port),
+            "DB_NAME": self.database,
+            "DB_USER": self.server.user,
+        }
         if self.server.password:
             env["DB_PASS"] = self.server.password
         return env
@@ -230,18 +254,31 @@ class Reference(Target):
         )
         subprocess.run(
             [str(REFERENCE_VENV / "bin" / "python"), "-c", script, self.server.url(self.database)],
-            cwd=BENCH_DIR, check=True, capture_output=True,
+            cwd=BENCH_DIR,
+            check=True,
+            capture_output=True,
         )
 
     def commands(self) -> list[tuple[str, list[str], dict[str, str]]]:
         argv = [
-            str(REFERENCE_VENV / "bin" / "routemaster"), "--config-file", str(CONFIG), "serve",
-            "-b", f"127.0.0.1:{self.port}", "--workers", str(self.workers),
+            str(REFERENCE_VENV / "bin" / "routemaster"),
+            "--config-file",
+            str(CONFIG),
+            "serve",
+            "-b",
+            f"127.0.0.1:{self.port}",
+            "--workers",
+            str(self.workers),
         ]
         return [("serve", argv, self._env())]
 
     def bulk_labels(
-        self, machine: str, state: str, prefix: str, count: int, metadata: dict[str, Any],
+        self,
+        machine: str,
+        state: str,
+        prefix: str,
+        count: int,
+        metadata: dict[str, Any],
     ) -> None:
         params = {"m": machine, "p": prefix, "s": state, "n": count, "md": Json(metadata)}
         self.query(
@@ -250,14 +287,18 @@ class Reference(Target):
                                 deleted, updated)
             SELECT %(p)s || '-' || g, %(m)s, %(md)s, true, false, now()
             FROM generate_series(0, %(n)s - 1) g
-            """, params)
+            """,
+            params,
+        )
         self.query(
             """
             INSERT INTO history (label_name, label_state_machine, created, forced,
                                  old_state, new_state)
             SELECT %(p)s || '-' || g, %(m)s, now(), false, NULL, %(s)s
             FROM generate_series(0, %(n)s - 1) g
-            """, params)
+            """,
+            params,
+        )
 
     def next_interval_tick(self, after: float, interval: float = 60) -> float | None:
         # Its `schedule` jobs run one interval after the previous run ended, counted

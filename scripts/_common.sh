@@ -22,7 +22,7 @@ ensure_installed() {
         return 0
     fi
     echo "Installing routemaster and its dependencies (first run only)..." >&2
-    (cd "$ROOT" && "$PYTHON" -m pip install -q --disable-pip-version-check -e '.[dev,embedded]')
+    (cd "$ROOT" && "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e '.[dev,embedded]')
     echo "$want" > "$stamp"
 }
 

@@ -4,11 +4,14 @@
 neither ``DATABASE_URL`` nor the ``DB_*`` variables are set, so a fresh clone
 runs without anyone installing or configuring a database server.
 
-The server listens only on a unix socket (no TCP port to collide with), in the
-data directory when its path is short enough for a socket name, else in a
-per-data-directory folder under the temporary directory. It is started on
-demand, shared by every process that asks for the same data directory, and
-keeps running until ``routemaster db stop``.
+The server listens on 127.0.0.1 on a port chosen free when it starts (never
+assumed to be 5432, which a system server may hold; the last port is reused
+when still free), and on a unix socket in the data directory when its path is
+short enough for a socket name, else in a per-data-directory folder under the
+temporary directory. Connections from this host are trusted, as with a
+development server. It is started on demand, shared by every process that
+asks for the same data directory, and keeps running until
+``routemaster db stop``.
 
 Binaries: the system's (``pg_ctl`` on ``PATH``, else the newest
 ``/usr/lib/postgresql/*/bin``), else those shipped in the ``pgserver`` wheel
@@ -29,6 +32,7 @@ import pwd
 import re
 import shlex
 import shutil
+import socket
 import stat
 import subprocess
 import tempfile
@@ -46,7 +50,9 @@ START_TIMEOUT = 60  # seconds pg_ctl waits for the server to accept connections
 
 # sizeof(sockaddr_un.sun_path) is 108 on Linux, including the terminating NUL.
 _MAX_SOCKET_PATH = 107
-_SOCKET_NAME = ".s.PGSQL.5432"
+_SOCKET_NAME = ".s.PGSQL.65535"  # the longest a port number makes it
+_HOST = "127.0.0.1"
+_PORT_FILE = "routemaster.port"  # in the data directory: the port last used
 _PLAIN_PATH = re.compile(r"^[A-Za-z0-9_./-]+$")
 _REQUIRED_PROGRAMS = ("initdb", "pg_ctl", "postgres")
 
@@ -190,12 +196,25 @@ class EmbeddedPostgres:
     def log_file(self) -> Path:
         return self.data_dir / "server.log"
 
+    def port(self) -> int:
+        """The port of the running server (from ``postmaster.pid``), else the last one used."""
+        try:
+            lines = (self.data_dir / "postmaster.pid").read_text().splitlines()
+            return int(lines[3])
+        except (OSError, IndexError, ValueError):
+            pass
+        try:
+            return int((self.data_dir / _PORT_FILE).read_text())
+        except (OSError, ValueError) as error:
+            raise EmbeddedUnavailable(f"PostgreSQL in {self.data_dir} has never run") from error
+
     def url(self, database: str = DATABASE) -> str:
         return URL.create(
             "postgresql+psycopg2",
             username=SUPERUSER,
+            host=_HOST,
+            port=self.port(),
             database=database,
-            query={"host": str(self.socket_dir)},
         ).render_as_string(hide_password=False)
 
     def is_running(self) -> bool:
@@ -216,7 +235,8 @@ class EmbeddedPostgres:
                 started = False
             else:
                 self._prepare_socket_dir(os_user)
-                options = f"-h '' -k {shlex.quote(str(self.socket_dir))}"
+                port = self._choose_port()
+                options = f"-h {_HOST} -p {port} -k {shlex.quote(str(self.socket_dir))}"
                 result = self._pg_ctl(
                     [
                         "start",
@@ -252,7 +272,10 @@ class EmbeddedPostgres:
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
         """Serialise start/stop across processes (serve and cron start at the same time)."""
-        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        if not self.data_dir.parent.exists():
+            # A folder made for our local state: keep it out of git from the inside.
+            self.data_dir.parent.mkdir(parents=True)
+            (self.data_dir.parent / ".gitignore").write_text("*\n")
         lock_path = self.data_dir.parent / f".{self.data_dir.name}.lock"
         with open(lock_path, "a") as lock_file:
             fcntl.flock(lock_file, fcntl.LOCK_EX)
@@ -287,6 +310,19 @@ class EmbeddedPostgres:
         )
         if result.returncode != 0:
             raise EmbeddedUnavailable(f"initdb failed:\n{result.stdout}{result.stderr}")
+
+    def _choose_port(self) -> int:
+        """The port used last time if it is still free, else any free one; remembered."""
+        port_file = self.data_dir / _PORT_FILE
+        try:
+            previous = int(port_file.read_text())
+        except (OSError, ValueError):
+            previous = 0
+        port = previous if previous and _port_is_free(previous) else _free_port()
+        if port != previous:
+            port_file.write_text(f"{port}\n")
+            port_file.chmod(0o644)
+        return port
 
     def _prepare_socket_dir(self, os_user: _OsUser | None) -> None:
         if self.socket_dir == self.data_dir:
@@ -345,6 +381,22 @@ class EmbeddedPostgres:
             return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind((_HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((_HOST, 0))
+        port: int = probe.getsockname()[1]
+    return port
 
 
 def embedded_database_url(data_dir: Path | None = None) -> str:

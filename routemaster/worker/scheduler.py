@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from routemaster import labels
 from routemaster.app import App
-from routemaster.config.model import Action, Gate, IntervalTrigger, MetadataTimezone
+from routemaster.config.model import Action, Gate, IntervalTrigger, MetadataTimezone, TimeTrigger
 from routemaster.worker import claims
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import evaluate_due_gates, evaluate_leased
@@ -56,6 +56,8 @@ def run_worker(app: App) -> None:
 
 
 class Worker:
+    """One worker process's state: what it has in flight and which occurrences it has seen."""
+
     def __init__(self, app: App, *, rng: random.Random | None = None) -> None:
         self.app = app
         self.rng = rng or random.Random()
@@ -73,6 +75,12 @@ class Worker:
             if isinstance(state, Gate)
         ]
         self.triggers = list(scheduled_triggers(app.config))
+        self.fixed_zones = {  # resolved once: the system zone is read from disk
+            s.key: fixed_zone(s.trigger.timezone)
+            for s in self.triggers
+            if isinstance(s.trigger, TimeTrigger)
+            and not isinstance(s.trigger.timezone, MetadataTimezone)
+        }
         self.zones: dict[str, list[str]] = {}  # per-label-zone trigger key -> zones seen
         self.handled: dict[str, datetime.datetime] = {}  # occurrence key -> latest handled
         self.concurrency = app.settings.delivery_concurrency
@@ -169,7 +177,7 @@ class Worker:
                             zone=(trigger.timezone.path[1:], name),
                         )
             else:
-                occurrence = due_time_occurrence(now, trigger.time, fixed_zone(trigger.timezone))
+                occurrence = due_time_occurrence(now, trigger.time, self.fixed_zones[scheduled.key])
                 self._fire(scheduled, scheduled.key, occurrence)
 
     def housekeeping(self) -> None:

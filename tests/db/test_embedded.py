@@ -108,9 +108,20 @@ def test_data_dir_comes_from_the_environment() -> None:
     assert data_dir_from_environment({"ROUTEMASTER_DATA_DIR": "/var/pg"}) == Path("/var/pg")
 
 
-def test_url_points_at_the_socket(tmp_path: Path) -> None:
-    server = EmbeddedPostgres(tmp_path / "pgdata", tmp_path)
+def test_listens_on_a_free_loopback_port_and_a_socket(server: EmbeddedPostgres) -> None:
+    server.start()
     url = sa.engine.make_url(server.url())
-    assert url.database == "routemaster"
-    assert url.username == "postgres"
-    assert url.query["host"] == str(tmp_path / "pgdata")
+    assert (url.host, url.port, url.database, url.username) == (
+        "127.0.0.1", server.port(), "routemaster", "postgres"
+    )
+    assert url.port != 5432
+    assert (server.socket_dir / f".s.PGSQL.{url.port}").is_socket()
+
+
+def test_made_state_folder_is_ignored_by_git(tmp_path: Path) -> None:
+    bin_dir = system_binaries() or pgserver_binaries()
+    assert bin_dir is not None
+    embedded = EmbeddedPostgres.at(tmp_path / "state" / "pgdata", bin_dir)
+    assert not embedded.is_running()
+    embedded.stop()
+    assert (tmp_path / "state" / ".gitignore").read_text() == "*\n"
