@@ -1,10 +1,12 @@
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 setup(
     name="routemaster",
     version="2.0.0.dev0",
     description="State machines as a service.",
-    long_description=open("README.rst", encoding="utf-8").read(),
+    long_description=Path(__file__).with_name("README.rst").read_text(encoding="utf-8"),
     long_description_content_type="text/x-rst",
     python_requires=">=3.11",
     packages=find_packages(include=["routemaster", "routemaster.*"]),

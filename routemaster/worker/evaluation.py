@@ -28,21 +28,9 @@ def evaluate_due_gates(
     try:
         with app.db.begin() as conn:
             due = claims.lock_due_gates(conn, gate_states, limit=limit, now=now)
-            finished: list[StateKey] = []
-            need_feeds: list[StateKey] = []
-            for label in due:
-                key = (label.state_machine, label.name)
-                machine = app.config.get_machine(label.state_machine)
-                try:
-                    after = labels.advance_locked(
-                        conn, app, machine, label, evaluate=True, feeds={}
-                    )
-                except labels.FeedsNeeded:
-                    need_feeds.append(key)
-                    continue
-                if after.entry_id == label.entry_id:
-                    finished.append(key)
-            claims.clear_due(conn, finished)
+            outcome = labels.advance_batch_locked(conn, app, due)
+            need_feeds = outcome.need_feeds
+            claims.clear_due(conn, outcome.unmoved)
             claims.lease(
                 conn,
                 need_feeds,

@@ -1,0 +1,74 @@
+"""The worker's batched advance: many labels decided in Python, written in one statement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from routemaster import labels
+from routemaster.app import App
+from routemaster.config import load_config
+
+CONFIG = """
+state_machines:
+  order:
+    states:
+      - gate: waiting
+        triggers:
+          - interval: 1m
+        exit_condition: metadata.go = true
+        next: checking
+      - gate: checking
+        triggers:
+          - event: entry
+        exit_condition: metadata.express = true
+        next: ship
+      - action: ship
+        webhook: http://127.0.0.1:9/ship
+        next: done
+      - gate: done
+        exit_condition: false
+"""
+
+
+def _app(tmp_path: Path, db_engine: sa.Engine) -> App:
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG)
+    return App(config=load_config([path]), db=db_engine)
+
+
+def _locked(app: App, conn: sa.Connection) -> list[labels.Label]:
+    rows = conn.execute(
+        sa.text(f"SELECT {labels.LABEL_COLUMNS} FROM labels ORDER BY name FOR UPDATE")
+    ).all()
+    return [labels.Label(**row._mapping) for row in rows]
+
+
+def test_a_batch_moves_each_label_as_far_as_it_goes(tmp_path: Path, db_engine: sa.Engine) -> None:
+    app = _app(tmp_path, db_engine)
+    machine = app.config.get_machine("order")
+    labels.create_label(app, machine, "express", {"go": True, "express": True})
+    labels.create_label(app, machine, "normal", {"go": True})
+    labels.create_label(app, machine, "stuck", {"go": False})
+
+    with app.db.begin() as conn:
+        outcome = labels.advance_batch_locked(conn, app, _locked(app, conn))
+
+    assert sorted(outcome.moved) == [("order", "express"), ("order", "normal")]
+    assert outcome.unmoved == [("order", "stuck")]
+    assert outcome.need_feeds == []
+
+    express = labels.get_label(app, machine, "express")
+    assert (express.state, express.previous_state) == ("ship", "checking")
+    assert express.due_at is not None  # the action is handed to the worker
+    moves = [
+        (entry.old_state, entry.new_state) for entry in labels.history(app, machine, "express")
+    ]
+    assert moves == [(None, "waiting"), ("waiting", "checking"), ("checking", "ship")]
+    assert express.entry_id == labels.history(app, machine, "express")[-1].id
+
+    normal = labels.get_label(app, machine, "normal")
+    assert (normal.state, normal.due_at) == ("checking", None)
+    assert normal.entry_id == labels.history(app, machine, "normal")[-1].id
+    assert labels.get_label(app, machine, "stuck").state == "waiting"
