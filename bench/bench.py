@@ -171,7 +171,7 @@ class Suite:
                     keys.remove(f"create_c1{suffix}")
                 extra = []
                 if scale == 0:
-                    extra = ["action_fast", "action_flaky", "interval_2k"]
+                    extra = ["action_drain", "action_fast", "action_flaky", "interval_2k"]
                 if scale == self.p.list_scale:
                     extra += [f"list_full{suffix}", f"list_page{suffix}"]
                     extra += [f"interval_{n // 1000}k" for n in self.p.interval_sizes if n > 2000]
@@ -194,6 +194,8 @@ class Suite:
                         continue
                     if key.startswith("list"):
                         self.listing(target, key, scale)
+                    elif key == "action_drain":
+                        self.action_drain(target, key)
                     elif key.startswith("action"):
                         self.action(target, key)
                     elif key.startswith("interval"):
@@ -425,6 +427,50 @@ class Suite:
             measured_from="the trigger's occurrence"
             if target.name == "project"
             else "the first label leaving the gate",
+        )
+
+    def action_drain(self, target: Target, key: str) -> None:
+        """Labels that have just entered an action: how fast the worker delivers them all."""
+        n = self.p.action_labels[target.name]
+        cap = self.p.reference_cap if target.name == "reference" else self.p.project_cap
+        runs, notes, raw = [], [], []
+        for _ in range(self.p.slow_reps):
+            prefix = self.tag("d")
+            aligned = target.next_interval_tick(time.time()) is not None
+            if not aligned:
+                target.restart()  # its every-minute action job counts from process start
+            since = target.max_history_id()
+            target.bulk_labels("flow", "notify", prefix, n, {"go": True, "done": True}, due=True)
+            origin = time.time()
+            self.sampler.take()
+            outcome = self.wait_for(
+                target,
+                "flow",
+                "notify",
+                "end",
+                since,
+                n,
+                cap=cap,
+                origin=origin,
+                started=origin if aligned else None,
+                first_timeout=90,
+            )
+            raw.append(outcome)
+            if outcome["count"]:
+                runs.append(outcome["count"] / max(outcome["elapsed"], 0.05))
+            if not outcome["done"]:
+                notes.append(f"{outcome['count']} of {n} in {outcome['elapsed'] or 0:.0f}s")
+        self.record(
+            key,
+            target.name,
+            "labels/s",
+            runs,
+            labels=n,
+            note="; ".join(notes),
+            raw=raw,
+            measured_from="the labels entering the action"
+            if target.name == "project"
+            else "the first delivery (its action job runs once a minute)",
         )
 
     def action(self, target: Target, key: str) -> None:

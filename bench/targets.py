@@ -141,6 +141,8 @@ class Target:
         prefix: str,
         count: int,
         metadata: dict[str, Any],
+        *,
+        due: bool = False,
     ) -> None:
         """``count`` labels ``PREFIX-0`` .. ``PREFIX-(count-1)`` sitting in ``state``, via SQL."""
         raise NotImplementedError
@@ -205,6 +207,8 @@ class Project(Target):
         prefix: str,
         count: int,
         metadata: dict[str, Any],
+        *,
+        due: bool = False,
     ) -> None:
         self.query(
             """
@@ -213,10 +217,12 @@ class Project(Target):
                 SELECT %(m)s, %(p)s || '-' || g, NULL, %(s)s FROM generate_series(0, %(n)s - 1) g
                 RETURNING id, label
             )
-            INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, entry_id)
-            SELECT %(m)s, label, %(md)s, %(s)s, now(), id FROM h
+            INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, entry_id,
+                                due_at)
+            SELECT %(m)s, label, %(md)s, %(s)s, now(), id, CASE WHEN %(due)s THEN now() END
+            FROM h
             """,
-            {"m": machine, "p": prefix, "s": state, "n": count, "md": Json(metadata)},
+            {"m": machine, "p": prefix, "s": state, "n": count, "md": Json(metadata), "due": due},
         )
 
     def next_interval_tick(self, after: float, interval: float = 60) -> float | None:
@@ -279,6 +285,8 @@ class Reference(Target):
         prefix: str,
         count: int,
         metadata: dict[str, Any],
+        *,
+        due: bool = False,
     ) -> None:
         params = {"m": machine, "p": prefix, "s": state, "n": count, "md": Json(metadata)}
         self.query(

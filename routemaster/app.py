@@ -17,6 +17,7 @@ import requests
 import sqlalchemy as sa
 
 from routemaster.config.model import Config
+from routemaster.logging import BaseLogger
 
 Clock = Callable[[], datetime.datetime]
 
@@ -51,6 +52,7 @@ class App:
     settings: Settings = field(default_factory=Settings)
     clock: Clock = utc_now
     http: requests.Session = field(default_factory=requests.Session)
+    loggers: tuple[BaseLogger, ...] = ()  # the config's logging plugins
 
     def now(self) -> datetime.datetime:
         return self.clock()

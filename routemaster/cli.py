@@ -27,7 +27,7 @@ from routemaster.config.model import Config
 from routemaster.db.database import create_engine, url_from_environment
 from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable, embedded_database_url
 from routemaster.db.migrate import upgrade
-from routemaster.logging import PluginError, load_plugins
+from routemaster.logging import BaseLogger, PluginError, load_plugins
 
 DEFAULT_PORT = 2017
 _ENV_PREFIX = "ROUTEMASTER_"
@@ -88,6 +88,14 @@ class _Options:
         try:
             return load_config(self.config_paths)
         except ConfigError as error:
+            click.echo(str(error), err=True)
+            sys.exit(1)
+
+    def loggers(self, config: Config) -> tuple[BaseLogger, ...]:
+        """The config's logging plugins, or exit 1 saying which one failed to load."""
+        try:
+            return tuple(load_plugins(config))
+        except PluginError as error:
             click.echo(str(error), err=True)
             sys.exit(1)
 
@@ -160,6 +168,7 @@ class _GunicornServer(BaseApplication):  # type: ignore[misc]
 def serve(options: _Options, bind: str | None, workers: int | None) -> None:
     """Run the HTTP API under gunicorn."""
     config = options.load()
+    loggers = options.loggers(config)
     settings = settings_from_environment()
     url = database_url()
     migrate_database(url)
@@ -169,7 +178,9 @@ def serve(options: _Options, bind: str | None, workers: int | None) -> None:
 
         # A sync worker serves one request at a time: a small pool is plenty.
         engine = create_engine(url, pool_size=2, max_overflow=4)
-        return create_app(App(config=config, db=engine, settings=settings))
+        return create_app(
+            App(config=config, db=engine, settings=settings, loggers=loggers)
+        )
 
     server = _GunicornServer(
         {
@@ -191,12 +202,13 @@ def cron(options: _Options) -> None:
     from routemaster.worker import run_worker
 
     config = options.load()
+    loggers = options.loggers(config)
     settings = settings_from_environment()
     url = database_url()
     migrate_database(url)
     engine = create_engine(url, pool_size=5, max_overflow=settings.delivery_concurrency + 5)
     try:
-        run_worker(App(config=config, db=engine, settings=settings))
+        run_worker(App(config=config, db=engine, settings=settings, loggers=loggers))
     finally:
         engine.dispose()
 

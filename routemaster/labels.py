@@ -184,7 +184,9 @@ def delete_label(app: App, machine: StateMachine, name: str) -> None:
     """Soft-delete: clear metadata, record it in history, keep the name taken."""
     now = app.now()
     with app.db.begin() as conn:
-        conn.execute(_DELETE, {"sm": machine.name, "name": name, "now": now})
+        deleted = conn.execute(_DELETE, {"sm": machine.name, "name": name, "now": now}).first()
+    if deleted is not None:
+        _log_transition(app, machine.name, name, deleted.old_state, None, forced=False)
 
 
 def evaluate_label(
@@ -553,6 +555,10 @@ def _write_moves(conn: sa.Connection, app: App, plans: Sequence[_Plan]) -> list[
     ).all()
     if any(finals["due"]):
         _notify_due(conn)
+    for sm, name, old, new in zip(
+        moves["sm"], moves["name"], moves["old"], moves["new"], strict=True
+    ):
+        _log_transition(app, sm, name, old, new, forced=False)
     by_key = {(row.state_machine, row.name): _label_from_row(row) for row in rows}
     return [by_key[plan.label.state_machine, plan.label.name] for plan in plans]
 
@@ -584,6 +590,7 @@ def _move(
     ).one()
     if is_action:
         _notify_due(conn)
+    _log_transition(app, label.state_machine, label.name, label.state, destination, forced=forced)
     return _label_from_row(row)
 
 
@@ -654,6 +661,15 @@ def _leaf_paths(
             yield from _leaf_paths(item, (*prefix, key))
         else:
             yield (*prefix, key)
+
+
+def _log_transition(
+    app: App, state_machine: str, name: str, old: str | None, new: str | None, *, forced: bool
+) -> None:
+    for plugin in app.loggers:
+        plugin.transition(
+            state_machine=state_machine, label=name, old_state=old, new_state=new, forced=forced
+        )
 
 
 def _notify_due(conn: sa.Connection) -> None:
@@ -766,6 +782,7 @@ _DELETE = sa.text(
     )
     INSERT INTO history (state_machine, label, old_state, new_state, created, reason)
     SELECT state_machine, name, state, NULL, :now, 'deleted' FROM deleted
+    RETURNING old_state
     """
 )
 

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
+from routemaster import labels
+from routemaster.app import App
+from routemaster.config import load_config
 from routemaster.config.model import Config, LoggingPlugin
 from routemaster.logging import BaseLogger, PluginError, PythonLogger, format_event, load_plugins
 
@@ -82,3 +87,48 @@ def test_python_logger_writes_json_and_keeps_the_traceback(
 def test_format_event_quotes_values_that_would_break_the_line() -> None:
     line = format_event("x", {"empty": "", "eq": "a=b", "quote": 'say "hi"', "plain": "ok"})
     assert line == 'event=x empty="" eq="a=b" quote="say \\"hi\\"" plain=ok'
+
+
+class _Recorder(BaseLogger):
+    def __init__(self) -> None:
+        self.moves: list[tuple[str, str | None, str | None, bool]] = []
+
+    def transition(
+        self,
+        *,
+        state_machine: str,
+        label: str,
+        old_state: str | None,
+        new_state: str | None,
+        forced: bool = False,
+    ) -> None:
+        self.moves.append((label, old_state, new_state, forced))
+
+
+def test_plugins_hear_every_transition_the_label_core_makes(
+    tmp_path: Path, db_engine: sa.Engine
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "state_machines:\n"
+        "  m:\n"
+        "    states:\n"
+        "      - gate: start\n"
+        "        triggers: [{metadata: go}]\n"
+        "        exit_condition: metadata.go\n"
+        "        next: end\n"
+        "      - gate: end\n"
+        "        exit_condition: false\n"
+    )
+    recorder = _Recorder()
+    app = App(config=load_config([path]), db=db_engine, loggers=(recorder,))
+    machine = app.config.get_machine("m")
+    labels.create_label(app, machine, "a", {})
+    labels.update_metadata(app, machine, "a", {"go": True})
+    labels.force_move(app, machine, "a", "start")
+    labels.delete_label(app, machine, "a")
+    assert recorder.moves == [
+        ("a", "start", "end", False),
+        ("a", "end", "start", True),
+        ("a", "start", None, False),
+    ]

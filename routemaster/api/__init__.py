@@ -45,6 +45,8 @@ def create_app(app: App) -> flask.Flask:
     ):
         flask_app.register_blueprint(blueprint)
     _forget_pooled_connections_after_fork(app)
+    for plugin in app.loggers:
+        plugin.init_flask(flask_app)
     return flask_app
 
 

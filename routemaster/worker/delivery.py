@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 
 from routemaster import labels
 from routemaster.app import App
@@ -34,7 +35,16 @@ def deliver_claim(app: App, claim: claims.Claim, rng: random.Random) -> None:
         token=str(claim.entry_id),
         timestamp=int(app.now().timestamp()),
     )
+    started = time.monotonic()
     result = deliver(app.http, request, timeout=policy.timeout.total_seconds())
+    for plugin in app.loggers:
+        plugin.webhook_called(
+            state_machine=claim.state_machine,
+            label=claim.name,
+            url=request.url,
+            status=result.status,
+            duration=time.monotonic() - started,
+        )
     where = f"{claim.state_machine}/{claim.name} in {claim.state} (attempt {claim.attempts})"
     if result.outcome is Outcome.DELIVERED:
         logger.info("delivered %s: %s -> %s", where, request.url, result.status)
