@@ -128,13 +128,18 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
             return _advance_locked(conn, app, machine, label, evaluate=True, feeds={})
         except FeedsNeeded as needed:
             label = needed.label
+    return _continue_with_feeds(app, machine, label)
+
+
+def _continue_with_feeds(app: App, machine: StateMachine, label: Label) -> Label:
+    """The request's own processing once it needs feeds: fetch them briefly, then go on."""
     return _process(
         app,
         machine,
-        name,
+        label.name,
         expected_entry_id=label.entry_id,
         feed_timeout=app.settings.feed_timeout_in_request,
-    ) or get_label(app, machine, name)
+    ) or get_label(app, machine, label.name)
 
 
 def get_label(app: App, machine: StateMachine, name: str) -> Label:
@@ -171,13 +176,7 @@ def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str,
             return _advance_locked(conn, app, machine, label, evaluate=True, feeds={})
         except FeedsNeeded as needed:
             label = needed.label
-    return _process(
-        app,
-        machine,
-        name,
-        expected_entry_id=label.entry_id,
-        feed_timeout=app.settings.feed_timeout_in_request,
-    ) or get_label(app, machine, name)
+    return _continue_with_feeds(app, machine, label)
 
 
 def delete_label(app: App, machine: StateMachine, name: str) -> None:
