@@ -157,17 +157,12 @@ def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str,
     down): the label is marked due so the worker retries the evaluation.
     """
     with app.db.begin() as conn:
-        row = conn.execute(_SELECT_FOR_UPDATE, {"sm": machine.name, "name": name}).first()
-        if row is None:
-            raise LabelNotFound(name)
-        label = _label_from_row(row)
-        if label.deleted:
-            raise LabelDeleted(name)
-        merged = deep_merge(label.metadata, patch)
         row = conn.execute(
-            _UPDATE_METADATA,
-            {"sm": machine.name, "name": name, "metadata": json.dumps(merged)},
-        ).one()
+            _MERGE_METADATA, {"sm": machine.name, "name": name, "patch": json.dumps(patch)}
+        ).first()
+        if row is None:
+            deleted = conn.execute(_IS_DELETED, {"sm": machine.name, "name": name}).scalar()
+            raise LabelNotFound(name) if deleted is None else LabelDeleted(name)
         label = _label_from_row(row)
         state = _state_or_none(machine, label.state)
         if label.paused or not isinstance(state, Gate) or not _metadata_triggered(state, patch):
@@ -338,18 +333,6 @@ def label_context(
         current_state=label.state,
         fetch_feed=fetch,
     )
-
-
-def deep_merge(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-    """Nested objects merge key by key; any other value (lists, null) replaces."""
-    merged = dict(base)
-    for key, value in patch.items():
-        existing = merged.get(key)
-        if isinstance(value, Mapping) and isinstance(existing, Mapping):
-            merged[key] = deep_merge(existing, value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def advance_locked(
@@ -700,13 +683,17 @@ _SELECT_FOR_UPDATE = sa.text(
     f"SELECT {LABEL_COLUMNS} FROM labels WHERE state_machine = :sm AND name = :name FOR UPDATE"
 )
 
-_UPDATE_METADATA = sa.text(
+# The row lock the UPDATE takes serialises concurrent merges: none is lost.
+_MERGE_METADATA = sa.text(
     f"""
-    UPDATE labels SET metadata = CAST(:metadata AS jsonb), updated_at = now()
-    WHERE state_machine = :sm AND name = :name
+    UPDATE labels SET metadata = routemaster_deep_merge(metadata, CAST(:patch AS jsonb)),
+                      updated_at = now()
+    WHERE state_machine = :sm AND name = :name AND NOT deleted
     RETURNING {LABEL_COLUMNS}
     """
 )
+
+_IS_DELETED = sa.text("SELECT deleted FROM labels WHERE state_machine = :sm AND name = :name")
 
 _MOVE = sa.text(
     f"""
