@@ -262,7 +262,8 @@ class _Checker:
             program = compile_condition(text)
         except ConditionSyntaxError as error:
             line, column = self.condition_position(path, text, error.line, error.column)
-            snippet = text.splitlines()[error.line - 1][error.column - 1 :][: error.length]
+            source_line = error.source.split("\n")[error.line - 1]
+            snippet = source_line[error.column - 1 :][: error.length]
             self.report(
                 path,
                 f"invalid exit condition: error on line {error.line} of the condition:"

@@ -518,3 +518,17 @@ def test_condition_errors_are_located_in_folded_values(
         line,
         path.read_text().splitlines()[line - 1].index("==") + 1,
     )
+
+
+def test_an_empty_exit_condition_is_a_problem_not_a_crash(one_problem: Load) -> None:
+    problem, _ = one_problem(
+        """\
+        state_machines:
+          user:
+            states:
+              - gate: start
+                exit_condition: ""
+        """
+    )
+    assert problem.path == "state_machines.user.states.0.exit_condition"
+    assert "invalid exit condition" in problem.message
