@@ -39,6 +39,8 @@ class Settings:
     feed_timeout: float = 10.0  # seconds, in the worker
     max_transitions: int = 50  # per processing step, so a config loop cannot spin forever
     lease: datetime.timedelta = datetime.timedelta(seconds=60)  # claimed work reclaimable after
+    # a gate whose evaluation failed (a feed is down) is evaluated again after
+    evaluation_retry_delay: datetime.timedelta = datetime.timedelta(seconds=30)
     delivery_concurrency: int = 16  # webhook deliveries in flight per worker process
     batch_size: int = 500  # labels claimed per worker transaction
     poll_interval: float = 1.0  # seconds between worker polls when idle

@@ -34,7 +34,6 @@ from routemaster.exit_conditions.context import Context, FeedUnavailable
 from routemaster.http.feeds import fetch_feed
 from routemaster.machine.transitions import choose_next_state
 
-FEED_RETRY_DELAY = datetime.timedelta(seconds=30)
 DUE_CHANNEL = "routemaster_due"
 
 LABEL_COLUMNS = (
@@ -587,7 +586,7 @@ def _mark_evaluation_failed(
                 "name": name,
                 "entry_id": entry_id,
                 "error": error,
-                "due_at": app.now() + FEED_RETRY_DELAY,
+                "due_at": app.now() + app.settings.evaluation_retry_delay,
             },
         )
 
