@@ -303,6 +303,39 @@ def _locked_live_label(conn: sa.Connection, machine: StateMachine, name: str) ->
     return label
 
 
+def complete_actions(app: App, delivered: Sequence[tuple[str, str, int]]) -> None:
+    """Many successful deliveries, (machine, label, entry_id) each, moved on in one transaction.
+
+    Labels no longer in the delivered entry (an operator moved them) are left
+    alone. Those whose next step needs a feed go the one-at-a-time way, with
+    the feed fetched outside any transaction.
+    """
+    if not delivered:
+        return
+    wanted = {(sm, name): entry_id for sm, name, entry_id in delivered}
+    with app.db.begin() as conn:
+        rows = conn.execute(
+            _LOCK_ENTRIES,
+            {
+                "sms": [sm for sm, _, _ in delivered],
+                "names": [name for _, name, _ in delivered],
+                "entries": [entry_id for _, _, entry_id in delivered],
+            },
+        ).all()
+        batch = [
+            label
+            for label in map(_label_from_row, rows)
+            if isinstance(
+                _state_or_none(app.config.get_machine(label.state_machine), label.state), Action
+            )
+        ]
+        outcome = advance_batch_locked(conn, app, batch)
+        for sm, name in outcome.unmoved:  # an action with nowhere to go: delivered, done
+            conn.execute(_CLEAR_DUE, {"sm": sm, "name": name})
+    for sm, name in outcome.need_feeds:
+        complete_action(app, app.config.get_machine(sm), name, wanted[sm, name])
+
+
 def history(app: App, machine: StateMachine, name: str) -> list[HistoryEntry]:
     with app.db.connect() as conn:
         rows = conn.execute(_HISTORY, {"sm": machine.name, "name": name}).all()
@@ -680,6 +713,19 @@ _SELECT = sa.text(f"SELECT {LABEL_COLUMNS} FROM labels WHERE state_machine = :sm
 
 _SELECT_FOR_UPDATE = sa.text(
     f"SELECT {LABEL_COLUMNS} FROM labels WHERE state_machine = :sm AND name = :name FOR UPDATE"
+)
+
+_LOCK_ENTRIES = sa.text(
+    f"""
+    SELECT {", ".join("labels." + column for column in LABEL_COLUMNS.split(", "))}
+    FROM labels JOIN unnest(CAST(:sms AS text[]), CAST(:names AS text[]),
+                            CAST(:entries AS bigint[])) AS wanted(sm, name, entry_id)
+      ON labels.state_machine = wanted.sm AND labels.name = wanted.name
+         AND labels.entry_id = wanted.entry_id
+    WHERE NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
+    ORDER BY labels.state_machine, labels.name
+    FOR UPDATE OF labels
+    """
 )
 
 # The row lock the UPDATE takes serialises concurrent merges: none is lost.

@@ -43,6 +43,8 @@ class StubServer:
     requests: list[Recorded] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
+    in_flight: int = 0
+    most_in_flight: int = 0  # the most requests it was answering at one time
 
     def start(self) -> None:
         stub = self
@@ -63,8 +65,13 @@ class StubServer:
                         self.client_address[1],
                     )
                 )
+                with stub._lock:
+                    stub.in_flight += 1
+                    stub.most_in_flight = max(stub.most_in_flight, stub.in_flight)
                 if reply.delay:
                     time.sleep(reply.delay)
+                with stub._lock:
+                    stub.in_flight -= 1
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")

@@ -72,3 +72,23 @@ def test_a_batch_moves_each_label_as_far_as_it_goes(tmp_path: Path, db_engine: s
     assert (normal.state, normal.due_at) == ("checking", None)
     assert normal.entry_id == labels.history(app, machine, "normal")[-1].id
     assert labels.get_label(app, machine, "stuck").state == "waiting"
+
+
+def test_delivered_actions_move_on_together_unless_moved_meanwhile(
+    tmp_path: Path, db_engine: sa.Engine
+) -> None:
+    app = _app(tmp_path, db_engine)
+    machine = app.config.get_machine("order")
+    for name in ("a", "b", "c"):
+        labels.create_label(app, machine, name, {"go": True, "express": True})
+    entries = {name: labels.get_label(app, machine, name).entry_id for name in ("a", "b", "c")}
+    assert {labels.get_label(app, machine, name).state for name in entries} == {"ship"}
+    labels.force_move(app, machine, "c", "waiting", reason="held back")
+
+    labels.complete_actions(app, [("order", name, entry) for name, entry in entries.items()])
+
+    for name in ("a", "b"):
+        label = labels.get_label(app, machine, name)
+        assert (label.state, label.due_at) == ("done", None)
+    assert labels.get_label(app, machine, "c").state == "waiting"
+    assert [e.new_state for e in labels.history(app, machine, "c")][-1] == "waiting"

@@ -12,7 +12,6 @@ import logging
 import random
 import time
 
-from routemaster import labels
 from routemaster.app import App
 from routemaster.config.model import Action
 from routemaster.http.webhooks import Outcome, build_request, deliver
@@ -22,7 +21,13 @@ from routemaster.worker.retry import backoff
 logger = logging.getLogger(__name__)
 
 
-def deliver_claim(app: App, claim: claims.Claim, rng: random.Random) -> None:
+def deliver_claim(app: App, claim: claims.Claim, rng: random.Random) -> bool:
+    """POST the claimed label's webhook; whether it was delivered.
+
+    A failure is recorded here (retry later, or errored); a success is left to
+    the caller, which moves delivered labels on in batches
+    (:func:`routemaster.labels.complete_actions`).
+    """
     machine = app.config.get_machine(claim.state_machine)
     action = machine.get_state(claim.state)
     assert isinstance(action, Action), "claims only ever select labels in action states"
@@ -48,15 +53,14 @@ def deliver_claim(app: App, claim: claims.Claim, rng: random.Random) -> None:
     where = f"{claim.state_machine}/{claim.name} in {claim.state} (attempt {claim.attempts})"
     if result.outcome is Outcome.DELIVERED:
         logger.info("delivered %s: %s -> %s", where, request.url, result.status)
-        labels.complete_action(app, machine, claim.name, claim.entry_id)
-        return
+        return True
     assert result.error is not None
     if result.outcome is Outcome.GONE or claim.attempts >= policy.max_attempts:
         error = f"{result.error} (attempt {claim.attempts} of {policy.max_attempts})"
         logger.warning("errored %s: %s", where, error)
         with app.db.begin() as conn:
             claims.record_errored(conn, claim, error=error)
-        return
+        return False
     delay = backoff(policy, claim.attempts, rng)
     logger.info("retrying %s in %.1fs: %s", where, delay.total_seconds(), result.error)
     with app.db.begin() as conn:
@@ -67,3 +71,4 @@ def deliver_claim(app: App, claim: claims.Claim, rng: random.Random) -> None:
             error=result.error,
             worker_id=app.settings.worker_id,
         )
+    return False

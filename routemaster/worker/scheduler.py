@@ -87,6 +87,7 @@ class Worker:
         self.in_flight = 0
         self.slot_freed = threading.Event()
         self.lock = threading.Lock()
+        self.delivered: list[tuple[str, str, int]] = []  # (machine, label, entry), to move on
         self.scheduler = schedule.Scheduler()
         # In this order, so that at start-up the zones are known before triggers fire.
         self.scheduler.every(ZONE_REFRESH_SECONDS).seconds.do(self.housekeeping)
@@ -119,22 +120,39 @@ class Worker:
                         self.scheduler.run_all()  # triggers and zones from the start
                         first = False
                     self.scheduler.run_pending()
-                    if self.work_once(pool):
+                    moved = self.move_delivered()
+                    if self.work_once(pool) or moved:
                         continue
                 except sa.exc.SQLAlchemyError:
                     # The database is away (restart, failover): keep trying, slowly.
                     logger.exception("database error in the worker loop; retrying")
                     self.stopping.wait(self.app.settings.poll_interval)
                     continue
-                if self.in_flight >= self.concurrency:
-                    self.slot_freed.wait(self.app.settings.poll_interval)
+                if self.in_flight:
+                    # Deliveries finishing free slots for due work that sent no NOTIFY
+                    # (retries, bulk loads): go round again as soon as one does.
+                    self.slot_freed.wait(self._idle_timeout())
                     self.slot_freed.clear()
                 else:
                     listener.wait(self._idle_timeout())
         finally:
             logger.info("worker %s stopping: finishing in-flight work", self.app.settings.worker_id)
             pool.shutdown(wait=True)
+            self.move_delivered()
             listener.close()
+
+    def move_delivered(self) -> bool:
+        """Move labels whose webhooks succeeded on, all in one transaction; whether any."""
+        with self.lock:
+            delivered, self.delivered = self.delivered, []
+        if not delivered:
+            return False
+        try:
+            labels.complete_actions(self.app, delivered)
+        except Exception:
+            # Their leases run out and they are delivered again (same token): at least once.
+            logger.exception("recording %d deliveries failed", len(delivered))
+        return True
 
     def work_once(self, pool: ThreadPoolExecutor) -> bool:
         """Claim and start one round of work; whether there was any."""
@@ -150,13 +168,18 @@ class Worker:
                 worker_id=settings.worker_id,
             )
         for claim in actions:
-            self._submit(pool, deliver_claim, self.app, claim, self.rng)
+            self._submit(pool, self._deliver, claim)
         evaluated, leased = evaluate_due_gates(
             self.app, self.gate_states, limit=settings.batch_size
         )
         for key in leased:
             self._submit(pool, evaluate_leased, self.app, key)
         return bool(actions) or evaluated > 0
+
+    def _deliver(self, claim: claims.Claim) -> None:
+        if deliver_claim(self.app, claim, self.rng):
+            with self.lock:
+                self.delivered.append((claim.state_machine, claim.name, claim.entry_id))
 
     def fire_triggers(self) -> None:
         """Record each trigger's current occurrence; the first worker to do so marks labels due."""
