@@ -81,6 +81,7 @@ def test_delivered_actions_move_on_together_unless_moved_meanwhile(
     machine = app.config.get_machine("order")
     for name in ("a", "b", "c"):
         labels.create_label(app, machine, name, {"go": True, "express": True})
+        labels.evaluate_label(app, machine, name)  # as the interval trigger would
     entries = {name: labels.get_label(app, machine, name).entry_id for name in ("a", "b", "c")}
     assert {labels.get_label(app, machine, name).state for name in entries} == {"ship"}
     labels.force_move(app, machine, "c", "waiting", reason="held back")
