@@ -132,6 +132,10 @@ def _default_workers() -> int:
     return min(2 * (os.cpu_count() or 1) + 1, 8)
 
 
+def _default_threads() -> int:
+    return int(os.environ.get("WEB_THREADS") or 4)
+
+
 WSGIApp = Callable[..., Any]
 
 
@@ -164,8 +168,11 @@ class _GunicornServer(BaseApplication):  # type: ignore[misc]
               help="Address to listen on (default [::]:2017).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Gunicorn worker processes (default $WEB_CONCURRENCY, else 2 x CPUs + 1, <= 8).")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="Threads per worker (default $WEB_THREADS, else 4); above 1, gunicorn's "
+                   "gthread worker, which keeps client connections alive.")
 @click.pass_obj
-def serve(options: _Options, bind: str | None, workers: int | None) -> None:
+def serve(options: _Options, bind: str | None, workers: int | None, threads: int | None) -> None:
     """Run the HTTP API under gunicorn."""
     config = options.load()
     loggers = options.loggers(config)
@@ -173,11 +180,13 @@ def serve(options: _Options, bind: str | None, workers: int | None) -> None:
     url = database_url()
     migrate_database(url)
 
+    worker_threads = threads or _default_threads()
+
     def build() -> WSGIApp:
         from routemaster.api import create_app
 
-        # A sync worker serves one request at a time: a small pool is plenty.
-        engine = create_engine(url, pool_size=2, max_overflow=4)
+        # One connection per thread that can be serving a request.
+        engine = create_engine(url, pool_size=worker_threads, max_overflow=4)
         return create_app(
             App(config=config, db=engine, settings=settings, loggers=loggers)
         )
@@ -186,6 +195,8 @@ def serve(options: _Options, bind: str | None, workers: int | None) -> None:
         {
             "bind": [bind or _default_bind()],
             "workers": workers or _default_workers(),
+            "worker_class": "gthread" if worker_threads > 1 else "sync",
+            "threads": worker_threads,
             "proc_name": "routemaster",
             "errorlog": "-",
             "loglevel": "info",
