@@ -88,6 +88,7 @@ class Worker:
         self.slot_freed = threading.Event()
         self.lock = threading.Lock()
         self.delivered: list[tuple[str, str, int]] = []  # (machine, label, entry), to move on
+        self.next_interval_at: datetime.datetime | None = None  # the loop wakes for it
         self.scheduler = schedule.Scheduler()
         # In this order, so that at start-up the zones are known before triggers fire.
         self.scheduler.every(ZONE_REFRESH_SECONDS).seconds.do(self.housekeeping)
@@ -120,6 +121,8 @@ class Worker:
                         self.scheduler.run_all()  # triggers and zones from the start
                         first = False
                     self.scheduler.run_pending()
+                    if self.next_interval_at and self.app.now() >= self.next_interval_at:
+                        self.fire_triggers()
                     moved = self.move_delivered()
                     if self.work_once(pool) or moved:
                         continue
@@ -184,10 +187,14 @@ class Worker:
     def fire_triggers(self) -> None:
         """Record each trigger's current occurrence; the first worker to do so marks labels due."""
         now = self.app.now()
+        next_interval_at = None
         for scheduled in self.triggers:
             trigger = scheduled.trigger
             if isinstance(trigger, IntervalTrigger):
-                self._fire(scheduled, scheduled.key, interval_occurrence(now, trigger.interval))
+                latest = interval_occurrence(now, trigger.interval)
+                self._fire(scheduled, scheduled.key, latest)
+                following = latest + trigger.interval
+                next_interval_at = min(following, next_interval_at or following)
             elif isinstance(trigger.timezone, MetadataTimezone):
                 for name in self.zones.get(scheduled.key, []):
                     zone = label_zone(name)
@@ -202,6 +209,7 @@ class Worker:
             else:
                 occurrence = due_time_occurrence(now, trigger.time, self.fixed_zones[scheduled.key])
                 self._fire(scheduled, scheduled.key, occurrence)
+        self.next_interval_at = next_interval_at
 
     def housekeeping(self) -> None:
         """Refresh the zones labels name for per-label time triggers; forget old occurrences."""
@@ -260,6 +268,10 @@ class Worker:
         timeout = self.app.settings.poll_interval
         if until_next_job is not None:
             timeout = min(timeout, max(until_next_job, 0.0))
+        if self.next_interval_at is not None:
+            # Wake on the occurrence itself, not up to a second after it.
+            until_interval = (self.next_interval_at - self.app.now()).total_seconds()
+            timeout = min(timeout, max(until_interval, 0.0))
         return timeout
 
     def _submit(self, pool: ThreadPoolExecutor, task: Callable[..., None], *args: Any) -> None:
