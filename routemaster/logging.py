@@ -111,7 +111,9 @@ class PythonLogger(BaseLogger):
         status: int | None,
         duration: float,
     ) -> None:
-        self._emit(logging.INFO, "webhook_called", state_machine=state_machine, label=label,
+        # Successes are the bulk and their transitions are logged anyway: DEBUG.
+        level = logging.DEBUG if status is not None and 200 <= status < 300 else logging.WARNING
+        self._emit(level, "webhook_called", state_machine=state_machine, label=label,
                    url=url, status=status, duration=round(duration, 4))
 
     def feed_fetched(

@@ -52,7 +52,7 @@ def deliver_claim(app: App, claim: claims.Claim, rng: random.Random) -> bool:
         )
     where = f"{claim.state_machine}/{claim.name} in {claim.state} (attempt {claim.attempts})"
     if result.outcome is Outcome.DELIVERED:
-        logger.info("delivered %s: %s -> %s", where, request.url, result.status)
+        logger.debug("delivered %s: %s -> %s", where, request.url, result.status)
         return True
     assert result.error is not None
     if result.outcome is Outcome.GONE or claim.attempts >= policy.max_attempts:

@@ -24,6 +24,8 @@ def main() -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
     )
+    # Each delivery at DEBUG: the tests read which worker delivered what.
+    logging.getLogger("routemaster.worker.delivery").setLevel(logging.DEBUG)
     config = load_config([sys.argv[1]])
     offset = datetime.timedelta(seconds=float(sys.argv[2]) if len(sys.argv) > 2 else 0.0)
     url = url_from_environment()
