@@ -15,6 +15,7 @@ import random
 import select
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
@@ -84,6 +85,7 @@ class Worker:
         self.zones: dict[str, list[str]] = {}  # per-label-zone trigger key -> zones seen
         self.handled: dict[str, datetime.datetime] = {}  # occurrence key -> latest handled
         self.concurrency = app.settings.delivery_concurrency
+        self.claim_batch = max(1, self.concurrency // 2)  # deliveries claimed at a time
         self.in_flight = 0
         self.slot_freed = threading.Event()
         self.lock = threading.Lock()
@@ -132,10 +134,9 @@ class Worker:
                     self.stopping.wait(self.app.settings.poll_interval)
                     continue
                 if self.in_flight:
-                    # Deliveries finishing free slots for due work that sent no NOTIFY
-                    # (retries, bulk loads): go round again as soon as one does.
-                    self.slot_freed.wait(self._idle_timeout())
-                    self.slot_freed.clear()
+                    # Due work that sent no NOTIFY (retries, bulk loads) is claimed as
+                    # soon as deliveries free a batch of slots.
+                    self.wait_for_free_slots(self._idle_timeout())
                 else:
                     listener.wait(self._idle_timeout())
         finally:
@@ -143,6 +144,24 @@ class Worker:
             pool.shutdown(wait=True)
             self.move_delivered()
             listener.close()
+
+    def wait_for_free_slots(self, timeout: float) -> None:
+        """Until half the delivery slots are free (the claim batch), or ``timeout``.
+
+        Going round the loop for every single finished delivery would cost a
+        transaction to record it and one to claim its successor each time.
+        """
+        deadline = time.monotonic() + timeout
+        while (
+            self.in_flight
+            and self.concurrency - self.in_flight < self.claim_batch
+            and not self.stopping.is_set()
+        ):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self.slot_freed.wait(remaining)
+            self.slot_freed.clear()
 
     def move_delivered(self) -> bool:
         """Move labels whose webhooks succeeded on, all in one transaction; whether any."""
@@ -161,15 +180,18 @@ class Worker:
         """Claim and start one round of work; whether there was any."""
         settings = self.app.settings
         now = self.app.now()
-        with self.app.db.begin() as conn:
-            actions = claims.claim_actions(
-                conn,
-                self.action_states,
-                limit=self.concurrency - self.in_flight,
-                now=now,
-                lease_until=now + settings.lease,
-                worker_id=settings.worker_id,
-            )
+        free = self.concurrency - self.in_flight
+        actions: list[claims.Claim] = []
+        if free >= self.claim_batch or (free and not self.in_flight):
+            with self.app.db.begin() as conn:
+                actions = claims.claim_actions(
+                    conn,
+                    self.action_states,
+                    limit=free,
+                    now=now,
+                    lease_until=now + settings.lease,
+                    worker_id=settings.worker_id,
+                )
         for claim in actions:
             self._submit(pool, self._deliver, claim)
         evaluated, leased = evaluate_due_gates(

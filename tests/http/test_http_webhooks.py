@@ -37,6 +37,7 @@ def test_request_body_and_protocol_headers(stub: StubServer) -> None:
     assert received.headers["Content-Type"] == "application/json"
     assert received.headers["X-Idempotency-Token"] == "42"
     assert "webhook-signature" not in received.headers
+    assert received.headers["User-Agent"].startswith("routemaster/")
 
 
 def test_header_rules_apply_by_regex_and_cannot_override_the_token() -> None:
@@ -90,6 +91,7 @@ def test_signature_changes_with_the_body() -> None:
         (Reply(410), Outcome.GONE),
         (Reply(500), Outcome.FAILED),
         (Reply(404), Outcome.FAILED),
+        (Reply(302), Outcome.FAILED),  # redirects are not followed
         (Reply(200, delay=1.0), Outcome.FAILED),
     ],
 )
