@@ -17,6 +17,8 @@ from routemaster import labels as label_core
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, check_label_name, label_body
 from routemaster.api.responses import json_response
+from routemaster.app import App
+from routemaster.config.model import StateMachine
 
 blueprint = flask.Blueprint("operations", __name__)
 
@@ -24,48 +26,39 @@ blueprint = flask.Blueprint("operations", __name__)
 @blueprint.post(LABEL + "/retry")
 def retry(sm: str, label: str) -> flask.Response:
     """Make an errored action delivery due again with a fresh attempt count."""
-    app = routemaster_app()
-    machine = machine_or_404(app, sm)
-    check_label_name(label)
-    body = _command_body()
-    return _run(lambda: label_core.retry_label(app, machine, label, reason=body.get("reason")))
+    app, machine, reason, _ = _command(sm, label)
+    return _run(lambda: label_core.retry_label(app, machine, label, reason=reason))
 
 
 @blueprint.post(LABEL + "/pause")
 def pause(sm: str, label: str) -> flask.Response:
-    app = routemaster_app()
-    machine = machine_or_404(app, sm)
-    check_label_name(label)
-    body = _command_body()
-    return _run(
-        lambda: label_core.set_paused(app, machine, label, True, reason=body.get("reason"))
-    )
+    app, machine, reason, _ = _command(sm, label)
+    return _run(lambda: label_core.set_paused(app, machine, label, True, reason=reason))
 
 
 @blueprint.post(LABEL + "/resume")
 def resume(sm: str, label: str) -> flask.Response:
-    app = routemaster_app()
-    machine = machine_or_404(app, sm)
-    check_label_name(label)
-    body = _command_body()
-    return _run(
-        lambda: label_core.set_paused(app, machine, label, False, reason=body.get("reason"))
-    )
+    app, machine, reason, _ = _command(sm, label)
+    return _run(lambda: label_core.set_paused(app, machine, label, False, reason=reason))
 
 
 @blueprint.post(LABEL + "/move")
 def move(sm: str, label: str) -> flask.Response:
     """Body ``{"state": S, "reason": "..."}``: put the label in ``S`` regardless of conditions."""
+    app, machine, reason, body = _command(sm, label)
+    destination = body.get("state")
+    if not isinstance(destination, str):
+        raise BadRequest('The request body must name the destination: {"state": "..."}.')
+    return _run(lambda: label_core.force_move(app, machine, label, destination, reason=reason))
+
+
+def _command(sm: str, label: str) -> tuple[App, StateMachine, str | None, dict[str, Any]]:
+    """What every command needs: the app, the machine (or 404), the reason and the body."""
     app = routemaster_app()
     machine = machine_or_404(app, sm)
     check_label_name(label)
     body = _command_body()
-    destination = body.get("state")
-    if not isinstance(destination, str):
-        raise BadRequest('The request body must name the destination: {"state": "..."}.')
-    return _run(
-        lambda: label_core.force_move(app, machine, label, destination, reason=body.get("reason"))
-    )
+    return app, machine, body.get("reason"), body
 
 
 def _run(command: Any) -> flask.Response:
