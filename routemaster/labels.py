@@ -354,7 +354,7 @@ def label_context(
     def fetch(feed_name: str) -> Any:
         if feeds is not None and feed_name in feeds:
             return feeds[feed_name]
-        return fetch_feed(app.http, machine, feed_name, label.name, timeout=feed_timeout)
+        return _fetch_feed(app, machine, feed_name, label.name, feed_timeout)
 
     return Context(
         label=label.name,
@@ -428,9 +428,7 @@ def _process(
         # Outside any transaction: fetch what the evaluation asked for.
         try:
             for feed_name in sorted(missing):
-                feeds[feed_name] = fetch_feed(
-                    app.http, machine, feed_name, name, timeout=feed_timeout
-                )
+                feeds[feed_name] = _fetch_feed(app, machine, feed_name, name, feed_timeout)
         except FeedUnavailable as error:
             _mark_evaluation_failed(app, machine, name, label.entry_id, str(error))
             return get_label(app, machine, name)
@@ -675,6 +673,23 @@ def _leaf_paths(
             yield from _leaf_paths(item, (*prefix, key))
         else:
             yield (*prefix, key)
+
+
+def _fetch_feed(
+    app: App, machine: StateMachine, feed_name: str, label: str, timeout: float
+) -> Any:
+    def observe(url: str, status: int | None, duration: float) -> None:
+        for plugin in app.loggers:
+            plugin.feed_fetched(
+                state_machine=machine.name,
+                label=label,
+                feed=feed_name,
+                url=url,
+                status=status,
+                duration=duration,
+            )
+
+    return fetch_feed(app.http, machine, feed_name, label, timeout=timeout, observe=observe)
 
 
 def _log_transition(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from stub_server import Reply, running_stub
 
 from routemaster import labels
 from routemaster.app import App
@@ -132,3 +133,54 @@ def test_plugins_hear_every_transition_the_label_core_makes(
         ("a", "end", "start", True),
         ("a", "start", None, False),
     ]
+
+
+class _FeedRecorder(BaseLogger):
+    def __init__(self) -> None:
+        self.fetches: list[tuple[str, str, int | None]] = []
+
+    def feed_fetched(
+        self,
+        *,
+        state_machine: str,
+        label: str,
+        feed: str,
+        url: str,
+        status: int | None,
+        duration: float,
+    ) -> None:
+        self.fetches.append((feed, url, status))
+
+
+def test_plugins_hear_every_feed_fetch_with_its_status(
+    tmp_path: Path, db_engine: sa.Engine
+) -> None:
+    for stub in running_stub():
+        stub.reply_json("/stock/a", {"available": 3})
+        stub.script("/stock/b", Reply(503))
+        path = tmp_path / "config.yaml"
+        path.write_text(
+            "state_machines:\n"
+            "  m:\n"
+            "    feeds:\n"
+            f"      - {{name: stock, url: '{stub.url('/stock/<label>')}'}}\n"
+            "    states:\n"
+            "      - gate: start\n"
+            "        triggers: [{metadata: go}]\n"
+            "        exit_condition: feeds.stock.available > 0\n"
+            "        next: end\n"
+            "      - gate: end\n"
+            "        exit_condition: false\n"
+        )
+        recorder = _FeedRecorder()
+        app = App(config=load_config([path]), db=db_engine, loggers=(recorder,))
+        machine = app.config.get_machine("m")
+        for name in ("a", "b"):
+            labels.create_label(app, machine, name, {})
+            labels.update_metadata(app, machine, name, {"go": True})
+        assert recorder.fetches == [
+            ("stock", stub.url("/stock/a"), 200),
+            ("stock", stub.url("/stock/b"), 503),
+        ]
+        assert labels.get_label(app, machine, "a").state == "end"
+        assert labels.get_label(app, machine, "b").state == "start"

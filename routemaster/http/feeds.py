@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import requests
@@ -14,6 +16,9 @@ from routemaster.http.urls import render_url
 
 logger = logging.getLogger(__name__)
 
+FeedObserver = Callable[[str, int | None, float], None]
+"""Told of every fetch: the URL, the status (``None``: no answer) and the seconds it took."""
+
 
 def fetch_feed(
     session: requests.Session,
@@ -22,6 +27,7 @@ def fetch_feed(
     label: str,
     *,
     timeout: float,
+    observe: FeedObserver | None = None,
 ) -> Any:
     """The decoded JSON body of ``feed_name`` for ``label``.
 
@@ -31,12 +37,17 @@ def fetch_feed(
     """
     url = render_url(machine.feed(feed_name).url, label=label, state_machine=machine.name)
     headers = {"Accept": "application/json", **headers_for(machine, url)}
+    started = time.monotonic()
     try:
         response = session.get(url, headers=headers, timeout=timeout)
     except requests.RequestException as exc:
+        if observe is not None:
+            observe(url, None, time.monotonic() - started)
         raise _unavailable(
             machine, feed_name, label, url, f"failed: {type(exc).__name__}: {exc}"
         ) from exc
+    if observe is not None:
+        observe(url, response.status_code, time.monotonic() - started)
     if not 200 <= response.status_code < 300:
         raise _unavailable(
             machine, feed_name, label, url, f"returned status {response.status_code}"
