@@ -312,7 +312,6 @@ def complete_actions(app: App, delivered: Sequence[tuple[str, str, int]]) -> Non
     """
     if not delivered:
         return
-    wanted = {(sm, name): entry_id for sm, name, entry_id in delivered}
     with app.db.begin() as conn:
         rows = conn.execute(
             _LOCK_ENTRIES,
@@ -333,7 +332,15 @@ def complete_actions(app: App, delivered: Sequence[tuple[str, str, int]]) -> Non
         for sm, name in outcome.unmoved:  # an action with nowhere to go: delivered, done
             conn.execute(_CLEAR_DUE, {"sm": sm, "name": name})
     for sm, name in outcome.need_feeds:
-        complete_action(app, app.config.get_machine(sm), name, wanted[sm, name])
+        # It may have moved on already (into a gate that reads a feed): go on from there.
+        _process(
+            app,
+            app.config.get_machine(sm),
+            name,
+            expected_entry_id=outcome.entries[sm, name],
+            feed_timeout=app.settings.feed_timeout,
+            clear_due=True,
+        )
 
 
 def history(app: App, machine: StateMachine, name: str) -> list[HistoryEntry]:
@@ -465,6 +472,7 @@ class BatchOutcome:
     moved: list[tuple[str, str]]
     unmoved: list[tuple[str, str]]
     need_feeds: list[tuple[str, str]]  # to evaluate again with feeds fetched outside
+    entries: dict[tuple[str, str], int]  # each label's entry_id once the batch is written
 
 
 def advance_batch_locked(conn: sa.Connection, app: App, batch: Sequence[Label]) -> BatchOutcome:
@@ -479,8 +487,14 @@ def advance_batch_locked(conn: sa.Connection, app: App, batch: Sequence[Label]) 
         _plan(app, app.config.get_machine(label.state_machine), label, evaluate=True, feeds={})
         for label in batch
     ]
-    _write_moves(conn, app, [plan for plan in plans if plan.destinations])
-    outcome = BatchOutcome(moved=[], unmoved=[], need_feeds=[])
+    written = _write_moves(conn, app, [plan for plan in plans if plan.destinations])
+    outcome = BatchOutcome(
+        moved=[],
+        unmoved=[],
+        need_feeds=[],
+        entries={(label.state_machine, label.name): label.entry_id for label in batch},
+    )
+    outcome.entries.update({(label.state_machine, label.name): label.entry_id for label in written})
     for plan in plans:
         key = (plan.label.state_machine, plan.label.name)
         if plan.feeds_needed:
@@ -675,9 +689,7 @@ def _leaf_paths(
             yield (*prefix, key)
 
 
-def _fetch_feed(
-    app: App, machine: StateMachine, feed_name: str, label: str, timeout: float
-) -> Any:
+def _fetch_feed(app: App, machine: StateMachine, feed_name: str, label: str, timeout: float) -> Any:
     def observe(url: str, status: int | None, duration: float) -> None:
         for plugin in app.loggers:
             plugin.feed_fetched(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import sqlalchemy as sa
+from stub_server import running_stub
 
 from routemaster import labels
 from routemaster.app import App
@@ -93,3 +94,38 @@ def test_delivered_actions_move_on_together_unless_moved_meanwhile(
         assert (label.state, label.due_at) == ("done", None)
     assert labels.get_label(app, machine, "c").state == "waiting"
     assert [e.new_state for e in labels.history(app, machine, "c")][-1] == "waiting"
+
+
+def test_a_delivered_action_followed_by_a_feed_reading_gate_goes_on(
+    tmp_path: Path, db_engine: sa.Engine
+) -> None:
+    for stub in running_stub():
+        stub.reply_json("/stock/parcel", {"available": 1})
+        path = tmp_path / "config.yaml"
+        path.write_text(
+            "state_machines:\n"
+            "  order:\n"
+            "    feeds:\n"
+            f"      - {{name: stock, url: '{stub.url('/stock/<label>')}'}}\n"
+            "    states:\n"
+            "      - action: ship\n"
+            "        webhook: http://127.0.0.1:9/ship\n"
+            "        next: restock\n"
+            "      - gate: restock\n"
+            "        triggers: [{event: entry}]\n"
+            "        exit_condition: feeds.stock.available > 0\n"
+            "        next: done\n"
+            "      - gate: done\n"
+            "        exit_condition: false\n"
+        )
+        app = App(config=load_config([path]), db=db_engine)
+        machine = app.config.get_machine("order")
+        label = labels.create_label(app, machine, "parcel", {})
+        assert label.state == "ship"
+
+        labels.complete_actions(app, [("order", "parcel", label.entry_id)])
+
+        after = labels.get_label(app, machine, "parcel")
+        assert (after.state, after.due_at) == ("done", None)
+        moves = [(e.old_state, e.new_state) for e in labels.history(app, machine, "parcel")]
+        assert moves == [(None, "ship"), ("ship", "restock"), ("restock", "done")]
