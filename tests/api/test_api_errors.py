@@ -43,6 +43,17 @@ def test_metadata_postgresql_cannot_store_is_400_not_500(client: FlaskClient) ->
     assert "database" in body(response)["message"]
 
 
+@pytest.mark.parametrize("raw", [b'"nul \\u0000 inside"', b'"lone \\ud800 surrogate"'])
+def test_strings_postgresql_cannot_store_are_400_on_patch_too(
+    client: FlaskClient, raw: bytes
+) -> None:
+    client.post(label_url("a"), json={"metadata": {}})
+    response = client.patch(label_url("a"), data=b'{"metadata": {"x": ' + raw + b"}}")
+    assert response.status_code == 400
+    assert "database" in body(response)["message"]
+    assert body(client.get(label_url("a")))["metadata"] == {}
+
+
 def test_body_over_the_limit_is_413(client: FlaskClient, flask_app: flask.Flask) -> None:
     limit = flask_app.extensions["routemaster"].settings.max_request_body
     big = b'{"metadata": {"x": "' + b"y" * limit + b'"}}'

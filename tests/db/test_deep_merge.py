@@ -9,8 +9,12 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-# PostgreSQL cannot store NUL in jsonb text (the API answers 400 for it).
-text = st.text(alphabet=st.characters(blacklist_characters="\x00"), max_size=5)
+# PostgreSQL cannot store NUL or lone surrogates in jsonb text (the API answers
+# 400 for them), so the property is about every other string.
+text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    max_size=5,
+)
 scalars = st.none() | st.booleans() | st.integers(-1000, 1000) | text
 json_values = st.recursive(
     scalars,
