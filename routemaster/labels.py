@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -282,15 +282,10 @@ def force_move(
         raise InvalidOperation(f"state machine {machine.name!r} has no state {destination!r}")
     with app.db.begin() as conn:
         label = _locked_live_label(conn, machine, name)
-        return _move(
-            conn,
-            app,
-            machine,
-            label,
-            destination,
-            forced=True,
-            reason=reason or "moved by operator",
+        plan = _Plan(
+            label, (destination,), frozenset(), forced=True, reason=reason or "moved by operator"
         )
+        return _write_moves(conn, app, [plan])[0]
 
 
 def _locked_live_label(conn: sa.Connection, machine: StateMachine, name: str) -> Label:
@@ -349,48 +344,13 @@ def history(app: App, machine: StateMachine, name: str) -> list[HistoryEntry]:
     return [HistoryEntry(**row._mapping) for row in rows]
 
 
-def label_context(
-    app: App,
-    machine: StateMachine,
-    label: Label,
-    feed_timeout: float,
-    feeds: Mapping[str, Any] | None = None,
-) -> Context:
+def label_context(app: App, machine: StateMachine, label: Label, feed_timeout: float) -> Context:
     """The evaluation context for ``label`` now, fetching feeds lazily over HTTP."""
 
     def fetch(feed_name: str) -> Any:
-        if feeds is not None and feed_name in feeds:
-            return feeds[feed_name]
         return _fetch_feed(app, machine, feed_name, label.name, feed_timeout)
 
-    return Context(
-        label=label.name,
-        metadata=label.metadata,
-        now=app.now(),
-        entered_state=label.state_entered_at,
-        previous_state=label.previous_state,
-        current_state=label.state,
-        fetch_feed=fetch,
-    )
-
-
-def advance_locked(
-    conn: sa.Connection,
-    app: App,
-    machine: StateMachine,
-    label: Label,
-    *,
-    evaluate: bool,
-    feeds: Mapping[str, Any],
-) -> Label:
-    """Move a label whose row ``conn`` holds locked as far as it goes.
-
-    ``evaluate`` says whether its current state's exit (gate condition or
-    completed action) should be attempted first. Raises :class:`FeedsNeeded`
-    when an evaluation reads a feed missing from ``feeds``: the caller commits,
-    fetches them outside the transaction, and tries again.
-    """
-    return _advance_locked(conn, app, machine, label, evaluate=evaluate, feeds=feeds)
+    return _context(label, app.now(), fetch)
 
 
 # ---------------------------------------------------------------- internals
@@ -511,6 +471,8 @@ class _Plan:
     label: Label  # as it was when locked
     destinations: tuple[str, ...]  # the states it moves through, in order
     feeds_needed: frozenset[str]  # non-empty: stopped after the moves, for these feeds
+    forced: bool = False  # an operator's move, not a decision of the machine
+    reason: str | None = None
 
 
 def _plan(
@@ -529,7 +491,7 @@ def _plan(
         state = _state_or_none(machine, current.state)
         if state is None or not evaluate:
             break
-        context = _prefetched_context(app, current, feeds)
+        context = _prefetched_context(current, now, feeds)
         try:
             if isinstance(state, Gate) and not state.exit_condition.evaluate(context):
                 break
@@ -557,7 +519,14 @@ def _write_moves(conn: sa.Connection, app: App, plans: Sequence[_Plan]) -> list[
     """Append every planned move to history and put each label in its last state."""
     if not plans:
         return []
-    moves: dict[str, list[Any]] = {"sm": [], "name": [], "old": [], "new": []}
+    moves: dict[str, list[Any]] = {
+        "sm": [],
+        "name": [],
+        "old": [],
+        "new": [],
+        "forced": [],
+        "reason": [],
+    }
     finals: dict[str, list[Any]] = {"sm": [], "name": [], "due": []}
     for plan in plans:
         machine = app.config.get_machine(plan.label.state_machine)
@@ -567,6 +536,8 @@ def _write_moves(conn: sa.Connection, app: App, plans: Sequence[_Plan]) -> list[
             moves["name"].append(plan.label.name)
             moves["old"].append(old)
             moves["new"].append(destination)
+            moves["forced"].append(plan.forced)
+            moves["reason"].append(plan.reason)
             old = destination
         finals["sm"].append(plan.label.state_machine)
         finals["name"].append(plan.label.name)
@@ -581,43 +552,12 @@ def _write_moves(conn: sa.Connection, app: App, plans: Sequence[_Plan]) -> list[
     ).all()
     if any(finals["due"]):
         _notify_due(conn)
-    for sm, name, old, new in zip(
-        moves["sm"], moves["name"], moves["old"], moves["new"], strict=True
+    for sm, name, old, new, forced in zip(
+        moves["sm"], moves["name"], moves["old"], moves["new"], moves["forced"], strict=True
     ):
-        _log_transition(app, sm, name, old, new, forced=False)
+        _log_transition(app, sm, name, old, new, forced=forced)
     by_key = {(row.state_machine, row.name): _label_from_row(row) for row in rows}
     return [by_key[plan.label.state_machine, plan.label.name] for plan in plans]
-
-
-def _move(
-    conn: sa.Connection,
-    app: App,
-    machine: StateMachine,
-    label: Label,
-    destination: str,
-    *,
-    forced: bool = False,
-    reason: str | None = None,
-) -> Label:
-    now = app.now()
-    is_action = isinstance(machine.get_state(destination), Action)
-    row = conn.execute(
-        _MOVE,
-        {
-            "sm": label.state_machine,
-            "name": label.name,
-            "old": label.state,
-            "new": destination,
-            "now": now,
-            "forced": forced,
-            "reason": reason,
-            "due_at": now if is_action else None,
-        },
-    ).one()
-    if is_action:
-        _notify_due(conn)
-    _log_transition(app, label.state_machine, label.name, label.state, destination, forced=forced)
-    return _label_from_row(row)
 
 
 def _mark_evaluation_failed(
@@ -636,16 +576,22 @@ def _mark_evaluation_failed(
         )
 
 
-def _prefetched_context(app: App, label: Label, feeds: Mapping[str, Any]) -> Context:
+def _prefetched_context(label: Label, now: datetime.datetime, feeds: Mapping[str, Any]) -> Context:
+    """A context that may read only ``feeds`` (fetched before the transaction)."""
+
     def fetch(feed_name: str) -> Any:
         if feed_name in feeds:
             return feeds[feed_name]
         raise FeedUnavailable(feed_name, "not fetched yet")
 
+    return _context(label, now, fetch)
+
+
+def _context(label: Label, now: datetime.datetime, fetch: Callable[[str], Any]) -> Context:
     return Context(
         label=label.name,
         metadata=label.metadata,
-        now=app.now(),
+        now=now,
         entered_state=label.state_entered_at,
         previous_state=label.previous_state,
         current_state=label.state,
@@ -767,22 +713,6 @@ _MERGE_METADATA = sa.text(
 
 _IS_DELETED = sa.text("SELECT deleted FROM labels WHERE state_machine = :sm AND name = :name")
 
-_MOVE = sa.text(
-    f"""
-    WITH entry AS (
-        INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
-        VALUES (:sm, :name, :old, :new, :now, :forced, :reason)
-        RETURNING id
-    )
-    UPDATE labels SET
-        state = :new, previous_state = :old, state_entered_at = :now,
-        entry_id = (SELECT id FROM entry), updated_at = now(),
-        due_at = :due_at, attempts = 0, errored = false, last_error = NULL, lease_owner = NULL
-    WHERE state_machine = :sm AND name = :name
-    RETURNING {LABEL_COLUMNS}
-    """
-)
-
 # History ids follow the ORDER BY of the INSERT's SELECT, so each label's
 # highest new id is its last move: that row becomes its entry.
 _MOVE_MANY = sa.text(
@@ -790,11 +720,13 @@ _MOVE_MANY = sa.text(
     WITH moves AS (
         SELECT m.*, ordinality AS seq
         FROM unnest(CAST(:m_sm AS text[]), CAST(:m_name AS text[]),
-                    CAST(:m_old AS text[]), CAST(:m_new AS text[]))
-             WITH ORDINALITY AS m(state_machine, name, old_state, new_state)
+                    CAST(:m_old AS text[]), CAST(:m_new AS text[]),
+                    CAST(:m_forced AS boolean[]), CAST(:m_reason AS text[]))
+             WITH ORDINALITY AS m(state_machine, name, old_state, new_state, forced, reason)
     ), entries AS (
-        INSERT INTO history (state_machine, label, old_state, new_state, created)
-        SELECT state_machine, name, old_state, new_state, :now FROM moves ORDER BY seq
+        INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
+        SELECT state_machine, name, old_state, new_state, :now, forced, reason
+        FROM moves ORDER BY seq
         RETURNING id, state_machine, label, old_state, new_state
     ), latest AS (
         SELECT DISTINCT ON (state_machine, label) id, state_machine, label, old_state, new_state
