@@ -74,8 +74,11 @@ FORBIDDEN: dict[str, set[str]] = {
 
 def _routemaster_areas(module: str) -> set[str]:
     own = _area(module)
-    return {area for name in _imports(MODULES[module])
-            if (area := _area(name)) not in {None, own, "__version__"}}
+    return {
+        area
+        for name in _imports(MODULES[module])
+        if (area := _area(name)) not in {None, own, "__version__"}
+    }
 
 
 def test_the_package_is_found() -> None:
@@ -113,10 +116,12 @@ def test_only_the_api_imports_flask(module: str) -> None:
 def test_relative_and_from_imports_are_resolved() -> None:
     source = "from ..config import model\nfrom . import queries\nimport flask.json\n"
     assert imports_of(source, "routemaster.db.schema", is_package=False) == {
-        "routemaster.config", "routemaster.config.model",
-        "routemaster.db", "routemaster.db.queries",
+        "routemaster.config",
+        "routemaster.config.model",
+        "routemaster.db",
+        "routemaster.db.queries",
         "flask.json",
     }
-    assert imports_of("from .loader import load_config\n", "routemaster.config",
-                      is_package=True) == {"routemaster.config.loader",
-                                           "routemaster.config.loader.load_config"}
+    assert imports_of(
+        "from .loader import load_config\n", "routemaster.config", is_package=True
+    ) == {"routemaster.config.loader", "routemaster.config.loader.load_config"}

@@ -18,9 +18,7 @@ text = st.text(
 scalars = st.none() | st.booleans() | st.integers(-1000, 1000) | text
 json_values = st.recursive(
     scalars,
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(text, children, max_size=3)
-    ),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(text, children, max_size=3),
     max_leaves=10,
 )
 json_objects = st.dictionaries(text, json_values, max_size=4)

@@ -65,8 +65,8 @@ def states(app: App) -> dict[str, str]:
 
 def one_round(worker: Worker, pool: ThreadPoolExecutor) -> None:
     """Fire triggers, then work until nothing is due (waiting for pooled feed evaluations)."""
-    worker.fire_triggers()
-    while worker.work_once(pool):
+    worker.triggers.fire()
+    while worker.work_once():
         pass
     deadline = time.monotonic() + 10
     while worker.in_flight:
@@ -97,15 +97,15 @@ def test_interval_occurrence_is_handled_once_across_workers(
     apps = [make_app(config, clock=clock) for _ in range(3)]
     create(apps[0], "x")
     workers = [Worker(app) for app in apps]
-    caplog.set_level("INFO", logger="routemaster.worker.scheduler")
+    caplog.set_level("INFO", logger="routemaster.worker.triggers")
     for worker in workers:
-        worker.fire_triggers()
+        worker.triggers.fire()
     clock.advance(seconds=20)
     for worker in workers:
-        worker.fire_triggers()
+        worker.triggers.fire()
     clock.advance(seconds=20)  # 12:01:10: the next occurrence
     for worker in workers:
-        worker.fire_triggers()
+        worker.triggers.fire()
     fired = [r.getMessage() for r in caplog.records if "fired" in r.getMessage()]
     assert len(fired) == 2
     assert "2024-07-01T12:00:00+00:00" in fired[0]
@@ -155,7 +155,7 @@ def test_daily_time_in_each_labels_zone(make_app: MakeApp, pool: ThreadPoolExecu
     labels.create_label(app, machine, "bad", {"user": {"tz": "Not/AZone"}})
     labels.create_label(app, machine, "none", {})
     worker = Worker(app)
-    worker.housekeeping()
+    worker.triggers.refresh_zones()
     one_round(worker, pool)
     assert states(app) == {"london": "done", "tokyo": "start", "bad": "start", "none": "start"}
     clock.current = datetime.datetime(2024, 7, 2, 0, 0, 30, tzinfo=UTC)  # 09:00:30 in Tokyo

@@ -5,14 +5,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from routemaster.worker.triggers import (
+from routemaster.machine.clock import (
     MISSED_TIME_GRACE,
     daily_occurrence,
     due_time_occurrence,
     interval_occurrence,
-    label_zone,
-    system_zone,
 )
+from routemaster.worker.triggers import label_zone, system_zone
 
 UTC = datetime.UTC
 

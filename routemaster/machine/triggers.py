@@ -1,0 +1,38 @@
+"""Which events evaluate a gate: pure rules, as thread/routemaster 1.x has them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from routemaster.config.model import EntryTrigger, Gate, MetadataTrigger, State
+
+
+def evaluates_on_entry(state: State) -> bool:
+    """Whether a label entering ``state`` (created in it, or moved into it) evaluates it now."""
+    return isinstance(state, Gate) and any(isinstance(t, EntryTrigger) for t in state.triggers)
+
+
+def update_fires(state: State, patch: Mapping[str, Any]) -> bool:
+    """Whether a metadata update with body ``patch`` fires one of the gate's metadata triggers.
+
+    A trigger on ``a.b`` fires when the body itself contains the nested path
+    ``a.b`` (whatever its value, null included). Replacing the parent
+    (``{"a": 5}``) or touching a sibling (``{"a": {"c": 1}}``) does not.
+    """
+    if not isinstance(state, Gate):
+        return False
+    return any(
+        _contains_path(patch, trigger.path)
+        for trigger in state.triggers
+        if isinstance(trigger, MetadataTrigger)
+    )
+
+
+def _contains_path(body: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+    value: Any = body
+    for key in path:
+        if not isinstance(value, Mapping) or key not in value:
+            return False
+        value = value[key]
+    return bool(path)
