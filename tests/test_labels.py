@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from stub_server import StubServer, running_stub
+from tests.stub_server import StubServer
 
 from routemaster import labels
 from routemaster.app import App, Settings
@@ -72,11 +72,6 @@ state_machines:
         exit_condition: true
         next: ping
 """
-
-
-@pytest.fixture
-def stub() -> Iterator[StubServer]:
-    yield from running_stub()
 
 
 @pytest.fixture
@@ -315,3 +310,17 @@ def test_label_is_a_frozen_dataclass(app: App, user: StateMachine) -> None:
     label = labels.create_label(app, user, "alice", {})
     with pytest.raises(dataclasses.FrozenInstanceError):
         label.state = "x"  # type: ignore[misc]
+
+
+def test_a_forced_move_enters_the_state_like_any_other_move(app: App, user: StateMachine) -> None:
+    """Into a gate with an entry trigger whose condition holds: it moves on at once."""
+    labels.create_label(app, user, "alice", {"approved": True})
+    moved = labels.force_move(app, user, "alice", "review", reason="skip the start")
+    assert moved.state == "notify"
+    assert moved.due_at is not None  # the action's webhook is owed
+    entries = labels.history(app, user, "alice")
+    assert [(e.old_state, e.new_state, e.forced) for e in entries] == [
+        (None, "start", False),
+        ("start", "review", True),
+        ("review", "notify", False),
+    ]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from stub_server import Reply, running_stub
+from tests.stub_server import Reply, running_stub
 
 from routemaster import labels
 from routemaster.app import App

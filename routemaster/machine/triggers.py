@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from routemaster.config.model import EntryTrigger, Gate, MetadataTrigger, State
+from routemaster.config.model import (
+    EntryTrigger,
+    Gate,
+    IntervalTrigger,
+    MetadataTrigger,
+    State,
+    TimeTrigger,
+)
 
 
 def evaluates_on_entry(state: State) -> bool:
@@ -36,3 +43,19 @@ def _contains_path(body: Mapping[str, Any], path: tuple[str, ...]) -> bool:
             return False
         value = value[key]
     return bool(path)
+
+
+def what_evaluates(gate: Gate) -> str | None:
+    """In words, for a person: which events evaluate a label waiting in this gate.
+
+    ``None`` when none does (only an entry trigger, already past).
+    """
+    events = []
+    for trigger in gate.triggers:
+        if isinstance(trigger, MetadataTrigger):
+            events.append("an update whose body sets metadata." + ".".join(trigger.path))
+        elif isinstance(trigger, IntervalTrigger):
+            events.append(f"the interval trigger (every {trigger.interval})")
+        elif isinstance(trigger, TimeTrigger):
+            events.append(f"the daily time trigger ({trigger.time.isoformat('minutes')})")
+    return " or ".join(events) or None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from flask.testing import FlaskClient
-from helpers import body
+from tests.api.helpers import body
 
 from routemaster.api import labels as label_endpoints
 
@@ -165,3 +165,16 @@ def test_explain_a_deleted_label_is_410(client: FlaskClient) -> None:
     client.post(f"{LABELS}/alice", json={"metadata": {}})
     client.delete(f"{LABELS}/alice")
     assert client.get(f"{LABELS}/alice/explain").status_code == 410
+
+
+def test_explain_says_when_a_condition_holds_but_nothing_will_evaluate_it(
+    client: FlaskClient,
+) -> None:
+    """Created with the condition already true: as in 1.x no trigger fired yet."""
+    client.post(f"{LABELS}/alice", json={"metadata": {"ready": True}})
+    described = body(client.get(f"{LABELS}/alice/explain"))
+    assert described["state"] == "start"
+    assert described["exit_condition"]["result"] is True
+    assert described["due_at"] is None
+    assert "holds, but no evaluation is scheduled" in described["message"]
+    assert "metadata.ready" in described["message"]

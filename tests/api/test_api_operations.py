@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from flask.testing import FlaskClient
-from helpers import body
+from tests.api.helpers import body
 
 from routemaster.app import App
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flask.testing import FlaskClient
-from helpers import body
+from tests.api.helpers import body
 
 from routemaster import __version__
 

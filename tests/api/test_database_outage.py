@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from helpers import body
-from tcp_proxy import TcpProxy
+from tests.api.helpers import body
+from tests.api.tcp_proxy import TcpProxy
 
 from routemaster import __version__
 from routemaster.api import create_app

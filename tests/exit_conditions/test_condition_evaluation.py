@@ -6,7 +6,7 @@ import datetime
 import json
 
 import pytest
-from conftest import FEEDS, NOW, FeedServer, MakeContext
+from tests.exit_conditions.conftest import FEEDS, NOW, FeedServer, MakeContext
 
 from routemaster.exit_conditions import FeedUnavailable, compile_condition
 

@@ -7,7 +7,7 @@ import datetime
 import json
 from typing import Any
 
-from conftest import FeedServer
+from tests.exit_conditions.conftest import FeedServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -17,7 +17,7 @@ UTC = datetime.UTC
 
 
 def at(*args: int, tz: datetime.tzinfo = UTC) -> datetime.datetime:
-    return datetime.datetime(*args, tzinfo=tz)  # type: ignore[misc]
+    return datetime.datetime(*args, tzinfo=tz)  # type: ignore[arg-type,misc]
 
 
 def test_interval_occurrences_are_aligned_to_the_epoch() -> None:

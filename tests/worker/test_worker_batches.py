@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import sqlalchemy as sa
-from stub_server import running_stub
+from tests.stub_server import running_stub
 
 from routemaster import labels
 from routemaster.app import App
