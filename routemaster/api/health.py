@@ -16,7 +16,7 @@ blueprint = flask.Blueprint("health", __name__)
 
 @blueprint.get("/")
 def status() -> flask.Response:
-    """200 when a pooled connection answers ``SELECT 1``; 503 otherwise.
+    """200 when a pooled connection answers a ping; 503 otherwise.
 
     The engine's ``pool_pre_ping`` replaces connections broken by an outage,
     so the answer returns to 200 by itself once the database is back.
