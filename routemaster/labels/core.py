@@ -120,18 +120,13 @@ def advance_locked(
     label: Label,
     *,
     now: datetime.datetime,
-    evaluate: bool = True,
-    read_feed: FeedReader = no_feeds,
 ) -> tuple[Label, Plan]:
-    """Plan from the locked ``label`` and write the moves; the label as written, and the plan."""
-    plan = plan_moves(
-        machine,
-        position_of(label),
-        now=now,
-        evaluate=evaluate,
-        limit=app.settings.max_transitions,
-        read_feed=read_feed,
-    )
+    """Evaluate the locked ``label`` and write its moves; the label as written, and the plan.
+
+    Feeds are not fetched here (a transaction is open): a plan that needs
+    them says so, for the caller to fetch them once the transaction is over.
+    """
+    plan = _plan(app, machine, label, now, no_feeds)
     if plan.moves:
         label = write(conn, app, [Moves(label, plan.states, due_at(app, plan, now))], now=now)[0]
     elif plan.feed_missing is not None:
