@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from tests.stub_server import StubServer
 
 from routemaster import labels
 from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.config.model import StateMachine
+from tests.stub_server import StubServer
 
 CONFIG = """
 state_machines:

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from tests.stub_server import Reply, running_stub
 
 from routemaster import labels
 from routemaster.app import App
 from routemaster.config import load_config
 from routemaster.config.model import Config, LoggingPlugin
 from routemaster.logging import BaseLogger, PluginError, PythonLogger, format_event, load_plugins
+from tests.stub_server import Reply, running_stub
 
 
 def _config(*plugins: LoggingPlugin) -> Config:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import flask
+
 from tests.api.helpers import body
 
 URL = "/state-machines/user/labels/contended"

@@ -7,6 +7,7 @@ from urllib.parse import quote
 import flask
 import pytest
 from flask.testing import FlaskClient
+
 from tests.api.helpers import body
 
 LABELS = "/state-machines/user/labels"

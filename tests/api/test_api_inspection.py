@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from flask.testing import FlaskClient
-from tests.api.helpers import body
 
 from routemaster.api import labels as label_endpoints
+from tests.api.helpers import body
 
 LABELS = "/state-machines/user/labels"
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from flask.testing import FlaskClient
-from tests.api.helpers import body
 
 from routemaster import __version__
+from tests.api.helpers import body
 
 LABELS = "/state-machines/user/labels"
 

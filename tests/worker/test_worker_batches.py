@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import sqlalchemy as sa
-from tests.stub_server import running_stub
 
 from routemaster import labels
 from routemaster.app import App
@@ -13,6 +12,7 @@ from routemaster.config import load_config
 from routemaster.db import labels as store
 from routemaster.db.claims import Claim
 from routemaster.worker.evaluation import complete_deliveries
+from tests.stub_server import running_stub
 
 CONFIG = """
 state_machines:
