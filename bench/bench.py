@@ -21,7 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from measure import BENCH_DIR, MemorySampler, Server, run_pgbench, run_wrk, run_wrk_until, summarise
+from measure import (
+    BENCH_DIR,
+    MemorySampler,
+    Server,
+    cpu_ms_per_request,
+    cpu_sample,
+    run_pgbench,
+    run_wrk,
+    run_wrk_until,
+    summarise,
+)
 from report import evaluate, print_table
 from targets import REFERENCE_VENV, REPO, Project, Reference, Target
 
@@ -74,8 +84,16 @@ QUICK = Profile(
 
 
 class Suite:
-    def __init__(self, profile: Profile, server: Server, log_dir: Path, scenarios: set[str] | None):
+    def __init__(
+        self,
+        profile: Profile,
+        server: Server,
+        log_dir: Path,
+        scenarios: set[str] | None,
+        tree: Path = REPO,
+    ):
         self.p = profile
+        self.tree = tree
         self.server = server
         self.log_dir = log_dir
         self.only = scenarios
@@ -120,7 +138,7 @@ class Suite:
 
     def pgbench(self) -> None:
         print("pgbench (this project's schema, same server)", flush=True)
-        pg = Project(self.server, self.log_dir)
+        pg = Project(self.server, self.log_dir, self.tree)
         pg.database = "bench_pgbench"
         pg.fresh_database()
         pg.bulk_labels("flow", "start", "r", 1000, {"go": False})
@@ -168,10 +186,10 @@ class Suite:
         try:
             for scale in self.p.scales:
                 suffix = "" if scale == 0 else f"_{scale // 1000}k"
-                names = ("create_c1", "create_c16", "read_c16", "update_c16")
+                names = ("create_c1", "create_c16", "read_c1", "read_c16", "update_c16")
                 keys = [f"{k}{suffix}" for k in names]
                 if scale:
-                    keys.remove(f"create_c1{suffix}")
+                    keys = [k for k in keys if "_c1_" not in k + "_"]
                 extra = []
                 if scale == 0:
                     extra = ["action_drain", "action_fast", "action_flaky", "interval_2k"]
@@ -217,8 +235,15 @@ class Suite:
         d, base = self.p.duration, target.base_url
 
         def one(duration: float) -> dict[str, Any]:
+            if mode == "update":
+                # enough fresh labels in `start` for the run, sized from the last rate
+                count = int(max(one.rate, 100) * duration * 2) + 500  # type: ignore[attr-defined]
+                prefix = self.tag("u")
+                target.bulk_labels("flow", "start", prefix, count, {"n": 0, "go": False})
+                since = target.max_history_id()
+            before = cpu_sample(target.pids(), target.backend_pids())
             if mode == "create":
-                return run_wrk(
+                result = run_wrk(
                     base,
                     mode="create",
                     machine="flow",
@@ -227,8 +252,8 @@ class Suite:
                     connections=conc,
                     duration=duration,
                 )
-            if mode == "read":
-                return run_wrk(
+            elif mode == "read":
+                result = run_wrk(
                     base,
                     mode="read",
                     machine="flow",
@@ -237,23 +262,22 @@ class Suite:
                     connections=conc,
                     duration=duration,
                 )
-            # update: enough fresh labels in `start` for the run, sized from the last rate
-            count = int(max(one.rate, 100) * duration * 2) + 500  # type: ignore[attr-defined]
-            prefix = self.tag("u")
-            target.bulk_labels("flow", "start", prefix, count, {"n": 0, "go": False})
-            since = target.max_history_id()
-            result = run_wrk(
-                base,
-                mode="patch",
-                machine="flow",
-                prefix=prefix,
-                n=count,
-                connections=conc,
-                duration=duration,
-                key="go",
-            )
-            result["moved"] = target.transitions("flow", "start", "review", since)
-            result["exhausted"] = result["moved"] >= count
+            else:
+                result = run_wrk(
+                    base,
+                    mode="patch",
+                    machine="flow",
+                    prefix=prefix,
+                    n=count,
+                    connections=conc,
+                    duration=duration,
+                    key="go",
+                )
+            after = cpu_sample(target.pids(), target.backend_pids())
+            result["cpu_ms_per_request"] = cpu_ms_per_request(before, after, result["requests"])
+            if mode == "update":
+                result["moved"] = target.transitions("flow", "start", "review", since)
+                result["exhausted"] = result["moved"] >= count
             return result
 
         one.rate = 0.0  # type: ignore[attr-defined]
@@ -269,14 +293,19 @@ class Suite:
             moved = sum(r["moved"] for r in runs)
             if moved < requests * 0.99:
                 note += f" only {moved} of {requests} moved"
+        roles = sorted({role for r in runs for role in r["cpu_ms_per_request"]})
         self.record(
             key,
             target.name,
             "req/s",
             [r["rate"] for r in runs],
             note=note.strip(),
-            latency_p50_ms=[r["p50_us"] / 1000 for r in runs],
-            latency_p99_ms=[r["p99_us"] / 1000 for r in runs],
+            latency_p50_ms=summarise(r["p50_us"] / 1000 for r in runs),
+            latency_p99_ms=summarise(r["p99_us"] / 1000 for r in runs),
+            cpu_ms_per_request={
+                role: summarise(r["cpu_ms_per_request"].get(role, 0.0) for r in runs)
+                for role in roles
+            },
             raw=runs,
         )
 
@@ -528,12 +557,12 @@ class Suite:
         self.record(key, target.name, "labels/s", runs, labels=n, note="; ".join(notes), raw=raw)
 
 
-def project_runnable() -> str | None:
+def project_runnable(tree: Path) -> str | None:
     """None when ``python -m routemaster`` has serve, cron and migrate; else why not."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(
         [sys.executable, "-m", "routemaster", "--help"],
-        cwd=REPO,
+        cwd=tree,
         env=env,
         capture_output=True,
         text=True,
@@ -589,6 +618,13 @@ def main() -> None:
         help="comma-separated scenario name prefixes, e.g. create_c16,interval",
     )
     parser.add_argument("--reference-workers", type=int, default=4)
+    parser.add_argument(
+        "--project-tree",
+        type=Path,
+        default=REPO,
+        help="the checkout whose code the project target runs (default: this one), "
+        "to measure two versions with one harness",
+    )
     parser.add_argument("--output", type=Path, default=BENCH_DIR / "results")
     args = parser.parse_args()
     profile = QUICK if args.quick else FULL
@@ -597,9 +633,8 @@ def main() -> None:
     log_dir = Path(tempfile.mkdtemp(prefix="routemaster-bench-"))
     print(f"logs in {log_dir}", flush=True)
 
-    suite = Suite(
-        profile, server, log_dir, {s.strip() for s in args.only.split(",") if s.strip()} or None
-    )
+    only = {s.strip() for s in args.only.split(",") if s.strip()} or None
+    suite = Suite(profile, server, log_dir, only, args.project_tree.resolve())
     started = time.time()
     receiver = subprocess.Popen(
         [sys.executable, str(BENCH_DIR / "receiver.py"), "--port", str(RECEIVER_PORT)],
@@ -618,12 +653,12 @@ def main() -> None:
             else:
                 suite.service(Reference(server, log_dir, args.reference_workers))
         if "project" in targets:
-            why = project_runnable()
+            why = project_runnable(args.project_tree)
             if why:
                 skipped["project"] = why
                 print(f"project skipped: {why}", flush=True)
             else:
-                suite.service(Project(server, log_dir))
+                suite.service(Project(server, log_dir, args.project_tree))
     finally:
         suite.sampler.stop()
         receiver.terminate()
@@ -637,6 +672,7 @@ def main() -> None:
         "command": "bench/run" + (" --quick" if args.quick else ""),
         "profile": profile.__dict__,
         "reference_workers": args.reference_workers,
+        "project_tree": str(args.project_tree.resolve()),
         "machine": machine_info(server),
         "elapsed_s": round(time.time() - started),
         "skipped": skipped,

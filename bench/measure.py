@@ -252,6 +252,47 @@ def run_pgbench(
     raise RuntimeError(f"pgbench failed: {out.stdout}\n{out.stderr}")
 
 
+CpuSample = dict[tuple[str, int], float]
+
+
+def cpu_sample(roots: Iterable[tuple[str, int]], backends: Iterable[int]) -> CpuSample:
+    """CPU seconds (user + system) so far of every process of a target, by (role, pid).
+
+    Each root counts with all its descendants (gunicorn's workers under
+    ``serve``); ``backends`` are the target's PostgreSQL backends (role ``postgres``).
+    """
+    procs: list[tuple[str, psutil.Process]] = []
+    for role, pid in roots:
+        try:
+            root = psutil.Process(pid)
+            procs += [(role, root)] + [(role, c) for c in root.children(recursive=True)]
+        except psutil.Error:
+            continue
+    for pid in backends:
+        try:
+            procs.append(("postgres", psutil.Process(pid)))
+        except psutil.Error:
+            continue
+    sample: CpuSample = {}
+    for role, proc in procs:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        sample[(role, proc.pid)] = times.user + times.system
+    return sample
+
+
+def cpu_ms_per_request(before: CpuSample, after: CpuSample, requests: int) -> dict[str, float]:
+    """Milliseconds of CPU per request, per role, between two samples (new processes from 0)."""
+    if not requests:
+        return {}
+    spent: dict[str, float] = {}
+    for (role, pid), seconds in after.items():
+        spent[role] = spent.get(role, 0.0) + seconds - before.get((role, pid), 0.0)
+    return {role: round(seconds * 1000 / requests, 4) for role, seconds in spent.items()}
+
+
 def summarise(values: Iterable[float]) -> dict[str, Any]:
     """Median, min, max and the raw runs."""
     runs = [float(v) for v in values]

@@ -8,6 +8,7 @@ from typing import Any
 ORDER = [
     "create_c1",
     "create_c16",
+    "read_c1",
     "read_c16",
     "update_c16",
     "create_c16_10k",
@@ -31,6 +32,19 @@ TIME_UNITS = {"s", "ms"}
 
 def median(results: dict[str, Any], key: str, target: str) -> float | None:
     value = results.get(key, {}).get(target, {}).get("median")
+    return None if value is None else float(value)
+
+
+def cpu_ms(results: dict[str, Any], key: str, target: str, role: str) -> float | None:
+    """Median CPU milliseconds per request spent by one role (serve, cron, postgres)."""
+    per_role = results.get(key, {}).get(target, {}).get("cpu_ms_per_request", {})
+    value = per_role.get(role, {}).get("median")
+    return None if value is None else float(value)
+
+
+def p50_ms(results: dict[str, Any], key: str, target: str) -> float | None:
+    value = results.get(key, {}).get(target, {}).get("latency_p50_ms", {})
+    value = value.get("median") if isinstance(value, dict) else None
     return None if value is None else float(value)
 
 
@@ -113,7 +127,28 @@ def evaluate(results: dict[str, Any], memory: dict[str, dict[str, int]]) -> list
         lambda v: v >= 5,
         ">= 5x",
     )
-    for op in ("create", "read"):
+    for op, goal in (("create", 1.0), ("read", 0.5), ("update", 1.2)):
+        check(
+            f"{op}, 16 clients, serve CPU per request (ms)",
+            cpu_ms(results, f"{op}_c16", "project", "serve"),
+            lambda v, goal=goal: v <= goal,
+            f"<= {goal} ms",
+        )
+    for op, times in (("create", 5), ("read", 4), ("update", 6)):
+        check(
+            f"{op}, 16 clients, vs reference (issue 15)",
+            r.get(f"{op}_c16", {}).get("project_vs_reference"),
+            lambda v, times=times: v >= times,
+            f">= {times}x",
+        )
+    for op, goal in (("create", 1.5), ("read", 1.0)):
+        check(
+            f"{op}, 1 client, p50 latency (ms)",
+            p50_ms(results, f"{op}_c1", "project"),
+            lambda v, goal=goal: v <= goal,
+            f"<= {goal} ms",
+        )
+    for op in ("create", "read", "update"):
         check(
             f"{op} at 100,000 labels vs empty",
             rel(f"{op}_c16_100k", f"{op}_c16"),
@@ -207,6 +242,7 @@ def print_table(report: dict[str, Any]) -> None:
         print("  ".join(cell.ljust(widths[j]) for j, cell in enumerate(row)).rstrip())
         if i == 0:
             print("  ".join("-" * w for w in widths))
+    _print_cpu_table(results, keys)
     notes = [
         (k, t, e["note"]) for k, per in results.items() for t, e in per.items() if e.get("note")
     ]
@@ -225,3 +261,39 @@ def print_table(report: dict[str, Any]) -> None:
     if report.get("skipped"):
         for target, why in report["skipped"].items():
             print(f"  {target} not measured: {why}")
+
+
+def _print_cpu_table(results: dict[str, Any], keys: list[str]) -> None:
+    """CPU milliseconds per request by process role, and the median latency, per HTTP scenario."""
+    columns = [
+        ("project", "serve"),
+        ("project", "postgres"),
+        ("project", "cron"),
+        ("reference", "serve"),
+        ("reference", "postgres"),
+    ]
+    header = ("scenario", *(f"{t[:4]} {role}" for t, role in columns), "proj p50", "ref p50")
+    rows = [header]
+    for key in keys:
+        if not any("cpu_ms_per_request" in e for e in results[key].values()):
+            continue
+
+        def ms(value: float | None) -> str:
+            return "-" if value is None else f"{value:.3f}"
+
+        rows.append(
+            (
+                key,
+                *(ms(cpu_ms(results, key, t, role)) for t, role in columns),
+                ms(p50_ms(results, key, "project")),
+                ms(p50_ms(results, key, "reference")),
+            )
+        )
+    if len(rows) == 1:
+        return
+    print("\nCPU ms per request by process (median of runs), and p50 latency (ms):")
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    for i, row in enumerate(rows):
+        print("  ".join(cell.ljust(widths[j]) for j, cell in enumerate(row)).rstrip())
+        if i == 0:
+            print("  ".join("-" * w for w in widths))

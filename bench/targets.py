@@ -38,6 +38,7 @@ class Target:
     def __init__(self, server: Server, log_dir: Path) -> None:
         self.server = server
         self.log_dir = log_dir
+        self.cwd = REPO
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.started_at = 0.0
         self._conn: psycopg2.extensions.connection | None = None
@@ -66,7 +67,7 @@ class Target:
             log = open(self.log_dir / f"{self.name}-{role}.log", "ab")  # noqa: SIM115
             proc = subprocess.Popen(
                 argv,
-                cwd=REPO,
+                cwd=self.cwd,
                 env={**os.environ, **env},
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -115,6 +116,15 @@ class Target:
 
     def pids(self) -> list[tuple[str, int]]:
         return [(role, proc.pid) for role, proc in self.procs if proc.poll() is None]
+
+    def backend_pids(self) -> list[int]:
+        """The PostgreSQL backends serving this target's database (not the harness's own)."""
+        with self.db.cursor() as cur:
+            cur.execute(
+                "SELECT pid FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            return [int(row[0]) for row in cur.fetchall()]
 
     # -- database access ---------------------------------------------------
 
@@ -170,24 +180,32 @@ class Target:
 
 
 class Project(Target):
-    """This repository's service: ``serve`` + ``cron`` as the Procfile runs them."""
+    """This repository's service: ``serve`` + ``cron`` as the Procfile runs them.
+
+    ``tree`` is the checkout whose code runs (default: the one holding this
+    bench), so two versions can be measured with the same harness.
+    """
 
     name = "project"
     database = "bench_project"
     port = 18301
     history_machine_column = "state_machine"
 
+    def __init__(self, server: Server, log_dir: Path, tree: Path = REPO) -> None:
+        super().__init__(server, log_dir)
+        self.cwd = tree
+
     def _cli(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "routemaster", "-c", str(CONFIG), *args]
 
     def _env(self) -> dict[str, str]:
-        pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        pythonpath = os.pathsep.join(filter(None, [str(self.cwd), os.environ.get("PYTHONPATH")]))
         return {"DATABASE_URL": self.server.url(self.database), "PYTHONPATH": pythonpath}
 
     def create_schema(self) -> None:
         subprocess.run(
             self._cli("migrate"),
-            cwd=REPO,
+            cwd=self.cwd,
             env={**os.environ, **self._env()},
             check=True,
             capture_output=True,

@@ -1,0 +1,191 @@
+"""CPU per request of the WSGI application alone, in one process: no gunicorn, no wrk.
+
+The HTTP scenarios of ``bench/run`` share two cores with wrk and PostgreSQL,
+so their figures move with whatever else runs. This calls the API's WSGI
+callable directly, as gunicorn's worker does, with the same requests wrk
+sends (create, read, update through a gate), against a real database, and
+reports the process CPU time per request: what our Python costs, apart from
+the HTTP server's own share. ``--profile`` adds a cProfile of one scenario.
+
+    DATABASE_URL=postgresql://postgres@127.0.0.1/some_db \\
+        PYTHONPATH=<tree> python bench/inprocess.py [-n 3000] [--profile read]
+
+The database is migrated and given the 1,000 ``r-*`` labels the read
+scenario uses; created and updated labels get a fresh prefix per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import logging
+import os
+import pstats
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+CONFIG = Path(__file__).resolve().parent / "bench.yaml"
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def environ(method: str, path: str, body: bytes = b"") -> dict[str, Any]:
+    """What gunicorn's sync worker hands the application for one request."""
+    env: dict[str, Any] = {
+        "REQUEST_METHOD": method,
+        "SCRIPT_NAME": "",
+        "PATH_INFO": path,
+        "RAW_URI": path,
+        "QUERY_STRING": "",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "18301",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1",
+        "REMOTE_PORT": "40000",
+        "HTTP_HOST": "127.0.0.1:18301",
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": False,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+    }
+    if body:
+        env["CONTENT_TYPE"] = "application/json"
+        env["CONTENT_LENGTH"] = str(len(body))
+        env["HTTP_CONTENT_TYPE"] = "application/json"
+        env["HTTP_CONTENT_LENGTH"] = str(len(body))
+    return env
+
+
+def call(app: WSGIApp, env: dict[str, Any], expect: int) -> None:
+    status: list[str] = []
+
+    def start_response(s: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        status.append(s)
+        return lambda data: None
+
+    result = app(env, start_response)
+    try:
+        for _ in result:
+            pass
+    finally:
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+    if not status or int(status[0].split()[0]) != expect:
+        raise RuntimeError(f"{env['REQUEST_METHOD']} {env['PATH_INFO']}: {status}")
+
+
+def build(url: str) -> WSGIApp:
+    """The app exactly as ``routemaster serve`` builds it in a worker (logging included)."""
+    from routemaster.api import create_app
+    from routemaster.app import App
+    from routemaster.cli import settings_from_environment
+    from routemaster.config.loader import load_config
+    from routemaster.db.database import create_engine
+    from routemaster.logging import load_plugins
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
+    )
+    config = load_config([str(CONFIG)])
+    engine = create_engine(url, pool_size=1, max_overflow=4)
+    app = App(
+        config=config,
+        db=engine,
+        settings=settings_from_environment(),
+        loggers=tuple(load_plugins(config)),
+    )
+    wsgi: WSGIApp = create_app(app)
+    return wsgi
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("-n", type=int, default=3000, help="requests per scenario")
+    parser.add_argument("--profile", choices=["create", "read", "update"])
+    parser.add_argument("--sort", default="tottime")
+    args = parser.parse_args()
+
+    import sqlalchemy as sa
+
+    from routemaster.db.database import normalise_url
+    from routemaster.db.migrate import upgrade
+
+    url = normalise_url(os.environ["DATABASE_URL"])
+    engine = sa.create_engine(url)
+    upgrade(engine)
+    app = build(url)
+    prefix = uuid.uuid4().hex[:8]
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "DELETE FROM labels WHERE state_machine = 'flow' AND name LIKE 'r-%';"
+                "WITH h AS (INSERT INTO history (state_machine, label, old_state, new_state) "
+                "SELECT 'flow', 'r-' || g, NULL, 'start' FROM generate_series(0, 999) g "
+                "RETURNING id, label) "
+                "INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, "
+                "entry_id) SELECT 'flow', label, '{\"n\": 0, \"go\": false}', 'start', now(), id "
+                "FROM h"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "WITH h AS (INSERT INTO history (state_machine, label, old_state, new_state) "
+                "SELECT 'flow', :p || '-u-' || g, NULL, 'start' FROM generate_series(0, :n) g "
+                "RETURNING id, label) "
+                "INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, "
+                "entry_id) SELECT 'flow', label, '{\"n\": 0, \"go\": false}', 'start', now(), id "
+                "FROM h"
+            ),
+            {"p": prefix, "n": args.n * 2 + 100},
+        )
+    engine.dispose()
+
+    base = "/state-machines/flow/labels/"
+    counter = {"create": 0, "update": 0}
+
+    def request(kind: str, i: int) -> tuple[dict[str, Any], int]:
+        if kind == "create":
+            counter["create"] += 1
+            body = b'{"metadata": {"n": %d, "go": false}}' % i
+            return environ("POST", f"{base}{prefix}-c-{counter['create']}", body), 201
+        if kind == "read":
+            return environ("GET", f"{base}r-{(i * 7919) % 1000}"), 200
+        counter["update"] += 1
+        body = b'{"metadata": {"go": true}}'
+        return environ("PATCH", f"{base}{prefix}-u-{counter['update']}", body), 200
+
+    results: dict[str, float] = {}
+    for kind in ("create", "read", "update"):
+        for i in range(100):  # warm-up: imports, pool, caches
+            env, expect = request(kind, i)
+            call(app, env, expect)
+        envs = [request(kind, i) for i in range(args.n)]
+        profiler = cProfile.Profile(time.process_time) if args.profile == kind else None
+        wall, cpu = time.perf_counter(), time.process_time()
+        if profiler is not None:
+            profiler.enable()
+        for env, expect in envs:
+            call(app, env, expect)
+        if profiler is not None:
+            profiler.disable()
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        results[kind] = cpu * 1000 / args.n
+        print(
+            f"{kind:<7} {cpu * 1000 / args.n:.3f} ms CPU/request  {wall * 1000 / args.n:.3f} ms wall"
+        )
+        if profiler is not None:
+            stats = pstats.Stats(profiler)
+            stats.sort_stats(args.sort).print_stats(45)
+
+
+if __name__ == "__main__":
+    main()
