@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.db.notifications import notify_due
+from routemaster.db.statements import fetch_all, fetch_one, run
 
 LabelKey = tuple[str, str]
 """(state machine, label name)."""
@@ -97,6 +98,11 @@ def _label(row: sa.Row[Any]) -> Label:
     return Label(**row._mapping)
 
 
+def _from_tuple(row: tuple[Any, ...]) -> Label:
+    """A label from a driver row holding the columns in ``LABEL_COLUMNS`` order."""
+    return Label(*row)
+
+
 def _keys(keys: Iterable[LabelKey]) -> dict[str, list[str]]:
     machines: list[str] = []
     names: list[str] = []
@@ -117,7 +123,8 @@ def insert(
     due: bool,
 ) -> Label | None:
     """A new label and its first history entry; ``None`` when the name is taken."""
-    row = conn.execute(
+    row = fetch_one(
+        conn,
         _INSERT,
         {
             "sm": state_machine,
@@ -127,36 +134,37 @@ def insert(
             "now": now,
             "due_at": now if due else None,
         },
-    ).first()
+    )
     if row is not None and due:
         notify_due(conn)
-    return None if row is None else _label(row)
+    return None if row is None else _from_tuple(row)
 
 
 def get(conn: sa.Connection, state_machine: str, name: str) -> Label | None:
-    row = conn.execute(_SELECT, {"sm": state_machine, "name": name}).first()
-    return None if row is None else _label(row)
+    row = fetch_one(conn, _SELECT, {"sm": state_machine, "name": name})
+    return None if row is None else _from_tuple(row)
 
 
 def lock(conn: sa.Connection, state_machine: str, name: str) -> Label | None:
     """The label, row-locked until the transaction ends."""
-    row = conn.execute(_SELECT_FOR_UPDATE, {"sm": state_machine, "name": name}).first()
-    return None if row is None else _label(row)
+    row = fetch_one(conn, _SELECT_FOR_UPDATE, {"sm": state_machine, "name": name})
+    return None if row is None else _from_tuple(row)
 
 
 def lock_entries(conn: sa.Connection, entries: Sequence[tuple[str, str, int]]) -> list[Label]:
     """Lock the live labels still in the given entries, (machine, name, entry_id) each."""
     if not entries:
         return []
-    rows = conn.execute(
+    rows = fetch_all(
+        conn,
         _LOCK_ENTRIES,
         {
             "machines": [machine for machine, _, _ in entries],
             "names": [name for _, name, _ in entries],
             "entries": [entry_id for _, _, entry_id in entries],
         },
-    ).all()
-    return [_label(row) for row in rows]
+    )
+    return [_from_tuple(row) for row in rows]
 
 
 def merge_metadata(
@@ -166,16 +174,16 @@ def merge_metadata(
 
     The row lock the UPDATE takes serialises concurrent merges: none is lost.
     """
-    row = conn.execute(
-        _MERGE_METADATA, {"sm": state_machine, "name": name, "patch": json.dumps(patch)}
-    ).first()
-    return None if row is None else _label(row)
+    row = fetch_one(
+        conn, _MERGE_METADATA, {"sm": state_machine, "name": name, "patch": json.dumps(patch)}
+    )
+    return None if row is None else _from_tuple(row)
 
 
 def is_deleted(conn: sa.Connection, state_machine: str, name: str) -> bool | None:
     """Whether the label was deleted; ``None`` when it never existed."""
-    result: bool | None = conn.execute(_IS_DELETED, {"sm": state_machine, "name": name}).scalar()
-    return result
+    row = fetch_one(conn, _IS_DELETED, {"sm": state_machine, "name": name})
+    return None if row is None else bool(row[0])
 
 
 def write_moves(
@@ -205,10 +213,10 @@ def write_moves(
         finals["f_sm"].append(move.label.state_machine)
         finals["f_name"].append(move.label.name)
         finals["f_due_at"].append(move.due_at)
-    rows = conn.execute(_MOVE_MANY, {"now": now, **history, **finals}).all()
+    rows = fetch_all(conn, _MOVE_MANY, {"now": now, **history, **finals})
     if any(due_at is not None for due_at in finals["f_due_at"]):
         notify_due(conn)
-    by_key = {(row.state_machine, row.name): _label(row) for row in rows}
+    by_key = {(row[0], row[1]): _from_tuple(row) for row in rows}
     return [by_key[move.label.key] for move in moves]
 
 
@@ -216,12 +224,12 @@ def clear_due(conn: sa.Connection, keys: Iterable[LabelKey]) -> None:
     """Nothing more to do for these labels until a trigger or an update makes them due."""
     params = _keys(keys)
     if params["names"]:
-        conn.execute(_CLEAR_DUE, params)
+        run(conn, _CLEAR_DUE, params)
 
 
 def mark_due(conn: sa.Connection, key: LabelKey, *, at: datetime.datetime) -> None:
     """An evaluation is owed by ``at`` (or sooner, if it already was)."""
-    conn.execute(_MARK_DUE, {"sm": key[0], "name": key[1], "at": at})
+    run(conn, _MARK_DUE, {"sm": key[0], "name": key[1], "at": at})
 
 
 def record_evaluation_failure(
@@ -236,7 +244,8 @@ def record_evaluation_failure(
 
     With ``entry_id``, only if the label is still in that entry.
     """
-    conn.execute(
+    run(
+        conn,
         _EVALUATION_FAILED,
         {"sm": key[0], "name": key[1], "entry_id": entry_id, "error": error, "due_at": due_at},
     )
@@ -246,15 +255,16 @@ def soft_delete(
     conn: sa.Connection, state_machine: str, name: str, *, now: datetime.datetime
 ) -> str | None:
     """Clear the metadata and record the deletion; the state it left, or ``None`` if nothing."""
-    row = conn.execute(_DELETE, {"sm": state_machine, "name": name, "now": now}).first()
-    return None if row is None else str(row.old_state)
+    row = fetch_one(conn, _DELETE, {"sm": state_machine, "name": name, "now": now})
+    return None if row is None else str(row[0])
 
 
 def record_forced(
     conn: sa.Connection, label: Label, *, now: datetime.datetime, reason: str
 ) -> None:
     """An operator command that keeps the state, recorded for the audit trail."""
-    conn.execute(
+    run(
+        conn,
         _RECORD_FORCED,
         {
             "sm": label.state_machine,
@@ -268,33 +278,34 @@ def record_forced(
 
 def make_retryable(conn: sa.Connection, label: Label, *, now: datetime.datetime) -> Label:
     """An errored label due again now, with a fresh attempt count."""
-    row = conn.execute(_RETRY, {"sm": label.state_machine, "name": label.name, "now": now}).one()
+    row = fetch_one(conn, _RETRY, {"sm": label.state_machine, "name": label.name, "now": now})
+    assert row is not None, "the label is locked by the caller"
     notify_due(conn)
-    return _label(row)
+    return _from_tuple(row)
 
 
 def set_paused(conn: sa.Connection, label: Label, paused: bool) -> Label:
-    row = conn.execute(
-        _SET_PAUSED, {"sm": label.state_machine, "name": label.name, "paused": paused}
-    ).one()
-    updated = _label(row)
+    row = fetch_one(
+        conn, _SET_PAUSED, {"sm": label.state_machine, "name": label.name, "paused": paused}
+    )
+    assert row is not None, "the label is locked by the caller"
+    updated = _from_tuple(row)
     if not paused and updated.due_at is not None:
         notify_due(conn)
     return updated
 
 
 def history(conn: sa.Connection, state_machine: str, name: str) -> list[HistoryEntry]:
-    rows = conn.execute(_HISTORY, {"sm": state_machine, "name": name}).all()
-    return [HistoryEntry(**row._mapping) for row in rows]
+    rows = fetch_all(conn, _HISTORY, {"sm": state_machine, "name": name})
+    return [HistoryEntry(*row) for row in rows]
 
 
-_INSERT = sa.text(
-    f"""
+_INSERT = f"""
     WITH created AS (
         INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, entry_id,
                             due_at, created_at, updated_at)
-        VALUES (:sm, :name, CAST(:metadata AS jsonb), :state, :now,
-                nextval(pg_get_serial_sequence('history', 'id')), :due_at, :now, :now)
+        VALUES (%(sm)s, %(name)s, CAST(%(metadata)s AS jsonb), %(state)s, %(now)s,
+                nextval(pg_get_serial_sequence('history', 'id')), %(due_at)s, %(now)s, %(now)s)
         ON CONFLICT DO NOTHING
         RETURNING {_COLUMNS}
     ), entry AS (
@@ -303,63 +314,57 @@ _INSERT = sa.text(
     )
     SELECT {_COLUMNS} FROM created
     """
+
+_SELECT = f"SELECT {_COLUMNS} FROM labels WHERE state_machine = %(sm)s AND name = %(name)s"
+
+_SELECT_FOR_UPDATE = (
+    f"SELECT {_COLUMNS} FROM labels WHERE state_machine = %(sm)s AND name = %(name)s FOR UPDATE"
 )
 
-_SELECT = sa.text(f"SELECT {_COLUMNS} FROM labels WHERE state_machine = :sm AND name = :name")
-
-_SELECT_FOR_UPDATE = sa.text(
-    f"SELECT {_COLUMNS} FROM labels WHERE state_machine = :sm AND name = :name FOR UPDATE"
-)
-
-_LOCK_ENTRIES = sa.text(
-    f"""
+_LOCK_ENTRIES = f"""
     SELECT {_LABELS_COLUMNS}
-    FROM labels JOIN unnest(CAST(:machines AS text[]), CAST(:names AS text[]),
-                            CAST(:entries AS bigint[])) AS wanted(sm, name, entry_id)
+    FROM labels JOIN unnest(CAST(%(machines)s AS text[]), CAST(%(names)s AS text[]),
+                            CAST(%(entries)s AS bigint[])) AS wanted(sm, name, entry_id)
       ON labels.state_machine = wanted.sm AND labels.name = wanted.name
          AND labels.entry_id = wanted.entry_id
     WHERE {LIVE}
     ORDER BY labels.state_machine, labels.name
     FOR UPDATE OF labels
     """
-)
 
-_MERGE_METADATA = sa.text(
-    f"""
-    UPDATE labels SET metadata = routemaster_deep_merge(metadata, CAST(:patch AS jsonb)),
+_MERGE_METADATA = f"""
+    UPDATE labels SET metadata = routemaster_deep_merge(metadata, CAST(%(patch)s AS jsonb)),
                       updated_at = now()
-    WHERE state_machine = :sm AND name = :name AND NOT deleted
+    WHERE state_machine = %(sm)s AND name = %(name)s AND NOT deleted
     RETURNING {_COLUMNS}
     """
-)
 
-_IS_DELETED = sa.text("SELECT deleted FROM labels WHERE state_machine = :sm AND name = :name")
+_IS_DELETED = "SELECT deleted FROM labels WHERE state_machine = %(sm)s AND name = %(name)s"
 
 # History ids follow the ORDER BY of the INSERT's SELECT, so each label's
 # highest new id is its last move: that row becomes its entry.
-_MOVE_MANY = sa.text(
-    f"""
+_MOVE_MANY = f"""
     WITH moves AS (
         SELECT m.*, ordinality AS seq
-        FROM unnest(CAST(:m_sm AS text[]), CAST(:m_name AS text[]),
-                    CAST(:m_old AS text[]), CAST(:m_new AS text[]),
-                    CAST(:m_forced AS boolean[]), CAST(:m_reason AS text[]))
+        FROM unnest(CAST(%(m_sm)s AS text[]), CAST(%(m_name)s AS text[]),
+                    CAST(%(m_old)s AS text[]), CAST(%(m_new)s AS text[]),
+                    CAST(%(m_forced)s AS boolean[]), CAST(%(m_reason)s AS text[]))
              WITH ORDINALITY AS m(state_machine, name, old_state, new_state, forced, reason)
     ), entries AS (
         INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
-        SELECT state_machine, name, old_state, new_state, :now, forced, reason
+        SELECT state_machine, name, old_state, new_state, %(now)s, forced, reason
         FROM moves ORDER BY seq
         RETURNING id, state_machine, label, old_state, new_state
     ), latest AS (
         SELECT DISTINCT ON (state_machine, label) id, state_machine, label, old_state, new_state
         FROM entries ORDER BY state_machine, label, id DESC
     ), finals AS (
-        SELECT * FROM unnest(CAST(:f_sm AS text[]), CAST(:f_name AS text[]),
-                             CAST(:f_due_at AS timestamptz[])) AS f(state_machine, name, due_at)
+        SELECT * FROM unnest(CAST(%(f_sm)s AS text[]), CAST(%(f_name)s AS text[]),
+                             CAST(%(f_due_at)s AS timestamptz[])) AS f(state_machine, name, due_at)
     )
     UPDATE labels SET
         state = latest.new_state, previous_state = latest.old_state,
-        state_entered_at = :now, entry_id = latest.id, updated_at = now(),
+        state_entered_at = %(now)s, entry_id = latest.id, updated_at = now(),
         due_at = finals.due_at,
         attempts = 0, errored = false, last_error = NULL, lease_owner = NULL
     FROM latest JOIN finals
@@ -367,72 +372,55 @@ _MOVE_MANY = sa.text(
     WHERE labels.state_machine = latest.state_machine AND labels.name = latest.label
     RETURNING {_LABELS_COLUMNS}
     """
-)
 
-_CLEAR_DUE = sa.text(
-    """
+_CLEAR_DUE = """
     UPDATE labels SET due_at = NULL, attempts = 0, last_error = NULL, lease_owner = NULL
-    FROM unnest(CAST(:machines AS text[]), CAST(:names AS text[])) AS done(sm, name)
+    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(names)s AS text[])) AS done(sm, name)
     WHERE labels.state_machine = done.sm AND labels.name = done.name
     """
-)
 
-_MARK_DUE = sa.text(
+_MARK_DUE = """
+    UPDATE labels SET due_at = LEAST(COALESCE(due_at, %(at)s), %(at)s)
+    WHERE state_machine = %(sm)s AND name = %(name)s
     """
-    UPDATE labels SET due_at = LEAST(COALESCE(due_at, :at), :at)
-    WHERE state_machine = :sm AND name = :name
-    """
-)
 
-_EVALUATION_FAILED = sa.text(
+_EVALUATION_FAILED = """
+    UPDATE labels SET due_at = %(due_at)s, last_error = %(error)s, lease_owner = NULL
+    WHERE state_machine = %(sm)s AND name = %(name)s AND NOT deleted
+      AND (CAST(%(entry_id)s AS bigint) IS NULL OR entry_id = %(entry_id)s)
     """
-    UPDATE labels SET due_at = :due_at, last_error = :error, lease_owner = NULL
-    WHERE state_machine = :sm AND name = :name AND NOT deleted
-      AND (CAST(:entry_id AS bigint) IS NULL OR entry_id = :entry_id)
-    """
-)
 
-_DELETE = sa.text(
-    """
+_DELETE = """
     WITH deleted AS (
         UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
                           lease_owner = NULL, updated_at = now()
-        WHERE state_machine = :sm AND name = :name AND NOT deleted
+        WHERE state_machine = %(sm)s AND name = %(name)s AND NOT deleted
         RETURNING state_machine, name, state
     )
     INSERT INTO history (state_machine, label, old_state, new_state, created, reason)
-    SELECT state_machine, name, state, NULL, :now, 'deleted' FROM deleted
+    SELECT state_machine, name, state, NULL, %(now)s, 'deleted' FROM deleted
     RETURNING old_state
     """
-)
 
-_RECORD_FORCED = sa.text(
-    """
+_RECORD_FORCED = """
     INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
-    VALUES (:sm, :name, :state, :state, :now, true, :reason)
+    VALUES (%(sm)s, %(name)s, %(state)s, %(state)s, %(now)s, true, %(reason)s)
     """
-)
 
-_RETRY = sa.text(
-    f"""
-    UPDATE labels SET errored = false, attempts = 0, due_at = :now, lease_owner = NULL,
+_RETRY = f"""
+    UPDATE labels SET errored = false, attempts = 0, due_at = %(now)s, lease_owner = NULL,
                       updated_at = now()
-    WHERE state_machine = :sm AND name = :name
+    WHERE state_machine = %(sm)s AND name = %(name)s
     RETURNING {_COLUMNS}
     """
-)
 
-_SET_PAUSED = sa.text(
-    f"""
-    UPDATE labels SET paused = :paused, lease_owner = NULL, updated_at = now()
-    WHERE state_machine = :sm AND name = :name
+_SET_PAUSED = f"""
+    UPDATE labels SET paused = %(paused)s, lease_owner = NULL, updated_at = now()
+    WHERE state_machine = %(sm)s AND name = %(name)s
     RETURNING {_COLUMNS}
     """
-)
 
-_HISTORY = sa.text(
-    """
+_HISTORY = """
     SELECT id, old_state, new_state, created, forced, reason FROM history
-    WHERE state_machine = :sm AND label = :name ORDER BY id
+    WHERE state_machine = %(sm)s AND label = %(name)s ORDER BY id
     """
-)

@@ -13,16 +13,18 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from routemaster.db.statements import run
+
 logger = logging.getLogger(__name__)
 
 DUE_CHANNEL = "routemaster_due"
 
-_NOTIFY_DUE = sa.text(f"NOTIFY {DUE_CHANNEL}")
+_NOTIFY_DUE = f"NOTIFY {DUE_CHANNEL}"
 
 
 def notify_due(conn: sa.Connection) -> None:
     """Wake listening workers when this transaction commits."""
-    conn.execute(_NOTIFY_DUE)
+    run(conn, _NOTIFY_DUE)
 
 
 class DueListener:

@@ -21,6 +21,7 @@ from routemaster.app import App
 from routemaster.config.model import Action, StateMachine
 from routemaster.db import labels as store
 from routemaster.db.labels import HistoryEntry, Label, LabelKey, Moves
+from routemaster.db.statements import single_statement
 from routemaster.exit_conditions import Context
 from routemaster.labels.errors import LabelDeleted, LabelExists, LabelNotFound
 from routemaster.labels.feeds import FeedFetcher
@@ -45,15 +46,19 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
     """
     now = app.now()
     initial = machine.initial_state
+    due = isinstance(initial, Action)
+    if not due and not evaluates_on_entry(initial):
+        # The insert is all there is to do: one statement, its own transaction.
+        with single_statement(app.db) as conn:
+            created = store.insert(
+                conn, machine.name, name, metadata, state=initial.name, now=now, due=False
+            )
+        if created is None:
+            raise LabelExists(name)
+        return created
     with app.db.begin() as conn:
         label = store.insert(
-            conn,
-            machine.name,
-            name,
-            metadata,
-            state=initial.name,
-            now=now,
-            due=isinstance(initial, Action),
+            conn, machine.name, name, metadata, state=initial.name, now=now, due=due
         )
         if label is None:
             raise LabelExists(name)
@@ -64,7 +69,7 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
 
 
 def get_label(app: App, machine: StateMachine, name: str) -> Label:
-    with app.db.connect() as conn:
+    with single_statement(app.db) as conn:
         label = store.get(conn, machine.name, name)
     if label is None:
         raise LabelNotFound(name)
@@ -96,14 +101,14 @@ def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str,
 
 def delete_label(app: App, machine: StateMachine, name: str) -> None:
     """Soft-delete: clear metadata, record it in history, keep the name taken."""
-    with app.db.begin() as conn:
+    with single_statement(app.db) as conn:
         old_state = store.soft_delete(conn, machine.name, name, now=app.now())
     if old_state is not None:
         log_transition(app, machine.name, name, old_state, None, forced=False)
 
 
 def history(app: App, machine: StateMachine, name: str) -> list[HistoryEntry]:
-    with app.db.connect() as conn:
+    with single_statement(app.db) as conn:
         return store.history(conn, machine.name, name)
 
 
@@ -162,7 +167,7 @@ def advance_with_feeds(app: App, key: LabelKey, entry_id: int, *, timeout: float
     the plan stopped, due again after ``evaluation_retry_delay``.
     """
     machine = app.config.get_machine(key[0])
-    with app.db.connect() as conn:
+    with single_statement(app.db) as conn:
         snapshot = store.get(conn, *key)
     if snapshot is None or not snapshot.live or snapshot.entry_id != entry_id:
         return None
