@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import re
 from typing import Any, Protocol
 
 from routemaster.config.model import Config
@@ -164,6 +165,10 @@ class PythonLogger(BaseLogger):
         self.logger.log(level, format_event(event, fields, as_json=self.json), exc_info=exc_info)
 
 
+# What makes a value quoted: whitespace (as str.isspace sees it), a quote or an equals sign.
+_NEEDS_QUOTES = re.compile(r'[\s"=]')
+
+
 def format_event(event: str, fields: dict[str, Any], *, as_json: bool = False) -> str:
     """One event as a single line: ``key=value`` pairs (values quoted when needed) or JSON."""
     if as_json:
@@ -176,7 +181,7 @@ def format_event(event: str, fields: dict[str, Any], *, as_json: bool = False) -
             text = "true" if value else "false"
         else:
             text = str(value)
-        if not text or any(c.isspace() or c in '"=' for c in text):
+        if not text or _NEEDS_QUOTES.search(text):
             text = json.dumps(text)
         parts.append(f"{key}={text}")
     return " ".join(parts)

@@ -10,11 +10,16 @@ the :class:`NameConverter` decodes a segment back into the name.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import quote, unquote, unquote_to_bytes, urlsplit
 
 from werkzeug.exceptions import BadRequest
 from werkzeug.routing import BaseConverter
+
+
+# Characters that percent-encoding leaves as they are (``quote``'s always-safe set), and ``/``.
+_PLAIN = re.compile(r"[A-Za-z0-9_.~/-]*")
 
 
 def rewrite_path_info(environ: dict[str, Any]) -> None:
@@ -30,6 +35,9 @@ def rewrite_path_info(environ: dict[str, Any]) -> None:
         prefix = quote(script_name.encode("latin-1"), safe="/")
         if path.startswith(prefix):
             path = path[len(prefix) :]
+    if _PLAIN.fullmatch(path):  # nothing to decode or encode: the common case, kept cheap
+        environ["PATH_INFO"] = path
+        return
     # WSGI strings carry the request's bytes as latin-1 characters.
     raw_bytes = path.encode("latin-1", errors="replace")
     environ["PATH_INFO"] = "/".join(
