@@ -16,6 +16,7 @@ import flask
 
 from routemaster.api import errors, explanations, health, labels, machines, operations
 from routemaster.api.extension import EXTENSION_KEY
+from routemaster.api.hot import HotRoutes
 from routemaster.api.paths import NameConverter, rewrite_path_info
 from routemaster.app import App
 
@@ -23,10 +24,20 @@ __all__ = ["create_app"]
 
 
 class RoutemasterFlask(flask.Flask):
-    """Flask, routing on the raw request path so ``%2F`` inside a name is not a separator."""
+    """Flask, routing on the raw request path so ``%2F`` inside a name is not a separator.
+
+    ``hot`` answers the four single-label requests directly when Flask would
+    only route and call the view (:mod:`routemaster.api.hot`); ``None`` turns it off.
+    """
+
+    hot: HotRoutes | None = None
 
     def wsgi_app(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         rewrite_path_info(environ)
+        if self.hot is not None:
+            answered = self.hot(environ, start_response)
+            if answered is not None:
+                return answered
         return super().wsgi_app(environ, start_response)
 
 
@@ -47,6 +58,7 @@ def create_app(app: App) -> flask.Flask:
     _forget_pooled_connections_after_fork(app)
     for plugin in app.loggers:
         plugin.init_flask(flask_app)
+    flask_app.hot = HotRoutes(flask_app, app)
     return flask_app
 
 

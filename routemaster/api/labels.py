@@ -91,32 +91,48 @@ def empty_label(sm: str) -> flask.Response:
 
 @blueprint.post(LABEL)
 def create_label(sm: str, label: str) -> flask.Response:
-    app = routemaster_app()
-    machine = machine_or_404(app, sm)
-    check_label_name(label)
-    metadata = metadata_from_body(app.settings.max_request_body)
-    return json_response(label_body(label_core.create_label(app, machine, label, metadata)), 201)
+    return answer_create(routemaster_app(), flask.request, sm, label)
 
 
 @blueprint.get(LABEL)
 def get_label(sm: str, label: str) -> flask.Response:
-    app = routemaster_app()
-    return json_response(label_body(live_label(app, machine_or_404(app, sm), label)))
+    return answer_read(routemaster_app(), sm, label)
 
 
 @blueprint.patch(LABEL)
 def update_label(sm: str, label: str) -> flask.Response:
-    app = routemaster_app()
-    machine = machine_or_404(app, sm)
-    check_label_name(label)
-    patch = metadata_from_body(app.settings.max_request_body)
-    return json_response(label_body(label_core.update_metadata(app, machine, label, patch)))
+    return answer_update(routemaster_app(), flask.request, sm, label)
 
 
 @blueprint.delete(LABEL)
 def delete_label(sm: str, label: str) -> flask.Response:
     """Soft delete; 204 also when there was no such label, so retries are harmless."""
-    app = routemaster_app()
+    return answer_delete(routemaster_app(), sm, label)
+
+
+# The four answers above, with the App and the request passed in: the Flask
+# views and the direct dispatch (routemaster.api.hot) both call these.
+
+
+def answer_create(app: App, request: flask.Request, sm: str, label: str) -> flask.Response:
+    machine = machine_or_404(app, sm)
+    check_label_name(label)
+    metadata = metadata_from_body(request, app.settings.max_request_body)
+    return json_response(label_body(label_core.create_label(app, machine, label, metadata)), 201)
+
+
+def answer_read(app: App, sm: str, label: str) -> flask.Response:
+    return json_response(label_body(live_label(app, machine_or_404(app, sm), label)))
+
+
+def answer_update(app: App, request: flask.Request, sm: str, label: str) -> flask.Response:
+    machine = machine_or_404(app, sm)
+    check_label_name(label)
+    patch = metadata_from_body(request, app.settings.max_request_body)
+    return json_response(label_body(label_core.update_metadata(app, machine, label, patch)))
+
+
+def answer_delete(app: App, sm: str, label: str) -> flask.Response:
     machine = machine_or_404(app, sm)
     check_label_name(label)
     label_core.delete_label(app, machine, label)
@@ -175,9 +191,8 @@ def check_label_name(name: str) -> None:
         raise BadRequest("Label names cannot contain NUL characters.")
 
 
-def metadata_from_body(limit: int) -> dict[str, Any]:
+def metadata_from_body(request: flask.Request, limit: int) -> dict[str, Any]:
     """The object in a ``{"metadata": {...}}`` body, or 400 / 413 saying what is wrong."""
-    request = flask.request
     if request.content_length is not None and request.content_length > limit:
         raise RequestEntityTooLarge(f"Request bodies are limited to {limit} bytes.")
     try:

@@ -17,7 +17,6 @@ from urllib.parse import quote, unquote, unquote_to_bytes, urlsplit
 from werkzeug.exceptions import BadRequest
 from werkzeug.routing import BaseConverter
 
-
 # Characters that percent-encoding leaves as they are (``quote``'s always-safe set), and ``/``.
 _PLAIN = re.compile(r"[A-Za-z0-9_.~/-]*")
 

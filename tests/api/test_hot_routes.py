@@ -1,0 +1,197 @@
+"""The direct dispatch of the label endpoints answers exactly as Flask does, and steps aside.
+
+Every request of a script (successes, every error the four endpoints have,
+and neighbours that must stay Flask's) is sent once through an app with the
+direct dispatch and once through one without, on the same emptied
+database with the same clock: status, headers and body must be equal.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import flask
+import pytest
+import sqlalchemy as sa
+from werkzeug.test import TestResponse
+
+from routemaster.api import RoutemasterFlask, create_app
+from routemaster.app import App, Settings
+from routemaster.config.model import Config
+from routemaster.db.database import create_engine
+
+LABELS = "/state-machines/user/labels"
+NOW = datetime.datetime(2026, 11, 23, 12, 0, tzinfo=datetime.UTC)
+LIMIT = 200  # bytes: a small body limit, so 413s are cheap to provoke
+
+# (method, path, keyword arguments of the test client's open())
+Request = tuple[str, str, dict[str, Any]]
+SCRIPT: list[Request] = [
+    ("POST", f"{LABELS}/alice", {"json": {"metadata": {"a": 1, "n": {"x": [1, "é"]}}}}),
+    ("POST", f"{LABELS}/alice", {"json": {"metadata": {}}}),  # 409
+    ("GET", f"{LABELS}/alice", {}),
+    ("GET", f"{LABELS}/alice?ignored=1", {}),
+    ("PATCH", f"{LABELS}/alice", {"json": {"metadata": {"n": {"y": None}}}}),
+    ("PATCH", f"{LABELS}/alice", {"json": {"metadata": {"ready": True}}}),  # moves the label
+    ("GET", f"{LABELS}/alice", {}),
+    ("POST", f"{LABELS}/a%2Fb%20c", {"json": {"metadata": {}}}),
+    ("GET", f"{LABELS}/a%2Fb%20c", {}),
+    ("GET", f"{LABELS}/caf%C3%A9", {}),  # 404, a UTF-8 name
+    ("GET", f"{LABELS}/%FF", {}),  # 400, not UTF-8
+    ("GET", f"{LABELS}/a%00b", {}),  # 400, NUL
+    ("GET", f"{LABELS}/" + "x" * 1025, {}),  # 400, too long
+    ("GET", "/state-machines/nope/labels/alice", {}),  # 404, no such machine
+    ("PATCH", "/state-machines/nope/labels/alice", {"data": b"not json"}),  # 404 before 400
+    ("GET", "/state-machines/caf%FF/labels/alice", {}),  # 400 from decoding the machine
+    ("POST", f"{LABELS}/bob", {"data": b"{not json"}),
+    ("POST", f"{LABELS}/bob", {"data": b"[1]"}),
+    ("POST", f"{LABELS}/bob", {"data": b'{"x": {}}'}),
+    ("POST", f"{LABELS}/bob", {"data": b'{"metadata": 3}'}),
+    ("POST", f"{LABELS}/bob", {"data": b'{"metadata": {"x": NaN}}'}),
+    ("POST", f"{LABELS}/bob", {"data": b""}),
+    ("POST", f"{LABELS}/bob", {"data": b'{"metadata": {"x": "' + b"y" * LIMIT + b'"}}'}),  # 413
+    (
+        "POST",  # a chunked body (no Content-Length) over the limit: 413 as well
+        f"{LABELS}/bob",
+        {
+            "input_stream": io.BytesIO(b'{"metadata": {"x": "' + b"y" * LIMIT + b'"}}'),
+            "environ_overrides": {"wsgi.input_terminated": True},
+        },
+    ),
+    ("POST", f"{LABELS}/bob", {"data": b'{"metadata": {"x": "\\u0000"}}'}),  # refused by the db
+    ("PATCH", f"{LABELS}/nobody", {"json": {"metadata": {}}}),  # 404
+    ("DELETE", f"{LABELS}/nobody", {}),  # 204 all the same
+    ("DELETE", f"{LABELS}/alice", {}),
+    ("GET", f"{LABELS}/alice", {}),  # 410
+    ("PATCH", f"{LABELS}/alice", {"json": {"metadata": {}}}),  # 410
+    ("DELETE", f"{LABELS}/alice", {}),
+    ("POST", f"{LABELS}/alice", {"json": {"metadata": {}}}),  # 409: deleted names stay taken
+    ("DELETE", "/state-machines/nope/labels/alice", {}),
+    # Flask's own, next to the direct routes:
+    ("HEAD", f"{LABELS}/a%2Fb%20c", {}),
+    ("OPTIONS", f"{LABELS}/a%2Fb%20c", {}),
+    ("PUT", f"{LABELS}/a%2Fb%20c", {"json": {"metadata": {}}}),  # 405 with Allow
+    ("POST", f"{LABELS}/", {"json": {"metadata": {}}}),
+    ("GET", f"{LABELS}/a%2Fb%20c/", {}),
+    ("GET", "/state-machines//user/labels/x", {}),
+    ("GET", f"{LABELS}/a%2Fb%20c/history", {}),
+    ("GET", LABELS, {}),
+]
+
+
+def _app(engine: sa.Engine, config: Config, *, direct: bool) -> RoutemasterFlask:
+    app = App(
+        config=config,
+        db=engine,
+        settings=Settings(max_request_body=LIMIT),
+        clock=lambda: NOW,
+    )
+    flask_app = create_app(app)
+    assert isinstance(flask_app, RoutemasterFlask)
+    if not direct:
+        flask_app.hot = None
+    return flask_app
+
+
+def _empty(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text("TRUNCATE labels, history, trigger_occurrences RESTART IDENTITY"))
+
+
+def _answers(flask_app: flask.Flask, script: list[Request]) -> list[tuple[str, list[Any], bytes]]:
+    client = flask_app.test_client()
+    answers = []
+    for method, path, kwargs in script:
+        if "input_stream" in kwargs:
+            kwargs["input_stream"].seek(0)
+        response: TestResponse = client.open(path, method=method, **kwargs)
+        answers.append((response.status, sorted(response.headers.items()), response.data))
+    return answers
+
+
+def _count_flask_dispatches(
+    flask_app: flask.Flask, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[], int]:
+    counted: list[int] = []
+    dispatch = flask_app.full_dispatch_request
+
+    def counting() -> flask.Response:
+        counted.append(1)
+        return dispatch()
+
+    monkeypatch.setattr(flask_app, "full_dispatch_request", counting)
+    return lambda: len(counted)
+
+
+def test_direct_dispatch_answers_exactly_as_flask(
+    db_engine: sa.Engine, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    through_flask = _app(db_engine, config, direct=False)
+    expected = _answers(through_flask, SCRIPT)
+    _empty(db_engine)
+    direct = _app(db_engine, config, direct=True)
+    flask_dispatches = _count_flask_dispatches(direct, monkeypatch)
+    answers = _answers(direct, SCRIPT)
+    for request, got, want in zip(SCRIPT, answers, expected, strict=True):
+        assert got == want, request[:2]
+    # Flask dispatched only the last eight (errors are answered by Flask's
+    # handlers in a request context, but not dispatched).
+    assert flask_dispatches() == 8
+    assert [status[:3] for status, _, _ in answers[:33]] == [
+        "201", "409", "200", "200", "200", "200", "200", "201", "200", "404", "400", "400",
+        "400", "404", "404", "400", "400", "400", "400", "400", "400", "400", "413", "413",
+        "400", "404", "204", "204", "410", "410", "204", "409", "404",
+    ]  # fmt: skip
+
+
+def test_direct_dispatch_answers_a_database_outage_exactly_as_flask(
+    config: Config, caplog: pytest.LogCaptureFixture
+) -> None:
+    unreachable = create_engine("postgresql://postgres@127.0.0.1:9/none", pool_size=1)
+    script: list[Request] = [
+        ("GET", f"{LABELS}/a", {}),
+        ("POST", f"{LABELS}/a", {"json": {"metadata": {}}}),
+        ("PATCH", f"{LABELS}/a", {"json": {"metadata": {}}}),
+        ("DELETE", f"{LABELS}/a", {}),
+    ]
+    with caplog.at_level(logging.WARNING):
+        expected = _answers(_app(unreachable, config, direct=False), script)
+        flask_logs = [(r.name, r.levelname) for r in caplog.records]
+        caplog.clear()
+        answers = _answers(_app(unreachable, config, direct=True), script)
+        direct_logs = [(r.name, r.levelname) for r in caplog.records]
+    assert answers == expected
+    assert {status for status, _, _ in answers} == {"503 SERVICE UNAVAILABLE"}
+    assert direct_logs == flask_logs and flask_logs
+    unreachable.dispose()
+
+
+def test_a_hook_or_a_signal_receiver_sends_every_request_through_flask(
+    db_engine: sa.Engine, config: Config
+) -> None:
+    flask_app = _app(db_engine, config, direct=True)
+    client = flask_app.test_client()
+    assert client.post(f"{LABELS}/a", json={"metadata": {}}).status_code == 201
+
+    @flask_app.after_request
+    def stamp(response: flask.Response) -> flask.Response:
+        response.headers["X-Seen"] = flask.request.method
+        return response
+
+    assert client.get(f"{LABELS}/a").headers["X-Seen"] == "GET"
+    assert client.patch(f"{LABELS}/a", json={"metadata": {}}).headers["X-Seen"] == "PATCH"
+    flask_app.after_request_funcs.clear()
+    assert "X-Seen" not in client.get(f"{LABELS}/a").headers
+
+    started: list[str] = []
+
+    def record(sender: flask.Flask, **extra: Any) -> None:
+        started.append(flask.request.path)
+
+    with flask.request_started.connected_to(record, flask_app):
+        client.delete(f"{LABELS}/a")
+    assert started == [f"{LABELS}/a"]
