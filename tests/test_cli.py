@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from routemaster.cli import cli, settings_from_environment, stale_states
+from routemaster.cli import _WorkerConfig, cli, settings_from_environment, stale_states
 from routemaster.config import load_config
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -270,3 +270,15 @@ def test_cron_migrates_runs_and_stops_on_sigterm(valid_config: Path, empty_datab
         engine.dispose()
         code, output = _stop(process, within=30)
     assert code == 0, output
+
+
+def test_a_worker_reads_each_gunicorn_setting_once_after_the_fork() -> None:
+    config = _WorkerConfig()
+    config.set("workers", 3)
+    assert config.workers == 3
+    config.set("workers", 5)  # before the fork, changes are seen
+    assert config.workers == 5
+    config.freeze()
+    assert config.workers == 5
+    assert vars(config)["workers"] == 5  # a plain attribute from now on
+    assert config.bind == ["127.0.0.1:8000"]  # every other setting still reads right
