@@ -19,7 +19,7 @@ context, so error bodies, status codes and log lines are Flask's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import flask
@@ -31,29 +31,6 @@ from routemaster.app import App
 
 StartResponse = Callable[..., Any]
 Answer = Callable[[dict[str, Any], str, str], flask.Response]
-
-# Endpoint of each method on /state-machines/<sm>/labels/<label>, as Flask routes it.
-ENDPOINTS = {
-    "GET": "labels.get_label",
-    "POST": "labels.create_label",
-    "PATCH": "labels.update_label",
-    "DELETE": "labels.delete_label",
-}
-_VIEWS = {
-    "labels.get_label": labels.get_label,
-    "labels.create_label": labels.create_label,
-    "labels.update_label": labels.update_label,
-    "labels.delete_label": labels.delete_label,
-}
-_SIGNALS = (
-    signals.request_started,
-    signals.request_finished,
-    signals.request_tearing_down,
-    signals.got_request_exception,
-    signals.appcontext_pushed,
-    signals.appcontext_popped,
-    signals.appcontext_tearing_down,
-)
 
 
 class HotRoutes:
@@ -94,19 +71,33 @@ class HotRoutes:
         return response(environ, start_response)
 
     def _flask_would_only_dispatch(self) -> bool:
-        """True while Flask would do nothing for these requests but route and call the view."""
+        """True while Flask would do nothing for these requests but route and call the view.
+
+        Checked on every request (a hook may be added at any time), so kept to
+        plain truth tests: the registries are empty dictionaries in the common case.
+        """
         f = self._flask
+        views = f.view_functions
         return not (
-            any(f.before_request_funcs.values())
-            or any(f.after_request_funcs.values())
-            or any(f.teardown_request_funcs.values())
-            or any(f.url_value_preprocessors.values())
+            _any_registered(f.before_request_funcs)
+            or _any_registered(f.after_request_funcs)
+            or _any_registered(f.teardown_request_funcs)
+            or _any_registered(f.url_value_preprocessors)
             or f.teardown_appcontext_funcs
-            or any(signal.receivers for signal in _SIGNALS)
+            or signals.request_started.receivers
+            or signals.request_finished.receivers
+            or signals.request_tearing_down.receivers
+            or signals.got_request_exception.receivers
+            or signals.appcontext_pushed.receivers
+            or signals.appcontext_popped.receivers
+            or signals.appcontext_tearing_down.receivers
             or f.config["SERVER_NAME"] is not None
             or f.config["TRUSTED_HOSTS"] is not None
             or f.url_map.host_matching
-            or any(f.view_functions.get(e) is not view for e, view in _VIEWS.items())
+            or views.get("labels.get_label") is not labels.get_label
+            or views.get("labels.create_label") is not labels.create_label
+            or views.get("labels.update_label") is not labels.update_label
+            or views.get("labels.delete_label") is not labels.delete_label
         )
 
     def _request(self, environ: dict[str, Any]) -> flask.Request:
@@ -152,3 +143,7 @@ class HotRoutes:
             if failed is not None and flask_app.should_ignore_error(failed):
                 failed = None
             context.pop(failed)
+
+
+def _any_registered(registry: Mapping[Any, list[Any]]) -> bool:
+    return bool(registry) and any(registry.values())
