@@ -186,40 +186,6 @@ def is_deleted(conn: sa.Connection, state_machine: str, name: str) -> bool | Non
     return None if row is None else bool(row[0])
 
 
-def write_moves(
-    conn: sa.Connection, moves: Sequence[Moves], *, now: datetime.datetime
-) -> list[Label]:
-    """Append every move to history and put each label in its last state, in one statement.
-
-    Returns the labels as written, in the order of ``moves``.
-    """
-    moves = [move for move in moves if move.states]
-    if not moves:
-        return []
-    history: dict[str, list[Any]] = {
-        key: [] for key in ("m_sm", "m_name", "m_old", "m_new", "m_forced", "m_reason")
-    }
-    finals: dict[str, list[Any]] = {"f_sm": [], "f_name": [], "f_due_at": []}
-    for move in moves:
-        old = move.label.state
-        for state in move.states:
-            history["m_sm"].append(move.label.state_machine)
-            history["m_name"].append(move.label.name)
-            history["m_old"].append(old)
-            history["m_new"].append(state)
-            history["m_forced"].append(move.forced)
-            history["m_reason"].append(move.reason)
-            old = state
-        finals["f_sm"].append(move.label.state_machine)
-        finals["f_name"].append(move.label.name)
-        finals["f_due_at"].append(move.due_at)
-    rows = fetch_all(conn, _MOVE_MANY, {"now": now, **history, **finals})
-    if any(due_at is not None for due_at in finals["f_due_at"]):
-        notify_due(conn)
-    by_key = {(row[0], row[1]): _from_tuple(row) for row in rows}
-    return [by_key[move.label.key] for move in moves]
-
-
 def clear_due(conn: sa.Connection, keys: Iterable[LabelKey]) -> None:
     """Nothing more to do for these labels until a trigger or an update makes them due."""
     params = _keys(keys)
@@ -340,38 +306,6 @@ _MERGE_METADATA = f"""
     """
 
 _IS_DELETED = "SELECT deleted FROM labels WHERE state_machine = %(sm)s AND name = %(name)s"
-
-# History ids follow the ORDER BY of the INSERT's SELECT, so each label's
-# highest new id is its last move: that row becomes its entry.
-_MOVE_MANY = f"""
-    WITH moves AS (
-        SELECT m.*, ordinality AS seq
-        FROM unnest(CAST(%(m_sm)s AS text[]), CAST(%(m_name)s AS text[]),
-                    CAST(%(m_old)s AS text[]), CAST(%(m_new)s AS text[]),
-                    CAST(%(m_forced)s AS boolean[]), CAST(%(m_reason)s AS text[]))
-             WITH ORDINALITY AS m(state_machine, name, old_state, new_state, forced, reason)
-    ), entries AS (
-        INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
-        SELECT state_machine, name, old_state, new_state, %(now)s, forced, reason
-        FROM moves ORDER BY seq
-        RETURNING id, state_machine, label, old_state, new_state
-    ), latest AS (
-        SELECT DISTINCT ON (state_machine, label) id, state_machine, label, old_state, new_state
-        FROM entries ORDER BY state_machine, label, id DESC
-    ), finals AS (
-        SELECT * FROM unnest(CAST(%(f_sm)s AS text[]), CAST(%(f_name)s AS text[]),
-                             CAST(%(f_due_at)s AS timestamptz[])) AS f(state_machine, name, due_at)
-    )
-    UPDATE labels SET
-        state = latest.new_state, previous_state = latest.old_state,
-        state_entered_at = %(now)s, entry_id = latest.id, updated_at = now(),
-        due_at = finals.due_at,
-        attempts = 0, errored = false, last_error = NULL, lease_owner = NULL
-    FROM latest JOIN finals
-        ON finals.state_machine = latest.state_machine AND finals.name = latest.label
-    WHERE labels.state_machine = latest.state_machine AND labels.name = latest.label
-    RETURNING {_LABELS_COLUMNS}
-    """
 
 _CLEAR_DUE = """
     UPDATE labels SET due_at = NULL, attempts = 0, last_error = NULL, lease_owner = NULL

@@ -1,7 +1,7 @@
 """Creating, updating, deleting and advancing labels: the store, the planner and feeds together.
 
 Every move is decided by :func:`routemaster.machine.plan_moves` and written
-by :func:`routemaster.db.labels.write_moves`, in one short transaction. When
+by :func:`routemaster.db.moves.write_moves`, in one short transaction. When
 an evaluation reads a feed, the plan says so instead of waiting: the feeds
 are then fetched with no transaction open (:func:`advance_with_feeds`), and
 the moves they allow are written in one more transaction, if the label is
@@ -21,6 +21,7 @@ from routemaster.app import App
 from routemaster.config.model import Action, StateMachine
 from routemaster.db import labels as store
 from routemaster.db.labels import HistoryEntry, Label, LabelKey, Moves
+from routemaster.db.moves import write_moves
 from routemaster.db.statements import single_statement
 from routemaster.exit_conditions import Context
 from routemaster.labels.errors import LabelDeleted, LabelExists, LabelNotFound
@@ -233,7 +234,7 @@ def write(
     conn: sa.Connection, app: App, moves: Sequence[Moves], *, now: datetime.datetime
 ) -> list[Label]:
     """The one writer of moves: store them, then tell the logging plugins."""
-    written = store.write_moves(conn, moves, now=now)
+    written = write_moves(conn, moves, now=now)
     for move in moves:
         old = move.label.state
         for state in move.states:
