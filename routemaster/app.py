@@ -47,6 +47,9 @@ class Settings:
     """Tunables, with production defaults; each is overridable from the environment by the CLI."""
 
     max_request_body: int = 1024 * 1024  # bytes; larger bodies get 413
+    max_json_depth: int = 128  # nesting levels of any JSON body (and of metadata, feeds)
+    statement_timeout: float = 10.0  # seconds any one database statement may run; 0: none
+    max_response_body: int = 1024 * 1024  # bytes read of a webhook or feed answer
     feed_timeout_in_request: float = 2.0  # seconds; a request never waits longer on one feed
     feed_timeout: float = 10.0  # seconds, in the worker
     max_transitions: int = 50  # per processing step, so a config loop cannot spin forever

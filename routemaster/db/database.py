@@ -44,9 +44,19 @@ def normalise_url(url: str) -> str:
 
 
 def create_engine(
-    url: str, *, pool_size: int = 5, max_overflow: int = 10, idle_ping_after: float = 1.0
+    url: str,
+    *,
+    pool_size: int = 5,
+    max_overflow: int = 10,
+    idle_ping_after: float = 1.0,
+    statement_timeout: float | None = None,
 ) -> sa.Engine:
     """A pooled engine that survives a database restart without a restart of its own.
+
+    ``statement_timeout`` (seconds; ``None`` or 0: none) is set on every
+    connection, so no statement (a huge merge, a wait on a lock) runs away
+    with a connection and a row lock. Parameters are left out of exception
+    texts: they are label metadata and belong in no log.
 
     A connection that sat idle in the pool for ``idle_ping_after`` seconds is
     pinged before use (a dead one is replaced); a busy one is not, so the ping
@@ -59,9 +69,22 @@ def create_engine(
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_recycle=3600,
+        hide_parameters=True,
+        connect_args=statement_timeout_options(url, statement_timeout),
     )
     _ping_connections_idle_for(engine, idle_ping_after)
     return engine
+
+
+def statement_timeout_options(url: str, seconds: float | None) -> dict[str, str]:
+    """libpq ``options`` that set ``statement_timeout``, kept with any the URL already gives."""
+    if not seconds:
+        return {}
+    setting = f"-c statement_timeout={max(1, round(seconds * 1000))}"
+    given = sa.engine.make_url(normalise_url(url)).query.get("options")
+    if isinstance(given, tuple):
+        given = " ".join(given)
+    return {"options": f"{given} {setting}" if given else setting}
 
 
 def _ping_connections_idle_for(engine: sa.Engine, seconds: float) -> None:
