@@ -17,6 +17,7 @@ import requests
 import sqlalchemy as sa
 
 from routemaster.config.model import Config
+from routemaster.http.client import outbound_session
 from routemaster.logging import BaseLogger
 
 Clock = Callable[[], datetime.datetime]
@@ -28,18 +29,6 @@ def utc_now() -> datetime.datetime:
 
 def _default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def outbound_session() -> requests.Session:
-    """The keep-alive session for webhooks and feeds.
-
-    ``trust_env`` is off: reading ``~/.netrc`` and the proxy variables on
-    every request was a fifth of a delivery's cost, and webhook receivers are
-    addressed directly.
-    """
-    session = requests.Session()
-    session.trust_env = False
-    return session
 
 
 @dataclass(frozen=True)
@@ -68,7 +57,7 @@ class App:
     db: sa.Engine
     settings: Settings = field(default_factory=Settings)
     clock: Clock = utc_now
-    http: requests.Session = field(default_factory=lambda: outbound_session())
+    http: requests.Session = field(default_factory=outbound_session)
     loggers: tuple[BaseLogger, ...] = ()  # the config's logging plugins
 
     def now(self) -> datetime.datetime:

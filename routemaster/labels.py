@@ -647,7 +647,16 @@ def _fetch_feed(app: App, machine: StateMachine, feed_name: str, label: str, tim
                 duration=duration,
             )
 
-    return fetch_feed(app.http, machine, feed_name, label, timeout=timeout, observe=observe)
+    return fetch_feed(
+        app.http,
+        machine,
+        feed_name,
+        label,
+        timeout=timeout,
+        observe=observe,
+        max_response_bytes=app.settings.max_response_body,
+        max_depth=app.settings.max_json_depth,
+    )
 
 
 def _log_transition(

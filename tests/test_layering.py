@@ -63,6 +63,7 @@ ALLOWED: dict[str, set[str]] = {
     "machine": {"config", "exit_conditions"},
     "db": {"config", "exit_conditions", "machine"},
     "logging": {"config", "exit_conditions"},
+    "limits": set(),
 }
 FORBIDDEN: dict[str, set[str]] = {
     "http": {"api", "worker", "labels", "db", "cli"},

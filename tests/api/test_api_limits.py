@@ -104,9 +104,9 @@ def test_a_command_reason_in_any_script_is_recorded(client: FlaskClient) -> None
     reason = "😀 文 é \U0010ffff surrogate pair \ud83d\ude00 is fine"
     raw = json.dumps({"reason": reason}).encode()  # ASCII, with escaped surrogate pairs
     assert client.post(LABEL + "/pause", data=raw).status_code == 200
-    assert body(client.get(LABEL + "/history"))["history"][-1]["reason"] == json.loads(raw)[
-        "reason"
-    ]
+    assert (
+        body(client.get(LABEL + "/history"))["history"][-1]["reason"] == json.loads(raw)["reason"]
+    )
 
 
 # Any JSON document: accepted exactly when it is an object with an object
@@ -114,7 +114,9 @@ def test_a_command_reason_in_any_script_is_recorded(client: FlaskClient) -> None
 any_text = st.text(max_size=4)
 json_documents = st.recursive(
     st.none() | st.booleans() | st.integers(-(10**9), 10**9) | any_text,
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(any_text, children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(any_text, children, max_size=3)
+    ),
     max_leaves=12,
 )
 
@@ -144,9 +146,7 @@ def storable(value: Any) -> bool:
     document=json_documents | st.fixed_dictionaries({"metadata": json_documents}),
     wrap=st.integers(0, 3),
 )
-def test_any_body_shape_is_created_or_refused_with_400(
-    app: App, document: Any, wrap: int
-) -> None:
+def test_any_body_shape_is_created_or_refused_with_400(app: App, document: Any, wrap: int) -> None:
     limited = dataclasses.replace(app, settings=dataclasses.replace(app.settings, max_json_depth=4))
     client = create_app(limited).test_client()
     with app.db.begin() as conn:
