@@ -223,15 +223,18 @@ def serve(options: _Options, bind: str | None, workers: int | None, threads: int
             App(config=config, db=engine, settings=settings, loggers=loggers)
         )
 
+    from routemaster.api.serving import REQUEST_LIMITS, worker_class
+
     server = _GunicornServer(
         {
             "bind": [bind or _default_bind()],
             "workers": workers or _default_workers(),
-            "worker_class": "gthread" if worker_threads > 1 else "sync",
+            "worker_class": worker_class(worker_threads),
             "threads": worker_threads,
             "proc_name": "routemaster",
             "errorlog": "-",
             "loglevel": "info",
+            **REQUEST_LIMITS,
         },
         build,
     )

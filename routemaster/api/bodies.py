@@ -19,20 +19,39 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 from routemaster.api.extension import routemaster_app
 from routemaster.limits import JSONRejected, parse_json
 
+_CHUNK = 64 * 1024
+
 
 def raw_body() -> bytes:
-    """The request body, or 413 once it passes ``max_request_body`` bytes."""
+    """The request body, or 413 once it passes ``max_request_body`` bytes.
+
+    A body without ``Content-Length`` (chunked) is read from the server's
+    stream, which ends it (``wsgi.input_terminated``), up to one byte past
+    the limit: enough to know it is too large without reading the rest.
+    """
     limit = routemaster_app().settings.max_request_body
     request = flask.request
-    if request.content_length is not None and request.content_length > limit:
+    if request.content_length is not None:
+        if request.content_length > limit:
+            raise _too_large(limit)
+        return request.get_data(cache=False)
+    if not request.environ.get("wsgi.input_terminated"):
+        return b""  # a server that does not end streams: nothing can be read safely
+    stream = request.environ["wsgi.input"]
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        try:
+            chunk = stream.read(min(_CHUNK, limit + 1 - size))
+        except Exception as error:  # the server's own framing errors (a bad chunk size, ...)
+            raise BadRequest(f"The request body could not be read: {error}.") from None
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > limit:
         raise _too_large(limit)
-    try:
-        data = request.stream.read(limit + 1)
-    except RequestEntityTooLarge:
-        raise _too_large(limit) from None
-    if len(data) > limit:
-        raise _too_large(limit)
-    return data
+    return b"".join(chunks)
 
 
 def json_body(*, optional: bool = False, wrapper_levels: int = 0) -> Any:
