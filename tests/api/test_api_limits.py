@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import sqlalchemy as sa
@@ -198,3 +199,32 @@ def test_listing_with_known_parameters_still_works(client: FlaskClient) -> None:
     response = client.get(LABELS + "?state=start&limit=5&after=")
     assert response.status_code == 200
     assert body(response)["labels"] == [{"name": "ann", "state": "start"}]
+
+
+# Label names: any non-empty text up to 1,024 characters without NUL (URLs carry
+# UTF-8, so no lone surrogates). PostgreSQL's btree indexes hold at most 2,704
+# bytes per entry, so names are kept within that here (see docs/api.md).
+label_names = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    min_size=1,
+    max_size=1024,
+).filter(lambda name: len(name.encode()) <= 2600)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(name=label_names)
+def test_any_label_name_works_on_every_endpoint(app: App, name: str) -> None:
+    client = create_app(app).test_client()
+    with app.db.begin() as conn:
+        conn.execute(sa.text("TRUNCATE labels, history"))
+    url = f"{LABELS}/{quote(name, safe='')}"
+    assert client.post(url, json={"metadata": {"n": name}}).status_code == 201
+    assert body(client.get(url))["metadata"] == {"n": name}
+    assert client.patch(url, json={"metadata": {"m": 1}}).status_code == 200
+    assert client.post(url + "/pause", json={"reason": name}).status_code == 200
+    assert client.get(url + "/explain").status_code == 200
+    assert body(client.get(LABELS))["labels"] == [{"name": name, "state": "start"}]
+    assert client.delete(url).status_code == 204
+    assert client.get(url).status_code == 410
