@@ -32,6 +32,7 @@ from routemaster.db.database import (
 )
 from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable, embedded_database_url
 from routemaster.db.errors import describe_failure
+from routemaster.db.listings import states_in_use
 from routemaster.db.migrate import upgrade
 from routemaster.logging import BaseLogger, PluginError, load_plugins
 
@@ -128,7 +129,11 @@ class _Options:
 
 @click.group()
 @click.option(
-    "-c", "--config", "config_paths", multiple=True, metavar="CONFIG",
+    "-c",
+    "--config",
+    "config_paths",
+    multiple=True,
+    metavar="CONFIG",
     help="A YAML config file; repeat to layer later files over earlier ones.",
 )
 @click.version_option(__version__, prog_name="routemaster")
@@ -191,13 +196,26 @@ class _GunicornServer(BaseApplication):  # type: ignore[misc]
 
 
 @cli.command()
-@click.option("-b", "--bind", default=None, metavar="HOST:PORT",
-              help="Address to listen on (default [::]:2017).")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Gunicorn worker processes (default $WEB_CONCURRENCY, else 2 x CPUs, <= 8).")
-@click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="Threads per worker (default $WEB_THREADS, else 1); above 1, gunicorn's "
-                   "gthread worker, which keeps client connections alive.")
+@click.option(
+    "-b",
+    "--bind",
+    default=None,
+    metavar="HOST:PORT",
+    help="Address to listen on (default [::]:2017).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Gunicorn worker processes (default $WEB_CONCURRENCY, else 2 x CPUs, <= 8).",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Threads per worker (default $WEB_THREADS, else 1); above 1, gunicorn's "
+    "gthread worker, which keeps client connections alive.",
+)
 @click.pass_obj
 def serve(options: _Options, bind: str | None, workers: int | None, threads: int | None) -> None:
     """Run the HTTP API under gunicorn."""
@@ -219,9 +237,7 @@ def serve(options: _Options, bind: str | None, workers: int | None, threads: int
             max_overflow=4,
             statement_timeout=settings.statement_timeout,
         )
-        return create_app(
-            App(config=config, db=engine, settings=settings, loggers=loggers)
-        )
+        return create_app(App(config=config, db=engine, settings=settings, loggers=loggers))
 
     from routemaster.api.serving import REQUEST_LIMITS, worker_class
 
@@ -266,10 +282,14 @@ def cron(options: _Options) -> None:
 
 def stale_states(config: Config, present: Sequence[tuple[str, str]]) -> list[str]:
     """``machine.state`` for each (machine, state) holding labels that the config lacks."""
-    known = {machine.name: {state.name for state in machine.states}
-             for machine in config.state_machines}
-    return [f"{machine}.{state}" for machine, state in sorted(present)
-            if state not in known.get(machine, set())]
+    known = {
+        machine.name: {state.name for state in machine.states} for machine in config.state_machines
+    }
+    return [
+        f"{machine}.{state}"
+        for machine, state in sorted(present)
+        if state not in known.get(machine, set())
+    ]
 
 
 @cli.command()
@@ -292,22 +312,18 @@ def validate(options: _Options) -> None:
         else:
             stale = stale_states(config, present)
             if stale:
-                click.echo("Labels sit in states the config no longer has: " + ", ".join(stale),
-                           err=True)
+                click.echo(
+                    "Labels sit in states the config no longer has: " + ", ".join(stale), err=True
+                )
                 sys.exit(1)
     click.echo(f"Config valid: {len(config.state_machines)} state machines")
 
 
 def _label_states(url: str) -> list[tuple[str, str]] | str:
     """The (machine, state) pairs holding labels, or why they could not be read."""
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool,
-                              connect_args={"connect_timeout": 5})
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool, connect_args={"connect_timeout": 5})
     try:
-        with engine.connect() as connection:
-            rows = connection.execute(sa.text(
-                "SELECT DISTINCT state_machine, state FROM labels WHERE NOT deleted"
-            ))
-            return [(row.state_machine, row.state) for row in rows]
+        return states_in_use(engine)
     except sa.exc.SQLAlchemyError as error:
         return f"database at {safe_url(url)} not usable ({describe_failure(error).detail})"
     finally:

@@ -99,8 +99,15 @@ class PythonLogger(BaseLogger):
         new_state: str | None,
         forced: bool = False,
     ) -> None:
-        self._emit(logging.INFO, "transition", state_machine=state_machine, label=label,
-                   old_state=old_state, new_state=new_state, forced=forced)
+        self._emit(
+            logging.INFO,
+            "transition",
+            state_machine=state_machine,
+            label=label,
+            old_state=old_state,
+            new_state=new_state,
+            forced=forced,
+        )
 
     def webhook_called(
         self,
@@ -113,8 +120,15 @@ class PythonLogger(BaseLogger):
     ) -> None:
         # Successes are the bulk and their transitions are logged anyway: DEBUG.
         level = logging.DEBUG if status is not None and 200 <= status < 300 else logging.WARNING
-        self._emit(level, "webhook_called", state_machine=state_machine, label=label,
-                   url=url, status=status, duration=round(duration, 4))
+        self._emit(
+            level,
+            "webhook_called",
+            state_machine=state_machine,
+            label=label,
+            url=url,
+            status=status,
+            duration=round(duration, 4),
+        )
 
     def feed_fetched(
         self,
@@ -126,15 +140,25 @@ class PythonLogger(BaseLogger):
         status: int | None,
         duration: float,
     ) -> None:
-        self._emit(logging.DEBUG, "feed_fetched", state_machine=state_machine, label=label,
-                   feed=feed, url=url, status=status, duration=round(duration, 4))
+        self._emit(
+            logging.DEBUG,
+            "feed_fetched",
+            state_machine=state_machine,
+            label=label,
+            feed=feed,
+            url=url,
+            status=status,
+            duration=round(duration, 4),
+        )
 
     def exception(self, message: str, error: BaseException, **fields: Any) -> None:
-        self._emit(logging.ERROR, "exception", message=message, error=repr(error), **fields,
-                   exc_info=error)
+        self._emit(
+            logging.ERROR, "exception", message=message, error=repr(error), **fields, exc_info=error
+        )
 
-    def _emit(self, level: int, event: str, exc_info: BaseException | None = None,
-              **fields: Any) -> None:
+    def _emit(
+        self, level: int, event: str, exc_info: BaseException | None = None, **fields: Any
+    ) -> None:
         if not self.logger.isEnabledFor(level):
             return
         self.logger.log(level, format_event(event, fields, as_json=self.json), exc_info=exc_info)
@@ -174,8 +198,9 @@ def load_plugins(config: Config) -> list[BaseLogger]:
         try:
             cls = getattr(importlib.import_module(module_name), class_name)
         except (ImportError, AttributeError) as error:
-            raise PluginError(f"cannot load logging plugin {plugin.dotted_path!r}: {error}") \
-                from error
+            raise PluginError(
+                f"cannot load logging plugin {plugin.dotted_path!r}: {error}"
+            ) from error
         if not (isinstance(cls, type) and issubclass(cls, BaseLogger)):
             raise PluginError(f"logging plugin {plugin.dotted_path!r} is not a BaseLogger")
         try:

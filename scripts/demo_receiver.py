@@ -35,13 +35,15 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
         segments = [unquote(part) for part in path.split("/") if part]
-        self._reply({
-            "path": path,
-            "label": segments[-1] if segments else None,
-            "ready": True,
-            "available": 3,
-            "now": datetime.datetime.now(datetime.UTC).isoformat(),
-        })
+        self._reply(
+            {
+                "path": path,
+                "label": segments[-1] if segments else None,
+                "ready": True,
+                "available": 3,
+                "now": datetime.datetime.now(datetime.UTC).isoformat(),
+            }
+        )
 
     def _reply(self, document: dict[str, object]) -> None:
         body = json.dumps(document).encode()

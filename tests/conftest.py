@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from routemaster.db.database import create_engine, normalise_url
 from routemaster.db.migrate import upgrade
+from tests.stub_server import StubServer, running_stub
 
 
 def _server_url() -> str:
@@ -58,3 +59,9 @@ def db_engine(database_url: str) -> Iterator[sa.Engine]:
         conn.execute(sa.text("TRUNCATE labels, history, trigger_occurrences RESTART IDENTITY"))
     yield engine
     engine.dispose()
+
+
+@pytest.fixture
+def stub() -> Iterator[StubServer]:
+    """A real HTTP server on 127.0.0.1 that records requests and answers as scripted."""
+    yield from running_stub()

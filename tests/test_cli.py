@@ -58,8 +58,8 @@ def valid_config(tmp_path: Path) -> Path:
 def _run(*args: str, env: dict[str, str] | None = None) -> click.testing.Result:
     """Invoke the CLI in-process, with no database named unless ``env`` names one."""
     environment: dict[str, str | None] = {
-        name: None for name in ("DATABASE_URL", "DB_HOST", "DB_NAME", "DB_USER", "DB_PORT",
-                                "DB_PASS")
+        name: None
+        for name in ("DATABASE_URL", "DB_HOST", "DB_NAME", "DB_USER", "DB_PORT", "DB_PASS")
     }
     environment.update(env or {})
     return CliRunner().invoke(cli, list(args), env=environment, catch_exceptions=False)
@@ -84,17 +84,18 @@ def test_validate_lists_every_problem_with_file_and_line(tmp_path: Path) -> None
     assert "Config valid" not in result.stdout
 
 
-def test_validate_layers_later_files_over_earlier_ones(valid_config: Path,
-                                                       tmp_path: Path) -> None:
+def test_validate_layers_later_files_over_earlier_ones(valid_config: Path, tmp_path: Path) -> None:
     layer = tmp_path / "layer.yaml"
-    layer.write_text("state_machines:\n  user:\n    states:\n      - gate: only\n"
-                     "        exit_condition: false\n")
+    layer.write_text(
+        "state_machines:\n  user:\n    states:\n      - gate: only\n        exit_condition: false\n"
+    )
     result = _run("-c", str(valid_config), "-c", str(layer), "validate")
     assert result.exit_code == 0, result.output
 
 
-def test_validate_rejects_a_logging_plugin_that_does_not_load(valid_config: Path,
-                                                              tmp_path: Path) -> None:
+def test_validate_rejects_a_logging_plugin_that_does_not_load(
+    valid_config: Path, tmp_path: Path
+) -> None:
     layer = tmp_path / "plugins.yaml"
     layer.write_text("plugins:\n  logging:\n    - class: routemaster.nowhere:Logger\n")
     result = _run("-c", str(valid_config), "-c", str(layer), "validate")
@@ -108,12 +109,15 @@ def test_commands_that_need_a_config_say_so() -> None:
     assert "-c CONFIG.yaml" in result.output
 
 
-def _insert_label(engine: sa.Engine, machine: str, name: str, state: str,
-                  *, deleted: bool = False) -> None:
+def _insert_label(
+    engine: sa.Engine, machine: str, name: str, state: str, *, deleted: bool = False
+) -> None:
     with engine.begin() as connection:
         connection.execute(
-            sa.text("INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id,"
-                    " deleted) VALUES (:machine, :name, :state, now(), 1, :deleted)"),
+            sa.text(
+                "INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id,"
+                " deleted) VALUES (:machine, :name, :state, now(), 1, :deleted)"
+            ),
             {"machine": machine, "name": name, "state": state, "deleted": deleted},
         )
 
@@ -177,12 +181,14 @@ def test_migrate_brings_an_empty_database_to_the_current_schema(empty_database: 
 
 
 def test_settings_are_overridable_from_the_environment() -> None:
-    settings = settings_from_environment({
-        "ROUTEMASTER_LEASE": "30",
-        "ROUTEMASTER_BATCH_SIZE": "10",
-        "ROUTEMASTER_FEED_TIMEOUT": "2.5",
-        "ROUTEMASTER_WORKER_ID": "w1",
-    })
+    settings = settings_from_environment(
+        {
+            "ROUTEMASTER_LEASE": "30",
+            "ROUTEMASTER_BATCH_SIZE": "10",
+            "ROUTEMASTER_FEED_TIMEOUT": "2.5",
+            "ROUTEMASTER_WORKER_ID": "w1",
+        }
+    )
     assert settings.lease == datetime.timedelta(seconds=30)
     assert settings.batch_size == 10
     assert settings.feed_timeout == 2.5
@@ -204,7 +210,10 @@ def _spawn(config: Path, database_url: str, *args: str) -> subprocess.Popen[byte
     env["DATABASE_URL"] = database_url
     return subprocess.Popen(
         [sys.executable, "-m", "routemaster", "-c", str(config), *args],
-        cwd=REPOSITORY, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cwd=REPOSITORY,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
 
 
@@ -223,8 +232,9 @@ def _stop(process: subprocess.Popen[bytes], within: float) -> tuple[int, str]:
 @pytest.mark.slow
 def test_serve_answers_on_the_given_address(valid_config: Path, empty_database: str) -> None:
     port = _free_port()
-    process = _spawn(valid_config, empty_database, "serve", "-b", f"127.0.0.1:{port}",
-                     "--workers", "2")
+    process = _spawn(
+        valid_config, empty_database, "serve", "-b", f"127.0.0.1:{port}", "--workers", "2"
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -245,8 +255,7 @@ def test_serve_answers_on_the_given_address(valid_config: Path, empty_database: 
 
 
 @pytest.mark.slow
-def test_cron_migrates_runs_and_stops_on_sigterm(valid_config: Path,
-                                                 empty_database: str) -> None:
+def test_cron_migrates_runs_and_stops_on_sigterm(valid_config: Path, empty_database: str) -> None:
     process = _spawn(valid_config, empty_database, "cron")
     engine = sa.create_engine(empty_database, poolclass=sa.pool.NullPool)
     try:

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from stub_server import StubServer, running_stub
 
 from routemaster import labels
 from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.config.model import StateMachine
+from tests.stub_server import StubServer
 
 CONFIG = """
 state_machines:
@@ -72,11 +72,6 @@ state_machines:
         exit_condition: true
         next: ping
 """
-
-
-@pytest.fixture
-def stub() -> Iterator[StubServer]:
-    yield from running_stub()
 
 
 @pytest.fixture
@@ -155,7 +150,7 @@ def test_delete_is_soft_idempotent_and_recorded_once(app: App, user: StateMachin
     assert history_moves(app, user, "alice") == [(None, "start"), ("start", None)]
     with pytest.raises(labels.LabelDeleted):
         labels.update_metadata(app, user, "alice", {"ready": True})
-    assert labels.evaluate_label(app, user, "alice") is None
+    assert labels.advance(app, user, "alice") is None
 
 
 def test_update_deep_merges(app: App, user: StateMachine) -> None:
@@ -195,35 +190,39 @@ def test_update_not_touching_a_trigger_path_does_not_evaluate(app: App, user: St
     assert moved.state == "notify"
 
 
-def test_nested_trigger_paths_match_their_parents_and_children(
+def test_a_metadata_trigger_fires_when_the_update_body_contains_its_path(
     app: App, user: StateMachine
 ) -> None:
+    """As in 1.x: the body must contain the nested path itself (its value may be null)."""
     labels.create_label(app, user, "a", {})
     assert labels.update_metadata(app, user, "a", {"payment": {"status": "paid"}}).state == "review"
-    labels.create_label(app, user, "b", {})
-    with app.db.begin() as connection:
-        connection.execute(
-            sa.text("UPDATE labels SET metadata = '{\"ready\": true}' WHERE name = 'b'")
-        )
-    assert labels.update_metadata(app, user, "b", {"pay": {"status": 1}}).state == "start"
-    # Replacing a parent of the trigger path touches it.
-    assert labels.update_metadata(app, user, "b", {"payment": None}).state == "review"
+    labels.create_label(app, user, "b", {"ready": True})  # the condition holds from the start
+    for not_firing in (
+        {"pay": {"status": 1}},
+        {"payment": None},
+        {"payment": 5},
+        {"payment": [1, 2]},
+        {"payment": "xstatusx"},
+        {"payment": {"other": 1}},
+    ):
+        assert labels.update_metadata(app, user, "b", not_firing).state == "start", not_firing
+    assert labels.update_metadata(app, user, "b", {"payment": {"status": None}}).state == "review"
 
 
 def test_context_next_chooses_by_metadata(app: App, user: StateMachine) -> None:
-    label = labels.create_label(app, user, "fast", {"ready": True, "route": "fast"})
-    assert label.state == "done"
+    labels.create_label(app, user, "fast", {"route": "fast"})
+    assert labels.update_metadata(app, user, "fast", {"ready": True}).state == "done"
 
 
-def test_evaluate_label_moves_a_label_whose_condition_holds(app: App, user: StateMachine) -> None:
+def test_advance_moves_a_label_whose_condition_holds(app: App, user: StateMachine) -> None:
     created = labels.create_label(app, user, "alice", {})
     with app.db.begin() as connection:
         connection.execute(
             sa.text("UPDATE labels SET metadata = '{\"ready\": true}' WHERE name = 'alice'")
         )
-    moved = labels.evaluate_label(app, user, "alice")
+    moved = labels.advance(app, user, "alice")
     assert moved is not None and moved.state == "review"
-    assert labels.evaluate_label(app, user, "alice", expected_entry_id=created.entry_id) is None
+    assert labels.advance(app, user, "alice", entry_id=created.entry_id) is None
 
 
 def test_configuration_loops_are_bounded(make_app: Callable[..., App]) -> None:
@@ -238,9 +237,12 @@ def test_configuration_loops_are_bounded(make_app: Callable[..., App]) -> None:
 def test_a_feed_read_in_a_metadata_triggered_evaluation(
     app: App, user: StateMachine, stub: StubServer
 ) -> None:
-    labels.create_label(app, user, "a/b", {"ready": True, "approved": True})
+    labels.create_label(app, user, "a/b", {"approved": True})
+    labels.update_metadata(app, user, "a/b", {"ready": True})
     assert labels.get_label(app, user, "a/b").state == "notify"
-    moved_on = labels.complete_action(app, user, "a/b", labels.get_label(app, user, "a/b").entry_id)
+    moved_on = labels.advance(
+        app, user, "a/b", entry_id=labels.get_label(app, user, "a/b").entry_id
+    )
     assert moved_on is not None and moved_on.state == "checked"
     stub.reply_json("/checks/a%2Fb", {"ok": True})
     assert labels.update_metadata(app, user, "a/b", {"check": 1}).state == "done"
@@ -250,8 +252,9 @@ def test_a_feed_read_in_a_metadata_triggered_evaluation(
 def test_a_feed_that_is_down_keeps_the_update_and_marks_the_label_for_retry(
     app: App, user: StateMachine, stub: StubServer
 ) -> None:
-    labels.create_label(app, user, "alice", {"ready": True, "approved": True})
-    labels.complete_action(app, user, "alice", labels.get_label(app, user, "alice").entry_id)
+    labels.create_label(app, user, "alice", {"approved": True})
+    labels.update_metadata(app, user, "alice", {"ready": True})
+    labels.advance(app, user, "alice", entry_id=labels.get_label(app, user, "alice").entry_id)
     stub.reply_json("/checks/alice", {"error": "down"}, status=503)
     label = labels.update_metadata(app, user, "alice", {"check": 1})
     assert label.state == "checked"
@@ -307,3 +310,17 @@ def test_label_is_a_frozen_dataclass(app: App, user: StateMachine) -> None:
     label = labels.create_label(app, user, "alice", {})
     with pytest.raises(dataclasses.FrozenInstanceError):
         label.state = "x"  # type: ignore[misc]
+
+
+def test_a_forced_move_enters_the_state_like_any_other_move(app: App, user: StateMachine) -> None:
+    """Into a gate with an entry trigger whose condition holds: it moves on at once."""
+    labels.create_label(app, user, "alice", {"approved": True})
+    moved = labels.force_move(app, user, "alice", "review", reason="skip the start")
+    assert moved.state == "notify"
+    assert moved.due_at is not None  # the action's webhook is owed
+    entries = labels.history(app, user, "alice")
+    assert [(e.old_state, e.new_state, e.forced) for e in entries] == [
+        (None, "start", False),
+        ("start", "review", True),
+        ("review", "notify", False),
+    ]

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from stub_server import Reply, running_stub
 
 from routemaster import labels
 from routemaster.app import App
 from routemaster.config import load_config
 from routemaster.config.model import Config, LoggingPlugin
 from routemaster.logging import BaseLogger, PluginError, PythonLogger, format_event, load_plugins
+from tests.stub_server import Reply, running_stub
 
 
 def _config(*plugins: LoggingPlugin) -> Config:
@@ -27,10 +27,14 @@ def test_no_plugins_configured_means_a_python_logger() -> None:
 
 
 def test_configured_plugins_are_built_with_their_kwargs() -> None:
-    loggers = load_plugins(_config(
-        LoggingPlugin("routemaster.logging:PythonLogger", (("log_level", "DEBUG"), ("json", True))),
-        LoggingPlugin("routemaster.logging:BaseLogger"),
-    ))
+    loggers = load_plugins(
+        _config(
+            LoggingPlugin(
+                "routemaster.logging:PythonLogger", (("log_level", "DEBUG"), ("json", True))
+            ),
+            LoggingPlugin("routemaster.logging:BaseLogger"),
+        )
+    )
     assert [type(logger) for logger in loggers] == [PythonLogger, BaseLogger]
     first = loggers[0]
     assert isinstance(first, PythonLogger)
@@ -38,13 +42,20 @@ def test_configured_plugins_are_built_with_their_kwargs() -> None:
     assert first.logger.level == logging.DEBUG
 
 
-@pytest.mark.parametrize(("dotted_path", "kwargs", "message"), [
-    ("routemaster.nowhere:Logger", (), "cannot load logging plugin 'routemaster.nowhere:Logger'"),
-    ("routemaster.logging:Nobody", (), "cannot load logging plugin"),
-    ("routemaster.logging.PythonLogger", (), "expected 'package.module:Class'"),
-    ("routemaster.logging:format_event", (), "is not a BaseLogger"),
-    ("routemaster.logging:PythonLogger", (("colour", "red"),), "colour"),
-])
+@pytest.mark.parametrize(
+    ("dotted_path", "kwargs", "message"),
+    [
+        (
+            "routemaster.nowhere:Logger",
+            (),
+            "cannot load logging plugin 'routemaster.nowhere:Logger'",
+        ),
+        ("routemaster.logging:Nobody", (), "cannot load logging plugin"),
+        ("routemaster.logging.PythonLogger", (), "expected 'package.module:Class'"),
+        ("routemaster.logging:format_event", (), "is not a BaseLogger"),
+        ("routemaster.logging:PythonLogger", (("colour", "red"),), "colour"),
+    ],
+)
 def test_plugins_that_cannot_be_built_are_reported(
     dotted_path: str, kwargs: tuple[tuple[str, object], ...], message: str
 ) -> None:
@@ -55,17 +66,17 @@ def test_plugins_that_cannot_be_built_are_reported(
 def test_python_logger_writes_key_value_lines(caplog: pytest.LogCaptureFixture) -> None:
     logger = PythonLogger(log_level="INFO")
     with caplog.at_level(logging.INFO, logger="routemaster"):
-        logger.transition(state_machine="user", label="a b", old_state=None,
-                          new_state="start")
-        logger.webhook_called(state_machine="user", label="a", url="http://x/h", status=503,
-                              duration=0.123456)
-        logger.feed_fetched(state_machine="user", label="a", feed="f", url="http://x/f",
-                            status=200, duration=0.1)  # DEBUG: below the level
+        logger.transition(state_machine="user", label="a b", old_state=None, new_state="start")
+        logger.webhook_called(
+            state_machine="user", label="a", url="http://x/h", status=503, duration=0.123456
+        )
+        logger.feed_fetched(
+            state_machine="user", label="a", feed="f", url="http://x/f", status=200, duration=0.1
+        )  # DEBUG: below the level
     assert [record.getMessage() for record in caplog.records] == [
         'event=transition state_machine=user label="a b" old_state=null new_state=start '
         "forced=false",
-        "event=webhook_called state_machine=user label=a url=http://x/h status=503 "
-        "duration=0.1235",
+        "event=webhook_called state_machine=user label=a url=http://x/h status=503 duration=0.1235",
     ]
 
 
@@ -80,8 +91,11 @@ def test_python_logger_writes_json_and_keeps_the_traceback(
     assert record.levelno == logging.ERROR
     assert record.exc_info is not None and record.exc_info[1] is error
     assert json.loads(record.getMessage()) == {
-        "event": "exception", "message": "delivery failed", "error": "ValueError('boom')",
-        "state_machine": "user", "label": "a",
+        "event": "exception",
+        "message": "delivery failed",
+        "error": "ValueError('boom')",
+        "state_machine": "user",
+        "label": "a",
     }
 
 

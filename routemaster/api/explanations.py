@@ -19,7 +19,8 @@ from routemaster.api.responses import isoformat, json_response
 from routemaster.config import describe_machine
 from routemaster.config.model import Action
 from routemaster.exit_conditions import FeedUnavailable
-from routemaster.machine.transitions import choose_next_state
+from routemaster.machine import choose_next_state
+from routemaster.machine.triggers import what_evaluates
 
 blueprint = flask.Blueprint("explanations", __name__)
 
@@ -62,4 +63,12 @@ def explain(sm: str, label: str) -> flask.Response:
             body["next_state_if_held"] = choose_next_state(state.next_states, context)
         except FeedUnavailable as error:
             body["next_state_error"] = str(error)
+    if explanation.result and not (found.paused or found.errored) and found.due_at is None:
+        events = what_evaluates(state)
+        body["message"] = "The exit condition holds, but no evaluation is scheduled: " + (
+            f"the label moves on when {events} evaluates the gate."
+            if events
+            else "the gate has no trigger that fires while a label waits in it, "
+            "so only an operator's move takes it on."
+        )
     return json_response(body)

@@ -9,22 +9,20 @@ from routemaster import __version__
 from routemaster.api.errors import DATABASE_UNAVAILABLE
 from routemaster.api.extension import routemaster_app
 from routemaster.api.responses import json_response
+from routemaster.db.listings import ping
 
 blueprint = flask.Blueprint("health", __name__)
-
-_PING = sa.text("SELECT 1")
 
 
 @blueprint.get("/")
 def status() -> flask.Response:
-    """200 when a pooled connection answers ``SELECT 1``; 503 otherwise.
+    """200 when a pooled connection answers a ping; 503 otherwise.
 
     The engine's ``pool_pre_ping`` replaces connections broken by an outage,
     so the answer returns to 200 by itself once the database is back.
     """
     try:
-        with routemaster_app().db.connect() as connection:
-            connection.execute(_PING)
+        ping(routemaster_app().db)
     except sa.exc.SQLAlchemyError:
         return json_response(
             {"status": "error", "message": DATABASE_UNAVAILABLE, "version": __version__}, 503

@@ -23,7 +23,7 @@ from routemaster.api.paths import link
 from routemaster.api.responses import isoformat, json_response
 from routemaster.app import App
 from routemaster.config.model import StateMachine
-from routemaster.db.queries import label_page
+from routemaster.db.listings import label_page
 
 blueprint = flask.Blueprint("labels", __name__)
 

@@ -11,7 +11,7 @@ from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.paths import link
 from routemaster.api.responses import json_response
 from routemaster.config import describe_machine
-from routemaster.db.queries import label_counts
+from routemaster.db.listings import label_counts
 
 blueprint = flask.Blueprint("machines", __name__)
 

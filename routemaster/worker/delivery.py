@@ -14,19 +14,20 @@ import time
 
 from routemaster.app import App
 from routemaster.config.model import Action
+from routemaster.db import claims
+from routemaster.db.claims import Claim
 from routemaster.http.webhooks import Outcome, build_request, deliver
-from routemaster.worker import claims
 from routemaster.worker.retry import backoff
 
 logger = logging.getLogger(__name__)
 
 
-def deliver_claim(app: App, claim: claims.Claim, rng: random.Random) -> bool:
+def deliver_claim(app: App, claim: Claim, rng: random.Random) -> bool:
     """POST the claimed label's webhook; whether it was delivered.
 
     A failure is recorded here (retry later, or errored); a success is left to
-    the caller, which moves delivered labels on in batches
-    (:func:`routemaster.labels.complete_actions`).
+    the loop, which moves delivered labels on in batches
+    (:func:`routemaster.worker.evaluation.complete_deliveries`).
     """
     machine = app.config.get_machine(claim.state_machine)
     action = machine.get_state(claim.state)

@@ -1,10 +1,9 @@
-"""Evaluating due gates: in batches inside one short transaction, feeds apart.
+"""Moving labels on in batches: due gates, and actions whose webhooks were delivered.
 
-Most gate conditions read only metadata and history, so a batch of due
-labels is locked (``FOR UPDATE SKIP LOCKED``), evaluated in Python and moved
-in one transaction: no HTTP, no lease needed. A label whose evaluation
-reads a feed is leased instead and evaluated on its own by
-:func:`evaluate_leased`, which fetches the feed with no transaction open.
+Most conditions read only metadata and history, so a batch of labels is
+locked, planned in Python and moved in one short transaction. A label whose
+next evaluation reads a feed is leased instead and handed to a delivery slot
+(:func:`evaluate_claim`), which fetches the feed with no transaction open.
 """
 
 from __future__ import annotations
@@ -12,64 +11,73 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import sqlalchemy as sa
+
 from routemaster import labels
 from routemaster.app import App
-from routemaster.worker import claims
-from routemaster.worker.claims import StateKey
+from routemaster.db import claims as work
+from routemaster.db import labels as store
+from routemaster.db.claims import Claim, StateKey
+from routemaster.db.labels import Label
 
 logger = logging.getLogger(__name__)
 
 
 def evaluate_due_gates(
     app: App, gate_states: Sequence[StateKey], *, limit: int
-) -> tuple[int, list[StateKey]]:
-    """Evaluate up to ``limit`` due gate labels; return how many, and those leased for feeds."""
+) -> tuple[int, list[Claim]]:
+    """Evaluate up to ``limit`` due gate labels: how many, and those leased to read feeds."""
     now = app.now()
     try:
         with app.db.begin() as conn:
-            due = claims.lock_due_gates(conn, gate_states, limit=limit, now=now)
-            outcome = labels.advance_batch_locked(conn, app, due)
-            need_feeds = outcome.need_feeds
-            claims.clear_due(conn, outcome.unmoved)
-            claims.lease(
-                conn,
-                need_feeds,
-                lease_until=now + app.settings.lease,
-                worker_id=app.settings.worker_id,
-            )
+            due = work.lock_due_gates(conn, gate_states, limit=limit, now=now)
+            return len(due), _settle(conn, app, due)
+    except sa.exc.SQLAlchemyError:
+        raise  # the database is away: the loop waits for it
     except Exception:
-        # One bad label must not stall the batch: redo it label by label.
+        # One bad label must not stall the batch: lease them all, evaluate each on its own.
         logger.exception("batch evaluation failed; evaluating one label at a time")
-        return _evaluate_one_by_one(app, gate_states, limit=limit), []
-    return len(due), need_feeds
-
-
-def evaluate_leased(app: App, key: StateKey) -> None:
-    """Evaluate one leased gate label, fetching feeds outside any transaction.
-
-    A feed that fails leaves the label in its gate, due again after a short
-    delay (see :func:`routemaster.labels.evaluate_label`).
-    """
-    try:
-        machine = app.config.get_machine(key[0])
-        labels.evaluate_label(app, machine, key[1], feed_timeout=app.settings.feed_timeout)
-    except Exception as error:
-        logger.exception("evaluating %s/%s failed", key[0], key[1])
         with app.db.begin() as conn:
-            claims.record_evaluation_error(
-                conn, key, due_at=app.now() + app.settings.lease, error=repr(error)
-            )
+            due = work.lock_due_gates(conn, gate_states, limit=limit, now=now)
+            return len(due), _lease(conn, app, due)
 
 
-def _evaluate_one_by_one(app: App, gate_states: Sequence[StateKey], *, limit: int) -> int:
-    """The slow, isolated path after a batch failed: each label in its own transactions."""
-    now = app.now()
+def complete_deliveries(app: App, delivered: Sequence[Claim]) -> list[Claim]:
+    """Move delivered labels on, all in one transaction; those leased to read feeds.
+
+    Labels no longer in the delivered entry (an operator moved them) are left alone.
+    """
+    if not delivered:
+        return []
     with app.db.begin() as conn:
-        due = claims.lock_due_gates(conn, gate_states, limit=limit, now=now)
-        keys = [(label.state_machine, label.name) for label in due]
-        claims.lease(
-            conn, keys, lease_until=now + app.settings.lease, worker_id=app.settings.worker_id
-        )
-    for key in keys:
-        evaluate_leased(app, key)
-    return len(keys)
+        locked = store.lock_entries(conn, [claim.entry for claim in delivered])
+        return _settle(conn, app, locked)
+
+
+def evaluate_claim(app: App, claim: Claim) -> bool:
+    """A slot's job: evaluate one leased label, reading its feeds over HTTP."""
+    try:
+        labels.advance_with_feeds(app, claim.key, claim.entry_id, timeout=app.settings.feed_timeout)
+    except Exception as error:
+        logger.exception("evaluating %s/%s failed", claim.state_machine, claim.name)
+        with app.db.begin() as conn:
+            store.record_evaluation_failure(
+                conn,
+                claim.key,
+                entry_id=claim.entry_id,
+                error=repr(error),
+                due_at=app.now() + app.settings.evaluation_retry_delay,
+            )
+    return False
+
+
+def _settle(conn: sa.Connection, app: App, batch: Sequence[Label]) -> list[Claim]:
+    settled = labels.settle_batch(conn, app, batch, now=app.now())
+    store.clear_due(conn, settled.unmoved)
+    return _lease(conn, app, settled.waiting)
+
+
+def _lease(conn: sa.Connection, app: App, waiting: Sequence[Label]) -> list[Claim]:
+    return work.lease_gates(
+        conn, waiting, lease_until=app.now() + app.settings.lease, worker_id=app.settings.worker_id
+    )

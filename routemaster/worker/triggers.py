@@ -1,95 +1,128 @@
-"""When interval and daily-time triggers fire: pure functions of the clock and the config.
+"""Firing interval and daily-time triggers: the worker's clock, with explicit state.
 
-Occurrences are absolute instants (UTC). An occurrence is recorded in the
-``trigger_occurrences`` table by whichever worker gets there first, so each
-one is handled once however many workers compute it.
+Each occurrence (pure arithmetic in :mod:`routemaster.machine.clock`) is
+recorded in the database by the first worker to compute it, which marks the
+gate's labels due; the others see it recorded and do nothing.
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from routemaster.app import App
 from routemaster.config.model import (
-    Config,
-    Gate,
     IntervalTrigger,
+    MetadataTimezone,
     NamedTimezone,
-    StateMachine,
     SystemTimezone,
     TimeTrigger,
 )
+from routemaster.db import claims, occurrences
+from routemaster.db.notifications import notify_due
+from routemaster.machine.clock import (
+    ScheduledTrigger,
+    due_time_occurrence,
+    interval_occurrence,
+    scheduled_triggers,
+)
 
-EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+logger = logging.getLogger(__name__)
 
-MISSED_TIME_GRACE = datetime.timedelta(hours=1)
-"""A daily time missed because no worker ran is still honoured this long afterwards."""
-
-
-@dataclass(frozen=True)
-class ScheduledTrigger:
-    """An interval or daily-time trigger of one gate, with a stable key for the database."""
-
-    machine: StateMachine
-    state: str
-    index: int  # position in the gate's ``triggers`` list
-    trigger: IntervalTrigger | TimeTrigger
-
-    @property
-    def key(self) -> str:
-        return f"{self.machine.name}/{self.state}/{self.index}"
+MIN_OCCURRENCE_RETENTION = datetime.timedelta(days=7)
 
 
-def scheduled_triggers(config: Config) -> Iterator[ScheduledTrigger]:
-    """Every clock-driven trigger in the config (metadata and entry triggers are not)."""
-    for machine in config.state_machines:
-        for state in machine.states:
-            if not isinstance(state, Gate):
-                continue
-            for index, trigger in enumerate(state.triggers):
-                if isinstance(trigger, IntervalTrigger | TimeTrigger):
-                    yield ScheduledTrigger(machine, state.name, index, trigger)
+class ClockTriggers:
+    """The config's clock triggers, the occurrences this worker has handled, the zones in use."""
 
+    def __init__(self, app: App) -> None:
+        self._app = app
+        self.triggers = list(scheduled_triggers(app.config))
+        self._fixed_zones = {  # resolved once: the system zone is read from disk
+            s.key: fixed_zone(s.trigger.timezone)
+            for s in self.triggers
+            if isinstance(s.trigger, TimeTrigger)
+            and not isinstance(s.trigger.timezone, MetadataTimezone)
+        }
+        self._zones: dict[str, list[str]] = {}  # per-label-zone trigger key -> zones seen
+        self._handled: dict[str, datetime.datetime] = {}  # occurrence key -> latest handled
+        self.next_interval_at: datetime.datetime | None = None
 
-def interval_occurrence(now: datetime.datetime, interval: datetime.timedelta) -> datetime.datetime:
-    """The latest multiple of ``interval`` since the Unix epoch at or before ``now``.
+    def fire(self) -> None:
+        """Handle each trigger's current occurrence, unless some worker already has."""
+        now = self._app.now()
+        next_interval_at = None
+        for scheduled in self.triggers:
+            trigger = scheduled.trigger
+            if isinstance(trigger, IntervalTrigger):
+                latest = interval_occurrence(now, trigger.interval)
+                self._fire(scheduled, scheduled.key, latest)
+                following = latest + trigger.interval
+                next_interval_at = min(following, next_interval_at or following)
+            elif isinstance(trigger.timezone, MetadataTimezone):
+                for name in self._zones.get(scheduled.key, []):
+                    zone = label_zone(name)
+                    if zone is not None:
+                        self._fire(
+                            scheduled,
+                            f"{scheduled.key}/{name}",
+                            due_time_occurrence(now, trigger.time, zone),
+                            zone=(trigger.timezone.path[1:], name),
+                        )
+            else:
+                fixed = self._fixed_zones[scheduled.key]
+                self._fire(scheduled, scheduled.key, due_time_occurrence(now, trigger.time, fixed))
+        self.next_interval_at = next_interval_at
 
-    Aligning to the epoch (not to when a worker started) is what lets several
-    workers agree on the same occurrence without talking to each other.
-    """
-    elapsed = now - EPOCH
-    return EPOCH + interval * (elapsed // interval)
+    def refresh_zones(self) -> None:
+        """Learn the zones labels name for per-label time triggers; forget old occurrences."""
+        with self._app.db.begin() as conn:
+            for scheduled in self.triggers:
+                trigger = scheduled.trigger
+                if isinstance(trigger, TimeTrigger) and isinstance(
+                    trigger.timezone, MetadataTimezone
+                ):
+                    self._zones[scheduled.key] = claims.zones_in_gate(
+                        conn, scheduled.machine.name, scheduled.state, trigger.timezone.path[1:]
+                    )
+            occurrences.forget_occurrences(conn, self._app.now() - self._retention())
 
+    def _fire(
+        self,
+        scheduled: ScheduledTrigger,
+        key: str,
+        occurrence: datetime.datetime | None,
+        *,
+        zone: tuple[tuple[str, ...], str] | None = None,
+    ) -> None:
+        """``zone`` (metadata path, zone name) limits the occurrence to labels in that zone."""
+        if occurrence is None or self._handled.get(key) == occurrence:
+            return
+        with self._app.db.begin() as conn:
+            first = occurrences.record_occurrence(conn, key, occurrence)
+            if first:
+                count = claims.mark_gate_due(
+                    conn,
+                    scheduled.machine.name,
+                    scheduled.state,
+                    now=self._app.now(),
+                    zone_path=zone[0] if zone else None,
+                    zone=zone[1] if zone else None,
+                )
+                notify_due(conn)
+        self._handled[key] = occurrence
+        if first:
+            logger.info(
+                "trigger %s fired for %s: %d labels due", key, occurrence.isoformat(), count
+            )
 
-def daily_occurrence(
-    now: datetime.datetime, at: datetime.time, zone: datetime.tzinfo
-) -> datetime.datetime:
-    """The latest instant at or before ``now`` when the wall clock in ``zone`` read ``at``.
-
-    On a day when ``at`` does not exist (a DST gap) zoneinfo maps it past the
-    gap; on a day when it happens twice, the first one counts.
-    """
-    local_today = now.astimezone(zone).date()
-    for days_back in range(3):
-        day = local_today - datetime.timedelta(days=days_back)
-        candidate = datetime.datetime.combine(day, at.replace(tzinfo=None), tzinfo=zone)
-        instant = candidate.astimezone(datetime.UTC)
-        if instant <= now:
-            return instant
-    raise AssertionError("unreachable: some day in the last three had the time")
-
-
-def due_time_occurrence(
-    now: datetime.datetime, at: datetime.time, zone: datetime.tzinfo
-) -> datetime.datetime | None:
-    """The daily occurrence to handle now, or ``None`` when the latest one is too old."""
-    occurrence = daily_occurrence(now, at, zone)
-    if now - occurrence > MISSED_TIME_GRACE:
-        return None
-    return occurrence
+    def _retention(self) -> datetime.timedelta:
+        intervals = [
+            s.trigger.interval for s in self.triggers if isinstance(s.trigger, IntervalTrigger)
+        ]
+        return max([MIN_OCCURRENCE_RETENTION, *(2 * interval for interval in intervals)])
 
 
 def fixed_zone(timezone: SystemTimezone | NamedTimezone) -> datetime.tzinfo:

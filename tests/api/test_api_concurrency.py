@@ -8,7 +8,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import flask
-from helpers import body
+
+from tests.api.helpers import body
 
 URL = "/state-machines/user/labels/contended"
 

@@ -7,7 +7,8 @@ from urllib.parse import quote
 import flask
 import pytest
 from flask.testing import FlaskClient
-from helpers import body
+
+from tests.api.helpers import body
 
 LABELS = "/state-machines/user/labels"
 

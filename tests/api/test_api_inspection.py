@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from flask.testing import FlaskClient
-from helpers import body
 
 from routemaster.api import labels as label_endpoints
+from tests.api.helpers import body
 
 LABELS = "/state-machines/user/labels"
 
@@ -68,7 +68,8 @@ def test_pages_follow_next_links_to_the_end(client: FlaskClient, db_engine: sa.E
 def test_next_link_keeps_the_state_filter_and_encodes_the_cursor(client: FlaskClient) -> None:
     for name in ("a b/1", "a b/2", "a b/3"):
         client.post(f"{LABELS}/{name.replace('/', '%2F')}", json={"metadata": {}})
-    client.post(f"{LABELS}/moved", json={"metadata": {"ready": True}})
+    client.post(f"{LABELS}/moved", json={"metadata": {}})
+    client.patch(f"{LABELS}/moved", json={"metadata": {"ready": True}})
     first = body(client.get(f"{LABELS}?limit=2&state=start"))
     assert [entry["name"] for entry in first["labels"]] == ["a b/1", "a b/2"]
     assert first["next"] == f"{LABELS}?limit=2&after=a%20b%2F2&state=start"
@@ -79,7 +80,8 @@ def test_next_link_keeps_the_state_filter_and_encodes_the_cursor(client: FlaskCl
 
 def test_state_filter(client: FlaskClient) -> None:
     client.post(f"{LABELS}/stays", json={"metadata": {}})
-    client.post(f"{LABELS}/moves", json={"metadata": {"ready": True}})
+    client.post(f"{LABELS}/moves", json={"metadata": {}})
+    client.patch(f"{LABELS}/moves", json={"metadata": {"ready": True}})
     assert body(client.get(f"{LABELS}?state=review"))["labels"] == [
         {"name": "moves", "state": "review"}
     ]
@@ -105,7 +107,8 @@ def test_bad_limits_are_400(client: FlaskClient) -> None:
 def test_machine_description_counts_live_labels_per_state(client: FlaskClient) -> None:
     client.post(f"{LABELS}/a", json={"metadata": {}})
     client.post(f"{LABELS}/b", json={"metadata": {}})
-    client.post(f"{LABELS}/c", json={"metadata": {"ready": True}})
+    client.post(f"{LABELS}/c", json={"metadata": {}})
+    client.patch(f"{LABELS}/c", json={"metadata": {"ready": True}})
     client.post(f"{LABELS}/d", json={"metadata": {}})
     client.delete(f"{LABELS}/d")
     response = client.get("/state-machines/user")
@@ -148,7 +151,8 @@ def test_explain_a_gate_clause_by_clause(client: FlaskClient) -> None:
 
 
 def test_explain_an_action(client: FlaskClient) -> None:
-    client.post(f"{LABELS}/alice", json={"metadata": {"ready": True, "approved": True}})
+    client.post(f"{LABELS}/alice", json={"metadata": {"approved": True}})
+    client.patch(f"{LABELS}/alice", json={"metadata": {"ready": True}})
     described = body(client.get(f"{LABELS}/alice/explain"))
     assert described["kind"] == "action"
     assert described["state"] == "notify"
@@ -161,3 +165,16 @@ def test_explain_a_deleted_label_is_410(client: FlaskClient) -> None:
     client.post(f"{LABELS}/alice", json={"metadata": {}})
     client.delete(f"{LABELS}/alice")
     assert client.get(f"{LABELS}/alice/explain").status_code == 410
+
+
+def test_explain_says_when_a_condition_holds_but_nothing_will_evaluate_it(
+    client: FlaskClient,
+) -> None:
+    """Created with the condition already true: as in 1.x no trigger fired yet."""
+    client.post(f"{LABELS}/alice", json={"metadata": {"ready": True}})
+    described = body(client.get(f"{LABELS}/alice/explain"))
+    assert described["state"] == "start"
+    assert described["exit_condition"]["result"] is True
+    assert described["due_at"] is None
+    assert "holds, but no evaluation is scheduled" in described["message"]
+    assert "metadata.ready" in described["message"]

@@ -10,12 +10,12 @@ from urllib.parse import quote
 import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
-from helpers import body
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from routemaster.api import create_app
 from routemaster.app import App
+from tests.api.helpers import body
 
 LABELS = "/state-machines/user/labels"
 LABEL = LABELS + "/ann"
@@ -205,7 +205,7 @@ def test_listing_with_known_parameters_still_works(client: FlaskClient) -> None:
 # UTF-8, so no lone surrogates). PostgreSQL's btree indexes hold at most 2,704
 # bytes per entry, so names are kept within that here (see docs/api.md).
 label_names = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"),
     min_size=1,
     max_size=1024,
 ).filter(lambda name: len(name.encode()) <= 2600)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from flask.testing import FlaskClient
-from helpers import body
 
 from routemaster.app import App
+from tests.api.helpers import body
 
 LABEL = "/state-machines/user/labels/ann"
 

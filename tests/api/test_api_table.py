@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from flask.testing import FlaskClient
-from helpers import body
 
 from routemaster import __version__
+from tests.api.helpers import body
 
 LABELS = "/state-machines/user/labels"
 
@@ -148,12 +148,17 @@ def test_patch_through_a_metadata_trigger_moves_the_label_in_the_same_request(
     assert body(client.get(f"{LABELS}/alice"))["state"] == "notify"
 
 
-def test_create_with_a_condition_that_holds_on_entry_moves_through_entry_gates(
+def test_create_does_not_evaluate_a_first_state_without_an_entry_trigger(
     client: FlaskClient,
 ) -> None:
+    """As in 1.x: metadata given at creation fires no metadata trigger."""
     response = client.post(f"{LABELS}/bob", json={"metadata": {"ready": True, "approved": True}})
     assert response.status_code == 201
-    assert body(response)["state"] == "notify"
+    assert body(response)["state"] == "start"
+    # The next update that fires the trigger moves it through the entry-triggered gate.
+    assert body(client.patch(f"{LABELS}/bob", json={"metadata": {"ready": True}}))["state"] == (
+        "notify"
+    )
 
 
 def test_delete_is_204_whether_or_not_the_label_exists(client: FlaskClient) -> None:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from helpers import body
-from stub_server import Reply, StubServer, running_stub
 
 from routemaster.api import create_app
 from routemaster.app import App
 from routemaster.config import load_config
+from tests.api.helpers import body
+from tests.stub_server import Reply, StubServer, running_stub
 
 CONFIG = """
 state_machines:

@@ -6,14 +6,14 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from helpers import body
-from tcp_proxy import TcpProxy
 
 from routemaster import __version__
 from routemaster.api import create_app
 from routemaster.app import App
 from routemaster.config.model import Config
 from routemaster.db.database import create_engine
+from tests.api.helpers import body
+from tests.api.tcp_proxy import TcpProxy
 
 
 @pytest.fixture

@@ -112,7 +112,10 @@ def test_listens_on_a_free_loopback_port_and_a_socket(server: EmbeddedPostgres) 
     server.start()
     url = sa.engine.make_url(server.url())
     assert (url.host, url.port, url.database, url.username) == (
-        "127.0.0.1", server.port(), "routemaster", "postgres"
+        "127.0.0.1",
+        server.port(),
+        "routemaster",
+        "postgres",
     )
     assert url.port != 5432
     assert (server.socket_dir / f".s.PGSQL.{url.port}").is_socket()

@@ -6,9 +6,9 @@ import datetime
 import json
 
 import pytest
-from conftest import FEEDS, NOW, FeedServer, MakeContext
 
 from routemaster.exit_conditions import FeedUnavailable, compile_condition
+from tests.exit_conditions.conftest import FEEDS, NOW, FeedServer, MakeContext
 
 CASES = [
     # literals in boolean position

@@ -7,7 +7,6 @@ import datetime
 import json
 from typing import Any
 
-from conftest import FeedServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +16,7 @@ from routemaster.exit_conditions import (
     Program,
     compile_condition,
 )
+from tests.exit_conditions.conftest import FeedServer
 
 SETTINGS = settings(max_examples=200, deadline=None)
 

@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from urllib.parse import unquote
 
 import pytest
 import requests
@@ -251,7 +252,7 @@ def test_a_label_is_always_exactly_one_path_segment(stub: StubServer, label: str
     [received] = stub.received()
     segments = received.path.split("/")
     assert len(segments) == 4 and segments[1] == "hooks" and segments[3] == "notify"
-    assert requests.utils.unquote(segments[2]) == label
+    assert unquote(segments[2]) == label
 
 
 def test_a_plain_session_gets_the_bound_too(raw_server: Callable[..., RawServer]) -> None:

@@ -1,17 +1,10 @@
-from collections.abc import Iterator
-
 import pytest
 import requests
 
 from routemaster.config.model import Feed, StateMachine, WebhookHeaderRule
 from routemaster.exit_conditions.context import FeedUnavailable
 from routemaster.http.feeds import fetch_feed
-from tests.stub_server import Reply, StubServer, running_stub
-
-
-@pytest.fixture
-def stub() -> Iterator[StubServer]:
-    yield from running_stub()
+from tests.stub_server import Reply, StubServer
 
 
 def machine_with_feed(stub: StubServer, **extra: object) -> StateMachine:

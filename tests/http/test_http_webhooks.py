@@ -2,19 +2,13 @@ import base64
 import hashlib
 import hmac
 import json
-from collections.abc import Iterator
 
 import pytest
 import requests
 
 from routemaster.config.model import Action, NoNext, StateMachine, WebhookHeaderRule
 from routemaster.http.webhooks import Outcome, build_request, deliver, sign
-from tests.stub_server import Reply, StubServer, running_stub
-
-
-@pytest.fixture
-def stub() -> Iterator[StubServer]:
-    yield from running_stub()
+from tests.stub_server import Reply, StubServer
 
 
 def machine_and_action(

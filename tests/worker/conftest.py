@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import datetime
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,14 +20,9 @@ import sqlalchemy as sa
 from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.worker import Worker
-from tests.stub_server import StubServer, running_stub
+from tests.stub_server import StubServer
 
 MakeApp = Callable[..., App]
-
-
-@pytest.fixture
-def stub() -> Iterator[StubServer]:
-    yield from running_stub()
 
 
 class FakeClock:
@@ -71,3 +71,87 @@ def running(app: App) -> Iterator[Worker]:
         worker.stop()
         thread.join(timeout=15)
         assert not thread.is_alive(), "the worker did not stop"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCHER = Path(__file__).with_name("launch_worker.py")
+
+
+class Workers:
+    """Worker processes started for one test; all stopped at its end."""
+
+    def __init__(self, database_url: str, config: Path, tmp_path: Path) -> None:
+        self.database_url = database_url
+        self.config = config
+        self.tmp_path = tmp_path
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        self, *, clock_offset: float | None = None, **settings: object
+    ) -> subprocess.Popen[bytes]:
+        env = dict(os.environ)
+        env.update(
+            DATABASE_URL=self.database_url,
+            PYTHONPATH=str(ROOT),
+            ROUTEMASTER_POLL_INTERVAL="0.2",
+            ROUTEMASTER_WORKER_ID=f"w{len(self.processes)}",
+            **{f"ROUTEMASTER_{k.upper()}": str(v) for k, v in settings.items()},
+        )
+        args = [sys.executable, str(LAUNCHER), str(self.config)]
+        if clock_offset is not None:
+            args.append(str(clock_offset))
+        with (self.tmp_path / f"worker{len(self.processes)}.log").open("wb") as log:
+            process = subprocess.Popen(
+                args, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
+            )
+        self.processes.append(process)
+        return process
+
+    def logs(self) -> list[str]:
+        return [path.read_text() for path in sorted(self.tmp_path.glob("worker*.log"))]
+
+    def wait_started(self, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while sum("started" in log for log in self.logs()) < len(self.processes):
+            assert time.monotonic() < deadline, self.logs()
+            time.sleep(0.05)
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+WorkersFor = Callable[[str], tuple[Workers, App]]
+
+
+@pytest.fixture
+def workers_for(
+    database_url: str, db_engine: sa.Engine, tmp_path: Path, stub: StubServer
+) -> Iterator[WorkersFor]:
+    started: list[Workers] = []
+
+    def make(config_text: str) -> tuple[Workers, App]:
+        path = tmp_path / "config.yaml"
+        path.write_text(config_text.replace("{stub}", stub.url("")))
+        app = App(config=load_config([path]), db=db_engine)
+        workers = Workers(database_url, path, tmp_path)
+        started.append(workers)
+        return workers, app
+
+    yield make
+    for workers in started:
+        workers.stop_all()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, message: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, message
+        time.sleep(0.05)

@@ -1,7 +1,7 @@
 """Gates evaluated by the worker: clock triggers, retried evaluations, feeds.
 
 Clock-driven tests inject a :class:`FakeClock` and drive one worker round at
-a time (``fire_triggers``, ``housekeeping``, ``work_once``) so daily times
+a time (``triggers.fire``, ``triggers.refresh_zones``, ``work_once``) so daily times
 and zones are tested at exact moments.
 """
 
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import sqlalchemy as sa
@@ -44,13 +42,6 @@ state_machines:
 """
 
 
-@pytest.fixture
-def pool() -> Iterator[ThreadPoolExecutor]:
-    executor = ThreadPoolExecutor(4)
-    yield executor
-    executor.shutdown(wait=True)
-
-
 def create(app: App, *names: str, **metadata: object) -> None:
     machine = app.config.get_machine("m")
     for name in names:
@@ -63,15 +54,17 @@ def states(app: App) -> dict[str, str]:
     return {row.name: row.state for row in rows}
 
 
-def one_round(worker: Worker, pool: ThreadPoolExecutor) -> None:
+def one_round(worker: Worker) -> None:
     """Fire triggers, then work until nothing is due (waiting for pooled feed evaluations)."""
-    worker.fire_triggers()
-    while worker.work_once(pool):
+    worker.triggers.fire()
+    while worker.work_once():
         pass
     deadline = time.monotonic() + 10
     while worker.in_flight:
         assert time.monotonic() < deadline
         time.sleep(0.01)
+    while worker.work_once():  # what the slots finished
+        pass
 
 
 def test_interval_trigger_evaluates_every_label_in_the_gate(make_app: MakeApp) -> None:
@@ -90,63 +83,59 @@ def test_interval_trigger_evaluates_every_label_in_the_gate(make_app: MakeApp) -
 
 
 def test_interval_occurrence_is_handled_once_across_workers(
-    make_app: MakeApp, pool: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+    make_app: MakeApp, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = FakeClock(datetime.datetime(2024, 7, 1, 12, 0, 30, tzinfo=UTC))
     config = gate_config("{interval: 1m}", "metadata.ready = true")
     apps = [make_app(config, clock=clock) for _ in range(3)]
     create(apps[0], "x")
     workers = [Worker(app) for app in apps]
-    caplog.set_level("INFO", logger="routemaster.worker.scheduler")
+    caplog.set_level("INFO", logger="routemaster.worker.triggers")
     for worker in workers:
-        worker.fire_triggers()
+        worker.triggers.fire()
     clock.advance(seconds=20)
     for worker in workers:
-        worker.fire_triggers()
+        worker.triggers.fire()
     clock.advance(seconds=20)  # 12:01:10: the next occurrence
     for worker in workers:
-        worker.fire_triggers()
+        worker.triggers.fire()
     fired = [r.getMessage() for r in caplog.records if "fired" in r.getMessage()]
     assert len(fired) == 2
     assert "2024-07-01T12:00:00+00:00" in fired[0]
     assert "2024-07-01T12:01:00+00:00" in fired[1]
 
 
-def test_daily_time_in_a_named_zone(make_app: MakeApp, pool: ThreadPoolExecutor) -> None:
+def test_daily_time_in_a_named_zone(make_app: MakeApp) -> None:
     clock = FakeClock(datetime.datetime(2024, 7, 1, 12, 59, 59, tzinfo=UTC))  # 08:59:59 EDT
     app = make_app(gate_config("{time: 9h, timezone: America/New_York}"), clock=clock)
     create(app, "x", "y")
     worker = Worker(app)
-    one_round(worker, pool)
+    one_round(worker)
     assert states(app) == {"x": "start", "y": "start"}
     clock.advance(seconds=2)
-    one_round(worker, pool)
+    one_round(worker)
     assert states(app) == {"x": "done", "y": "done"}
     create(app, "late")
     clock.advance(minutes=5)
-    one_round(worker, pool)
-    one_round(
-        Worker(make_app(gate_config("{time: 9h, timezone: America/New_York}"), clock=clock)), pool
-    )
+    one_round(worker)
+    one_round(Worker(make_app(gate_config("{time: 9h, timezone: America/New_York}"), clock=clock)))
     assert states(app)["late"] == "start", "the 09:00 occurrence was handled once, not again"
 
 
-def test_daily_time_in_system_time(
-    make_app: MakeApp, pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_daily_time_in_system_time(make_app: MakeApp, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TZ", "Asia/Tokyo")
     clock = FakeClock(datetime.datetime(2024, 7, 1, 8, 59, 59, tzinfo=UTC))  # 17:59:59 JST
     app = make_app(gate_config("{time: 18h}"), clock=clock)
     create(app, "x")
     worker = Worker(app)
-    one_round(worker, pool)
+    one_round(worker)
     assert states(app) == {"x": "start"}
     clock.advance(seconds=2)
-    one_round(worker, pool)
+    one_round(worker)
     assert states(app) == {"x": "done"}
 
 
-def test_daily_time_in_each_labels_zone(make_app: MakeApp, pool: ThreadPoolExecutor) -> None:
+def test_daily_time_in_each_labels_zone(make_app: MakeApp) -> None:
     clock = FakeClock(datetime.datetime(2024, 7, 1, 8, 0, 30, tzinfo=UTC))  # 09:00:30 in London
     app = make_app(gate_config("{time: 9h, timezone: metadata.user.tz}"), clock=clock)
     machine = app.config.get_machine("m")
@@ -155,16 +144,16 @@ def test_daily_time_in_each_labels_zone(make_app: MakeApp, pool: ThreadPoolExecu
     labels.create_label(app, machine, "bad", {"user": {"tz": "Not/AZone"}})
     labels.create_label(app, machine, "none", {})
     worker = Worker(app)
-    worker.housekeeping()
-    one_round(worker, pool)
+    worker.triggers.refresh_zones()
+    one_round(worker)
     assert states(app) == {"london": "done", "tokyo": "start", "bad": "start", "none": "start"}
     clock.current = datetime.datetime(2024, 7, 2, 0, 0, 30, tzinfo=UTC)  # 09:00:30 in Tokyo
-    one_round(worker, pool)
+    one_round(worker)
     assert states(app) == {"london": "done", "tokyo": "done", "bad": "start", "none": "start"}
 
 
 def test_failed_in_request_evaluation_is_retried_by_the_worker(
-    make_app: MakeApp, stub: StubServer, pool: ThreadPoolExecutor
+    make_app: MakeApp, stub: StubServer
 ) -> None:
     stub.script("/feed/x", Reply(503), Reply(200, b'{"ok": true}'))
     clock = FakeClock(datetime.datetime.now(UTC))
@@ -175,17 +164,17 @@ def test_failed_in_request_evaluation_is_retried_by_the_worker(
     assert label.state == "start"  # the update itself succeeded
     assert label.last_error is not None and "503" in label.last_error
     worker = Worker(app)
-    one_round(worker, pool)
+    one_round(worker)
     assert len(stub.received()) == 1, "not retried before its retry time"
     clock.advance(minutes=5)
-    one_round(worker, pool)
+    one_round(worker)
     label = labels.get_label(app, machine, "x")
     assert (label.state, label.due_at, label.last_error) == ("done", None, None)
     assert len(stub.received()) == 2
 
 
 def test_feeds_in_condition_and_context_transition_fetched_once(
-    make_app: MakeApp, stub: StubServer, pool: ThreadPoolExecutor
+    make_app: MakeApp, stub: StubServer
 ) -> None:
     stub.reply_json("/feed/x", {"ready": True, "variant": "b"})
     stub.reply_json("/feed/y", {"ready": False, "variant": "b"})
@@ -197,7 +186,7 @@ def test_feeds_in_condition_and_context_transition_fetched_once(
     app = make_app(gate_config("{interval: 1h}", "feeds.f.ready = true", next_), clock=clock)
     create(app, "x", "y")
     assert stub.received() == [], "feeds are fetched only when an evaluation reads them"
-    one_round(Worker(app), pool)
+    one_round(Worker(app))
     assert states(app) == {"x": "b", "y": "start"}
     assert len(stub.received("/feed/x")) == 1
     assert len(stub.received("/feed/y")) == 1
@@ -205,13 +194,13 @@ def test_feeds_in_condition_and_context_transition_fetched_once(
 
 
 def test_a_failed_feed_leaves_the_label_in_its_gate(
-    make_app: MakeApp, stub: StubServer, pool: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+    make_app: MakeApp, stub: StubServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     stub.script("/feed/x", Reply(502))
     clock = FakeClock(datetime.datetime(2024, 7, 1, 12, 0, 30, tzinfo=UTC))
     app = make_app(gate_config("{interval: 1h}", "feeds.f.ready = true"), clock=clock)
     create(app, "x")
-    one_round(Worker(app), pool)
+    one_round(Worker(app))
     label = labels.get_label(app, app.config.get_machine("m"), "x")
     assert label.state == "start"
     assert label.due_at is not None and label.due_at > clock.current
@@ -245,3 +234,31 @@ state_machines:
         while states(app) != {"x": "done", "y": "check"}:
             assert time.monotonic() < deadline, states(app)
             time.sleep(0.05)
+
+
+def test_metadata_sent_while_paused_is_evaluated_on_resume(make_app: MakeApp) -> None:
+    app = make_app(gate_config("{metadata: ready}", "metadata.ready = true"))
+    machine = app.config.get_machine("m")
+    create(app, "p")
+    labels.set_paused(app, machine, "p", True)
+    assert labels.update_metadata(app, machine, "p", {"ready": True}).state == "start"
+    worker = Worker(app)
+    one_round(worker)
+    assert states(app) == {"p": "start"}  # paused: nothing moves
+    labels.set_paused(app, machine, "p", False)
+    one_round(worker)
+    assert states(app) == {"p": "done"}
+
+
+def test_a_clock_trigger_that_fired_while_paused_is_owed_on_resume(make_app: MakeApp) -> None:
+    app = make_app(gate_config("{interval: 1h}", "metadata.ready = true"))
+    machine = app.config.get_machine("m")
+    create(app, "p", ready=True)  # no entry trigger: it waits for the interval
+    labels.set_paused(app, machine, "p", True)
+    worker = Worker(app)
+    worker.triggers.fire()
+    one_round(worker)
+    assert states(app) == {"p": "start"}
+    labels.set_paused(app, machine, "p", False)
+    one_round(worker)
+    assert states(app) == {"p": "done"}

@@ -5,20 +5,19 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from routemaster.worker.triggers import (
+from routemaster.machine.clock import (
     MISSED_TIME_GRACE,
     daily_occurrence,
     due_time_occurrence,
     interval_occurrence,
-    label_zone,
-    system_zone,
 )
+from routemaster.worker.triggers import label_zone, system_zone
 
 UTC = datetime.UTC
 
 
 def at(*args: int, tz: datetime.tzinfo = UTC) -> datetime.datetime:
-    return datetime.datetime(*args, tzinfo=tz)  # type: ignore[misc]
+    return datetime.datetime(*args, tzinfo=tz)  # type: ignore[arg-type,misc]
 
 
 def test_interval_occurrences_are_aligned_to_the_epoch() -> None:

@@ -1,15 +1,18 @@
-"""The worker's batched advance: many labels decided in Python, written in one statement."""
+"""The worker's batches: many labels decided in Python, written in one statement."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import sqlalchemy as sa
-from stub_server import running_stub
 
 from routemaster import labels
 from routemaster.app import App
 from routemaster.config import load_config
+from routemaster.db import labels as store
+from routemaster.db.claims import Claim
+from routemaster.worker.evaluation import complete_deliveries
+from tests.stub_server import running_stub
 
 CONFIG = """
 state_machines:
@@ -39,11 +42,19 @@ def _app(tmp_path: Path, db_engine: sa.Engine) -> App:
     return App(config=load_config([path]), db=db_engine)
 
 
-def _locked(app: App, conn: sa.Connection) -> list[labels.Label]:
-    rows = conn.execute(
-        sa.text(f"SELECT {labels.LABEL_COLUMNS} FROM labels ORDER BY name FOR UPDATE")
-    ).all()
-    return [labels.Label(**row._mapping) for row in rows]
+def _locked(conn: sa.Connection, *names: str) -> list[labels.Label]:
+    locked = [store.lock(conn, "order", name) for name in names]
+    return [label for label in locked if label is not None]
+
+
+def _delivered(app: App, *names: str) -> list[Claim]:
+    """Claims as the worker holds them once their webhooks succeeded."""
+    machine = app.config.get_machine("order")
+    found = [labels.get_label(app, machine, name) for name in names]
+    return [
+        Claim(label.state_machine, label.name, label.state, label.metadata, label.entry_id, 1)
+        for label in found
+    ]
 
 
 def test_a_batch_moves_each_label_as_far_as_it_goes(tmp_path: Path, db_engine: sa.Engine) -> None:
@@ -54,11 +65,12 @@ def test_a_batch_moves_each_label_as_far_as_it_goes(tmp_path: Path, db_engine: s
     labels.create_label(app, machine, "stuck", {"go": False})
 
     with app.db.begin() as conn:
-        outcome = labels.advance_batch_locked(conn, app, _locked(app, conn))
+        settled = labels.settle_batch(
+            conn, app, _locked(conn, "express", "normal", "stuck"), now=app.now()
+        )
 
-    assert sorted(outcome.moved) == [("order", "express"), ("order", "normal")]
-    assert outcome.unmoved == [("order", "stuck")]
-    assert outcome.need_feeds == []
+    assert settled.unmoved == [("order", "stuck")]
+    assert settled.waiting == []
 
     express = labels.get_label(app, machine, "express")
     assert (express.state, express.previous_state) == ("ship", "checking")
@@ -82,12 +94,12 @@ def test_delivered_actions_move_on_together_unless_moved_meanwhile(
     machine = app.config.get_machine("order")
     for name in ("a", "b", "c"):
         labels.create_label(app, machine, name, {"go": True, "express": True})
-        labels.evaluate_label(app, machine, name)  # as the interval trigger would
-    entries = {name: labels.get_label(app, machine, name).entry_id for name in ("a", "b", "c")}
-    assert {labels.get_label(app, machine, name).state for name in entries} == {"ship"}
+        labels.advance(app, machine, name)  # as the interval trigger would
+    delivered = _delivered(app, "a", "b", "c")
+    assert {claim.state for claim in delivered} == {"ship"}
     labels.force_move(app, machine, "c", "waiting", reason="held back")
 
-    labels.complete_actions(app, [("order", name, entry) for name, entry in entries.items()])
+    assert complete_deliveries(app, delivered) == []
 
     for name in ("a", "b"):
         label = labels.get_label(app, machine, name)
@@ -123,7 +135,9 @@ def test_a_delivered_action_followed_by_a_feed_reading_gate_goes_on(
         label = labels.create_label(app, machine, "parcel", {})
         assert label.state == "ship"
 
-        labels.complete_actions(app, [("order", "parcel", label.entry_id)])
+        waiting = complete_deliveries(app, _delivered(app, "parcel"))
+        assert [claim.state for claim in waiting] == ["restock"]  # leased, to read its feed
+        labels.advance_with_feeds(app, ("order", "parcel"), waiting[0].entry_id, timeout=5)
 
         after = labels.get_label(app, machine, "parcel")
         assert (after.state, after.due_at) == ("done", None)

@@ -1,4 +1,4 @@
-"""Read-only queries behind the API's listings: label pages, counts per state.
+"""Read-only queries: label pages, counts per state, the states in use, the health ping.
 
 Listings page by name (keyset: ``name > :after ORDER BY name``), so each page
 is an index range scan whose cost depends on the page size, not on how many
@@ -24,6 +24,10 @@ _PAGE_IN_STATE = sa.text(
     ORDER BY name LIMIT :limit
     """
 )
+
+_PING = sa.text("SELECT 1")
+
+_STATES_IN_USE = sa.text("SELECT DISTINCT state_machine, state FROM labels WHERE NOT deleted")
 
 _COUNTS = sa.text(
     """
@@ -52,3 +56,15 @@ def label_counts(engine: sa.Engine, machine: str) -> dict[str, int]:
     """How many live labels are in each state (states with none are absent)."""
     with engine.connect() as connection:
         return {state: count for state, count in connection.execute(_COUNTS, {"sm": machine})}
+
+
+def ping(engine: sa.Engine) -> None:
+    """Raise ``sqlalchemy.exc.SQLAlchemyError`` unless the database answers."""
+    with engine.connect() as connection:
+        connection.execute(_PING)
+
+
+def states_in_use(engine: sa.Engine) -> list[tuple[str, str]]:
+    """Every (machine, state) holding live labels."""
+    with engine.connect() as connection:
+        return [(row.state_machine, row.state) for row in connection.execute(_STATES_IN_USE)]

@@ -1,0 +1,46 @@
+"""The label service: what the API and the worker do to labels.
+
+It orchestrates the store (:mod:`routemaster.db`), the planner
+(:mod:`routemaster.machine`) and feeds over HTTP (:mod:`routemaster.http`),
+and never holds a transaction while waiting on a remote server.
+:mod:`~routemaster.labels.core` creates, updates, deletes and advances labels;
+:mod:`~routemaster.labels.operations` holds the operator commands.
+"""
+
+from routemaster.db.labels import HistoryEntry, Label
+from routemaster.labels.core import (
+    Settled,
+    advance,
+    advance_with_feeds,
+    create_label,
+    delete_label,
+    get_label,
+    history,
+    label_context,
+    settle_batch,
+    update_metadata,
+)
+from routemaster.labels.errors import InvalidOperation, LabelDeleted, LabelExists, LabelNotFound
+from routemaster.labels.operations import force_move, retry_label, set_paused
+
+__all__ = [
+    "HistoryEntry",
+    "InvalidOperation",
+    "Label",
+    "LabelDeleted",
+    "LabelExists",
+    "LabelNotFound",
+    "Settled",
+    "advance",
+    "advance_with_feeds",
+    "create_label",
+    "delete_label",
+    "force_move",
+    "get_label",
+    "history",
+    "label_context",
+    "retry_label",
+    "set_paused",
+    "settle_batch",
+    "update_metadata",
+]

@@ -1,0 +1,19 @@
+"""What the label service refuses, for the API to turn into status codes."""
+
+from __future__ import annotations
+
+
+class LabelExists(Exception):
+    """The name is taken in this machine (also by a deleted label)."""
+
+
+class LabelNotFound(Exception):
+    """No label of this name was ever created in this machine."""
+
+
+class LabelDeleted(Exception):
+    """The label was deleted: it keeps its name and history, and never moves again."""
+
+
+class InvalidOperation(Exception):
+    """An operator command that does not apply to the label as it is (say why)."""

@@ -1,0 +1,64 @@
+"""Reading feeds for one evaluation: over HTTP, once each, with no transaction open."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from routemaster.app import App
+from routemaster.config.model import StateMachine
+from routemaster.exit_conditions import FeedUnavailable
+from routemaster.http.feeds import fetch_feed
+
+
+class FeedFetcher:
+    """Fetches a label's feeds on first read and remembers each answer (failures too).
+
+    :meth:`read` fetches; :meth:`fetched` only answers from what was already
+    read, for planning again inside a transaction.
+    """
+
+    def __init__(self, app: App, machine: StateMachine, label: str, *, timeout: float) -> None:
+        self._app = app
+        self._machine = machine
+        self._label = label
+        self._timeout = timeout
+        self._answers: dict[str, Any] = {}
+        self._failures: dict[str, FeedUnavailable] = {}
+
+    def read(self, feed: str) -> Any:
+        if feed not in self._answers and feed not in self._failures:
+            try:
+                self._answers[feed] = fetch_feed(
+                    self._app.http,
+                    self._machine,
+                    feed,
+                    self._label,
+                    timeout=self._timeout,
+                    observe=self._observe(feed),
+                    max_response_bytes=self._app.settings.max_response_body,
+                    max_depth=self._app.settings.max_json_depth,
+                )
+            except FeedUnavailable as failure:
+                self._failures[feed] = failure
+        return self.fetched(feed)
+
+    def fetched(self, feed: str) -> Any:
+        if feed in self._failures:
+            raise self._failures[feed]
+        if feed not in self._answers:
+            raise FeedUnavailable(feed, "not fetched yet")
+        return self._answers[feed]
+
+    def _observe(self, feed: str) -> Any:
+        def observe(url: str, status: int | None, duration: float) -> None:
+            for plugin in self._app.loggers:
+                plugin.feed_fetched(
+                    state_machine=self._machine.name,
+                    label=self._label,
+                    feed=feed,
+                    url=url,
+                    status=status,
+                    duration=duration,
+                )
+
+        return observe

@@ -1,0 +1,88 @@
+"""Operator commands: retry an errored label, pause and resume it, move it by force.
+
+Each is recorded in the label's history as forced, with the operator's
+reason, so an audit shows who unblocked what and when.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from routemaster.app import App
+from routemaster.config.model import Action, StateMachine
+from routemaster.db import labels as store
+from routemaster.db.labels import Label, Moves
+from routemaster.labels.core import advance_locked, finish_in_request, write
+from routemaster.labels.errors import InvalidOperation, LabelDeleted, LabelNotFound
+from routemaster.machine import evaluates_on_entry
+
+
+def retry_label(app: App, machine: StateMachine, name: str, *, reason: str | None = None) -> Label:
+    """Make an errored label due again, with a fresh attempt count.
+
+    The idempotency token stays the same: it is still the same entry into the action.
+    """
+    now = app.now()
+    with app.db.begin() as conn:
+        label = _locked_live_label(conn, machine, name)
+        if not label.errored:
+            raise InvalidOperation(f"label {name!r} is not errored")
+        store.record_forced(conn, label, now=now, reason=reason or "retried")
+        return store.make_retryable(conn, label, now=now)
+
+
+def set_paused(
+    app: App, machine: StateMachine, name: str, paused: bool, *, reason: str | None = None
+) -> Label:
+    """A paused label is never evaluated or delivered until resumed.
+
+    Whatever was triggered while it was paused is due on resume (updates and
+    clock triggers mark a paused label due; the worker skips it until then).
+    """
+    with app.db.begin() as conn:
+        label = _locked_live_label(conn, machine, name)
+        if label.paused == paused:
+            return label
+        default = "paused" if paused else "resumed"
+        store.record_forced(conn, label, now=app.now(), reason=reason or default)
+        return store.set_paused(conn, label, paused)
+
+
+def force_move(
+    app: App, machine: StateMachine, name: str, destination: str, *, reason: str | None = None
+) -> Label:
+    """Move a label to ``destination`` regardless of conditions, marked as forced.
+
+    The label enters the state like any other move: an action's webhook is
+    owed, and a gate with an entry trigger is evaluated at once.
+    """
+    try:
+        entered = machine.get_state(destination)
+    except KeyError:
+        raise InvalidOperation(
+            f"state machine {machine.name!r} has no state {destination!r}"
+        ) from None
+    now = app.now()
+    with app.db.begin() as conn:
+        label = _locked_live_label(conn, machine, name)
+        forced = Moves(
+            label,
+            (destination,),
+            due_at=now if isinstance(entered, Action) else None,
+            forced=True,
+            reason=reason or "moved by operator",
+        )
+        label = write(conn, app, [forced], now=now)[0]
+        if not evaluates_on_entry(entered):
+            return label
+        label, plan = advance_locked(conn, app, machine, label, now=now)
+    return finish_in_request(app, machine, label, plan)
+
+
+def _locked_live_label(conn: sa.Connection, machine: StateMachine, name: str) -> Label:
+    label = store.lock(conn, machine.name, name)
+    if label is None:
+        raise LabelNotFound(name)
+    if label.deleted:
+        raise LabelDeleted(name)
+    return label

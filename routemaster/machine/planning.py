@@ -1,0 +1,121 @@
+"""Where a label goes from here: a bounded chain of moves, decided without I/O.
+
+The label service gives the label's :class:`Position`, the time, and a way to
+read feeds; :func:`plan_moves` answers with the states the label passes
+through. Reading a feed that is not at hand stops the chain there (the
+service fetches it outside any transaction and plans again), so a plan never
+waits on the network.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from routemaster.config.model import Action, Gate, State, StateMachine
+from routemaster.exit_conditions import Context, FeedUnavailable
+from routemaster.machine.transitions import choose_next_state
+from routemaster.machine.triggers import evaluates_on_entry
+
+FeedReader = Callable[[str], Any]
+"""A feed's JSON by name, or :class:`FeedUnavailable`."""
+
+
+@dataclass(frozen=True)
+class Position:
+    """What planning needs to know of a label: where it is and what it carries."""
+
+    label: str
+    state: str
+    metadata: Mapping[str, Any]
+    entered_at: datetime.datetime
+    previous_state: str | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The states a label passes through, in order, and why the chain stopped where it did."""
+
+    states: tuple[str, ...] = ()
+    ends_in_action: bool = False  # the last state is an action: its webhook is owed
+    # The evaluation after the moves could not read this feed: fetch, then plan again.
+    feed_missing: FeedUnavailable | None = None
+
+    @property
+    def moves(self) -> bool:
+        return bool(self.states)
+
+
+def no_feeds(name: str) -> Any:
+    """A :data:`FeedReader` for planning inside a transaction: nothing fetched yet."""
+    raise FeedUnavailable(name, "not fetched yet")
+
+
+def context_for(
+    position: Position, now: datetime.datetime, read_feed: FeedReader = no_feeds
+) -> Context:
+    """The evaluation context of ``position`` at ``now``."""
+    return Context(
+        label=position.label,
+        metadata=position.metadata,
+        now=now,
+        entered_state=position.entered_at,
+        previous_state=position.previous_state,
+        current_state=position.state,
+        fetch_feed=read_feed,
+    )
+
+
+def plan_moves(
+    machine: StateMachine,
+    position: Position,
+    *,
+    now: datetime.datetime,
+    evaluate: bool,
+    limit: int,
+    read_feed: FeedReader = no_feeds,
+) -> Plan:
+    """Decide which states the label passes through from ``position``.
+
+    ``evaluate``: whether the current state is evaluated at all (a trigger
+    fired, or the label just entered it). In a gate the exit condition must
+    hold; in an action, evaluating means its webhook was delivered and the
+    label leaves. Each state entered is then evaluated only if it has an entry
+    trigger; the chain ends in an action, after ``limit`` moves, or where the
+    machine keeps the label.
+    """
+    states: list[str] = []
+    current = position
+    for _ in range(limit):
+        state = _state_or_none(machine, current.state)
+        if state is None or not evaluate:
+            break
+        context = context_for(current, now, read_feed)
+        try:
+            if isinstance(state, Gate) and not state.exit_condition.evaluate(context):
+                break
+            destination = choose_next_state(state.next_states, context)
+        except FeedUnavailable as missing:
+            return Plan(tuple(states), _is_action(machine, states), missing)
+        if destination is None:
+            break
+        states.append(destination)
+        current = Position(current.label, destination, current.metadata, now, current.state)
+        entered = machine.get_state(destination)
+        if isinstance(entered, Action):
+            break
+        evaluate = evaluates_on_entry(entered)
+    return Plan(tuple(states), _is_action(machine, states))
+
+
+def _is_action(machine: StateMachine, states: list[str]) -> bool:
+    return bool(states) and isinstance(machine.get_state(states[-1]), Action)
+
+
+def _state_or_none(machine: StateMachine, name: str) -> State | None:
+    try:
+        return machine.get_state(name)
+    except KeyError:
+        return None

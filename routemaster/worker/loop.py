@@ -1,0 +1,209 @@
+"""The worker's loop: fire clock triggers, claim due work, hand it to slots, sleep.
+
+One process runs one :class:`Worker`. The loop itself never waits on HTTP:
+deliveries and feed-reading evaluations run in :class:`Slots`. When a round
+finds nothing to do, the loop sleeps in one ``select`` until a label becomes
+due (``NOTIFY``), a slot finishes, the next clock job, or the next known due
+time, whichever is first (at most ``poll_interval``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+
+import schedule
+import sqlalchemy as sa
+
+from routemaster.app import App
+from routemaster.config.model import Action, Gate
+from routemaster.db import claims as work
+from routemaster.db.claims import Claim, StateKey
+from routemaster.db.notifications import DueListener
+from routemaster.http.client import BoundedAdapter
+from routemaster.worker.delivery import deliver_claim
+from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
+from routemaster.worker.slots import Slots
+from routemaster.worker.triggers import ClockTriggers
+
+logger = logging.getLogger(__name__)
+
+ZONE_REFRESH_SECONDS = 60
+OUTAGE_REMINDER_SECONDS = 60
+
+
+class Worker:
+    def __init__(self, app: App, *, rng: random.Random | None = None) -> None:
+        self.app = app
+        self._rng = rng or random.Random()
+        self._stopping = threading.Event()
+        self._action_states = _states_of_kind(app, Action)
+        self._gate_states = _states_of_kind(app, Gate)
+        self._slots = Slots(app.settings.delivery_concurrency)
+        self._outage = OutageLog()
+        self.triggers = ClockTriggers(app)
+        self._jobs = schedule.Scheduler()
+        # In this order, so that at start-up the zones are known before triggers fire.
+        self._jobs.every(ZONE_REFRESH_SECONDS).seconds.do(self.triggers.refresh_zones)
+        self._jobs.every(1).seconds.do(self.triggers.fire)
+        # A third of the lease: two renewals may fail before another worker could take over.
+        renew_every = max(1, int(app.settings.lease.total_seconds() / 3))
+        self._jobs.every(renew_every).seconds.do(self.renew_leases)
+        # Bounded: every webhook and feed call has one total deadline (routemaster.http).
+        adapter = BoundedAdapter(pool_connections=self._slots.size, pool_maxsize=self._slots.size)
+        app.http.mount("http://", adapter)
+        app.http.mount("https://", adapter)
+
+    @property
+    def in_flight(self) -> int:
+        """Deliveries and feed-reading evaluations held by slots now."""
+        return len(self._slots.held())
+
+    def stop(self) -> None:
+        """Stop claiming; :meth:`run` returns once in-flight work is done."""
+        self._stopping.set()
+        self._slots.wake()
+
+    def run(self) -> None:
+        logger.info(
+            "worker %s started: %d action states, %d clock triggers",
+            self.app.settings.worker_id,
+            len(self._action_states),
+            len(self.triggers.triggers),
+        )
+        listener = DueListener(self.app.db)
+        first = True
+        try:
+            while not self._stopping.is_set():
+                try:
+                    if first:
+                        self._jobs.run_all()
+                        first = False
+                    busy = self.work_once()
+                    sleep = 0.0 if busy else self._sleep_for()
+                    self._outage.up()
+                except sa.exc.SQLAlchemyError as error:
+                    self._outage.down(error)
+                    busy, sleep = False, self.app.settings.poll_interval
+                if not busy:
+                    listener.wait(sleep, [self._slots.wake_fd])
+                    self._slots.clear_wake()
+        finally:
+            logger.info("worker %s stopping: finishing in-flight work", self.app.settings.worker_id)
+            self._slots.shutdown()
+            try:
+                self._complete(self._slots.take_done())
+            except sa.exc.SQLAlchemyError:
+                logger.warning("could not record the last deliveries; they will be sent again")
+            listener.close()
+
+    def work_once(self) -> bool:
+        """One round: clock jobs, finished deliveries, new claims, due gates; whether any work."""
+        self._jobs.run_pending()
+        if self.triggers.next_interval_at and self.app.now() >= self.triggers.next_interval_at:
+            self.triggers.fire()
+        completed = self._complete(self._slots.take_done())
+        claimed = self._claim_deliveries()
+        evaluated, waiting = evaluate_due_gates(
+            self.app, self._gate_states, limit=self.app.settings.batch_size
+        )
+        self._evaluate(waiting)
+        return completed or claimed or evaluated > 0
+
+    def renew_leases(self) -> None:
+        """Keep every claim in flight leased, however long its receiver takes."""
+        held = self._slots.held()
+        if held:
+            with self.app.db.begin() as conn:
+                work.extend_leases(
+                    conn,
+                    held,
+                    lease_until=self.app.now() + self.app.settings.lease,
+                    worker_id=self.app.settings.worker_id,
+                )
+
+    def _claim_deliveries(self) -> bool:
+        """Claim as many due deliveries as there are free slots (any free slot is used)."""
+        free = self._slots.free
+        if free <= 0 or not self._action_states:
+            return False
+        now = self.app.now()
+        with self.app.db.begin() as conn:
+            claimed = work.claim_actions(
+                conn,
+                self._action_states,
+                limit=free,
+                now=now,
+                lease_until=now + self.app.settings.lease,
+                worker_id=self.app.settings.worker_id,
+            )
+        for claim in claimed:
+            self._slots.submit(claim, self._deliver)
+        return bool(claimed)
+
+    def _deliver(self, claim: Claim) -> bool:
+        return deliver_claim(self.app, claim, self._rng)
+
+    def _complete(self, delivered: list[Claim]) -> bool:
+        """Move delivered labels on in one transaction; whether there were any."""
+        if not delivered:
+            return False
+        self._evaluate(complete_deliveries(self.app, delivered))
+        return True
+
+    def _evaluate(self, waiting: list[Claim]) -> None:
+        for claim in waiting:
+            self._slots.submit(claim, lambda leased: evaluate_claim(self.app, leased))
+
+    def _sleep_for(self) -> float:
+        """Until the next clock job, interval occurrence or known due time; at most a poll."""
+        timeout = self.app.settings.poll_interval
+        now = self.app.now()
+        until_job = self._jobs.idle_seconds
+        if until_job is not None:
+            timeout = min(timeout, max(until_job, 0.0))
+        wakes = [self.triggers.next_interval_at]
+        with self.app.db.connect() as conn:
+            wakes.append(work.next_due_at(conn))
+        for wake in wakes:
+            # A due time already past belongs to work another worker holds or this one
+            # cannot take (a state it does not know): it must not make the loop spin.
+            if wake is not None and wake > now:
+                timeout = min(timeout, (wake - now).total_seconds())
+        return timeout
+
+
+class OutageLog:
+    """One log line per change of the database's availability, and a reminder each minute."""
+
+    def __init__(self) -> None:
+        self._down_since: float | None = None
+        self._reminded_at = 0.0
+
+    def down(self, error: Exception) -> None:
+        now = time.monotonic()
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if self._down_since is None:
+            self._down_since = self._reminded_at = now
+            logger.error("database unavailable; the worker waits for it: %s", reason)
+        elif now - self._reminded_at >= OUTAGE_REMINDER_SECONDS:
+            self._reminded_at = now
+            logger.error(
+                "database still unavailable after %d s: %s", now - self._down_since, reason
+            )
+
+    def up(self) -> None:
+        if self._down_since is not None:
+            logger.info("database available again after %d s", time.monotonic() - self._down_since)
+            self._down_since = None
+
+
+def _states_of_kind(app: App, kind: type[Action] | type[Gate]) -> list[StateKey]:
+    return [
+        (machine.name, state.name)
+        for machine in app.config.state_machines
+        for state in machine.states
+        if isinstance(state, kind)
+    ]
