@@ -32,7 +32,8 @@ class RawServer:
         self.port = self.listener.getsockname()[1]
         self.stopped = threading.Event()
         self.sent = 0  # bytes the handler managed to send
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -47,10 +48,10 @@ class RawServer:
             threading.Thread(target=self._one, args=(client,), daemon=True).start()
 
     def _one(self, client: socket.socket) -> None:
-        with client:
+        # The client hanging up (as a bounded one does) ends the handler.
+        with client, contextlib.suppress(OSError):
             client.recv(65536)  # the request (small, one read)
-            with contextlib.suppress(OSError):  # the client hung up, as a bounded one does
-                self.handle(client)
+            self.handle(client)
 
     def send(self, client: socket.socket, data: bytes) -> None:
         client.sendall(data)
@@ -58,6 +59,7 @@ class RawServer:
 
     def stop(self) -> None:
         self.stopped.set()
+        self.thread.join()
         self.listener.close()
 
 
@@ -109,7 +111,9 @@ def test_a_dripping_receiver_costs_at_most_the_total_deadline(
     with pytest.raises(OutboundError, match="timed out"):
         send(outbound_session(), "GET", server.url("/"), headers={}, deadline=started + 1.0)
     elapsed = time.monotonic() - started
-    assert elapsed < 2.0, elapsed  # per-read timeouts would have waited 20 s and more
+    # Per-read timeouts would wait for the whole drip (20 s and 100 s); the margin
+    # over the 1 s deadline only absorbs a loaded machine.
+    assert elapsed < 10, elapsed
     assert server.sent > 3  # it really was dripping when we gave up
 
 
@@ -123,7 +127,7 @@ def test_webhook_timeout_is_total_not_per_read(raw_server: Callable[..., RawServ
     result = deliver(outbound_session(), request, timeout=0.8)
     assert result.outcome is Outcome.FAILED
     assert result.error is not None and "timed out" in result.error
-    assert time.monotonic() - started < 1.8
+    assert time.monotonic() - started < 10  # the drip lasts 100 s
 
 
 def huge_answer(server: RawServer, client: socket.socket) -> None:
@@ -262,4 +266,4 @@ def test_a_plain_session_gets_the_bound_too(raw_server: Callable[..., RawServer]
     started = time.monotonic()
     with pytest.raises(OutboundError, match="timed out"):
         send(session, "GET", server.url("/"), headers={}, deadline=started + 0.5)
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 10  # the drip lasts 100 s
