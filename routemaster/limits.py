@@ -72,20 +72,6 @@ def check_json(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH, wrapper_levels
             _check_text(item)
 
 
-def depth_of(value: Any) -> int:
-    """How many containers deep ``value`` nests (a scalar: 0), without recursion."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
-        if isinstance(item, dict | list):
-            depth += 1
-            deepest = max(deepest, depth)
-            stack.extend((child, depth) for child in children if isinstance(child, dict | list))
-    return deepest
-
-
 def _check_text(text: str) -> None:
     found = _UNSTORABLE.search(text)
     if found is None:
