@@ -83,7 +83,7 @@ def _area_of_module(module: str) -> str:
 MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 BOTTOM = {"exit_conditions", "config"}
-BELOW_SERVICE = BOTTOM | {"machine", "db", "http", "logging", "app"}
+BELOW_SERVICE = BOTTOM | {"machine", "db", "http", "logging", "app", "limits"}
 
 # area -> every other routemaster area it may import. Nothing else may be imported.
 ALLOWED: dict[str, frozenset[str]] = {
@@ -92,9 +92,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "config": frozenset({"exit_conditions"}),  # YAML -> model; compiles conditions
     "machine": frozenset({"config", "exit_conditions"}),  # pure planning
     "db": frozenset(),  # the store: rows, names and JSON; knows no machine
-    "http": frozenset({"__init__", "config", "exit_conditions"}),  # outbound: feeds, webhooks
+    "limits": frozenset(),  # bounded parsing of untrusted JSON
+    "http": frozenset({"__init__", "config", "exit_conditions", "limits"}),  # outbound calls
     "logging": frozenset({"config"}),  # logging plugins
-    "app": frozenset({"config", "logging"}),  # the per-process App object
+    "app": frozenset({"config", "logging", "http"}),  # the per-process App object
     "labels": frozenset(BELOW_SERVICE),  # the label service: store + planner + feeds
     "api": frozenset(BELOW_SERVICE - {"http"} | {"__init__", "labels"}),  # thin Flask handlers
     "worker": frozenset(BELOW_SERVICE | {"labels"}),  # loop, claims, deliveries, clock
