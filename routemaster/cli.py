@@ -169,6 +169,13 @@ def _default_threads() -> int:
     return int(os.environ.get("WEB_THREADS") or 1)
 
 
+def _default_keep_alive() -> int:
+    # Measured (docs/performance.md): with clients that keep their connections
+    # alive, gthread with one thread costs less CPU per request than the sync
+    # worker, which closes every connection after one request.
+    return int(os.environ.get("WEB_KEEPALIVE") or 2)
+
+
 WSGIApp = Callable[..., Any]
 
 
@@ -241,11 +248,26 @@ class _GunicornServer(BaseApplication):  # type: ignore[misc]
     "--threads",
     type=click.IntRange(min=1),
     default=None,
-    help="Threads per worker (default $WEB_THREADS, else 1); above 1, gunicorn's "
-    "gthread worker, which keeps client connections alive.",
+    help="Threads per worker (default $WEB_THREADS, else 1).",
+)
+@click.option(
+    "--keep-alive",
+    "keep_alive",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="How long a client's idle connection is kept open for its next request "
+    "(default $WEB_KEEPALIVE, else 2); 0: one request per connection, on gunicorn's "
+    "sync worker when there is one thread.",
 )
 @click.pass_obj
-def serve(options: _Options, bind: str | None, workers: int | None, threads: int | None) -> None:
+def serve(
+    options: _Options,
+    bind: str | None,
+    workers: int | None,
+    threads: int | None,
+    keep_alive: int | None,
+) -> None:
     """Run the HTTP API under gunicorn."""
     config = options.load()
     loggers = options.loggers(config)
@@ -254,6 +276,7 @@ def serve(options: _Options, bind: str | None, workers: int | None, threads: int
     migrate_database(url)
 
     worker_threads = threads or _default_threads()
+    keep_alive = _default_keep_alive() if keep_alive is None else keep_alive
 
     def build() -> WSGIApp:
         from routemaster.api import create_app
@@ -273,8 +296,9 @@ def serve(options: _Options, bind: str | None, workers: int | None, threads: int
         {
             "bind": [bind or _default_bind()],
             "workers": workers or _default_workers(),
-            "worker_class": worker_class(worker_threads),
+            "worker_class": worker_class(worker_threads, keep_alive=keep_alive > 0),
             "threads": worker_threads,
+            "keepalive": keep_alive,
             "proc_name": "routemaster",
             "errorlog": "-",
             "loglevel": "info",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import http.client
 import json
 import os
 import signal
@@ -282,3 +283,40 @@ def test_a_worker_reads_each_gunicorn_setting_once_after_the_fork() -> None:
     assert config.workers == 5
     assert vars(config)["workers"] == 5  # a plain attribute from now on
     assert config.bind == ["127.0.0.1:8000"]  # every other setting still reads right
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("options", "kept"), [((), True), (("--keep-alive", "0"), False)])
+def test_serve_keeps_a_clients_connection_for_its_next_request_unless_told_not_to(
+    valid_config: Path, empty_database: str, options: tuple[str, ...], kept: bool
+) -> None:
+    port = _free_port()
+    process = _spawn(
+        valid_config, empty_database, "serve", "-b", f"127.0.0.1:{port}", "--workers", "1", *options
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            try:
+                connection.request("GET", "/")
+                first = connection.getresponse()
+                break
+            except OSError:
+                connection.close()
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        first.read()
+        socket_used = connection.sock
+        connection.request("GET", "/state-machines")
+        second = connection.getresponse()
+        second.read()
+        reused = connection.sock is socket_used and socket_used is not None
+        connection.close()
+    finally:
+        code, output = _stop(process, within=30)
+    assert first.status == 200 and second.status == 200
+    assert first.will_close is not kept
+    assert reused is kept
+    assert code == 0, output

@@ -36,9 +36,13 @@ _STATUS = re.compile(rb"^HTTP/1\.[01] (\d{3}) ([^\r\n]*)\r\n")
 _MESSAGE = re.compile(rb"</p></h1>\s*(.*?)\s*</body>", re.DOTALL)
 
 
-def worker_class(threads: int) -> str:
-    """The dotted name of the worker class for ``threads`` threads per worker."""
-    name = "JsonErrorsThreaded" if threads > 1 else "JsonErrorsSync"
+def worker_class(threads: int, *, keep_alive: bool = True) -> str:
+    """The dotted name of the worker class for ``threads`` threads per worker.
+
+    Connections are kept alive by the threaded (gthread) worker, even with
+    one thread; the sync worker answers one request per connection.
+    """
+    name = "JsonErrorsThreaded" if threads > 1 or keep_alive else "JsonErrorsSync"
     return f"{__name__}.{name}"
 
 
