@@ -33,7 +33,7 @@ from measure import (
     summarise,
 )
 from report import evaluate, print_table
-from targets import REFERENCE_VENV, REPO, Project, Reference, Target
+from targets import REFERENCE_VENV, REPO, RUN_SUFFIX, Project, Reference, Target
 
 RECEIVER_PORT = 18089
 PATCH_SIZES = [("flat", "1k"), ("flat", "10k"), ("flat", "100k"), ("nested", "1k")]
@@ -151,7 +151,7 @@ class Suite:
     def pgbench(self) -> None:
         print("pgbench (this project's schema, same server)", flush=True)
         pg = Project(self.server, self.log_dir, self.tree)
-        pg.database = "bench_pgbench"
+        pg.database = "bench_pgbench" + RUN_SUFFIX
         pg.fresh_database()
         pg.bulk_labels("flow", "start", "r", 1000, {"go": False})
         pg.query("CREATE SEQUENCE pgbench_names")
@@ -714,7 +714,7 @@ def main() -> None:
         receiver.terminate()
         receiver.wait()
         for name in ("bench_project", "bench_reference", "bench_pgbench"):
-            server.drop(name)
+            server.drop(name + RUN_SUFFIX)
 
     checks = evaluate(suite.results, suite.memory)
     report = {

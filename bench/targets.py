@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +26,15 @@ from psycopg2.extras import Json
 REPO = BENCH_DIR.parent
 CONFIG = BENCH_DIR / "bench.yaml"
 REFERENCE_VENV = BENCH_DIR / ".venv-reference"
+# Each run's databases carry its process id: runs by several people on one
+# server must not drop each other's databases.
+RUN_SUFFIX = f"_{os.getpid()}"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 class Target:
@@ -32,13 +42,13 @@ class Target:
 
     name: str
     database: str
-    port: int
     history_machine_column: str
 
     def __init__(self, server: Server, log_dir: Path) -> None:
         self.server = server
         self.log_dir = log_dir
         self.cwd = REPO
+        self.port = free_port()  # not a fixed one: another run on this host may hold it
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.started_at = 0.0
         self._conn: psycopg2.extensions.connection | None = None
@@ -187,8 +197,7 @@ class Project(Target):
     """
 
     name = "project"
-    database = "bench_project"
-    port = 18301
+    database = "bench_project" + RUN_SUFFIX
     history_machine_column = "state_machine"
 
     def __init__(self, server: Server, log_dir: Path, tree: Path = REPO) -> None:
@@ -252,8 +261,7 @@ class Reference(Target):
     """thread/routemaster 1.5.0 from PyPI, ``serve`` under gunicorn (its cron is a thread in it)."""
 
     name = "reference"
-    database = "bench_reference"
-    port = 18302
+    database = "bench_reference" + RUN_SUFFIX
     history_machine_column = "label_state_machine"
 
     def __init__(self, server: Server, log_dir: Path, workers: int) -> None:
