@@ -29,30 +29,11 @@ import sqlalchemy as sa
 Params = Mapping[str, Any]
 
 
-# Keys in the pooled connection's ``info`` while a :func:`transaction` is open.
-_BEGIN_PENDING = "routemaster.begin_pending"  # the next statement starts the transaction
-_BEGUN = "routemaster.begun"  # BEGIN went to the server: COMMIT or ROLLBACK at the end
-
-
-def _execute(conn: sa.Connection, sql: str, params: Params | None) -> Any:
-    """A driver cursor that has run ``sql``; on failure, SQLAlchemy's handling raises."""
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    info = conn.info
-    if info.get(_BEGIN_PENDING):
-        info[_BEGIN_PENDING] = False
-        info[_BEGUN] = True
-        sql = "BEGIN; " + sql
-    try:
-        cursor.execute(sql, params)
-    except Exception as error:
-        conn._handle_dbapi_exception(error, sql, params, cursor, None)
-    return cursor
-
-
 def fetch_one(conn: sa.Connection, sql: str, params: Params) -> tuple[Any, ...] | None:
     """The first row of ``sql`` (psycopg2 ``%(name)s`` parameters), or ``None``."""
-    cursor = _execute(conn, sql, params)
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
+        cursor.execute(sql, params)
         row: tuple[Any, ...] | None = cursor.fetchone()
     except Exception as error:
         conn._handle_dbapi_exception(error, sql, params, cursor, None)
@@ -62,8 +43,9 @@ def fetch_one(conn: sa.Connection, sql: str, params: Params) -> tuple[Any, ...] 
 
 def fetch_all(conn: sa.Connection, sql: str, params: Params) -> list[tuple[Any, ...]]:
     """Every row of ``sql``."""
-    cursor = _execute(conn, sql, params)
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
+        cursor.execute(sql, params)
         rows = cast(list[tuple[Any, ...]], cursor.fetchall())
     except Exception as error:
         conn._handle_dbapi_exception(error, sql, params, cursor, None)
@@ -73,7 +55,12 @@ def fetch_all(conn: sa.Connection, sql: str, params: Params) -> list[tuple[Any, 
 
 def run(conn: sa.Connection, sql: str, params: Params | None = None) -> None:
     """Execute ``sql`` for its effect."""
-    _execute(conn, sql, params).close()
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(sql, params)
+    except Exception as error:
+        conn._handle_dbapi_exception(error, sql, params, cursor, None)
+    cursor.close()
 
 
 @contextmanager
@@ -89,42 +76,5 @@ def single_statement(engine: sa.Engine) -> Iterator[sa.Connection]:
         try:
             yield conn
         finally:
-            if not conn.invalidated and not dbapi.closed:  # type: ignore[union-attr]
-                dbapi.autocommit = False  # type: ignore[union-attr]
-
-
-@contextmanager
-def transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
-    """One transaction, whose ``BEGIN`` travels with its first statement.
-
-    psycopg2 sends ``BEGIN`` in a round trip of its own before a
-    transaction's first statement. Here the connection is in autocommit,
-    the first statement run through this module is sent as ``BEGIN; ...``,
-    and ``COMMIT`` (``ROLLBACK`` when the block raises) ends it: one round
-    trip fewer. Every statement in the block must go through this module:
-    one through ``Connection.execute`` is refused (it would not be part of
-    the transaction if it came first).
-    """
-    with engine.connect() as conn:
-        dbapi = conn.connection.dbapi_connection
-        info = conn.info
-        dbapi.autocommit = True  # type: ignore[union-attr]
-        info[_BEGIN_PENDING] = True
-        try:
-            yield conn
-            if conn.in_transaction():
-                raise RuntimeError("a statement ran through SQLAlchemy inside transaction()")
-            if info.pop(_BEGUN, False):
-                run(conn, "COMMIT")
-        except BaseException:
-            if info.pop(_BEGUN, False) and not conn.invalidated:
-                try:
-                    run(conn, "ROLLBACK")
-                except Exception:
-                    conn.invalidate()  # its state is unknown: it must not be used again
-            raise
-        finally:
-            info.pop(_BEGIN_PENDING, None)
-            info.pop(_BEGUN, None)
             if not conn.invalidated and not dbapi.closed:  # type: ignore[union-attr]
                 dbapi.autocommit = False  # type: ignore[union-attr]

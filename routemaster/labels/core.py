@@ -22,7 +22,7 @@ from routemaster.config.model import Action, StateMachine
 from routemaster.db import labels as store
 from routemaster.db.labels import HistoryEntry, Label, LabelKey, Moves
 from routemaster.db.moves import write_moves
-from routemaster.db.statements import single_statement, transaction
+from routemaster.db.statements import single_statement
 from routemaster.exit_conditions import Context
 from routemaster.labels.errors import LabelDeleted, LabelExists, LabelNotFound
 from routemaster.labels.feeds import FeedFetcher
@@ -57,7 +57,7 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
         if created is None:
             raise LabelExists(name)
         return created
-    with transaction(app.db) as conn:
+    with app.db.begin() as conn:
         label = store.insert(
             conn, machine.name, name, metadata, state=initial.name, now=now, due=due
         )
@@ -86,7 +86,7 @@ def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str,
     due, and the worker evaluates it once the label is resumed.
     """
     now = app.now()
-    with transaction(app.db) as conn:
+    with app.db.begin() as conn:
         label = store.merge_metadata(conn, machine.name, name, patch)
         if label is None:
             deleted = store.is_deleted(conn, machine.name, name)
