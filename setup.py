@@ -16,7 +16,7 @@ setup(
         "alembic>=1.12",
         "click>=8.1",
         "flask>=3.0",
-        "gunicorn>=21.2",
+        "gunicorn>=27.0",
         "jsonschema>=4.18",
         "prometheus-client>=0.17",
         "psycopg2-binary>=2.9.6",

@@ -17,13 +17,18 @@ error of the API.
 from __future__ import annotations
 
 import contextlib
+import errno
 import html
 import json
 import re
+import selectors
+import time
+from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 from gunicorn import util
-from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.gthread import DEFAULT_WORKER_DATA_TIMEOUT, TConn, ThreadWorker
 from gunicorn.workers.sync import SyncWorker
 
 REQUEST_LIMITS = {
@@ -39,10 +44,14 @@ _MESSAGE = re.compile(rb"</p></h1>\s*(.*?)\s*</body>", re.DOTALL)
 def worker_class(threads: int, *, keep_alive: bool = True) -> str:
     """The dotted name of the worker class for ``threads`` threads per worker.
 
-    Connections are kept alive by the threaded (gthread) worker, even with
-    one thread; the sync worker answers one request per connection.
+    One thread: :class:`JsonErrorsKeepAlive` when connections are kept alive,
+    else gunicorn's sync worker (one request per connection). More threads:
+    gunicorn's gthread worker.
     """
-    name = "JsonErrorsThreaded" if threads > 1 or keep_alive else "JsonErrorsSync"
+    if threads > 1:
+        name = "JsonErrorsThreaded"
+    else:
+        name = "JsonErrorsKeepAlive" if keep_alive else "JsonErrorsSync"
     return f"{__name__}.{name}"
 
 
@@ -99,3 +108,51 @@ class JsonErrorsSync(_JsonErrors, SyncWorker):  # type: ignore[misc]
 
 class JsonErrorsThreaded(_JsonErrors, ThreadWorker):  # type: ignore[misc]
     """Gunicorn's gthread worker, answering its own errors in JSON."""
+
+
+class JsonErrorsKeepAlive(_JsonErrors, ThreadWorker):  # type: ignore[misc]
+    """Gunicorn's gthread worker with one thread, minus the thread: requests answered inline.
+
+    gthread keeps clients' connections alive on a poller and hands each
+    request to its thread pool, which hands the connection back through a
+    wake-up pipe: with one thread, two thread switches per request for
+    nothing (a sixth of the worker's CPU per request, docs/performance.md).
+    This worker answers each request on the polling thread itself, as the
+    sync worker does (so gunicorn's worker timeout still ends a request that
+    hangs), while keeping connections alive as gthread does. A new
+    connection waits on the poller for its first bytes (up to the keep-alive
+    time plus gthread's own wait), so a client that connects and sends
+    nothing holds no one up.
+    """
+
+    def accept(self, listener: Any) -> None:
+        try:
+            client, address = listener.accept()
+        except OSError as error:
+            if error.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        self.nr_conns += 1
+        conn = TConn(self.cfg, client, address, listener.getsockname())
+        conn.timeout = time.monotonic() + self.cfg.keepalive + DEFAULT_WORKER_DATA_TIMEOUT
+        self.pending_conns.append(conn)
+        self.poller.register(
+            conn.sock, selectors.EVENT_READ, partial(self.on_pending_socket_readable, conn)
+        )
+
+    def enqueue_req(self, conn: Any) -> None:
+        """Answer the request now, and those the client already sent behind it."""
+        while True:
+            outcome: Future[Any] = Future()
+            try:
+                outcome.set_result(self.handle(conn))
+            except BaseException as error:  # as the pool's future would hold it
+                outcome.set_exception(error)
+            if (
+                outcome.exception() is None
+                and outcome.result() is True
+                and conn.parser.unreader.buf.getvalue()
+            ):
+                continue
+            self.finish_request(conn, outcome)
+            return
