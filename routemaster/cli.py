@@ -171,8 +171,8 @@ def _default_threads() -> int:
 
 def _default_keep_alive() -> int:
     # Measured (docs/performance.md): with clients that keep their connections
-    # alive, gthread with one thread costs less CPU per request than the sync
-    # worker, which closes every connection after one request.
+    # alive, a worker that keeps them (api.serving.JsonErrorsKeepAlive) costs
+    # less CPU per request than the sync worker, which closes each after one request.
     return int(os.environ.get("WEB_KEEPALIVE") or 2)
 
 
