@@ -6,9 +6,10 @@ import logging
 
 import flask
 import sqlalchemy as sa
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, InternalServerError
 from werkzeug.wrappers import Response
 
+from routemaster.api.extension import routemaster_app
 from routemaster.api.responses import json_response
 from routemaster.labels import LabelDeleted, LabelExists, LabelNotFound
 
@@ -25,7 +26,9 @@ def register_error_handlers(flask_app: flask.Flask) -> None:
     flask_app.register_error_handler(sa.exc.DataError, _data_refused)
     flask_app.register_error_handler(sa.exc.OperationalError, _database_unavailable)
     flask_app.register_error_handler(sa.exc.TimeoutError, _database_unavailable)
-    flask_app.register_error_handler(Exception, _unexpected)
+    # Not a handler for Exception: Flask then sends got_request_exception (Sentry listens)
+    # and answers with the InternalServerError handler below.
+    flask_app.register_error_handler(InternalServerError, _internal_error)
 
 
 def _http_error(error: HTTPException) -> Response:
@@ -59,6 +62,9 @@ def _database_unavailable(error: Exception) -> flask.Response:
     return json_response({"message": DATABASE_UNAVAILABLE}, 503)
 
 
-def _unexpected(error: Exception) -> flask.Response:
-    logger.exception("unhandled error in %s %s", flask.request.method, flask.request.path)
+def _internal_error(error: InternalServerError) -> flask.Response:
+    """An unexpected error (Flask has logged it): told to the plugins while it is handled."""
+    if error.original_exception is not None:
+        where = f"{flask.request.method} {flask.request.path}"
+        routemaster_app().hooks.exception(f"Unhandled error in {where}")
     return json_response({"message": "Internal server error."}, 500)

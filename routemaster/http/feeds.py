@@ -28,12 +28,14 @@ def fetch_feed(
     *,
     timeout: float,
     observe: FeedObserver | None = None,
+    on_response: Callable[[requests.Response], None] | None = None,
 ) -> Any:
     """The decoded JSON body of ``feed_name`` for ``label``.
 
     Any failure (network, timeout, non-2xx status, a body that is not JSON)
     raises :class:`FeedUnavailable` naming the URL and the status, so the
     evaluation decides nothing and the label stays in its gate to be retried.
+    ``on_response`` is told of the response, if one came (the logging plugins' hook).
     """
     url = render_url(machine.feed(feed_name).url, label=label, state_machine=machine.name)
     headers = {"Accept": "application/json", **headers_for(machine, url)}
@@ -48,6 +50,8 @@ def fetch_feed(
         ) from exc
     if observe is not None:
         observe(url, response.status_code, time.monotonic() - started)
+    if on_response is not None:
+        on_response(response)
     if not 200 <= response.status_code < 300:
         raise _unavailable(
             machine, feed_name, label, url, f"returned status {response.status_code}"

@@ -7,7 +7,7 @@ import enum
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,9 +89,15 @@ def _signing_key(secret: str) -> bytes:
 
 
 def deliver(
-    session: requests.Session, request: WebhookRequest, *, timeout: float
+    session: requests.Session,
+    request: WebhookRequest,
+    *,
+    timeout: float,
+    on_response: Callable[[requests.Response], None] | None = None,
 ) -> DeliveryResult:
     """POST ``request`` once and classify the answer; never raises for HTTP trouble.
+
+    ``on_response`` is told of the response, if one came (the logging plugins' hook).
 
     Sent straight through the session's connection pool (its adapter): no
     cookies, no redirects (a 3xx is not a 2xx, so it is retried), none of the
@@ -114,6 +120,8 @@ def deliver(
         )
     # Drain the body so the connection goes back to the keep-alive pool.
     response.content  # noqa: B018
+    if on_response is not None:
+        on_response(response)
     status = response.status_code
     if 200 <= status < 300:
         return DeliveryResult(Outcome.DELIVERED, request.url, status)

@@ -41,7 +41,7 @@ class Worker:
         self._stopping = threading.Event()
         self._action_states = _states_of_kind(app, Action)
         self._gate_states = _states_of_kind(app, Gate)
-        self._slots = Slots(app.settings.delivery_concurrency)
+        self._slots = Slots(app.settings.delivery_concurrency, on_error=app.hooks.exception)
         self._outage = OutageLog()
         self.triggers = ClockTriggers(app)
         self._jobs = schedule.Scheduler()
@@ -88,6 +88,9 @@ class Worker:
                 except sa.exc.SQLAlchemyError as error:
                     self._outage.down(error)
                     busy, sleep = False, self.app.settings.poll_interval
+                except Exception:
+                    self.app.hooks.exception("the worker loop failed")
+                    raise
                 if not busy:
                     listener.wait(sleep, [self._slots.wake_fd])
                     self._slots.clear_wake()
@@ -145,7 +148,9 @@ class Worker:
         return bool(claimed)
 
     def _deliver(self, claim: Claim) -> bool:
-        return deliver_claim(self.app, claim, self._rng)
+        machine = self.app.config.get_machine(claim.state_machine)
+        with self.app.hooks.cron(machine, machine.get_state(claim.state), "process_action"):
+            return deliver_claim(self.app, claim, self._rng)
 
     def _complete(self, delivered: list[Claim]) -> bool:
         """Move delivered labels on in one transaction; whether there were any."""
