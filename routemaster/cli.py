@@ -8,12 +8,11 @@ or the command line.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 import os
 import socket
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -21,61 +20,39 @@ import sqlalchemy as sa
 from gunicorn.app.base import BaseApplication
 
 from routemaster import __version__
-from routemaster.app import App, Settings
+from routemaster.app import App
+from routemaster.cli_runtime import (
+    check_database_url,
+    JsonGunicornLogger,
+    database_problem,
+    database_url,
+    late_config_option,
+    one_line_database_errors,
+    settings_from_environment,
+    use_json_logs,
+)
 from routemaster.config import ConfigError, config_warnings, load_config
 from routemaster.config.model import Config
 from routemaster.db.database import create_engine, url_from_environment
-from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable, embedded_database_url
+from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable
 from routemaster.db.listings import states_in_use
 from routemaster.db.migrate import upgrade
-from routemaster.logging import BaseLogger, PluginError, load_plugins
+from routemaster.logging import BaseLogger, PluginError, load_plugins, wants_json
 
 DEFAULT_PORT = 2017
-_ENV_PREFIX = "ROUTEMASTER_"
-
-
-def settings_from_environment(environ: Mapping[str, str] | None = None) -> Settings:
-    """:class:`Settings` with each field overridable as ``ROUTEMASTER_<FIELD>``.
-
-    Durations are given in seconds (``ROUTEMASTER_LEASE=30``).
-    """
-    env = os.environ if environ is None else environ
-    defaults = Settings()
-    overrides: dict[str, Any] = {}
-    for field in dataclasses.fields(Settings):
-        raw = env.get(_ENV_PREFIX + field.name.upper())
-        if raw is None:
-            continue
-        default = getattr(defaults, field.name)
-        try:
-            if isinstance(default, datetime.timedelta):
-                overrides[field.name] = datetime.timedelta(seconds=float(raw))
-            elif isinstance(default, str):
-                overrides[field.name] = raw
-            else:
-                overrides[field.name] = type(default)(raw)
-        except ValueError as error:
-            raise click.UsageError(f"{_ENV_PREFIX}{field.name.upper()}={raw!r}: {error}") from error
-    return dataclasses.replace(defaults, **overrides)
-
-
-def database_url() -> str:
-    """The named server (``DATABASE_URL`` or ``DB_*``), else the embedded one."""
-    url = url_from_environment()
-    if url:
-        return url
-    try:
-        return embedded_database_url()
-    except EmbeddedUnavailable as error:
-        raise click.ClickException(str(error)) from error
 
 
 def migrate_database(url: str) -> None:
-    engine = create_engine(url, pool_size=1, max_overflow=0)
-    try:
-        upgrade(engine)
-    finally:
-        engine.dispose()
+    """Migrate, or exit 1 with one line saying why the database cannot be used."""
+
+    def migrate() -> None:
+        engine = create_engine(url, pool_size=1, max_overflow=0)
+        try:
+            upgrade(engine)
+        finally:
+            engine.dispose()
+
+    one_line_database_errors(url, migrate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,16 +72,20 @@ class _Options:
     def loggers(self, config: Config) -> tuple[BaseLogger, ...]:
         """The config's logging plugins, or exit 1 saying which one failed to load."""
         try:
-            return tuple(load_plugins(config))
+            loggers = tuple(load_plugins(config))
         except PluginError as error:
             click.echo(str(error), err=True)
             sys.exit(1)
+        if wants_json(loggers):
+            use_json_logs()
+        return loggers
 
 
 @click.group()
 @click.option(
     "-c",
     "--config",
+    "--config-file",
     "config_paths",
     multiple=True,
     metavar="CONFIG",
@@ -190,6 +171,7 @@ class _GunicornServer(BaseApplication):  # type: ignore[misc]
     help="Threads per worker (default $WEB_THREADS, else 1); above 1, gunicorn's "
     "gthread worker, which keeps client connections alive.",
 )
+@late_config_option
 @click.pass_obj
 def serve(options: _Options, bind: str | None, workers: int | None, threads: int | None) -> None:
     """Run the HTTP API under gunicorn."""
@@ -216,6 +198,7 @@ def serve(options: _Options, bind: str | None, workers: int | None, threads: int
             "threads": worker_threads,
             "proc_name": "routemaster",
             "errorlog": "-",
+            **({"logger_class": JsonGunicornLogger} if wants_json(loggers) else {}),
             "loglevel": "info",
         },
         build,
@@ -224,6 +207,7 @@ def serve(options: _Options, bind: str | None, workers: int | None, threads: int
 
 
 @cli.command()
+@late_config_option
 @click.pass_obj
 def cron(options: _Options) -> None:
     """Run the worker: gate triggers, action webhooks, retries. Run as many as you like."""
@@ -254,6 +238,7 @@ def stale_states(config: Config, present: Sequence[tuple[str, str]]) -> list[str
 
 
 @cli.command()
+@late_config_option
 @click.pass_obj
 def validate(options: _Options) -> None:
     """Check the config; with DATABASE_URL (or DB_*) set, also that every label's state exists."""
@@ -283,16 +268,23 @@ def validate(options: _Options) -> None:
 
 
 def _label_states(url: str) -> list[tuple[str, str]] | None:
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool, connect_args={"connect_timeout": 5})
+    check_database_url(url)
+    try:
+        engine = sa.create_engine(
+            url, poolclass=sa.pool.NullPool, connect_args={"connect_timeout": 5}
+        )
+    except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ValueError) as error:
+        raise click.ClickException(database_problem(url, error)) from error
     try:
         return states_in_use(engine)
-    except sa.exc.DBAPIError:
+    except (sa.exc.DBAPIError, ValueError):
         return None
     finally:
         engine.dispose()
 
 
 @cli.command()
+@late_config_option
 def migrate() -> None:
     """Bring the database to the current schema (serve and cron do this at start too)."""
     migrate_database(database_url())
