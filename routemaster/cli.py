@@ -22,8 +22,8 @@ from gunicorn.app.base import BaseApplication
 from routemaster import __version__
 from routemaster.app import App
 from routemaster.cli_runtime import (
-    check_database_url,
     JsonGunicornLogger,
+    check_database_url,
     database_problem,
     database_url,
     late_config_option,
