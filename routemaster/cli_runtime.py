@@ -1,4 +1,4 @@
-"""What every long-running command checks and sets up before it starts: the database, the
+"""What every long-running command checks and sets up before it starts: which database, the
 tuning variables, JSON logs, and the ``-c`` option wherever it is written.
 
 Each problem is one line naming what to change, never a traceback.
@@ -16,11 +16,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import click
-import sqlalchemy as sa
 from gunicorn.glogging import Logger as GunicornLogger
 
 from routemaster.app import Settings
-from routemaster.db.database import url_from_environment
+from routemaster.db.database import DatabaseURLError, url_from_environment
 from routemaster.db.embedded import EmbeddedUnavailable, embedded_database_url
 from routemaster.logging import JsonFormatter
 
@@ -36,6 +35,9 @@ NO_DATABASE = (
 # Inclusive bounds of the tuning variables; any other number or duration must be > 0.
 LIMITS: dict[str, tuple[float, float]] = {
     "max_request_body": (1, 2**31),
+    "max_response_body": (1, 2**31),
+    "max_json_depth": (1, 10_000),
+    "statement_timeout": (0, 86_400),  # 0: none
     "max_transitions": (1, 10_000),
     "delivery_concurrency": (1, 1024),
     "batch_size": (1, 100_000),
@@ -104,7 +106,10 @@ def _parse(field: str, default: Any, raw: str) -> Any:
 
 def database_url() -> str:
     """The named server, or the embedded one when asked for; else one line saying what to set."""
-    url = url_from_environment()
+    try:
+        url = url_from_environment()
+    except DatabaseURLError as error:
+        raise click.ClickException(str(error)) from None
     if url:
         return url
     wanted = os.environ.get("ROUTEMASTER_DATABASE", "")
@@ -121,43 +126,7 @@ def database_url() -> str:
     raise click.ClickException(NO_DATABASE)
 
 
-def database_problem(url: str, error: Exception) -> str:
-    """One line: which database (password hidden) and what went wrong."""
-    try:
-        where = sa.engine.make_url(url).render_as_string(hide_password=True)
-    except (sa.exc.ArgumentError, ValueError):
-        return "DATABASE_URL is not a database URL (expected postgresql://USER@HOST:PORT/NAME)"
-    original = getattr(error, "orig", None) or error
-    lines = [line.strip() for line in str(original).strip().splitlines() if line.strip()]
-    reason = lines[0] if lines else type(original).__name__
-    return f"Cannot use the database at {where}: {reason}"
-
-
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def check_database_url(url: str) -> None:
-    """A URL that cannot name a PostgreSQL database is one line, exit 1."""
-    try:
-        parsed = sa.engine.make_url(url)
-    except (sa.exc.ArgumentError, ValueError) as error:
-        raise click.ClickException(database_problem(url, error)) from error
-    if parsed.get_backend_name() != "postgresql":
-        where = parsed.render_as_string(hide_password=True)
-        raise click.ClickException(
-            f"Cannot use the database at {where}: routemaster needs PostgreSQL (postgresql://...)"
-        )
-
-
-def one_line_database_errors(url: str, action: Callable[[], None]) -> None:
-    """Run ``action``; a database that cannot be reached or understood is one line, exit 1."""
-    check_database_url(url)
-    try:
-        action()
-    except (sa.exc.DBAPIError, sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as error:
-        raise click.ClickException(database_problem(url, error)) from error
-    except ValueError as error:  # what libpq's URL parsing raises for a malformed port, say
-        raise click.ClickException(database_problem(url, error)) from error
 
 
 def late_config_option(command: F) -> F:

@@ -9,17 +9,53 @@ the work's exceptions (and must let them through, as 1.x required).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from routemaster.config.model import State, StateMachine
 from routemaster.logging import BaseLogger
 
 logger = logging.getLogger(__name__)
 
-ResponseLogger = Callable[[Any], None]
-"""Told of each HTTP response (a ``requests.Response``) received inside a ``process_*`` hook."""
+
+class Answer(Protocol):
+    """What the http layer received (:class:`routemaster.http.client.Answer`)."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def body(self) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class Response:
+    """What 1.x gave plugins as ``response`` (a ``requests.Response``): the parts they read."""
+
+    status_code: int
+    headers: Mapping[str, str]
+    content: bytes  # at most the configured response-size cap
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code < 400
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+ResponseLogger = Callable[[Answer], None]
+"""Told of each answer received inside a ``process_webhook``/``process_feed`` hook."""
 
 
 def overrides(plugin: BaseLogger, hook: str) -> bool:
@@ -84,13 +120,15 @@ class Hooks:
     def webhook(self, machine: StateMachine, state: State) -> Iterator[ResponseLogger]:
         """Around one webhook call; yields what to tell of the response received."""
         with self._around("process_webhook", machine, state):
-            yield lambda response: self._tell("webhook_response", machine, state, response)
+            yield lambda answer: self._tell("webhook_response", machine, state, _response(answer))
 
     @contextlib.contextmanager
     def feed(self, machine: StateMachine, state: State, feed_url: str) -> Iterator[ResponseLogger]:
         """Around one feed fetch (``feed_url`` as configured, before substitution)."""
         with self._around("process_feed", machine, state, feed_url):
-            yield lambda response: self._tell("feed_response", machine, state, feed_url, response)
+            yield lambda answer: self._tell(
+                "feed_response", machine, state, feed_url, _response(answer)
+            )
 
     def exception(self, message: str) -> None:
         """Tell every plugin of an unexpected error; call it while the error is being handled."""
@@ -166,3 +204,7 @@ class Hooks:
                 except Exception:
                     logger.exception("logging plugin %s failed in %s", type(plugin).__name__, hook)
             yield
+
+
+def _response(answer: Answer) -> Response:
+    return Response(status_code=answer.status, headers=answer.headers, content=answer.body)

@@ -70,10 +70,12 @@ def test_an_unknown_database_choice_is_one_line(config: Path) -> None:
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        ("postgres://u:s3cret@[::1:1/x", "is not a database URL"),
-        ("mysql://u:s3cret@127.0.0.1/x", "Cannot use the database at mysql://u:***@127.0.0.1/x"),
-        ("postgresql://u:s3cret@127.0.0.1:1/x", "Cannot use the database at postgresql"),
-        ("postgresql://u:s3cret@127.0.0.1:5432:9/x", "is not a database URL"),
+        ("postgres://u:s3cret@[::1:1/x", "DATABASE_URL is not a valid database URL"),
+        ("mysql://u:s3cret@127.0.0.1/x", "DATABASE_URL must name a PostgreSQL database"),
+        (
+            "postgresql://u:s3cret@127.0.0.1:1/x",
+            "database at postgresql+psycopg2://u:***@127.0.0.1:1/x",
+        ),
     ],
 )
 @pytest.mark.parametrize("command", ["serve", "cron", "migrate", "validate"])
@@ -84,7 +86,8 @@ def test_a_wrong_database_url_is_one_line_without_the_password(
     if command == "validate" and "127.0.0.1:1/" in url:
         # validate checks labels only when it can: an unreachable server is a warning.
         assert result.returncode == 0
-        assert "warning: database not reachable" in result.stderr
+        [line] = result.stderr.splitlines()
+        assert line.startswith("warning: ") and expected in line and "s3cret" not in line
         return
     assert result.returncode == 1, result.stderr
     [line] = result.stderr.splitlines()

@@ -42,6 +42,8 @@ class FeedFetcher:
                         self._label,
                         timeout=self._timeout,
                         observe=self._observe(feed),
+                        max_response_bytes=self._app.settings.max_response_body,
+                        max_depth=self._app.settings.max_json_depth,
                         on_response=log_response,
                     )
             except FeedUnavailable as failure:

@@ -44,7 +44,11 @@ def deliver_claim(app: App, claim: Claim, rng: random.Random) -> bool:
     started = time.monotonic()
     with app.hooks.webhook(machine, action) as log_response:
         result = deliver(
-            app.http, request, timeout=policy.timeout.total_seconds(), on_response=log_response
+            app.http,
+            request,
+            timeout=policy.timeout.total_seconds(),
+            max_response_bytes=app.settings.max_response_body,
+            on_response=log_response,
         )
     app.hooks.webhook_called(
         state_machine=claim.state_machine,
