@@ -13,6 +13,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 
 import schedule
 import sqlalchemy as sa
@@ -183,12 +184,13 @@ class Worker:
 class OutageLog:
     """One log line per change of the database's availability, and a reminder each minute."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._down_since: float | None = None
         self._reminded_at = 0.0
 
     def down(self, error: Exception) -> None:
-        now = time.monotonic()
+        now = self._clock()
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if self._down_since is None:
             self._down_since = self._reminded_at = now
@@ -201,7 +203,7 @@ class OutageLog:
 
     def up(self) -> None:
         if self._down_since is not None:
-            logger.info("database available again after %d s", time.monotonic() - self._down_since)
+            logger.info("database available again after %d s", self._clock() - self._down_since)
             self._down_since = None
 
 
