@@ -73,6 +73,13 @@ def migrate_database(url: str) -> None:
         engine.dispose()
 
 
+def _load_plugins(config: Config) -> list[BaseLogger]:
+    from routemaster.api.plugins import provide_legacy_names
+
+    provide_legacy_names()  # before any 1.x plugin imports them
+    return load_plugins(config)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Options:
     config_paths: tuple[str, ...]
@@ -90,7 +97,7 @@ class _Options:
     def loggers(self, config: Config) -> tuple[BaseLogger, ...]:
         """The config's logging plugins, or exit 1 saying which one failed to load."""
         try:
-            loggers = tuple(load_plugins(config))
+            loggers = tuple(_load_plugins(config))
         except PluginError as error:
             click.echo(str(error), err=True)
             sys.exit(1)
@@ -275,7 +282,7 @@ def validate(options: _Options) -> None:
     """Check the config; with DATABASE_URL (or DB_*) set, also that every label's state exists."""
     config = options.load()
     try:
-        load_plugins(config)
+        _load_plugins(config)
     except PluginError as error:
         click.echo(str(error), err=True)
         sys.exit(1)

@@ -287,26 +287,14 @@ class PluginError(Exception):
     """A configured logging plugin could not be loaded."""
 
 
-def provide_legacy_names() -> None:
-    """Names 1.x plugins import from where old Werkzeug had them (harmless aliases).
-
-    ``routemaster-prometheus`` and ``routemaster-statsd`` import ``NotFound``
-    and ``MethodNotAllowed`` from ``werkzeug.routing``, which Werkzeug 2.2
-    stopped re-exporting; they are the same classes as in ``werkzeug.exceptions``.
-    """
-    import werkzeug.exceptions
-    import werkzeug.routing
-
-    for name in ("NotFound", "MethodNotAllowed"):
-        if not hasattr(werkzeug.routing, name):
-            setattr(werkzeug.routing, name, getattr(werkzeug.exceptions, name))
-
-
 def load_plugins(config: Config) -> list[BaseLogger]:
-    """Build the configured logging plugins as 1.x did (a :class:`PythonLogger` if none are)."""
+    """Build the configured logging plugins as 1.x did (a :class:`PythonLogger` if none are).
+
+    The command line first provides the old Werkzeug names 1.x plugins import
+    (:func:`routemaster.api.plugins.provide_legacy_names`).
+    """
     if not config.logging_plugins:
         return [PythonLogger(config)]
-    provide_legacy_names()
     loggers: list[BaseLogger] = []
     for plugin in config.logging_plugins:
         module_name, _, class_name = plugin.dotted_path.partition(":")

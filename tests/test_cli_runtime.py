@@ -186,3 +186,15 @@ def test_json_logs_are_pure_json_lines(tmp_path: Path, database_url: str) -> Non
             assert isinstance(record, dict) and {"time", "level"} <= record.keys(), line
     assert any("Listening at" in line for line in outputs[0].splitlines())
     assert any("worker" in json.loads(line).get("message", "") for line in outputs[1].splitlines())
+
+
+def test_the_1x_database_variables_keep_1x_defaults() -> None:
+    from routemaster.db.database import url_from_environment
+
+    assert url_from_environment({"DB_PASS": "pw"}) == (
+        "postgresql+psycopg2://routemaster:pw@localhost:5432/routemaster"
+    )
+    assert url_from_environment(
+        {"DB_HOST": "db", "DB_PORT": "6543", "DB_NAME": "rm", "DB_USER": "ann"}
+    ) == ("postgresql+psycopg2://ann@db:6543/rm")
+    assert url_from_environment({}) is None

@@ -140,7 +140,7 @@ def test_an_unreachable_database_is_one_line(run_env: dict[str, str]) -> None:
     assert result.returncode == 1
     [line] = result.stderr.splitlines()
     assert line.startswith(
-        "routemaster did not start: Cannot use the database at "
+        "routemaster did not start: cannot use the database at "
         "postgresql+psycopg2://ann:***@127.0.0.1:1/nowhere: "
     )
     assert "Connection refused" in line

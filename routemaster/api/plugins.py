@@ -6,12 +6,27 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import flask
+import werkzeug.exceptions
+import werkzeug.routing
 
 from routemaster.hooks import Hooks
 
 blueprint = flask.Blueprint("plugins", __name__)
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def provide_legacy_names() -> None:
+    """Names 1.x plugins import from where old Werkzeug had them (harmless aliases).
+
+    ``routemaster-prometheus`` and ``routemaster-statsd`` import ``NotFound``
+    and ``MethodNotAllowed`` from ``werkzeug.routing``, which Werkzeug 2.2
+    stopped re-exporting; they are the same classes as in ``werkzeug.exceptions``.
+    Called before any plugin is imported.
+    """
+    for name in ("NotFound", "MethodNotAllowed"):
+        if not hasattr(werkzeug.routing, name):
+            setattr(werkzeug.routing, name, getattr(werkzeug.exceptions, name))
 
 
 class LoggerCheckError(Exception):
