@@ -200,10 +200,28 @@ class Hooks:
         with contextlib.ExitStack() as stack:
             for plugin in self.plugins:
                 try:
-                    stack.enter_context(getattr(plugin, hook)(*args))
+                    stack.enter_context(_Guarded(plugin, hook, getattr(plugin, hook)(*args)))
                 except Exception:
                     logger.exception("logging plugin %s failed in %s", type(plugin).__name__, hook)
             yield
+
+
+class _Guarded:
+    """A plugin's context manager that can neither swallow the work's error nor add its own."""
+
+    def __init__(self, plugin: BaseLogger, hook: str, manager: Any) -> None:
+        self._name = f"logging plugin {type(plugin).__name__} failed in {hook}"
+        self._manager = manager
+
+    def __enter__(self) -> None:
+        self._manager.__enter__()
+
+    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
+        try:
+            self._manager.__exit__(kind, error, traceback)
+        except BaseException as raised:
+            if raised is not error:
+                logger.exception(self._name)
 
 
 def _response(answer: Answer) -> Response:

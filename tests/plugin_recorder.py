@@ -86,6 +86,12 @@ class Broken(BaseLogger):
     def webhook_response(self, state_machine: Any, state: Any, response: Any) -> None:
         raise RuntimeError("broken plugin")
 
+    @contextlib.contextmanager
+    def process_webhook(self, state_machine: Any, state: Any) -> Iterator[None]:
+        with contextlib.suppress(Exception):  # swallows the work's error, which 1.x forbade
+            yield
+        raise RuntimeError("broken plugin")  # and fails on the way out
+
 
 class Refuses(BaseLogger):
     """Refuses to start, as routemaster-prometheus does without its directory variable."""

@@ -77,7 +77,7 @@ def test_an_unexpected_error_in_a_job_reaches_every_plugin(
 ) -> None:
     app = make_app(CONFIG)
     recorder = Recorder(app.config)
-    app.loggers = (recorder,)
+    app.loggers = (recorder, Broken())  # Broken swallows the error: the others still see it
 
     def explode(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("a bug")
