@@ -14,7 +14,7 @@ from typing import Any
 
 import flask
 
-from routemaster.api import errors, explanations, health, labels, machines, operations
+from routemaster.api import errors, explanations, health, labels, machines, operations, plugins
 from routemaster.api.extension import EXTENSION_KEY
 from routemaster.api.hot import HotRoutes
 from routemaster.api.paths import NameConverter, rewrite_path_info
@@ -44,6 +44,8 @@ class RoutemasterFlask(flask.Flask):
 def create_app(app: App) -> flask.Flask:
     flask_app = RoutemasterFlask(__name__)
     flask_app.config["MAX_CONTENT_LENGTH"] = app.settings.max_request_body
+    # Unexpected errors reach got_request_exception and the JSON 500 handler, even when testing.
+    flask_app.config["PROPAGATE_EXCEPTIONS"] = False
     flask_app.extensions[EXTENSION_KEY] = app
     flask_app.url_map.converters["name"] = NameConverter
     errors.register_error_handlers(flask_app)
@@ -53,12 +55,16 @@ def create_app(app: App) -> flask.Flask:
         labels.blueprint,
         explanations.blueprint,
         operations.blueprint,
+        plugins.blueprint,
     ):
         flask_app.register_blueprint(blueprint)
     _forget_pooled_connections_after_fork(app)
-    for plugin in app.loggers:
-        plugin.init_flask(flask_app)
+    app.hooks.init_flask(flask_app)
     flask_app.hot = HotRoutes(flask_app, app)
+    if app.hooks.observe_requests:  # outermost, as in 1.x: around what init_flask added
+        flask_app.wsgi_app = plugins.RequestHooks(  # type: ignore[method-assign]
+            flask_app.wsgi_app, app.hooks
+        )
     return flask_app
 
 
