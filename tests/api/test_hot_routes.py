@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 from werkzeug.test import TestResponse
 
+from routemaster import labels as label_service
 from routemaster.api import RoutemasterFlask, create_app
 from routemaster.app import App, Settings
 from routemaster.config.model import Config
@@ -195,3 +196,25 @@ def test_a_hook_or_a_signal_receiver_sends_every_request_through_flask(
     with flask.request_started.connected_to(record, flask_app):
         client.delete(f"{LABELS}/a")
     assert started == [f"{LABELS}/a"]
+
+
+def test_an_unexpected_error_is_answered_and_logged_exactly_as_flask_does(
+    db_engine: sa.Engine,
+    config: Config,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(label_service, "get_label", broken)
+    script: list[Request] = [("GET", f"{LABELS}/a", {})]
+    with caplog.at_level(logging.ERROR):
+        expected = _answers(_app(db_engine, config, direct=False), script)
+        flask_logs = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
+        caplog.clear()
+        answers = _answers(_app(db_engine, config, direct=True), script)
+        direct_logs = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
+    assert answers == expected
+    assert answers[0][0] == "500 INTERNAL SERVER ERROR"
+    assert direct_logs == flask_logs and flask_logs
