@@ -20,7 +20,8 @@ import sqlalchemy as sa
 from werkzeug.test import TestResponse
 
 from routemaster import labels as label_service
-from routemaster.api import RoutemasterFlask, create_app
+from routemaster.api import RoutemasterFlask, create_app, hot
+from routemaster.api.responses import json_response
 from routemaster.app import App, Settings
 from routemaster.config.model import Config
 from routemaster.db.database import create_engine
@@ -139,9 +140,9 @@ def test_direct_dispatch_answers_exactly_as_flask(
     answers = _answers(direct, SCRIPT)
     for request, got, want in zip(SCRIPT, answers, expected, strict=True):
         assert got == want, request[:2]
-    # Flask dispatched only the last eight (errors are answered by Flask's
-    # handlers in a request context, but not dispatched).
-    assert flask_dispatches() == 8
+    # Flask dispatched only the last eight and the two names that do not decode
+    # (other errors are answered by Flask's handlers in a request context).
+    assert flask_dispatches() == 8 + 2
     assert [status[:3] for status, _, _ in answers[:33]] == [
         "201", "409", "200", "200", "200", "200", "200", "201", "200", "404", "400", "400",
         "400", "404", "404", "400", "400", "400", "400", "400", "400", "400", "413", "413",
@@ -218,3 +219,45 @@ def test_an_unexpected_error_is_answered_and_logged_exactly_as_flask_does(
     assert answers == expected
     assert answers[0][0] == "500 INTERNAL SERVER ERROR"
     assert direct_logs == flask_logs and flask_logs
+
+
+def _with_hooks(flask_app: flask.Flask, seen: list[tuple[str, str, int]]) -> None:
+    """A before step that refuses requests without a key, an after step that records and stamps."""
+
+    def key_required(request: flask.Request) -> flask.Response | None:
+        if request.headers.get("X-Key") == "k":
+            return None
+        return json_response({"message": "no key"}, 401)
+
+    def stamp(request: flask.Request, response: flask.Response) -> flask.Response:
+        rule = request.url_rule.rule if request.url_rule is not None else "-"
+        seen.append((request.method, rule, response.status_code))
+        response.headers["X-Seen"] = f"{request.method} {response.status_code}"
+        return response
+
+    hot.before_request(flask_app, key_required)
+    hot.after_request(flask_app, stamp)
+
+
+def test_hooks_registered_for_both_dispatches_run_exactly_as_flask_runs_them(
+    db_engine: sa.Engine, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keyed = [(m, p, {**kw, "headers": {"X-Key": "k"}}) for m, p, kw in SCRIPT]
+    script = [*keyed, *SCRIPT[:3], *SCRIPT[9:12]]  # and a few without the key: 401
+    seen_through_flask: list[tuple[str, str, int]] = []
+    through_flask = _app(db_engine, config, direct=False)
+    _with_hooks(through_flask, seen_through_flask)
+    expected = _answers(through_flask, script)
+    _empty(db_engine)
+    seen_direct: list[tuple[str, str, int]] = []
+    direct = _app(db_engine, config, direct=True)
+    _with_hooks(direct, seen_direct)
+    flask_dispatches = _count_flask_dispatches(direct, monkeypatch)
+    answers = _answers(direct, script)
+    for request, got, want in zip(script, answers, expected, strict=True):
+        assert got == want, request[:2]
+    assert seen_direct == seen_through_flask
+    assert {status for status, _, _ in answers[len(keyed) :]} == {"401 UNAUTHORIZED"}
+    # Flask dispatched its own routes and the names that do not decode (two with the key, one
+    # without)
+    assert flask_dispatches() == 8 + 2 + 1
