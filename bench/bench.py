@@ -7,6 +7,7 @@ docs/performance.md for what each scenario measures and what limits it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import http.client
 import json
@@ -669,6 +670,12 @@ def main() -> None:
     )
     parser.add_argument("--reference-workers", type=int, default=4)
     parser.add_argument(
+        "--scales",
+        default="",
+        help="comma-separated existing-label counts to run the HTTP scenarios at "
+        "(default: 0,10000,100000; with --quick 0,10000), e.g. 0,100000",
+    )
+    parser.add_argument(
         "--project-tree",
         type=Path,
         default=REPO,
@@ -678,6 +685,9 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=BENCH_DIR / "results")
     args = parser.parse_args()
     profile = QUICK if args.quick else FULL
+    if args.scales:
+        scales = tuple(int(n) for n in args.scales.split(","))
+        profile = dataclasses.replace(profile, scales=scales, list_scale=max(scales))
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     server = Server.from_environment()
     log_dir = Path(tempfile.mkdtemp(prefix="routemaster-bench-"))
