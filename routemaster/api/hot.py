@@ -91,6 +91,19 @@ class HotRoutes:
         self._flask = flask_app
         self._app = app
         self._hooks = _hooks(flask_app)
+        # The receivers of every signal Flask sends for a request (each a dict blinker keeps).
+        self._receivers = [
+            signal.receivers
+            for signal in (
+                signals.request_started,
+                signals.request_finished,
+                signals.request_tearing_down,
+                signals.got_request_exception,
+                signals.appcontext_pushed,
+                signals.appcontext_popped,
+                signals.appcontext_tearing_down,
+            )
+        ]
         self._decode = NameConverter(flask_app.url_map).to_python
         self._answers: dict[str, Answer] = {
             "GET": self._read,
@@ -180,13 +193,7 @@ class HotRoutes:
             _any_registered(f.teardown_request_funcs)
             or _any_registered(f.url_value_preprocessors)
             or f.teardown_appcontext_funcs
-            or signals.request_started.receivers
-            or signals.request_finished.receivers
-            or signals.request_tearing_down.receivers
-            or signals.got_request_exception.receivers
-            or signals.appcontext_pushed.receivers
-            or signals.appcontext_popped.receivers
-            or signals.appcontext_tearing_down.receivers
+            or any(self._receivers)
             or f.config["SERVER_NAME"] is not None
             or f.config["TRUSTED_HOSTS"] is not None
             or f.url_map.host_matching
