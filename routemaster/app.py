@@ -12,12 +12,16 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import requests
 import sqlalchemy as sa
 
 from routemaster.config.model import Config
 from routemaster.logging import BaseLogger
+
+if TYPE_CHECKING:  # imported for real only by whoever builds the App: see routemaster.metrics
+    from routemaster.metrics import Metrics
 
 Clock = Callable[[], datetime.datetime]
 
@@ -57,6 +61,9 @@ class Settings:
     batch_size: int = 500  # labels claimed per worker transaction
     poll_interval: float = 1.0  # seconds between worker polls when idle
     worker_id: str = field(default_factory=_default_worker_id)
+    metrics: bool = True  # Prometheus metrics (GET /metrics, cron --metrics-bind)
+    label_gauges_interval: float = 5.0  # seconds; label counts for /metrics at most this often
+    token_use_interval: float = 30.0  # seconds; tokens' last use is written this often
 
 
 @dataclass
@@ -67,6 +74,7 @@ class App:
     clock: Clock = utc_now
     http: requests.Session = field(default_factory=lambda: outbound_session())
     loggers: tuple[BaseLogger, ...] = ()  # the config's logging plugins
+    metrics: Metrics | None = None  # its observer is one of ``loggers``
 
     def now(self) -> datetime.datetime:
         return self.clock()

@@ -22,6 +22,8 @@ from gunicorn.app.base import BaseApplication
 
 from routemaster import __version__
 from routemaster.app import App, Settings
+from routemaster.cli_metrics import instrumented, multiprocess_directory, worker_metrics
+from routemaster.cli_tokens import token
 from routemaster.config import ConfigError, config_warnings, load_config
 from routemaster.config.model import Config
 from routemaster.db.database import create_engine, url_from_environment
@@ -48,7 +50,9 @@ def settings_from_environment(environ: Mapping[str, str] | None = None) -> Setti
             continue
         default = getattr(defaults, field.name)
         try:
-            if isinstance(default, datetime.timedelta):
+            if isinstance(default, bool):
+                overrides[field.name] = _boolean(raw)
+            elif isinstance(default, datetime.timedelta):
                 overrides[field.name] = datetime.timedelta(seconds=float(raw))
             elif isinstance(default, str):
                 overrides[field.name] = raw
@@ -57,6 +61,15 @@ def settings_from_environment(environ: Mapping[str, str] | None = None) -> Setti
         except ValueError as error:
             raise click.UsageError(f"{_ENV_PREFIX}{field.name.upper()}={raw!r}: {error}") from error
     return dataclasses.replace(defaults, **overrides)
+
+
+def _boolean(raw: str) -> bool:
+    words = {"1": True, "true": True, "yes": True, "on": True}
+    words.update({"0": False, "false": False, "no": False, "off": False})
+    try:
+        return words[raw.strip().lower()]
+    except KeyError:
+        raise ValueError("expected true or false") from None
 
 
 def database_url() -> str:
@@ -91,6 +104,9 @@ class _Options:
         except ConfigError as error:
             click.echo(str(error), err=True)
             sys.exit(1)
+
+    def database_url(self) -> str:
+        return database_url()
 
     def loggers(self, config: Config) -> tuple[BaseLogger, ...]:
         """The config's logging plugins, or exit 1 saying which one failed to load."""
@@ -193,9 +209,22 @@ class _GunicornServer(BaseApplication):  # type: ignore[misc]
 @click.pass_obj
 def serve(options: _Options, bind: str | None, workers: int | None, threads: int | None) -> None:
     """Run the HTTP API under gunicorn."""
+    settings = settings_from_environment()
+    # Before anything (a plugin, say) imports prometheus_client.
+    with multiprocess_directory(settings.metrics) as metrics_dir:
+        _serve(options, settings, metrics_dir, bind, workers, threads)
+
+
+def _serve(
+    options: _Options,
+    settings: Settings,
+    metrics_dir: str | None,
+    bind: str | None,
+    workers: int | None,
+    threads: int | None,
+) -> None:
     config = options.load()
     loggers = options.loggers(config)
-    settings = settings_from_environment()
     url = database_url()
     migrate_database(url)
 
@@ -206,7 +235,10 @@ def serve(options: _Options, bind: str | None, workers: int | None, threads: int
 
         # One connection per thread that can be serving a request.
         engine = create_engine(url, pool_size=worker_threads, max_overflow=4)
-        return create_app(App(config=config, db=engine, settings=settings, loggers=loggers))
+        app = App(config=config, db=engine, settings=settings, loggers=loggers)
+        if metrics_dir is not None:
+            app.metrics, app.loggers = instrumented(loggers, metrics_dir)
+        return create_app(app)
 
     server = _GunicornServer(
         {
@@ -224,19 +256,27 @@ def serve(options: _Options, bind: str | None, workers: int | None, threads: int
 
 
 @cli.command()
+@click.option(
+    "--metrics-bind",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve the worker's Prometheus metrics at http://HOST:PORT/metrics.",
+)
 @click.pass_obj
-def cron(options: _Options) -> None:
+def cron(options: _Options, metrics_bind: str | None) -> None:
     """Run the worker: gate triggers, action webhooks, retries. Run as many as you like."""
     from routemaster.worker import run_worker
 
     config = options.load()
-    loggers = options.loggers(config)
     settings = settings_from_environment()
     url = database_url()
     migrate_database(url)
     engine = create_engine(url, pool_size=5, max_overflow=settings.delivery_concurrency + 5)
     try:
-        run_worker(App(config=config, db=engine, settings=settings, loggers=loggers))
+        with worker_metrics(metrics_bind, options.loggers(config)) as (metrics, loggers):
+            app = App(config=config, db=engine, settings=settings, loggers=loggers)
+            app.metrics = metrics
+            run_worker(app)
     finally:
         engine.dispose()
 
@@ -338,6 +378,9 @@ def db_status() -> None:
     running = server.is_running()
     click.echo(f"{'Running' if running else 'Not running'}: {server.data_dir}")
     sys.exit(0 if running else 3)
+
+
+cli.add_command(token)
 
 
 def main() -> None:

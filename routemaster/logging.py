@@ -56,8 +56,9 @@ class BaseLogger:
         url: str,
         status: int | None,
         duration: float,
+        state: str | None = None,
     ) -> None:
-        """An action's webhook answered ``status`` (``None``: no answer) after ``duration`` s."""
+        """Action ``state``'s webhook answered ``status`` (``None``: none) after ``duration`` s."""
 
     def feed_fetched(
         self,
@@ -117,6 +118,7 @@ class PythonLogger(BaseLogger):
         url: str,
         status: int | None,
         duration: float,
+        state: str | None = None,
     ) -> None:
         # Successes are the bulk and their transitions are logged anyway: DEBUG.
         level = logging.DEBUG if status is not None and 200 <= status < 300 else logging.WARNING
@@ -125,6 +127,7 @@ class PythonLogger(BaseLogger):
             "webhook_called",
             state_machine=state_machine,
             label=label,
+            state=state,
             url=url,
             status=status,
             duration=round(duration, 4),

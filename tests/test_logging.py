@@ -68,7 +68,12 @@ def test_python_logger_writes_key_value_lines(caplog: pytest.LogCaptureFixture) 
     with caplog.at_level(logging.INFO, logger="routemaster"):
         logger.transition(state_machine="user", label="a b", old_state=None, new_state="start")
         logger.webhook_called(
-            state_machine="user", label="a", url="http://x/h", status=503, duration=0.123456
+            state_machine="user",
+            label="a",
+            state="notify",
+            url="http://x/h",
+            status=503,
+            duration=0.123456,
         )
         logger.feed_fetched(
             state_machine="user", label="a", feed="f", url="http://x/f", status=200, duration=0.1
@@ -76,7 +81,8 @@ def test_python_logger_writes_key_value_lines(caplog: pytest.LogCaptureFixture) 
     assert [record.getMessage() for record in caplog.records] == [
         'event=transition state_machine=user label="a b" old_state=null new_state=start '
         "forced=false",
-        "event=webhook_called state_machine=user label=a url=http://x/h status=503 duration=0.1235",
+        "event=webhook_called state_machine=user label=a state=notify url=http://x/h status=503 "
+        "duration=0.1235",
     ]
 
 

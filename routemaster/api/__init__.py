@@ -14,7 +14,16 @@ from typing import Any
 
 import flask
 
-from routemaster.api import errors, explanations, health, labels, machines, operations
+from routemaster.api import (
+    errors,
+    explanations,
+    health,
+    labels,
+    machines,
+    openapi,
+    operations,
+)
+from routemaster.api.auth import require_tokens
 from routemaster.api.extension import EXTENSION_KEY
 from routemaster.api.paths import NameConverter, rewrite_path_info
 from routemaster.app import App
@@ -31,19 +40,29 @@ class RoutemasterFlask(flask.Flask):
 
 
 def create_app(app: App) -> flask.Flask:
-    flask_app = RoutemasterFlask(__name__)
+    flask_app = RoutemasterFlask(__name__, static_folder=None)
     flask_app.config["MAX_CONTENT_LENGTH"] = app.settings.max_request_body
     flask_app.extensions[EXTENSION_KEY] = app
     flask_app.url_map.converters["name"] = NameConverter
     errors.register_error_handlers(flask_app)
-    for blueprint in (
+    blueprints = [
         health.blueprint,
         machines.blueprint,
         labels.blueprint,
         explanations.blueprint,
         operations.blueprint,
-    ):
+        openapi.blueprint,
+    ]
+    if app.metrics is not None:
+        from routemaster.api import metrics  # imports prometheus_client: only when wanted
+
+        blueprints.append(metrics.blueprint)
+        metrics.instrument(flask_app, app, app.metrics)
+    for blueprint in blueprints:
         flask_app.register_blueprint(blueprint)
+    openapi.check_every_endpoint_is_declared(flask_app)
+    if app.config.api.tokens_required:
+        require_tokens(flask_app, app)
     _forget_pooled_connections_after_fork(app)
     for plugin in app.loggers:
         plugin.init_flask(flask_app)

@@ -47,6 +47,7 @@ def deliver_claim(app: App, claim: Claim, rng: random.Random) -> bool:
         plugin.webhook_called(
             state_machine=claim.state_machine,
             label=claim.name,
+            state=claim.state,
             url=request.url,
             status=result.status,
             duration=time.monotonic() - started,
