@@ -18,7 +18,7 @@ setup(
         "flask>=3.0",
         "gunicorn>=21.2",
         "jsonschema>=4.18",
-        "prometheus-client>=0.17",
+        "prometheus-client>=0.20",
         "psycopg2-binary>=2.9.6",
         "pyyaml>=6.0",
         "requests>=2.31",
@@ -31,6 +31,7 @@ setup(
         "dev": [
             "hypothesis>=6.80",
             "mypy>=1.8",
+            "openapi-spec-validator>=0.7",
             "pytest>=7.4",
             "pytest-timeout>=2.2",
             "ruff>=0.4",

@@ -30,6 +30,7 @@ def require_tokens(flask_app: flask.Flask, app: App) -> TokenCache:
     cache = TokenCache(app.db, clock=app.now, record_every=app.settings.token_use_interval)
     flask_app.extensions[CACHE_KEY] = cache
     flask_app.before_request(_check_token)
+    cache.start()  # listening from the start, so `token revoke` hears from this process
     return cache
 
 

@@ -92,6 +92,10 @@ class TokenCache:
         self._used[key_id] = self._clock()
         return entry.token
 
+    def start(self) -> None:
+        """Start listening (in this process; a forked child starts its own on first use)."""
+        self._start_once()
+
     def wait_until_current(self, timeout: float) -> bool:
         """Start listening if needed; whether the cache is kept current within ``timeout``."""
         self._start_once()

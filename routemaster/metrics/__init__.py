@@ -64,8 +64,8 @@ class Metrics:
         )
         self.transitions = Counter(
             "routemaster_transitions",
-            "Labels moving between states; from_state is empty for a new label, "
-            "to_state for a deleted one.",
+            "Labels moving from one state to another (to_state is empty for a deletion; "
+            "creations are the API's POST requests).",
             ["state_machine", "from_state", "to_state"],
             registry=registry,
         )
