@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 from measure import BENCH_DIR, MemorySampler, Server, run_pgbench, run_wrk, run_wrk_until, summarise
 from report import evaluate, print_table
-from targets import REFERENCE_VENV, REPO, Project, Reference, Target
+from targets import REFERENCE_VENV, REPO, VARIANTS, Project, Reference, Target
 
 RECEIVER_PORT = 18089
 
@@ -226,6 +226,7 @@ class Suite:
                     n=0,
                     connections=conc,
                     duration=duration,
+                    env=target.wrk_env,
                 )
             if mode == "read":
                 return run_wrk(
@@ -236,6 +237,7 @@ class Suite:
                     n=1000,
                     connections=conc,
                     duration=duration,
+                    env=target.wrk_env,
                 )
             # update: enough fresh labels in `start` for the run, sized from the last rate
             count = int(max(one.rate, 100) * duration * 2) + 500  # type: ignore[attr-defined]
@@ -251,6 +253,7 @@ class Suite:
                 connections=conc,
                 duration=duration,
                 key="go",
+                env=target.wrk_env,
             )
             result["moved"] = target.transitions("flow", "start", "review", since)
             result["exhausted"] = result["moved"] >= count
@@ -287,7 +290,7 @@ class Suite:
 
         def get(url: str) -> tuple[float, bytes]:
             start = time.perf_counter()
-            conn.request("GET", url)
+            conn.request("GET", url, headers=target.auth_headers)
             response = conn.getresponse()
             body = response.read()
             if response.status != 200:
@@ -431,13 +434,13 @@ class Suite:
             note="; ".join(notes),
             raw=raw,
             measured_from="the trigger's occurrence"
-            if target.name == "project"
+            if target.name != "reference"
             else "the first label leaving the gate",
         )
 
     def action_drain(self, target: Target, key: str) -> None:
         """Labels that have just entered an action: how fast the worker delivers them all."""
-        n = self.p.action_labels[target.name]
+        n = self.p.action_labels["reference" if target.name == "reference" else "project"]
         cap = self.p.reference_cap if target.name == "reference" else self.p.project_cap
         runs, notes, raw = [], [], []
         for _ in range(self.p.slow_reps):
@@ -475,14 +478,14 @@ class Suite:
             note="; ".join(notes),
             raw=raw,
             measured_from="the labels entering the action"
-            if target.name == "project"
+            if target.name != "reference"
             else "the first delivery (its action job runs once a minute)",
         )
 
     def action(self, target: Target, key: str) -> None:
         """PATCH opens the gate into an action (16 clients); time until all reached `end`."""
         machine = "flow" if key == "action_fast" else "flaky"
-        n = self.p.action_labels[target.name]
+        n = self.p.action_labels["reference" if target.name == "reference" else "project"]
         cap = (self.p.reference_cap + 60) if target.name == "reference" else self.p.project_cap
         runs, notes, raw = [], [], []
         for _ in range(self.p.slow_reps):
@@ -501,6 +504,7 @@ class Suite:
                 connections=16,
                 key="done",
                 cap=cap,
+                env=target.wrk_env,
                 done=lambda since=since: (
                     target.transitions(machine, "review", "notify", since) >= n
                 ),
@@ -581,7 +585,8 @@ def main() -> None:
     parser.add_argument(
         "--targets",
         default="pgbench,reference,project",
-        help="comma-separated subset of pgbench,reference,project",
+        help="comma-separated subset of pgbench,reference,project; also plain (the project "
+        "with metrics off) and secured (tokens required, metrics on), to measure their cost",
     )
     parser.add_argument(
         "--only",
@@ -617,13 +622,15 @@ def main() -> None:
                 skipped["reference"] = f"not installed in {REFERENCE_VENV} (bench/run does that)"
             else:
                 suite.service(Reference(server, log_dir, args.reference_workers))
-        if "project" in targets:
+        for variant in VARIANTS:
+            if variant not in targets:
+                continue
             why = project_runnable()
             if why:
-                skipped["project"] = why
-                print(f"project skipped: {why}", flush=True)
+                skipped[variant] = why
+                print(f"{variant} skipped: {why}", flush=True)
             else:
-                suite.service(Project(server, log_dir))
+                suite.service(Project(server, log_dir, variant))
     finally:
         suite.sampler.stop()
         receiver.terminate()

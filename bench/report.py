@@ -64,6 +64,12 @@ def ratios(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
     return out
 
 
+def operations_cost(results: dict[str, Any], key: str, variant: str) -> float | None:
+    """A variant's rate over ``plain``'s (no metrics, no tokens) in one scenario."""
+    mine, plain = median(results, key, variant), median(results, key, "plain")
+    return mine / plain if mine and plain else None
+
+
 def _serve_peak(entry: dict[str, Any] | None) -> float | None:
     if not entry or "peak_rss_mib" not in entry:
         return None
@@ -154,6 +160,14 @@ def evaluate(results: dict[str, Any], memory: dict[str, dict[str, int]]) -> list
         lambda v: v < 20,
         "< 20 ms",
     )
+    for op in ("create", "read"):
+        for variant, what in (("secured", "tokens + metrics"), ("project", "metrics")):
+            check(
+                f"{op}, 16 clients, {what} vs neither",
+                operations_cost(results, f"{op}_c16", variant),
+                lambda v: v >= 0.95,
+                ">= 0.95 (within 5%)",
+            )
     peak = max(memory.get("project", {}).values(), default=None)
     check(
         "largest process RSS (MiB)",
@@ -181,7 +195,9 @@ def _x(value: float | None) -> str:
 def print_table(report: dict[str, Any]) -> None:
     results = report["scenarios"]
     r = ratios(results)
+    variants = [v for v in ("plain", "secured") if any(v in per for per in results.values())]
     rows = [("scenario", "unit", "project", "reference", "pgbench", "proj/ref", "proj/pg")]
+    rows = [rows[0][:3] + tuple(variants) + rows[0][3:]]
     keys = [k for k in ORDER if k in results] + sorted(
         k for k in results if k not in ORDER and not k.startswith("pg_")
     )
@@ -194,6 +210,7 @@ def print_table(report: dict[str, Any]) -> None:
                 key,
                 unit,
                 _fmt(entry.get("project")),
+                *(_fmt(entry.get(v)) for v in variants),
                 _fmt(entry.get("reference")),
                 _fmt(results.get(pg, {}).get("pgbench")) if pg else "",
                 _x(r[key]["project_vs_reference"]),
@@ -201,7 +218,8 @@ def print_table(report: dict[str, Any]) -> None:
             )
         )
     for key in sorted(k for k in results if k.startswith("pg_")):
-        rows.append((key, "tx/s", "", "", _fmt(results[key].get("pgbench")), "", ""))
+        blanks = ("",) * len(variants)
+        rows.append((key, "tx/s", "", *blanks, "", _fmt(results[key].get("pgbench")), "", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for i, row in enumerate(rows):
         print("  ".join(cell.ljust(widths[j]) for j, cell in enumerate(row)).rstrip())
