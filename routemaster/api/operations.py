@@ -29,6 +29,7 @@ COMMAND_REPLIES = {
     400: Reply("Error"),
     404: Reply("Error"),
     409: Reply("Error", description="The command does not apply to the label as it is"),
+    410: Reply("Error"),
 }
 
 
