@@ -43,6 +43,7 @@ class Profile:
     reference_cap: float  # seconds a reference drain may run before its rate is extrapolated
     project_cap: float
     reference_minute_jobs: bool  # measure the reference's once-a-minute drains (each waits ~1 min)
+    cost_rounds: int  # interleaved rounds of the cost comparison (plain/project/secured)
 
 
 FULL = Profile(
@@ -57,6 +58,7 @@ FULL = Profile(
     reference_cap=60,
     project_cap=180,
     reference_minute_jobs=True,
+    cost_rounds=9,
 )
 QUICK = Profile(
     duration=2,
@@ -70,6 +72,7 @@ QUICK = Profile(
     reference_cap=20,
     project_cap=60,
     reference_minute_jobs=False,
+    cost_rounds=7,
 )
 
 
@@ -211,6 +214,81 @@ class Suite:
             target.stop()
             target.close()
             self.sampler.roots.pop(target.name, None)
+
+    def cost(self) -> None:
+        """``plain``, ``project`` and ``secured`` running side by side, measured in turns.
+
+        Each round runs create then read (16 clients) against each variant, in
+        an order that rotates every round, so load from elsewhere on a shared
+        machine falls on all three alike; the medians over the rounds are compared.
+        """
+        keys = [k for k in ("cost_create_c16", "cost_read_c16") if self.wanted(k)]
+        if not keys:
+            return
+        print("cost of metrics and tokens: plain, project and secured side by side", flush=True)
+        variants = [
+            Project(self.server, self.log_dir, v, slot=1) for v in ("plain", "project", "secured")
+        ]
+        try:
+            for target in variants:
+                self.sampler.roots[target.name] = target.pids
+                target.fresh_database()
+                target.bulk_labels("flow", "start", "r", 1000, {"n": 0, "go": False})
+                target.analyze()
+                target.start()
+
+            def api_cpu(target: Project) -> float:
+                """CPU seconds used so far by the API's processes (gunicorn and its workers)."""
+                total = 0.0
+                for role, pid in target.pids():
+                    if role == "serve":
+                        parent = psutil.Process(pid)
+                        for process in [parent, *parent.children(recursive=True)]:
+                            times = process.cpu_times()
+                            total += times.user + times.system
+                return total
+
+            def run(target: Project, mode: str, duration: float) -> tuple[float, float]:
+                """Requests per second, and API CPU milliseconds per request."""
+                prefix = self.tag("k") if mode == "create" else "r"
+                before = api_cpu(target)
+                result = run_wrk(
+                    target.base_url,
+                    mode=mode,
+                    machine="flow",
+                    prefix=prefix,
+                    n=0 if mode == "create" else 1000,
+                    connections=16,
+                    duration=duration,
+                    env=target.wrk_env,
+                )
+                if result["errors"]:
+                    raise RuntimeError(f"{target.name} {mode}: {result['errors']} errors")
+                cpu_ms = (api_cpu(target) - before) * 1000 / max(result["requests"], 1)
+                return float(result["rate"]), cpu_ms
+
+            for target in variants:
+                for key in keys:
+                    run(target, key.split("_")[1], self.p.warmup)
+            self.sampler.take()
+            rates: dict[tuple[str, str], list[float]] = {}
+            cpu: dict[tuple[str, str], list[float]] = {}
+            for round_ in range(self.p.cost_rounds):
+                shift = round_ % len(variants)
+                for key in keys:
+                    for target in variants[shift:] + variants[:shift]:
+                        rate, cpu_ms = run(target, key.split("_")[1], self.p.duration)
+                        rates.setdefault((key, target.name), []).append(rate)
+                        cpu.setdefault((key + "_cpu", target.name), []).append(cpu_ms)
+            for (key, name), values in rates.items():
+                self.record(key, name, "req/s", values, rounds=self.p.cost_rounds)
+            for (key, name), values in cpu.items():
+                self.record(key, name, "ms/req", values, rounds=self.p.cost_rounds)
+        finally:
+            for target in variants:
+                target.stop()
+                target.close()
+                self.sampler.roots.pop(target.name, None)
 
     def http(self, target: Target, key: str, mode: str, conc: int) -> None:
         """create / read / update (PATCH moving each label start -> review) for a fixed time."""
@@ -586,7 +664,8 @@ def main() -> None:
         "--targets",
         default="pgbench,reference,project",
         help="comma-separated subset of pgbench,reference,project; also plain (the project "
-        "with metrics off) and secured (tokens required, metrics on), to measure their cost",
+        "with metrics off), secured (tokens required, metrics on), and cost (the three "
+        "side by side, their create/read runs interleaved: the cost of metrics and tokens)",
     )
     parser.add_argument(
         "--only",
@@ -622,6 +701,8 @@ def main() -> None:
                 skipped["reference"] = f"not installed in {REFERENCE_VENV} (bench/run does that)"
             else:
                 suite.service(Reference(server, log_dir, args.reference_workers))
+        if "cost" in targets:
+            suite.cost()
         for variant in VARIANTS:
             if variant not in targets:
                 continue
@@ -635,7 +716,8 @@ def main() -> None:
         suite.sampler.stop()
         receiver.terminate()
         receiver.wait()
-        for name in ("bench_project", "bench_reference", "bench_pgbench"):
+        variant_databases = [f"bench_{v}{s}" for v in VARIANTS for s in ("", "_1")]
+        for name in ("bench_reference", "bench_pgbench", *variant_databases):
             server.drop(name)
 
     checks = evaluate(suite.results, suite.memory)

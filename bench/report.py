@@ -26,7 +26,7 @@ ORDER = [
     "action_flaky",
 ]
 PGBENCH = {"create": "pg_insert", "read": "pg_read"}
-TIME_UNITS = {"s", "ms"}
+TIME_UNITS = {"s", "ms", "ms/req"}
 
 
 def median(results: dict[str, Any], key: str, target: str) -> float | None:
@@ -65,9 +65,14 @@ def ratios(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
 
 
 def operations_cost(results: dict[str, Any], key: str, variant: str) -> float | None:
-    """A variant's rate over ``plain``'s (no metrics, no tokens) in one scenario."""
+    """A variant's speed relative to ``plain``'s (no metrics, no tokens): 1.0 is no cost.
+
+    Rates compare as mine / plain, costs (CPU per request) as plain / mine.
+    """
     mine, plain = median(results, key, variant), median(results, key, "plain")
-    return mine / plain if mine and plain else None
+    if not mine or not plain:
+        return None
+    return plain / mine if results[key][variant]["unit"] in TIME_UNITS else mine / plain
 
 
 def _serve_peak(entry: dict[str, Any] | None) -> float | None:
@@ -162,12 +167,13 @@ def evaluate(results: dict[str, Any], memory: dict[str, dict[str, int]]) -> list
     )
     for op in ("create", "read"):
         for variant, what in (("secured", "tokens + metrics"), ("project", "metrics")):
-            check(
-                f"{op}, 16 clients, {what} vs neither",
-                operations_cost(results, f"{op}_c16", variant),
-                lambda v: v >= 0.95,
-                ">= 0.95 (within 5%)",
-            )
+            for suffix, measure in (("", "throughput"), ("_cpu", "API CPU per request")):
+                check(
+                    f"{op}, 16 clients, {what} vs neither, {measure}",
+                    operations_cost(results, f"cost_{op}_c16{suffix}", variant),
+                    lambda v: v >= 0.95,
+                    ">= 0.95 (within 5%)",
+                )
     peak = max(memory.get("project", {}).values(), default=None)
     check(
         "largest process RSS (MiB)",
@@ -182,7 +188,7 @@ def _fmt(entry: dict[str, Any] | None) -> str:
     if not entry or entry.get("median") is None:
         return "-"
     m, lo, hi = entry["median"], entry["min"], entry["max"]
-    digits = 3 if entry["unit"] == "s" else 1
+    digits = 3 if entry["unit"] in ("s", "ms/req") else 1
     if lo == hi:
         return f"{m:,.{digits}f}"
     return f"{m:,.{digits}f} ({lo:,.{digits}f}-{hi:,.{digits}f})"

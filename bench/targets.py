@@ -182,14 +182,17 @@ class Project(Target):
     ``api: {authentication: tokens}`` and every request carrying a token.
     """
 
-    database = "bench_project"
-    port = 18301
     history_machine_column = "state_machine"
 
-    def __init__(self, server: Server, log_dir: Path, variant: str = "project") -> None:
+    def __init__(
+        self, server: Server, log_dir: Path, variant: str = "project", *, slot: int = 0
+    ) -> None:
         super().__init__(server, log_dir)
         assert variant in VARIANTS, variant
         self.name = variant
+        # Each variant (and slot) on its own database and port, so they can run side by side.
+        self.database = f"bench_{variant}" if slot == 0 else f"bench_{variant}_{slot}"
+        self.port = 18301 + VARIANTS.index(variant) + 10 * slot
 
     def _cli(self, *args: str) -> list[str]:
         configs = ["-c", str(CONFIG)]

@@ -62,6 +62,7 @@ class Metrics:
             ["method", "endpoint", "status"],
             registry=registry,
         )
+        self._request_series: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self.transitions = Counter(
             "routemaster_transitions",
             "Labels moving from one state to another (to_state is empty for a deletion; "
@@ -106,9 +107,14 @@ class Metrics:
         return _Observer(self)
 
     def observe_request(self, method: str, endpoint: str, status: int, seconds: float) -> None:
-        method = method if method in METHODS else "other"
-        self.requests.labels(method, endpoint, str(status)).inc()
-        self.request_seconds.labels(method, endpoint, str(status)).observe(seconds)
+        key = (method if method in METHODS else "other", endpoint, status)
+        series = self._request_series.get(key)
+        if series is None:  # once per method, endpoint and status: labels() takes a lock
+            labels = (key[0], endpoint, str(status))
+            series = (self.requests.labels(*labels), self.request_seconds.labels(*labels))
+            self._request_series[key] = series
+        series[0].inc()
+        series[1].observe(seconds)
 
     def registry(self, *extra: Collector) -> CollectorRegistry:
         """What to expose: this process's values, or every process's in multiprocess mode."""
