@@ -284,11 +284,39 @@ class Suite:
                 self.record(key, name, "req/s", values, rounds=self.p.cost_rounds)
             for (key, name), values in cpu.items():
                 self.record(key, name, "ms/req", values, rounds=self.p.cost_rounds)
+            self.wsgi_cost(variants[0].database, [t.name for t in variants])
         finally:
             for target in variants:
                 target.stop()
                 target.close()
                 self.sampler.roots.pop(target.name, None)
+
+    def wsgi_cost(self, database: str, variants: list[str]) -> None:
+        """Each variant's in-process CPU per request (bench/wsgi_cost.py), in rotating turns."""
+        measured: dict[str, dict[str, list[float]]] = {}
+        rounds = 3
+        for round_ in range(rounds):
+            shift = round_ % len(variants)
+            for variant in variants[shift:] + variants[:shift]:
+                script = str(BENCH_DIR / "wsgi_cost.py")
+                out = subprocess.run(
+                    [sys.executable, script, self.server.url(database), variant],
+                    cwd=REPO,
+                    env={**os.environ, "PYTHONPATH": str(REPO)},
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                line = next((x for x in out.stdout.splitlines() if x.startswith("WSGICOST ")), "")
+                if not line:
+                    raise RuntimeError(f"wsgi_cost.py {variant} failed: {out.stderr[-2000:]}")
+                for op, value in json.loads(line.removeprefix("WSGICOST ")).items():
+                    key = f"cost_{op.removesuffix('_us')}_wsgi"
+                    measured.setdefault(key, {}).setdefault(variant, []).append(value)
+        for key, per_variant in measured.items():
+            for variant, values in per_variant.items():
+                # the least disturbed run is the closest to the true cost
+                self.record(key, variant, "us/req", [min(values)], runs=values)
 
     def http(self, target: Target, key: str, mode: str, conc: int) -> None:
         """create / read / update (PATCH moving each label start -> review) for a fixed time."""
@@ -662,7 +690,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="~3 minute development run")
     parser.add_argument(
         "--targets",
-        default="pgbench,reference,project",
+        default="pgbench,reference,project,cost",
         help="comma-separated subset of pgbench,reference,project; also plain (the project "
         "with metrics off), secured (tokens required, metrics on), and cost (the three "
         "side by side, their create/read runs interleaved: the cost of metrics and tokens)",

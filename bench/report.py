@@ -26,7 +26,7 @@ ORDER = [
     "action_flaky",
 ]
 PGBENCH = {"create": "pg_insert", "read": "pg_read"}
-TIME_UNITS = {"s", "ms", "ms/req"}
+TIME_UNITS = {"s", "ms", "ms/req", "us/req"}
 
 
 def median(results: dict[str, Any], key: str, target: str) -> float | None:
@@ -167,10 +167,14 @@ def evaluate(results: dict[str, Any], memory: dict[str, dict[str, int]]) -> list
     )
     for op in ("create", "read"):
         for variant, what in (("secured", "tokens + metrics"), ("project", "metrics")):
-            for suffix, measure in (("", "throughput"), ("_cpu", "API CPU per request")):
+            for key, measure in (
+                (f"cost_{op}_c16", "throughput, 16 clients"),
+                (f"cost_{op}_c16_cpu", "API CPU per request over HTTP"),
+                (f"cost_{op}_wsgi", "API CPU per request in-process"),
+            ):
                 check(
-                    f"{op}, 16 clients, {what} vs neither, {measure}",
-                    operations_cost(results, f"cost_{op}_c16{suffix}", variant),
+                    f"{op}, {what} vs neither, {measure}",
+                    operations_cost(results, key, variant),
                     lambda v: v >= 0.95,
                     ">= 0.95 (within 5%)",
                 )

@@ -8,6 +8,7 @@ and handlers reach it through :func:`routemaster.api.extension.routemaster_app`.
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -24,7 +25,7 @@ from routemaster.api import (
     operations,
 )
 from routemaster.api.auth import require_tokens
-from routemaster.api.extension import EXTENSION_KEY
+from routemaster.api.extension import EXTENSION_KEY, STARTED
 from routemaster.api.paths import NameConverter, rewrite_path_info
 from routemaster.app import App
 
@@ -35,6 +36,7 @@ class RoutemasterFlask(flask.Flask):
     """Flask, routing on the raw request path so ``%2F`` inside a name is not a separator."""
 
     def wsgi_app(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        environ[STARTED] = time.perf_counter()  # for the request metrics
         rewrite_path_info(environ)
         return super().wsgi_app(environ, start_response)
 

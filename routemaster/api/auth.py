@@ -22,12 +22,13 @@ from routemaster.auth.cache import Token, TokenCache
 
 CACHE_KEY = "routemaster.tokens"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+DESCRIBING_METHODS = frozenset({"HEAD", "OPTIONS"})
 _CHALLENGE = 'Bearer realm="routemaster"'
 
 
 def require_tokens(flask_app: flask.Flask, app: App) -> TokenCache:
     """Check a bearer token before every request; the cache that checks them."""
-    cache = TokenCache(app.db, clock=app.now, record_every=app.settings.token_use_interval)
+    cache = TokenCache(app.db, record_every=app.settings.token_use_interval)
     flask_app.extensions[CACHE_KEY] = cache
     flask_app.before_request(_check_token)
     cache.start()  # listening from the start, so `token revoke` hears from this process
@@ -54,14 +55,14 @@ def required_scope(flask_app: flask.Flask, request: flask.Request) -> str | None
     declaration = declared(view)
     if declaration is None:
         return READ if request.method in SAFE_METHODS else OPERATE
-    if declaration.scope is not OPEN and request.method in SAFE_METHODS - {"GET"}:
+    if declaration.scope is not OPEN and request.method in DESCRIBING_METHODS:
         return READ  # HEAD and OPTIONS of any endpoint only describe it
     return declaration.scope
 
 
 def _check_token() -> flask.Response | None:
-    request = flask.request
-    flask_app = flask.current_app
+    request: flask.Request = flask.request._get_current_object()  # type: ignore[attr-defined]
+    flask_app: flask.Flask = flask.current_app._get_current_object()  # type: ignore[attr-defined]
     scope = required_scope(flask_app, request)
     if scope is OPEN and request.url_rule is not None:
         return None

@@ -13,6 +13,7 @@ import flask
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from routemaster.api.endpoints import OPEN, TEXT, Reply, endpoint
+from routemaster.api.extension import STARTED
 from routemaster.api.openapi import openapi_path
 from routemaster.app import App
 from routemaster.metrics import Metrics
@@ -43,14 +44,12 @@ def instrument(flask_app: flask.Flask, app: App, metrics: Metrics) -> None:
     flask_app.extensions[EXPOSITION_KEY] = metrics.registry(gauges)
     templates: dict[str, str] = {}
 
-    def start() -> None:
-        flask.g.routemaster_started = time.perf_counter()
-
     def finish(response: flask.Response) -> flask.Response:
-        started = flask.g.get("routemaster_started")
+        request = flask.request
+        started = request.environ.get(STARTED)
         if started is None:
             return response
-        rule = flask.request.url_rule
+        rule = request.url_rule
         if rule is None:
             template = UNMATCHED
         else:
@@ -58,10 +57,8 @@ def instrument(flask_app: flask.Flask, app: App, metrics: Metrics) -> None:
                 rule.rule, openapi_path(rule.rule)
             )
         metrics.observe_request(
-            flask.request.method, template, response.status_code, time.perf_counter() - started
+            request.method, template, response.status_code, time.perf_counter() - started
         )
         return response
 
-    # First in, last out: the timing surrounds every other hook (authentication too).
-    flask_app.before_request_funcs.setdefault(None, []).insert(0, start)
     flask_app.after_request(finish)

@@ -22,7 +22,7 @@ import select
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,11 +55,9 @@ class TokenCache:
         self,
         engine: sa.Engine,
         *,
-        clock: Callable[[], datetime.datetime],
         record_every: float = 30.0,
     ) -> None:
         self._engine = engine
-        self._clock = clock
         self._record_every = record_every
         self._reset()
         reference = weakref.ref(self)
@@ -79,7 +77,7 @@ class TokenCache:
         self._stopping = threading.Event()
         self._wake_read, self._wake_write = os.pipe()
         self._thread: threading.Thread | None = None
-        self._used: dict[str, datetime.datetime] = {}
+        self._used: dict[str, float] = {}  # key id -> time.time() of its last use
 
     def authenticate(self, secret: str) -> Token | None:
         """The token whose secret this is; ``None`` for an unknown or malformed secret."""
@@ -89,7 +87,7 @@ class TokenCache:
         entry = self._entries().get(key_id)
         if entry is None or not matches(secret, entry.secret_hash):
             return None
-        self._used[key_id] = self._clock()
+        self._used[key_id] = time.time()
         return entry.token
 
     def start(self) -> None:
@@ -108,7 +106,13 @@ class TokenCache:
             return
         try:
             with self._engine.begin() as conn:
-                store.record_use(conn, used)
+                store.record_use(
+                    conn,
+                    {
+                        key_id: datetime.datetime.fromtimestamp(at, datetime.UTC)
+                        for key_id, at in used.items()
+                    },
+                )
         except sa.exc.SQLAlchemyError:
             logger.warning("could not record when tokens were last used; will try again")
             for key_id, at in used.items():
