@@ -23,7 +23,8 @@ from routemaster.auth.admin import (
     list_tokens,
     revoke_token,
 )
-from routemaster.db.database import create_engine
+from routemaster.db.database import create_engine, safe_url
+from routemaster.db.errors import describe_failure
 from routemaster.db.migrate import upgrade
 
 CONFIRM_WITHIN = 10.0  # seconds to wait for running API processes to confirm a change
@@ -37,14 +38,18 @@ class _Options(Protocol):
 
 def _engine(options: _Options) -> sa.Engine:
     """The database, migrated (tokens may be made before the API first starts)."""
+    url = options.database_url()
     engine: sa.Engine | None = None
     try:
-        engine = create_engine(options.database_url(), pool_size=1, max_overflow=1)
+        engine = create_engine(url, pool_size=1, max_overflow=1)
         upgrade(engine)
     except sa.exc.SQLAlchemyError as error:
         if engine is not None:
             engine.dispose()
-        raise click.ClickException(f"cannot reach the database: {type(error).__name__}") from None
+        detail = describe_failure(error).detail
+        raise click.ClickException(
+            f"cannot use the database at {safe_url(url)}: {detail}"
+        ) from None
     return engine
 
 

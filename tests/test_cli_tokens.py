@@ -101,7 +101,9 @@ def test_an_unreachable_database_is_one_line(config: Path) -> None:
         env={"DATABASE_URL": "postgresql://u:hunter2@127.0.0.1:1/x"},
     )
     assert result.exit_code == 1
-    assert result.stderr.strip() == "Error: cannot reach the database: OperationalError"
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith("Error: cannot use the database at postgresql+psycopg2://u:***@")
+    assert "hunter2" not in result.output
 
 
 def test_metrics_settings_and_bind_addresses() -> None:

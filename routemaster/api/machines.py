@@ -6,6 +6,7 @@ from typing import Any
 
 import flask
 
+from routemaster.api.bodies import check_query
 from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.paths import link
@@ -20,6 +21,7 @@ blueprint = flask.Blueprint("machines", __name__)
 @blueprint.get("/state-machines")
 @endpoint(READ, "The state machines", {200: Reply("MachineList")}, tags=("machines",))
 def list_machines() -> flask.Response:
+    check_query(())
     machines = routemaster_app().config.state_machines
     return json_response(
         {

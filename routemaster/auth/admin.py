@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import sqlalchemy as sa
 
@@ -95,32 +95,27 @@ def _change(
 ) -> tuple[T, Confirmation]:
     """Apply, notify on commit, then collect acknowledgements for up to ``wait`` seconds."""
     change = uuid.uuid4().hex
-    proxy: Any = engine.raw_connection()
+    listener = store.ChangeListener(engine, store.ACK_CHANNEL)  # before the change commits
     try:
-        connection = proxy.driver_connection
-        proxy.detach()
-        connection.autocommit = True
-        with connection.cursor() as cursor:
-            store.listen(cursor, store.ACK_CHANNEL, as_listener=False)
         with engine.begin() as conn:
             listening = store.count_listeners(conn)  # each has LISTENed, so each will hear it
             result = apply(conn)
             store.notify_changed(conn, change)
-        confirmed = _acknowledgements(connection, change, listening, time.monotonic() + wait)
+        confirmed = _acknowledgements(listener, change, listening, time.monotonic() + wait)
     finally:
-        proxy.close()
+        listener.close()
     return result, Confirmation(listening=listening, confirmed=confirmed)
 
 
-def _acknowledgements(connection: Any, change: str, wanted: int, deadline: float) -> int:
+def _acknowledgements(
+    listener: store.ChangeListener, change: str, wanted: int, deadline: float
+) -> int:
     confirmed = 0
     while confirmed < wanted:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        readable, _, _ = select.select([connection], [], [], remaining)
+        readable, _, _ = select.select([listener.fileno()], [], [], remaining)
         if readable:
-            connection.poll()
-            confirmed += sum(1 for notify in connection.notifies if notify.payload == change)
-            connection.notifies.clear()
+            confirmed += sum(1 for payload in listener.payloads() if payload == change)
     return confirmed

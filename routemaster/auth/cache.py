@@ -24,7 +24,6 @@ import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -152,21 +151,22 @@ class TokenCache:
     def _listen(self) -> None:
         recorded = time.monotonic()
         while not self._stopping.is_set():
-            proxy: Any = None
+            listener: store.ChangeListener | None = None
             try:
-                proxy = self._engine.raw_connection()
-                connection = proxy.driver_connection
-                proxy.detach()  # LISTEN and autocommit must not go back to the pool
-                connection.autocommit = True
-                with connection.cursor() as cursor:
-                    store.listen(cursor, store.CHANGED_CHANNEL, as_listener=True)
+                listener = store.ChangeListener(
+                    self._engine, store.CHANGED_CHANNEL, name=store.LISTENER_NAME
+                )
                 self._tokens = self._load()  # loaded after LISTEN: no change falls between
                 self._current.set()
                 while not self._stopping.is_set():
                     pause = max(0.0, self._record_every - (time.monotonic() - recorded))
-                    readable, _, _ = select.select([connection, self._wake_read], [], [], pause)
-                    if connection in readable:
-                        self._apply_changes(connection)
+                    watched = [listener.fileno(), self._wake_read]
+                    readable, _, _ = select.select(watched, [], [], pause)
+                    if watched[0] in readable:
+                        changes = listener.payloads()
+                        if changes:
+                            self._tokens = self._load()
+                            listener.acknowledge(changes)
                     if time.monotonic() - recorded >= self._record_every:
                         self.record_uses()
                         recorded = time.monotonic()
@@ -181,19 +181,8 @@ class TokenCache:
                 self._stopping.wait(RECONNECT_DELAY)
             finally:
                 self._current.clear()
-                if proxy is not None:
+                if listener is not None:
                     try:
-                        proxy.close()
+                        listener.close()
                     except Exception:
-                        logger.debug("closing the token LISTEN connection failed", exc_info=True)
-
-    def _apply_changes(self, connection: Any) -> None:
-        connection.poll()
-        changes = [notify.payload for notify in connection.notifies]
-        connection.notifies.clear()
-        if not changes:
-            return
-        self._tokens = self._load()
-        with connection.cursor() as cursor:
-            for change in changes:
-                store.acknowledge(cursor, change)
+                        logger.debug("closing the token listener failed", exc_info=True)

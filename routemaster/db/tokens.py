@@ -121,18 +121,44 @@ def count_listeners(conn: sa.Connection) -> int:
     return int(conn.execute(_LISTENERS, {"name": LISTENER_NAME}).scalar_one())
 
 
-def acknowledge(cursor: Any, change: str) -> None:
-    """Answer a change on the listening (driver-level, autocommit) connection's cursor."""
-    cursor.execute(_NOTIFY_ACK, (change,))
+class ChangeListener:
+    """``LISTEN`` on ``channel`` over a dedicated autocommit connection, outside the pool.
 
-
-def listen(cursor: Any, channel: str, *, as_listener: bool) -> None:
-    """``LISTEN`` on a driver-level autocommit connection; name it only once it listens.
-
-    A process is counted by :func:`count_listeners` only after its ``LISTEN``
-    took effect, so every counted process is sure to hear a change made after
-    the count.
+    ``name`` sets ``application_name`` once the ``LISTEN`` took effect: a
+    process is counted by :func:`count_listeners` only when it is sure to
+    hear a change committed after the count. Usable in ``select`` (``fileno``).
     """
-    cursor.execute(f"LISTEN {channel}")
-    if as_listener:
-        cursor.execute("SET application_name = %s", (LISTENER_NAME,))
+
+    def __init__(self, engine: sa.Engine, channel: str, *, name: str | None = None) -> None:
+        self._proxy: Any = engine.raw_connection()
+        try:
+            connection: Any = self._proxy.driver_connection
+            self._proxy.detach()  # LISTEN and autocommit must not go back to the pool
+            connection.autocommit = True
+            with connection.cursor() as cursor:
+                cursor.execute(f"LISTEN {channel}")
+                if name is not None:
+                    cursor.execute("SET application_name = %s", (name,))
+        except Exception:
+            self.close()
+            raise
+        self._connection = connection
+
+    def fileno(self) -> int:
+        return int(self._connection.fileno())
+
+    def payloads(self) -> list[str]:
+        """The notifications that arrived (read without blocking)."""
+        self._connection.poll()
+        payloads = [notify.payload for notify in self._connection.notifies]
+        self._connection.notifies.clear()
+        return payloads
+
+    def acknowledge(self, changes: Iterable[str]) -> None:
+        """Answer each change on :data:`ACK_CHANNEL`."""
+        with self._connection.cursor() as cursor:
+            for change in changes:
+                cursor.execute(_NOTIFY_ACK, (change,))
+
+    def close(self) -> None:
+        self._proxy.close()
