@@ -102,7 +102,9 @@ def test_an_unreachable_database_is_one_line(config: Path) -> None:
     )
     assert result.exit_code == 1
     assert len(result.stderr.strip().splitlines()) == 1
-    assert result.stderr.startswith("Error: cannot use the database at postgresql+psycopg2://u:***@")
+    assert result.stderr.startswith(
+        "Error: cannot use the database at postgresql+psycopg2://u:***@"
+    )
     assert "hunter2" not in result.output
 
 
