@@ -8,12 +8,11 @@ or the command line.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 import os
 import socket
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -23,6 +22,13 @@ from gunicorn.app.base import BaseApplication
 from routemaster import __version__
 from routemaster.app import App, Settings
 from routemaster.cli_metrics import instrumented, multiprocess_directory, worker_metrics
+from routemaster.cli_runtime import (
+    JsonGunicornLogger,
+    database_url,
+    late_config_option,
+    settings_from_environment,
+    use_json_logs,
+)
 from routemaster.cli_tokens import token
 from routemaster.config import ConfigError, config_warnings, load_config
 from routemaster.config.model import Config
@@ -32,50 +38,13 @@ from routemaster.db.database import (
     safe_url,
     url_from_environment,
 )
-from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable, embedded_database_url
+from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable
 from routemaster.db.errors import describe_failure
 from routemaster.db.listings import states_in_use
 from routemaster.db.migrate import upgrade
-from routemaster.logging import BaseLogger, PluginError, load_plugins
+from routemaster.logging import BaseLogger, PluginError, load_plugins, wants_json
 
 DEFAULT_PORT = 2017
-_ENV_PREFIX = "ROUTEMASTER_"
-
-
-def settings_from_environment(environ: Mapping[str, str] | None = None) -> Settings:
-    """:class:`Settings` with each field overridable as ``ROUTEMASTER_<FIELD>``.
-
-    Durations are given in seconds (``ROUTEMASTER_LEASE=30``).
-    """
-    env = os.environ if environ is None else environ
-    defaults = Settings()
-    overrides: dict[str, Any] = {}
-    for field in dataclasses.fields(Settings):
-        raw = env.get(_ENV_PREFIX + field.name.upper())
-        if raw is None:
-            continue
-        default = getattr(defaults, field.name)
-        try:
-            if isinstance(default, bool):
-                overrides[field.name] = _boolean(raw)
-            elif isinstance(default, datetime.timedelta):
-                overrides[field.name] = datetime.timedelta(seconds=float(raw))
-            elif isinstance(default, str):
-                overrides[field.name] = raw
-            else:
-                overrides[field.name] = type(default)(raw)
-        except ValueError as error:
-            raise click.UsageError(f"{_ENV_PREFIX}{field.name.upper()}={raw!r}: {error}") from error
-    return dataclasses.replace(defaults, **overrides)
-
-
-def _boolean(raw: str) -> bool:
-    words = {"1": True, "true": True, "yes": True, "on": True}
-    words.update({"0": False, "false": False, "no": False, "off": False})
-    try:
-        return words[raw.strip().lower()]
-    except KeyError:
-        raise ValueError("expected true or false") from None
 
 
 def named_database_url() -> str | None:
@@ -84,17 +53,6 @@ def named_database_url() -> str | None:
         return url_from_environment()
     except DatabaseURLError as error:
         raise click.ClickException(str(error)) from None
-
-
-def database_url() -> str:
-    """The named server (``DATABASE_URL`` or ``DB_*``), else the embedded one."""
-    url = named_database_url()
-    if url:
-        return url
-    try:
-        return embedded_database_url()
-    except EmbeddedUnavailable as error:
-        raise click.ClickException(str(error)) from error
 
 
 def unreachable(url: str, error: BaseException) -> click.ClickException:
@@ -117,6 +75,13 @@ def migrate_database(url: str) -> None:
         engine.dispose()
 
 
+def _load_plugins(config: Config) -> list[BaseLogger]:
+    from routemaster.api.plugins import provide_legacy_names
+
+    provide_legacy_names()  # before any 1.x plugin imports them
+    return load_plugins(config)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Options:
     config_paths: tuple[str, ...]
@@ -131,22 +96,23 @@ class _Options:
             click.echo(str(error), err=True)
             sys.exit(1)
 
-    def database_url(self) -> str:
-        return database_url()
-
     def loggers(self, config: Config) -> tuple[BaseLogger, ...]:
         """The config's logging plugins, or exit 1 saying which one failed to load."""
         try:
-            return tuple(load_plugins(config))
+            loggers = tuple(_load_plugins(config))
         except PluginError as error:
             click.echo(str(error), err=True)
             sys.exit(1)
+        if wants_json(loggers):
+            use_json_logs()
+        return loggers
 
 
 @click.group()
 @click.option(
     "-c",
     "--config",
+    "--config-file",
     "config_paths",
     multiple=True,
     metavar="CONFIG",
@@ -232,11 +198,12 @@ class _GunicornServer(BaseApplication):  # type: ignore[misc]
     help="Threads per worker (default $WEB_THREADS, else 1); above 1, gunicorn's "
     "gthread worker, which keeps client connections alive.",
 )
+@late_config_option
 @click.pass_obj
 def serve(options: _Options, bind: str | None, workers: int | None, threads: int | None) -> None:
     """Run the HTTP API under gunicorn."""
     settings = settings_from_environment()
-    # Before anything (a plugin, say) imports prometheus_client.
+    # Before anything (a logging plugin, say) imports prometheus_client.
     with multiprocess_directory(settings.metrics) as metrics_dir:
         _serve(options, settings, metrics_dir, bind, workers, threads)
 
@@ -281,6 +248,7 @@ def _serve(
             "threads": worker_threads,
             "proc_name": "routemaster",
             "errorlog": "-",
+            **({"logger_class": JsonGunicornLogger} if wants_json(loggers) else {}),
             "loglevel": "info",
             **REQUEST_LIMITS,
         },
@@ -296,12 +264,14 @@ def _serve(
     metavar="HOST:PORT",
     help="Serve the worker's Prometheus metrics at http://HOST:PORT/metrics.",
 )
+@late_config_option
 @click.pass_obj
 def cron(options: _Options, metrics_bind: str | None) -> None:
     """Run the worker: gate triggers, action webhooks, retries. Run as many as you like."""
     from routemaster.worker import run_worker
 
     config = options.load()
+    plugins = options.loggers(config)
     settings = settings_from_environment()
     url = database_url()
     migrate_database(url)
@@ -312,7 +282,7 @@ def cron(options: _Options, metrics_bind: str | None) -> None:
         statement_timeout=settings.statement_timeout,
     )
     try:
-        with worker_metrics(metrics_bind, options.loggers(config)) as (metrics, loggers):
+        with worker_metrics(metrics_bind, plugins) as (metrics, loggers):
             app = App(config=config, db=engine, settings=settings, loggers=loggers)
             app.metrics = metrics
             run_worker(app)
@@ -333,12 +303,13 @@ def stale_states(config: Config, present: Sequence[tuple[str, str]]) -> list[str
 
 
 @cli.command()
+@late_config_option
 @click.pass_obj
 def validate(options: _Options) -> None:
     """Check the config; with DATABASE_URL (or DB_*) set, also that every label's state exists."""
     config = options.load()
     try:
-        load_plugins(config)
+        _load_plugins(config)
     except PluginError as error:
         click.echo(str(error), err=True)
         sys.exit(1)
@@ -371,6 +342,7 @@ def _label_states(url: str) -> list[tuple[str, str]] | str:
 
 
 @cli.command()
+@late_config_option
 def migrate() -> None:
     """Bring the database to the current schema (serve and cron do this at start too)."""
     migrate_database(database_url())

@@ -9,8 +9,6 @@ has the change, and say how many confirmed.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import click
 import sqlalchemy as sa
 
@@ -23,6 +21,7 @@ from routemaster.auth.admin import (
     list_tokens,
     revoke_token,
 )
+from routemaster.cli_runtime import database_url
 from routemaster.db.database import create_engine, safe_url
 from routemaster.db.errors import describe_failure
 from routemaster.db.migrate import upgrade
@@ -30,15 +29,9 @@ from routemaster.db.migrate import upgrade
 CONFIRM_WITHIN = 10.0  # seconds to wait for running API processes to confirm a change
 
 
-class _Options(Protocol):
-    """What the command line's context object gives these commands."""
-
-    def database_url(self) -> str: ...
-
-
-def _engine(options: _Options) -> sa.Engine:
+def _engine() -> sa.Engine:
     """The database, migrated (tokens may be made before the API first starts)."""
-    url = options.database_url()
+    url = database_url()
     engine: sa.Engine | None = None
     try:
         engine = create_engine(url, pool_size=1, max_overflow=1)
@@ -81,10 +74,9 @@ def token() -> None:
     help="read (every GET), write (create/update/delete labels), operate (operator commands); "
     "repeat for several.",
 )
-@click.pass_obj
-def create(options: _Options, name: str, scopes: tuple[str, ...]) -> None:
+def create(name: str, scopes: tuple[str, ...]) -> None:
     """Make a token and print its secret (shown this once only)."""
-    engine = _engine(options)
+    engine = _engine()
     try:
         secret, confirmation = create_token(engine, name, set(scopes), wait=CONFIRM_WITHIN)
     except TokenExists:
@@ -98,10 +90,9 @@ def create(options: _Options, name: str, scopes: tuple[str, ...]) -> None:
 
 
 @token.command("list")
-@click.pass_obj
-def list_command(options: _Options) -> None:
+def list_command() -> None:
     """Names, scopes, when each was made and last used (never the secrets)."""
-    engine = _engine(options)
+    engine = _engine()
     try:
         tokens = list_tokens(engine)
     finally:
@@ -128,10 +119,9 @@ def list_command(options: _Options) -> None:
 
 @token.command("revoke")
 @click.argument("name")
-@click.pass_obj
-def revoke(options: _Options, name: str) -> None:
+def revoke(name: str) -> None:
     """End a token at once in every API process."""
-    engine = _engine(options)
+    engine = _engine()
     try:
         confirmation = revoke_token(engine, name, wait=CONFIRM_WITHIN)
     finally:

@@ -9,8 +9,9 @@ import sqlalchemy as sa
 from click.testing import CliRunner, Result
 
 from routemaster.auth.keys import hash_secret, key_id_of
-from routemaster.cli import cli, settings_from_environment
+from routemaster.cli import cli
 from routemaster.cli_metrics import split_bind
+from routemaster.cli_runtime import settings_from_environment
 
 CONFIG = """\
 state_machines:

@@ -71,8 +71,6 @@ def _area(name: str) -> str | None:
     parts = name.split(".")
     if parts[0] != "routemaster" or len(parts) == 1:
         return None
-    if parts[1].startswith("cli_"):
-        return "cli"  # the command line spans cli.py and cli_*.py
     return "__init__" if parts[1] == "__version__" else parts[1]
 
 
@@ -85,7 +83,7 @@ def _area_of_module(module: str) -> str:
 MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 BOTTOM = {"exit_conditions", "config"}
-BELOW_SERVICE = BOTTOM | {"machine", "db", "http", "logging", "app", "limits"}
+BELOW_SERVICE = BOTTOM | {"machine", "db", "http", "logging", "hooks", "app", "limits"}
 
 # area -> every other routemaster area it may import. Nothing else may be imported.
 ALLOWED: dict[str, frozenset[str]] = {
@@ -97,13 +95,20 @@ ALLOWED: dict[str, frozenset[str]] = {
     "limits": frozenset(),  # bounded parsing of untrusted JSON
     "http": frozenset({"__init__", "config", "exit_conditions", "limits"}),  # outbound calls
     "logging": frozenset({"config"}),  # logging plugins
-    "app": frozenset({"config", "logging", "http", "metrics"}),  # the per-process App object
+    "hooks": frozenset({"config", "logging"}),  # calling the plugins' hooks
+    "app": frozenset({"config", "logging", "hooks", "http", "metrics"}),  # the per-process App
     "auth": frozenset({"db"}),  # API tokens: secrets, the per-process cache, admin
     "metrics": frozenset({"config", "db", "logging"}),  # Prometheus metrics and label gauges
     "labels": frozenset(BELOW_SERVICE),  # the label service: store + planner + feeds
     "api": frozenset(BELOW_SERVICE - {"http"} | {"__init__", "labels", "auth", "metrics"}),
     "worker": frozenset(BELOW_SERVICE | {"labels"}),  # loop, claims, deliveries, clock
-    "cli": frozenset(BELOW_SERVICE | {"__init__", "labels", "api", "worker", "auth", "metrics"}),
+    "cli": frozenset(
+        BELOW_SERVICE
+        | {"__init__", "labels", "api", "worker", "cli_runtime", "cli_tokens", "cli_metrics"}
+    ),
+    "cli_runtime": frozenset(BELOW_SERVICE),  # what processes check before they start
+    "cli_tokens": frozenset({"auth", "db", "cli_runtime"}),  # routemaster token ...
+    "cli_metrics": frozenset({"logging", "metrics"}),  # serve's metrics directory, cron's port
     "__main__": frozenset({"cli"}),
 }
 

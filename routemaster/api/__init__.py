@@ -23,6 +23,7 @@ from routemaster.api import (
     machines,
     openapi,
     operations,
+    plugins,
 )
 from routemaster.api.auth import require_tokens
 from routemaster.api.extension import EXTENSION_KEY, STARTED
@@ -44,6 +45,8 @@ class RoutemasterFlask(flask.Flask):
 def create_app(app: App) -> flask.Flask:
     flask_app = RoutemasterFlask(__name__, static_folder=None)
     flask_app.config["MAX_CONTENT_LENGTH"] = app.settings.max_request_body
+    # Unexpected errors reach got_request_exception and the JSON 500 handler, even when testing.
+    flask_app.config["PROPAGATE_EXCEPTIONS"] = False
     flask_app.extensions[EXTENSION_KEY] = app
     flask_app.url_map.converters["name"] = NameConverter
     errors.register_error_handlers(flask_app)
@@ -54,6 +57,7 @@ def create_app(app: App) -> flask.Flask:
         explanations.blueprint,
         operations.blueprint,
         openapi.blueprint,
+        plugins.blueprint,
     ]
     if app.metrics is not None:
         from routemaster.api import metrics  # imports prometheus_client: only when wanted
@@ -66,8 +70,11 @@ def create_app(app: App) -> flask.Flask:
     if app.config.api.tokens_required:
         require_tokens(flask_app, app)
     _forget_pooled_connections_after_fork(app)
-    for plugin in app.loggers:
-        plugin.init_flask(flask_app)
+    app.hooks.init_flask(flask_app)
+    if app.hooks.observe_requests:  # outermost, as in 1.x: around what init_flask added
+        flask_app.wsgi_app = plugins.RequestHooks(  # type: ignore[method-assign]
+            flask_app.wsgi_app, app.hooks
+        )
     return flask_app
 
 

@@ -19,7 +19,12 @@ never become series.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, values
@@ -138,8 +143,17 @@ def outcome(status: int | None) -> str:
 
 
 class _Observer(BaseLogger):
+    """Counts what the hooks report.
+
+    Webhook calls are counted from 1.x's ``process_webhook`` (around one
+    delivery, naming the action's state) and ``webhook_response`` (its
+    answer, inside it, on the same thread); no answer counts as ``error``.
+    """
+
     def __init__(self, metrics: Metrics) -> None:
+        super().__init__(None)
         self._metrics = metrics
+        self._deliveries = threading.local()  # the delivery each thread is in
 
     def transition(
         self,
@@ -152,19 +166,25 @@ class _Observer(BaseLogger):
     ) -> None:
         self._metrics.transitions.labels(state_machine, old_state or "", new_state or "").inc()
 
-    def webhook_called(
-        self,
-        *,
-        state_machine: str,
-        label: str,
-        url: str,
-        status: int | None,
-        duration: float,
-        state: str | None = None,
-    ) -> None:
-        labels = (state_machine, state or "", outcome(status))
-        self._metrics.webhook_calls.labels(*labels).inc()
-        self._metrics.webhook_seconds.labels(*labels).observe(duration)
+    @contextlib.contextmanager
+    def process_webhook(self, state_machine: Any, state: Any) -> Iterator[None]:
+        delivery = _Delivery(time.monotonic())
+        outer = getattr(self._deliveries, "current", None)
+        self._deliveries.current = delivery
+        try:
+            yield
+        finally:
+            self._deliveries.current = outer
+            labels = (state_machine.name, state.name, outcome(delivery.status))
+            self._metrics.webhook_calls.labels(*labels).inc()
+            self._metrics.webhook_seconds.labels(*labels).observe(
+                time.monotonic() - delivery.started
+            )
+
+    def webhook_response(self, state_machine: Any, state: Any, response: Any) -> None:
+        delivery = getattr(self._deliveries, "current", None)
+        if delivery is not None:
+            delivery.status = response.status_code
 
     def feed_fetched(
         self,
@@ -181,5 +201,8 @@ class _Observer(BaseLogger):
         self._metrics.feed_calls.labels(*labels).inc()
         self._metrics.feed_seconds.labels(*labels).observe(duration)
 
-    def exception(self, message: str, error: BaseException, **fields: Any) -> None:
-        """Not counted: errors show as statuses and outcomes."""
+
+@dataclass
+class _Delivery:
+    started: float
+    status: int | None = None
