@@ -33,7 +33,7 @@ ORDER = [
     "patch_nested_60k",
 ]
 PGBENCH = {"create": "pg_insert", "read": "pg_read"}
-TIME_UNITS = {"s", "ms"}
+TIME_UNITS = {"s", "ms", "ms/req", "us/req"}
 
 
 def median(results: dict[str, Any], key: str, target: str) -> float | None:
@@ -82,6 +82,17 @@ def ratios(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
             "project_vs_pgbench": speedup(results, key, pg, "pgbench") if pg else None,
         }
     return out
+
+
+def operations_cost(results: dict[str, Any], key: str, variant: str) -> float | None:
+    """A variant's speed relative to ``plain``'s (no metrics, no tokens): 1.0 is no cost.
+
+    Rates compare as mine / plain, costs (CPU per request) as plain / mine.
+    """
+    mine, plain = median(results, key, variant), median(results, key, "plain")
+    if not mine or not plain:
+        return None
+    return plain / mine if results[key][variant]["unit"] in TIME_UNITS else mine / plain
 
 
 def _serve_peak(entry: dict[str, Any] | None) -> float | None:
@@ -133,24 +144,34 @@ def evaluate(results: dict[str, Any], memory: dict[str, dict[str, int]]) -> list
         lambda v: v >= 5,
         ">= 5x",
     )
+    # Issue 15's targets hold with tokens and metrics on: the secured variant when measured.
+    on = "secured" if any("secured" in per for per in results.values()) else "project"
     for op, goal in (("create", 1.0), ("read", 0.5), ("update", 1.2)):
         check(
-            f"{op}, 16 clients, serve CPU per request (ms)",
-            cpu_ms(results, f"{op}_c16", "project", "serve"),
+            f"{op}, 16 clients, serve CPU per request (ms, {on})",
+            cpu_ms(results, f"{op}_c16", on, "serve"),
             lambda v, goal=goal: v <= goal,
             f"<= {goal} ms",
         )
     for op, times in (("create", 5), ("read", 4), ("update", 6)):
+        mine, theirs = median(results, f"{op}_c16", on), median(results, f"{op}_c16", "reference")
         check(
-            f"{op}, 16 clients, vs reference (issue 15)",
-            r.get(f"{op}_c16", {}).get("project_vs_reference"),
+            f"{op}, 16 clients, vs reference ({on})",
+            mine / theirs if mine and theirs else None,
             lambda v, times=times: v >= times,
             f">= {times}x",
         )
+    mine, pg = median(results, "create_c16", on), median(results, "pg_insert_c16", "pgbench")
+    check(
+        f"create, 16 clients, vs pgbench insert ({on})",
+        mine / pg if mine and pg else None,
+        lambda v: v >= 1 / 3,
+        ">= 0.33",
+    )
     for op, goal in (("create", 1.5), ("read", 1.0)):
         check(
-            f"{op}, 1 client, p50 latency (ms)",
-            p50_ms(results, f"{op}_c1", "project"),
+            f"{op}, 1 client, p50 latency (ms, {on})",
+            p50_ms(results, f"{op}_c1", on),
             lambda v, goal=goal: v <= goal,
             f"<= {goal} ms",
         )
@@ -195,6 +216,19 @@ def evaluate(results: dict[str, Any], memory: dict[str, dict[str, int]]) -> list
         lambda v: v < 20,
         "< 20 ms",
     )
+    for op in ("create", "read"):
+        for variant, what in (("secured", "tokens + metrics"), ("project", "metrics")):
+            for key, measure in (
+                (f"cost_{op}_c16", "throughput, 16 clients"),
+                (f"cost_{op}_c16_cpu", "API CPU per request over HTTP"),
+                (f"cost_{op}_wsgi", "API CPU per request in-process"),
+            ):
+                check(
+                    f"{op}, {what} vs neither, {measure}",
+                    operations_cost(results, key, variant),
+                    lambda v: v >= 0.95,
+                    ">= 0.95 (within 5%)",
+                )
     check(
         "PATCH of 100,000 keys (deep merge)",
         median(results, "patch_flat_100k", "project"),
@@ -215,7 +249,7 @@ def _fmt(entry: dict[str, Any] | None) -> str:
     if not entry or entry.get("median") is None:
         return "-"
     m, lo, hi = entry["median"], entry["min"], entry["max"]
-    digits = 3 if entry["unit"] == "s" else 1
+    digits = 3 if entry["unit"] in ("s", "ms/req") else 1
     if lo == hi:
         return f"{m:,.{digits}f}"
     return f"{m:,.{digits}f} ({lo:,.{digits}f}-{hi:,.{digits}f})"
@@ -228,7 +262,9 @@ def _x(value: float | None) -> str:
 def print_table(report: dict[str, Any]) -> None:
     results = report["scenarios"]
     r = ratios(results)
+    variants = [v for v in ("plain", "secured") if any(v in per for per in results.values())]
     rows = [("scenario", "unit", "project", "reference", "pgbench", "proj/ref", "proj/pg")]
+    rows = [rows[0][:3] + tuple(variants) + rows[0][3:]]
     keys = [k for k in ORDER if k in results] + sorted(
         k for k in results if k not in ORDER and not k.startswith("pg_")
     )
@@ -241,6 +277,7 @@ def print_table(report: dict[str, Any]) -> None:
                 key,
                 unit,
                 _fmt(entry.get("project")),
+                *(_fmt(entry.get(v)) for v in variants),
                 _fmt(entry.get("reference")),
                 _fmt(results.get(pg, {}).get("pgbench")) if pg else "",
                 _x(r[key]["project_vs_reference"]),
@@ -248,7 +285,8 @@ def print_table(report: dict[str, Any]) -> None:
             )
         )
     for key in sorted(k for k in results if k.startswith("pg_")):
-        rows.append((key, "tx/s", "", "", _fmt(results[key].get("pgbench")), "", ""))
+        blanks = ("",) * len(variants)
+        rows.append((key, "tx/s", "", *blanks, "", _fmt(results[key].get("pgbench")), "", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for i, row in enumerate(rows):
         print("  ".join(cell.ljust(widths[j]) for j, cell in enumerate(row)).rstrip())
@@ -277,14 +315,17 @@ def print_table(report: dict[str, Any]) -> None:
 
 def _print_cpu_table(results: dict[str, Any], keys: list[str]) -> None:
     """CPU milliseconds per request by process role, and the median latency, per HTTP scenario."""
-    columns = [
-        ("project", "serve"),
-        ("project", "postgres"),
-        ("project", "cron"),
-        ("reference", "serve"),
-        ("reference", "postgres"),
+    targets = [
+        t
+        for t in ("project", "plain", "secured", "reference")
+        if any(t in per and "cpu_ms_per_request" in per[t] for per in results.values())
     ]
-    header = ("scenario", *(f"{t[:4]} {role}" for t, role in columns), "proj p50", "ref p50")
+    columns = [(t, role) for t in targets for role in ("serve", "postgres")]
+    header = (
+        "scenario",
+        *(f"{t[:4]} {role}" for t, role in columns),
+        *(f"{t[:4]} p50" for t in targets),
+    )
     rows = [header]
     for key in keys:
         if not any("cpu_ms_per_request" in e for e in results[key].values()):
@@ -297,8 +338,7 @@ def _print_cpu_table(results: dict[str, Any], keys: list[str]) -> None:
             (
                 key,
                 *(ms(cpu_ms(results, key, t, role)) for t, role in columns),
-                ms(p50_ms(results, key, "project")),
-                ms(p50_ms(results, key, "reference")),
+                *(ms(p50_ms(results, key, t)) for t in targets),
             )
         )
     if len(rows) == 1:

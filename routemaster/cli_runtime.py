@@ -46,6 +46,8 @@ LIMITS: dict[str, tuple[float, float]] = {
     "poll_interval": (0.01, 3_600),
     "feed_timeout": (0.01, 3_600),
     "feed_timeout_in_request": (0.01, 3_600),
+    "label_gauges_interval": (0, 3_600),  # 0: counted at every scrape
+    "token_use_interval": (0.01, 86_400),
 }
 
 

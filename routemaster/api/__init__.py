@@ -8,14 +8,25 @@ and handlers reach it through :func:`routemaster.api.extension.routemaster_app`.
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from collections.abc import Iterable
 from typing import Any
 
 import flask
 
-from routemaster.api import errors, explanations, health, labels, machines, operations, plugins
-from routemaster.api.extension import EXTENSION_KEY
+from routemaster.api import (
+    errors,
+    explanations,
+    health,
+    labels,
+    machines,
+    openapi,
+    operations,
+    plugins,
+)
+from routemaster.api.auth import require_tokens
+from routemaster.api.extension import EXTENSION_KEY, STARTED
 from routemaster.api.hot import HotRoutes
 from routemaster.api.paths import NameConverter, rewrite_path_info
 from routemaster.app import App
@@ -33,6 +44,7 @@ class RoutemasterFlask(flask.Flask):
     hot: HotRoutes | None = None
 
     def wsgi_app(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        environ[STARTED] = time.perf_counter()  # for the request metrics
         rewrite_path_info(environ)
         if self.hot is not None:
             answered = self.hot(environ, start_response)
@@ -42,22 +54,32 @@ class RoutemasterFlask(flask.Flask):
 
 
 def create_app(app: App) -> flask.Flask:
-    flask_app = RoutemasterFlask(__name__)
+    flask_app = RoutemasterFlask(__name__, static_folder=None)
     flask_app.config["MAX_CONTENT_LENGTH"] = app.settings.max_request_body
     # Unexpected errors reach got_request_exception and the JSON 500 handler, even when testing.
     flask_app.config["PROPAGATE_EXCEPTIONS"] = False
     flask_app.extensions[EXTENSION_KEY] = app
     flask_app.url_map.converters["name"] = NameConverter
     errors.register_error_handlers(flask_app)
-    for blueprint in (
+    blueprints = [
         health.blueprint,
         machines.blueprint,
         labels.blueprint,
         explanations.blueprint,
         operations.blueprint,
+        openapi.blueprint,
         plugins.blueprint,
-    ):
+    ]
+    if app.metrics is not None:
+        from routemaster.api import metrics  # imports prometheus_client: only when wanted
+
+        blueprints.append(metrics.blueprint)
+        metrics.instrument(flask_app, app, app.metrics)
+    for blueprint in blueprints:
         flask_app.register_blueprint(blueprint)
+    openapi.check_every_endpoint_is_declared(flask_app)
+    if app.config.api.tokens_required:
+        require_tokens(flask_app, app)
     _forget_pooled_connections_after_fork(app)
     app.hooks.init_flask(flask_app)
     flask_app.hot = HotRoutes(flask_app, app)

@@ -8,6 +8,10 @@ Python time in the profile (docs/performance.md). These helpers hand the
 SQL and its parameters straight to the psycopg2 cursor of the same pooled
 connection, inside the same transaction, and return plain tuples.
 
+When anything listens to the engine's execution events (an APM's or a
+test's ``before_cursor_execute``), the statements go through SQLAlchemy as
+before, so the listeners see every one.
+
 Failures still go through SQLAlchemy's handling (``_handle_dbapi_exception``,
 the one thing ``Connection.execute`` would have done with them): the
 caller sees the same ``sqlalchemy.exc`` classes, parameters stay hidden as
@@ -31,6 +35,8 @@ Params = Mapping[str, Any]
 
 def fetch_one(conn: sa.Connection, sql: str, params: Params) -> tuple[Any, ...] | None:
     """The first row of ``sql`` (psycopg2 ``%(name)s`` parameters), or ``None``."""
+    if conn._has_events or conn.engine._has_events:
+        return cast(tuple[Any, ...] | None, conn.exec_driver_sql(sql, params).first())
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         cursor.execute(sql, params)
@@ -43,6 +49,8 @@ def fetch_one(conn: sa.Connection, sql: str, params: Params) -> tuple[Any, ...] 
 
 def fetch_all(conn: sa.Connection, sql: str, params: Params) -> list[tuple[Any, ...]]:
     """Every row of ``sql``."""
+    if conn._has_events or conn.engine._has_events:
+        return cast(list[tuple[Any, ...]], conn.exec_driver_sql(sql, params).all())
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         cursor.execute(sql, params)
@@ -55,6 +63,9 @@ def fetch_all(conn: sa.Connection, sql: str, params: Params) -> list[tuple[Any, 
 
 def run(conn: sa.Connection, sql: str, params: Params | None = None) -> None:
     """Execute ``sql`` for its effect."""
+    if conn._has_events or conn.engine._has_events:
+        conn.exec_driver_sql(sql, params)
+        return
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         cursor.execute(sql, params)

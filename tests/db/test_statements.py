@@ -64,3 +64,28 @@ def test_connections_go_back_to_the_pool_in_their_usual_mode(database_url: str) 
         _ = 1 / 0
     assert _machines(engine) == []
     engine.dispose()
+
+
+def test_listeners_of_sqlalchemys_execution_events_still_see_every_statement(
+    db_engine: sa.Engine,
+) -> None:
+    with db_engine.begin() as conn:
+        run(conn, INSERT + ROW, {"key": "a"})
+    seen: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        seen.append(statement)
+
+    sa.event.listen(db_engine, "before_cursor_execute", record)
+    try:
+        with single_statement(db_engine) as conn:
+            row = fetch_one(conn, "SELECT trigger_key FROM trigger_occurrences", {})
+        with db_engine.begin() as conn:
+            run(conn, INSERT + ROW, {"key": "b"})
+            rows = fetch_all(conn, "SELECT trigger_key FROM trigger_occurrences ORDER BY 1", {})
+    finally:
+        sa.event.remove(db_engine, "before_cursor_execute", record)
+    assert tuple(row or ()) == ("a",)
+    assert [tuple(r) for r in rows] == [("a",), ("b",)]
+    assert [statement.split()[0] for statement in seen] == ["SELECT", "INSERT", "SELECT"]
+    assert _machines(db_engine) == ["a", "b"]
