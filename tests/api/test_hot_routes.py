@@ -12,6 +12,7 @@ import datetime
 import io
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import flask
@@ -21,10 +22,15 @@ from werkzeug.test import TestResponse
 
 from routemaster import labels as label_service
 from routemaster.api import RoutemasterFlask, create_app, hot
+from routemaster.api.auth import token_cache
 from routemaster.api.responses import json_response
 from routemaster.app import App, Settings
+from routemaster.auth.admin import create_token
+from routemaster.config import load_config
 from routemaster.config.model import Config
 from routemaster.db.database import create_engine
+from routemaster.metrics import Metrics
+from tests.api.conftest import CONFIG_PATH
 
 LABELS = "/state-machines/user/labels"
 NOW = datetime.datetime(2026, 11, 23, 12, 0, tzinfo=datetime.UTC)
@@ -85,12 +91,15 @@ SCRIPT: list[Request] = [
 ]
 
 
-def _app(engine: sa.Engine, config: Config, *, direct: bool) -> RoutemasterFlask:
+def _app(
+    engine: sa.Engine, config: Config, *, direct: bool, metrics: Metrics | None = None
+) -> RoutemasterFlask:
     app = App(
         config=config,
         db=engine,
-        settings=Settings(max_request_body=LIMIT),
+        settings=Settings(max_request_body=LIMIT, token_use_interval=3600),
         clock=lambda: NOW,
+        metrics=metrics,
     )
     flask_app = create_app(app)
     assert isinstance(flask_app, RoutemasterFlask)
@@ -261,3 +270,52 @@ def test_hooks_registered_for_both_dispatches_run_exactly_as_flask_runs_them(
     # Flask dispatched its own routes and the names that do not decode (two with the key, one
     # without)
     assert flask_dispatches() == 8 + 2 + 1
+
+
+def test_with_tokens_and_metrics_on_label_requests_stay_direct_and_answer_as_flask(
+    db_engine: sa.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layer = tmp_path / "tokens.yaml"
+    layer.write_text("api:\n  authentication: tokens\n")
+    secured = load_config([CONFIG_PATH, layer])
+    apps = []
+    for direct in (False, True):
+        flask_app = _app(db_engine, secured, direct=direct, metrics=Metrics())
+        cache = token_cache(flask_app)
+        assert cache is not None and cache.wait_until_current(10)
+        apps.append(flask_app)
+    try:
+        writer, _ = create_token(db_engine, "writer", {"read", "write"}, wait=10)
+        reader, _ = create_token(db_engine, "reader", {"read"}, wait=10)
+        headers = {
+            "writer": {"Authorization": f"Bearer {writer.secret}"},
+            "reader": {"Authorization": f"Bearer {reader.secret}"},
+            "nobody": {"Authorization": "Bearer nope"},
+        }
+        script: list[Request] = [
+            (method, path, {**kwargs, "headers": headers[who]})
+            for who in ("writer", "reader", "nobody")
+            for method, path, kwargs in SCRIPT[:12]
+        ]
+        expected = _answers(apps[0], script)
+        _empty_labels(db_engine)
+        flask_dispatches = _count_flask_dispatches(apps[1], monkeypatch)
+        answers = _answers(apps[1], script)
+        for request, got, want in zip(script, answers, expected, strict=True):
+            assert got == want, request[:2]
+        statuses = {status[:3] for status, _, _ in answers}
+        assert {"200", "201", "401", "403"} <= statuses
+        assert flask_dispatches() == 3  # the name that does not decode, once per token
+        for flask_app in apps:  # each counted its own requests alike
+            metrics = flask_app.test_client().get("/metrics").data
+            assert b'endpoint="/state-machines/{sm}/labels/{label}"' in metrics
+    finally:
+        for flask_app in apps:
+            cache = token_cache(flask_app)
+            assert cache is not None
+            cache.close()
+
+
+def _empty_labels(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text("TRUNCATE labels, history RESTART IDENTITY"))
