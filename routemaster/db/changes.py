@@ -86,9 +86,7 @@ class Page:
     cursor: Position  # every change up to here has been returned (or filtered out)
 
 
-def read_changes(
-    conn: sa.Connection, after: Position, *, machine: str | None, limit: int
-) -> Page:
+def read_changes(conn: sa.Connection, after: Position, *, machine: str | None, limit: int) -> Page:
     """Up to ``limit`` finished changes after ``after``, in position order.
 
     When the page is not full, the cursor moves on to the horizon (every

@@ -28,6 +28,7 @@ class Xid8(sa.types.UserDefinedType[Any]):
     def get_col_spec(self, **kw: Any) -> str:
         return "XID8"
 
+
 labels = sa.Table(
     "labels",
     metadata,
@@ -85,16 +86,12 @@ history = sa.Table(
     sa.Column("reason", sa.Text, nullable=True),
     # the writing transaction: the changes stream orders by (xact_id, id) and
     # shows a row only once every transaction below it has finished
-    sa.Column(
-        "xact_id", Xid8(), nullable=False, server_default=sa.text("pg_current_xact_id()")
-    ),
+    sa.Column("xact_id", Xid8(), nullable=False, server_default=sa.text("pg_current_xact_id()")),
 )
 
 sa.Index("history_by_label", history.c.state_machine, history.c.label, history.c.id)
 sa.Index("history_by_position", history.c.xact_id, history.c.id)
-sa.Index(
-    "history_by_machine_position", history.c.state_machine, history.c.xact_id, history.c.id
-)
+sa.Index("history_by_machine_position", history.c.state_machine, history.c.xact_id, history.c.id)
 
 trigger_occurrences = sa.Table(
     "trigger_occurrences",
