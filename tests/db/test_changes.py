@@ -184,7 +184,7 @@ def test_concurrent_writers_committing_out_of_order_are_read_once_each_in_a_fixe
     thread.start()
     try:
         for round_number in range(12):
-            writers: list[tuple[sa.Connection, sa.Transaction]] = []
+            writers: list[tuple[sa.Connection, sa.RootTransaction]] = []
             for n in range(6):
                 conn = db_engine.connect()
                 open_transactions.append(conn)
