@@ -204,15 +204,18 @@ def serve(options: _Options, bind: str | None, workers: int | None, threads: int
     def build() -> WSGIApp:
         from routemaster.api import create_app
 
-        # One connection per thread that can be serving a request.
-        engine = create_engine(url, pool_size=worker_threads, max_overflow=4)
+        # One connection per thread that can be serving a request, one for the streams.
+        engine = create_engine(url, pool_size=worker_threads + 1, max_overflow=4)
         return create_app(App(config=config, db=engine, settings=settings, loggers=loggers))
 
     server = _GunicornServer(
         {
             "bind": [bind or _default_bind()],
             "workers": workers or _default_workers(),
-            "worker_class": "gthread" if worker_threads > 1 else "sync",
+            # gunicorn's sync / gthread workers, letting streams leave the worker
+            "worker_class": "routemaster.api.server.StreamingThreadWorker"
+            if worker_threads > 1
+            else "routemaster.api.server.StreamingSyncWorker",
             "threads": worker_threads,
             "proc_name": "routemaster",
             "errorlog": "-",

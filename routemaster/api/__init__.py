@@ -14,9 +14,19 @@ from typing import Any
 
 import flask
 
-from routemaster.api import errors, explanations, health, labels, machines, operations
+from routemaster.api import (
+    changes,
+    errors,
+    explanations,
+    handoff,
+    health,
+    labels,
+    machines,
+    operations,
+)
 from routemaster.api.extension import EXTENSION_KEY
 from routemaster.api.paths import NameConverter, rewrite_path_info
+from routemaster.api.streams import ChangeHub
 from routemaster.app import App
 
 __all__ = ["create_app"]
@@ -29,11 +39,17 @@ class RoutemasterFlask(flask.Flask):
         rewrite_path_info(environ)
         return super().wsgi_app(environ, start_response)
 
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        """Outside any middleware a plugin wraps ``wsgi_app`` in: streams may take the socket."""
+        return handoff.call(super().__call__, environ, start_response)
+
 
 def create_app(app: App) -> flask.Flask:
     flask_app = RoutemasterFlask(__name__)
     flask_app.config["MAX_CONTENT_LENGTH"] = app.settings.max_request_body
     flask_app.extensions[EXTENSION_KEY] = app
+    hub = ChangeHub(app.db, app.settings)
+    flask_app.extensions[changes.HUB_KEY] = hub
     flask_app.url_map.converters["name"] = NameConverter
     errors.register_error_handlers(flask_app)
     for blueprint in (
@@ -42,28 +58,34 @@ def create_app(app: App) -> flask.Flask:
         labels.blueprint,
         explanations.blueprint,
         operations.blueprint,
+        changes.blueprint,
     ):
         flask_app.register_blueprint(blueprint)
-    _forget_pooled_connections_after_fork(app)
+    _forget_pooled_connections_after_fork(app, hub)
     for plugin in app.loggers:
         plugin.init_flask(flask_app)
     return flask_app
 
 
-def _forget_pooled_connections_after_fork(app: App) -> None:
+def _forget_pooled_connections_after_fork(app: App, hub: ChangeHub) -> None:
     """Give each forked process (gunicorn worker) its own connections.
 
     A pooled connection inherited from the parent shares its socket with
     the parent; using it from two processes corrupts both sessions. After a
     fork the child drops (without closing) what it inherited and opens its
-    own on first use. A weak reference so the hook does not keep old Apps alive.
+    own on first use; likewise the changes streams and their thread. Weak
+    references so the hook does not keep old Apps alive.
     """
     reference = weakref.ref(app)
+    hub_reference = weakref.ref(hub)
 
     def forget() -> None:
         inherited = reference()
         if inherited is not None:
             inherited.db.dispose(close=False)
             inherited.http.close()
+        inherited_hub = hub_reference()
+        if inherited_hub is not None:
+            inherited_hub.forget_after_fork()
 
     os.register_at_fork(after_in_child=forget)

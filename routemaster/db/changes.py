@@ -143,3 +143,11 @@ def _query(machine_filter: str) -> sa.TextClause:
 
 _ALL = _query("")
 _ONE_MACHINE = _query("state_machine = :sm AND ")
+
+
+def current_position(conn: sa.Connection) -> Position:
+    """The horizon as a position: a stream started here shows changes from about now on."""
+    return Position(int(conn.execute(_HORIZON).scalar_one()), 0)
+
+
+_HORIZON = sa.text("SELECT CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text)")
