@@ -10,12 +10,21 @@ setup(
     long_description_content_type="text/x-rst",
     python_requires=">=3.11",
     packages=find_packages(include=["routemaster", "routemaster.*"]),
-    package_data={"routemaster": ["py.typed", "api/static/*", "config/*.json"]},
+    package_data={
+        "routemaster": [
+            "py.typed",
+            "api/static/*",
+            "api/console/static/*",
+            "api/console/templates/console/*.html",
+            "config/*.json",
+        ]
+    },
     include_package_data=True,
     install_requires=[
         "alembic>=1.12",
         "click>=8.1",
         "flask>=3.0",
+        "jinja2>=3.1",
         "gunicorn>=21.2",
         "jsonschema>=4.18",
         "prometheus-client>=0.17",
@@ -34,6 +43,7 @@ setup(
             "pytest>=7.4",
             "pytest-timeout>=2.2",
             "ruff>=0.4",
+            "selenium>=4.10",
             "types-PyYAML",
             "types-jsonschema",
             "types-requests",

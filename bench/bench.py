@@ -23,9 +23,11 @@ from typing import Any
 import psutil
 from measure import BENCH_DIR, MemorySampler, Server, run_pgbench, run_wrk, run_wrk_until, summarise
 from report import evaluate, print_table
+from streams import OpenStreams
 from targets import REFERENCE_VENV, REPO, Project, Reference, Target
 
 RECEIVER_PORT = 18089
+STREAMS = 50  # open changes streams in the *_streams50 scenarios
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,9 @@ class Suite:
                 extra = []
                 if scale == 0:
                     extra = ["action_drain", "action_fast", "action_flaky", "interval_2k"]
+                    if target.name == "project":  # the reference has no changes stream
+                        for base in ("create_c16", "read_c16"):  # each right after its baseline
+                            keys.insert(keys.index(base) + 1, f"{base}_streams{STREAMS}")
                 if scale == self.p.list_scale:
                     extra += [f"list_full{suffix}", f"list_page{suffix}"]
                     extra += [f"interval_{n // 1000}k" for n in self.p.interval_sizes if n > 2000]
@@ -194,7 +199,11 @@ class Suite:
                 for key in keys:
                     if self.wanted(key):
                         mode, conc = key.split("_")[0], int(key.split("_")[1][1:])
-                        self.http(target, key, mode, conc)
+                        if key.endswith(f"_streams{STREAMS}"):
+                            with OpenStreams(target.base_url, STREAMS) as streams:
+                                self.http(target, key, mode, conc, streams)
+                        else:
+                            self.http(target, key, mode, conc)
                 for key in extra:
                     if not self.wanted(key):
                         continue
@@ -212,8 +221,13 @@ class Suite:
             target.close()
             self.sampler.roots.pop(target.name, None)
 
-    def http(self, target: Target, key: str, mode: str, conc: int) -> None:
-        """create / read / update (PATCH moving each label start -> review) for a fixed time."""
+    def http(
+        self, target: Target, key: str, mode: str, conc: int, streams: OpenStreams | None = None
+    ) -> None:
+        """create / read / update (PATCH moving each label start -> review) for a fixed time.
+
+        With ``streams``, the changes streams stay open and reading throughout.
+        """
         d, base = self.p.duration, target.base_url
 
         def one(duration: float) -> dict[str, Any]:
@@ -263,6 +277,11 @@ class Suite:
         errors = sum(r["errors"] for r in runs)
         requests = sum(r["requests"] for r in runs)
         note = f"{errors} errors of {requests}" if errors else ""
+        extra: dict[str, Any] = {}
+        if streams is not None:
+            extra = {"streams_open": streams.open, "stream_events": streams.events}
+            if streams.refused or streams.open < streams.count:
+                note += f" only {streams.open} of {streams.count} streams open"
         if any(r.get("exhausted") for r in runs):
             note += " labels ran out"
         if mode == "update":
@@ -278,6 +297,7 @@ class Suite:
             latency_p50_ms=[r["p50_us"] / 1000 for r in runs],
             latency_p99_ms=[r["p99_us"] / 1000 for r in runs],
             raw=runs,
+            **extra,
         )
 
     def listing(self, target: Target, key: str, scale: int) -> None:

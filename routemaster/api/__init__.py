@@ -16,6 +16,7 @@ import flask
 
 from routemaster.api import (
     changes,
+    console,
     errors,
     explanations,
     handoff,
@@ -59,6 +60,7 @@ def create_app(app: App) -> flask.Flask:
         explanations.blueprint,
         operations.blueprint,
         changes.blueprint,
+        console.blueprint,
     ):
         flask_app.register_blueprint(blueprint)
     _forget_pooled_connections_after_fork(app, hub)

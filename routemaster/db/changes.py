@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -97,23 +98,39 @@ def read_changes(conn: sa.Connection, after: Position, *, machine: str | None, l
     query = _ALL if machine is None else _ONE_MACHINE
     rows = conn.execute(query, params).all()
     horizon = int(rows[0].horizon)
-    changes = [
-        Change(
-            position=Position(int(row.xact), row.id),
-            state_machine=row.state_machine,
-            label=row.label,
-            old_state=row.old_state,
-            new_state=row.new_state,
-            at=row.created,
-            forced=row.forced,
-            reason=row.reason,
-        )
-        for row in rows
-        if row.id is not None
-    ]
+    changes = [_change(row) for row in rows if row.id is not None]
     if len(changes) >= limit:
         return Page(changes, changes[-1].position)
     return Page(changes, max(after, Position(horizon, 0)))
+
+
+def recent_changes(conn: sa.Connection, machine: str, *, limit: int) -> list[Change]:
+    """The machine's latest ``limit`` changes that ``conn`` can see, newest first."""
+    rows = conn.execute(_RECENT, {"sm": machine, "limit": limit}).all()
+    return [_change(row) for row in rows]
+
+
+def _change(row: sa.Row[Any]) -> Change:
+    return Change(
+        position=Position(int(row.xact), row.id),
+        state_machine=row.state_machine,
+        label=row.label,
+        old_state=row.old_state,
+        new_state=row.new_state,
+        at=row.created,
+        forced=row.forced,
+        reason=row.reason,
+    )
+
+
+_RECENT = sa.text(
+    """
+    SELECT CAST(xact_id AS text) AS xact, id, state_machine, label, old_state, new_state,
+           created, forced, reason
+    FROM history WHERE state_machine = :sm
+    ORDER BY xact_id DESC, id DESC LIMIT :limit
+    """
+)
 
 
 def _query(machine_filter: str) -> sa.TextClause:
@@ -151,3 +168,36 @@ def current_position(conn: sa.Connection) -> Position:
 
 
 _HORIZON = sa.text("SELECT CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text)")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Which transactions a read saw: those below ``xmin``, and below ``xmax`` but not running.
+
+    A page that shows counts read in this snapshot and then follows the
+    stream from :attr:`position` skips the changes the snapshot already saw.
+    """
+
+    xmin: int
+    xmax: int
+    running: tuple[int, ...]
+
+    @property
+    def position(self) -> Position:
+        return Position(self.xmin, 0)
+
+    def saw(self, xact: int) -> bool:
+        return xact < self.xmin or (xact < self.xmax and xact not in self.running)
+
+    def __str__(self) -> str:
+        return f"{self.xmin}:{self.xmax}:{','.join(map(str, self.running))}"
+
+
+def snapshot(conn: sa.Connection) -> Snapshot:
+    """The snapshot of ``conn``'s transaction (use REPEATABLE READ to read more in it)."""
+    text = str(conn.execute(_SNAPSHOT).scalar_one())
+    xmin, xmax, running = text.split(":")
+    return Snapshot(int(xmin), int(xmax), tuple(int(x) for x in running.split(",") if x))
+
+
+_SNAPSHOT = sa.text("SELECT CAST(pg_current_snapshot() AS text)")

@@ -101,10 +101,15 @@ def label_counts(engine: sa.Engine, machine: str) -> dict[str, StateCount]:
     States with no labels are absent.
     """
     with engine.connect() as connection:
-        return {
-            row.state: StateCount(row.labels, row.errored)
-            for row in connection.execute(_COUNTS, {"sm": machine})
-        }
+        return count_labels(connection, machine)
+
+
+def count_labels(conn: sa.Connection, machine: str) -> dict[str, StateCount]:
+    """:func:`label_counts` in the caller's transaction (and snapshot)."""
+    return {
+        row.state: StateCount(row.labels, row.errored)
+        for row in conn.execute(_COUNTS, {"sm": machine})
+    }
 
 
 def ping(engine: sa.Engine) -> None:
