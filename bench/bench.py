@@ -28,6 +28,18 @@ from targets import REFERENCE_VENV, REPO, Project, Reference, Target
 
 RECEIVER_PORT = 18089
 STREAMS = 50  # open changes streams in the *_streams50 scenarios
+PATCH_SIZES = [("flat", "1k"), ("flat", "10k"), ("flat", "100k"), ("nested", "1k")]
+PATCH_SIZES += [("nested", "10k"), ("nested", "60k")]
+
+
+def _base36(number: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    text = ""
+    while True:
+        number, remainder = divmod(number, 36)
+        text = digits[remainder] + text
+        if not number:
+            return text
 
 
 @dataclass(frozen=True)
@@ -180,6 +192,7 @@ class Suite:
                     if target.name == "project":  # the reference has no changes stream
                         for base in ("create_c16", "read_c16"):  # each right after its baseline
                             keys.insert(keys.index(base) + 1, f"{base}_streams{STREAMS}")
+                    extra += [f"patch_{shape}_{size}" for shape, size in PATCH_SIZES]
                 if scale == self.p.list_scale:
                     extra += [f"list_full{suffix}", f"list_page{suffix}"]
                     extra += [f"interval_{n // 1000}k" for n in self.p.interval_sizes if n > 2000]
@@ -209,6 +222,8 @@ class Suite:
                         continue
                     if key.startswith("list"):
                         self.listing(target, key, scale)
+                    elif key.startswith("patch_"):
+                        self.patch_keys(target, key)
                     elif key == "action_drain":
                         self.action_drain(target, key)
                     elif key.startswith("action"):
@@ -299,6 +314,41 @@ class Suite:
             raw=runs,
             **extra,
         )
+
+    def patch_keys(self, target: Target, key: str) -> None:
+        """One PATCH of N keys into a label that stores N keys: seconds per request.
+
+        ``flat``: N scalar keys, each replacing a stored one. ``nested``: N
+        objects, each merged one level down into a stored object (the deep
+        merge's costly case). Keys are short (base 36) so 100,000 flat keys fit
+        the default 1 MiB body limit; nested sizes stop where the body would not.
+        """
+        _, shape, size = key.split("_")
+        n = int(size[:-1]) * 1000
+        keys = [_base36(i) for i in range(n)]
+        nested = shape == "nested"
+        stored = {k: ({"m": 1} if nested else 1) for k in keys}
+        patch = {k: ({"n": 2} if nested else 2) for k in keys}
+        body = json.dumps({"metadata": patch}, separators=(",", ":")).encode()
+        expected = {k: ({"m": 1, "n": 2} if nested else 2) for k in keys}
+        conn = http.client.HTTPConnection("127.0.0.1", target.port, timeout=120)
+        times = []
+        for rep in range(max(self.p.reps, 2) + 1):  # the first is a warm-up
+            name = self.tag("p")
+            target.bulk_labels("flow", "start", name, 1, stored)
+            start = time.perf_counter()
+            conn.request("PATCH", f"/state-machines/flow/labels/{name}-0", body=body)
+            response = conn.getresponse()
+            answer = response.read()
+            elapsed = time.perf_counter() - start
+            if response.status != 200:
+                raise RuntimeError(f"PATCH {key}: {response.status} {answer[:200]!r}")
+            if json.loads(answer)["metadata"] != expected:
+                raise RuntimeError(f"PATCH {key}: merged metadata is wrong")
+            if rep:
+                times.append(elapsed)
+        conn.close()
+        self.record(key, target.name, "s", times, keys=n, body_bytes=len(body))
 
     def listing(self, target: Target, key: str, scale: int) -> None:
         """Full listing (time to the last byte) or one page of 100 (latency), sequentially."""

@@ -24,6 +24,12 @@ ORDER = [
     "interval_100k",
     "action_fast",
     "action_flaky",
+    "patch_flat_1k",
+    "patch_flat_10k",
+    "patch_flat_100k",
+    "patch_nested_1k",
+    "patch_nested_10k",
+    "patch_nested_60k",
 ]
 PGBENCH = {"create": "pg_insert", "read": "pg_read"}
 TIME_UNITS = {"s", "ms"}
@@ -160,6 +166,12 @@ def evaluate(results: dict[str, Any], memory: dict[str, dict[str, int]]) -> list
         median(results, "list_page_100k", "project"),
         lambda v: v < 20,
         "< 20 ms",
+    )
+    check(
+        "PATCH of 100,000 keys (deep merge)",
+        median(results, "patch_flat_100k", "project"),
+        lambda v: v < 1,
+        "< 1 s",
     )
     peak = max(memory.get("project", {}).values(), default=None)
     check(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context
 
-from routemaster.db.database import url_from_environment
+from routemaster.db.database import DatabaseURLError, url_from_environment
 from routemaster.db.schema import metadata
 
 target_metadata = metadata
@@ -18,7 +18,10 @@ def run_migrations() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    url = context.config.get_main_option("sqlalchemy.url") or url_from_environment()
+    try:
+        url = context.config.get_main_option("sqlalchemy.url") or url_from_environment()
+    except DatabaseURLError as error:
+        raise SystemExit(str(error)) from None
     if not url:
         raise SystemExit("No database: set DATABASE_URL (or DB_HOST, DB_NAME, DB_USER, ...)")
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)

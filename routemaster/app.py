@@ -17,6 +17,7 @@ import requests
 import sqlalchemy as sa
 
 from routemaster.config.model import Config
+from routemaster.http.client import outbound_session
 from routemaster.logging import BaseLogger
 
 Clock = Callable[[], datetime.datetime]
@@ -30,23 +31,14 @@ def _default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def outbound_session() -> requests.Session:
-    """The keep-alive session for webhooks and feeds.
-
-    ``trust_env`` is off: reading ``~/.netrc`` and the proxy variables on
-    every request was a fifth of a delivery's cost, and webhook receivers are
-    addressed directly.
-    """
-    session = requests.Session()
-    session.trust_env = False
-    return session
-
-
 @dataclass(frozen=True)
 class Settings:
     """Tunables, with production defaults; each is overridable from the environment by the CLI."""
 
     max_request_body: int = 1024 * 1024  # bytes; larger bodies get 413
+    max_json_depth: int = 128  # nesting levels of any JSON body (and of metadata, feeds)
+    statement_timeout: float = 10.0  # seconds any one database statement may run; 0: none
+    max_response_body: int = 1024 * 1024  # bytes read of a webhook or feed answer
     feed_timeout_in_request: float = 2.0  # seconds; a request never waits longer on one feed
     feed_timeout: float = 10.0  # seconds, in the worker
     max_transitions: int = 50  # per processing step, so a config loop cannot spin forever
@@ -70,7 +62,7 @@ class App:
     db: sa.Engine
     settings: Settings = field(default_factory=Settings)
     clock: Clock = utc_now
-    http: requests.Session = field(default_factory=lambda: outbound_session())
+    http: requests.Session = field(default_factory=outbound_session)
     loggers: tuple[BaseLogger, ...] = ()  # the config's logging plugins
 
     def now(self) -> datetime.datetime:

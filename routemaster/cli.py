@@ -24,8 +24,14 @@ from routemaster import __version__
 from routemaster.app import App, Settings
 from routemaster.config import ConfigError, config_warnings, load_config
 from routemaster.config.model import Config
-from routemaster.db.database import create_engine, url_from_environment
+from routemaster.db.database import (
+    DatabaseURLError,
+    create_engine,
+    safe_url,
+    url_from_environment,
+)
 from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable, embedded_database_url
+from routemaster.db.errors import describe_failure
 from routemaster.db.listings import states_in_use
 from routemaster.db.migrate import upgrade
 from routemaster.logging import BaseLogger, PluginError, load_plugins
@@ -59,9 +65,17 @@ def settings_from_environment(environ: Mapping[str, str] | None = None) -> Setti
     return dataclasses.replace(defaults, **overrides)
 
 
+def named_database_url() -> str | None:
+    """``DATABASE_URL`` or ``DB_*`` if set; one clear line (no password) if unusable."""
+    try:
+        return url_from_environment()
+    except DatabaseURLError as error:
+        raise click.ClickException(str(error)) from None
+
+
 def database_url() -> str:
     """The named server (``DATABASE_URL`` or ``DB_*``), else the embedded one."""
-    url = url_from_environment()
+    url = named_database_url()
     if url:
         return url
     try:
@@ -70,10 +84,22 @@ def database_url() -> str:
         raise click.ClickException(str(error)) from error
 
 
+def unreachable(url: str, error: BaseException) -> click.ClickException:
+    """The one line every command prints when the database cannot be used."""
+    detail = describe_failure(error).detail
+    return click.ClickException(f"cannot use the database at {safe_url(url)}: {detail}")
+
+
 def migrate_database(url: str) -> None:
+    """Migrate, or exit with one line saying why the database could not be used.
+
+    No statement timeout here: a migration may legitimately take long.
+    """
     engine = create_engine(url, pool_size=1, max_overflow=0)
     try:
         upgrade(engine)
+    except sa.exc.SQLAlchemyError as error:
+        raise unreachable(url, error) from None
     finally:
         engine.dispose()
 
@@ -205,21 +231,26 @@ def serve(options: _Options, bind: str | None, workers: int | None, threads: int
         from routemaster.api import create_app
 
         # One connection per thread that can be serving a request, one for the streams.
-        engine = create_engine(url, pool_size=worker_threads + 1, max_overflow=4)
+        engine = create_engine(
+            url,
+            pool_size=worker_threads + 1,
+            max_overflow=4,
+            statement_timeout=settings.statement_timeout,
+        )
         return create_app(App(config=config, db=engine, settings=settings, loggers=loggers))
+
+    from routemaster.api.serving import REQUEST_LIMITS, worker_class
 
     server = _GunicornServer(
         {
             "bind": [bind or _default_bind()],
             "workers": workers or _default_workers(),
-            # gunicorn's sync / gthread workers, letting streams leave the worker
-            "worker_class": "routemaster.api.server.StreamingThreadWorker"
-            if worker_threads > 1
-            else "routemaster.api.server.StreamingSyncWorker",
+            "worker_class": worker_class(worker_threads),
             "threads": worker_threads,
             "proc_name": "routemaster",
             "errorlog": "-",
             "loglevel": "info",
+            **REQUEST_LIMITS,
         },
         build,
     )
@@ -237,7 +268,12 @@ def cron(options: _Options) -> None:
     settings = settings_from_environment()
     url = database_url()
     migrate_database(url)
-    engine = create_engine(url, pool_size=5, max_overflow=settings.delivery_concurrency + 5)
+    engine = create_engine(
+        url,
+        pool_size=5,
+        max_overflow=settings.delivery_concurrency + 5,
+        statement_timeout=settings.statement_timeout,
+    )
     try:
         run_worker(App(config=config, db=engine, settings=settings, loggers=loggers))
     finally:
@@ -268,13 +304,11 @@ def validate(options: _Options) -> None:
         sys.exit(1)
     for warning in config_warnings(config):
         click.echo(f"warning: {warning}", err=True)
-    url = url_from_environment()
+    url = named_database_url()
     if url:
         present = _label_states(url)
-        if present is None:
-            click.echo(
-                "warning: database not reachable or not migrated; labels not checked", err=True
-            )
+        if isinstance(present, str):
+            click.echo(f"warning: {present}; labels not checked", err=True)
         else:
             stale = stale_states(config, present)
             if stale:
@@ -285,12 +319,13 @@ def validate(options: _Options) -> None:
     click.echo(f"Config valid: {len(config.state_machines)} state machines")
 
 
-def _label_states(url: str) -> list[tuple[str, str]] | None:
+def _label_states(url: str) -> list[tuple[str, str]] | str:
+    """The (machine, state) pairs holding labels, or why they could not be read."""
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool, connect_args={"connect_timeout": 5})
     try:
         return states_in_use(engine)
-    except sa.exc.DBAPIError:
-        return None
+    except sa.exc.SQLAlchemyError as error:
+        return f"database at {safe_url(url)} not usable ({describe_failure(error).detail})"
     finally:
         engine.dispose()
 

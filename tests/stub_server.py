@@ -20,6 +20,7 @@ class Reply:
     status: int = 200
     body: bytes = b"{}"
     delay: float = 0.0  # seconds to wait before answering (to provoke timeouts)
+    headers: tuple[tuple[str, str], ...] = ()  # extra response headers (Location, ...)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,8 @@ class StubServer:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(reply.body)))
+                    for name, value in reply.headers:
+                        self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(reply.body)
                 except (BrokenPipeError, ConnectionResetError):

@@ -11,14 +11,14 @@ in id order. The default is set after the column exists so that adding the
 column rewrites nothing.
 
 Revision ID: 0005
-Revises: 0002
+Revises: 0003
 Create Date: 2026-11-22
 """
 
 from alembic import op
 
 revision = "0005"
-down_revision = "0002"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 

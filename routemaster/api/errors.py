@@ -9,7 +9,9 @@ import sqlalchemy as sa
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
+from routemaster.api.extension import routemaster_app
 from routemaster.api.responses import json_response
+from routemaster.db.errors import DatabaseFailure, Kind, describe_failure
 from routemaster.labels import LabelDeleted, LabelExists, LabelNotFound
 
 logger = logging.getLogger(__name__)
@@ -22,9 +24,7 @@ def register_error_handlers(flask_app: flask.Flask) -> None:
     flask_app.register_error_handler(LabelExists, _label_exists)
     flask_app.register_error_handler(LabelNotFound, _label_not_found)
     flask_app.register_error_handler(LabelDeleted, _label_deleted)
-    flask_app.register_error_handler(sa.exc.DataError, _data_refused)
-    flask_app.register_error_handler(sa.exc.OperationalError, _database_unavailable)
-    flask_app.register_error_handler(sa.exc.TimeoutError, _database_unavailable)
+    flask_app.register_error_handler(sa.exc.SQLAlchemyError, _database_error)
     flask_app.register_error_handler(Exception, _unexpected)
 
 
@@ -47,16 +47,40 @@ def _label_deleted(error: LabelDeleted) -> flask.Response:
     return json_response({"message": f"Label {str(error)!r} has been deleted."}, 410)
 
 
-def _data_refused(error: sa.exc.DataError) -> flask.Response:
-    """Values PostgreSQL cannot store (e.g. ``\\u0000`` in JSON) are the client's error."""
-    diag = getattr(error.orig, "diag", None)
-    detail = getattr(diag, "message_primary", None) or "invalid value"
-    return json_response({"message": f"The database refused a value: {detail}."}, 400)
+def _database_error(error: sa.exc.SQLAlchemyError) -> flask.Response:
+    """A JSON answer saying what the database did, with no SQL, parameters or address.
+
+    503 "Cannot connect to database" means exactly that the server could not
+    be reached; every other failure gets its own status and message. One
+    log line per failure, without the statement.
+    """
+    failure = describe_failure(error)
+    status, message = _answer(failure)
+    if status >= 500:
+        logger.warning("%s %s: %s", flask.request.method, flask.request.path, failure.log_line())
+    else:
+        logger.info("%s %s: %s", flask.request.method, flask.request.path, failure.log_line())
+    return json_response({"message": message}, status)
 
 
-def _database_unavailable(error: Exception) -> flask.Response:
-    logger.warning("database unavailable: %s", error)
-    return json_response({"message": DATABASE_UNAVAILABLE}, 503)
+def _answer(failure: DatabaseFailure) -> tuple[int, str]:
+    if failure.kind is Kind.UNREACHABLE:
+        return 503, DATABASE_UNAVAILABLE
+    if failure.kind is Kind.BUSY:
+        return 503, "The database is busy: no connection became free in time. Try again."
+    if failure.kind is Kind.TIMEOUT:
+        limit = routemaster_app().settings.statement_timeout
+        return 504, (
+            f"The database did not finish within the statement timeout ({limit:g} s) "
+            "and the statement was cancelled; nothing was changed."
+        )
+    if failure.kind is Kind.REFUSED:
+        return 400, f"The database refused a value: {failure.detail}."
+    if failure.kind is Kind.TOO_LARGE:
+        return 413, f"The request exceeds a database limit: {failure.detail}."
+    if failure.kind is Kind.CONFLICT:
+        return 409, "A concurrent change conflicted with this request; nothing was changed. Retry."
+    return 500, f"Database error ({failure.sqlstate or failure.detail}); nothing was changed."
 
 
 def _unexpected(error: Exception) -> flask.Response:

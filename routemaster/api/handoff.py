@@ -1,6 +1,6 @@
 """Taking a stream's connection away from the HTTP server, so no request worker waits on it.
 
-Our gunicorn workers (:mod:`routemaster.api.server`) hand each request's
+Our gunicorn workers (:mod:`routemaster.api.serving`) hand each request's
 socket to the application wrapped in a :class:`TakeableSocket`. When the
 response is a changes stream that started well (200), :func:`call` writes
 the response head itself, gives the socket to the stream hub, and returns

@@ -14,9 +14,10 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import flask
-from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
+from werkzeug.exceptions import BadRequest
 
 from routemaster import labels as label_core
+from routemaster.api.bodies import check_query, json_body
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.paths import link
 from routemaster.api.responses import isoformat, json_response
@@ -31,6 +32,7 @@ MAX_PAGE_SIZE = 10_000
 STREAM_BATCH = 1_000
 
 LABEL = "/state-machines/<name:sm>/labels/<name:label>"
+LISTING_PARAMETERS = ("state", "after", "limit", "errored", "prefix")
 
 
 @blueprint.get("/state-machines/<name:sm>/labels")
@@ -42,15 +44,13 @@ def list_labels(sm: str) -> flask.Response:
     """
     app = routemaster_app()
     machine = machine_or_404(app, sm)
+    check_query(LISTING_PARAMETERS)
     args = flask.request.args
     state = args.get("state")
     after = args.get("after", "")
     prefix = args.get("prefix", "")
     errored = _flag(args.get("errored"), "errored")
     limit = _page_size(args.get("limit"))
-    for value in (state, after, prefix):
-        if value is not None and "\x00" in value:
-            raise BadRequest("Query parameters cannot contain NUL characters.")
     create = link("state-machines", machine.name, "labels") + "/:name"
 
     def page(start: str, size: int) -> list[tuple[str, str]]:
@@ -113,7 +113,7 @@ def create_label(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
     check_label_name(label)
-    metadata = metadata_from_body(app.settings.max_request_body)
+    metadata = metadata_from_body()
     return json_response(label_body(label_core.create_label(app, machine, label, metadata)), 201)
 
 
@@ -128,7 +128,7 @@ def update_label(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
     check_label_name(label)
-    patch = metadata_from_body(app.settings.max_request_body)
+    patch = metadata_from_body()
     return json_response(label_body(label_core.update_metadata(app, machine, label, patch)))
 
 
@@ -194,15 +194,13 @@ def check_label_name(name: str) -> None:
         raise BadRequest("Label names cannot contain NUL characters.")
 
 
-def metadata_from_body(limit: int) -> dict[str, Any]:
-    """The object in a ``{"metadata": {...}}`` body, or 400 / 413 saying what is wrong."""
-    request = flask.request
-    if request.content_length is not None and request.content_length > limit:
-        raise RequestEntityTooLarge(f"Request bodies are limited to {limit} bytes.")
-    try:
-        body = json.loads(request.get_data(cache=False), parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
-        raise BadRequest("The request body is not valid JSON.") from None
+def metadata_from_body() -> dict[str, Any]:
+    """The object in a ``{"metadata": {...}}`` body, or 400 / 413 saying what is wrong.
+
+    The depth limit applies to the metadata itself: the wrapping object is
+    not counted, so metadata may nest exactly ``max_json_depth`` levels.
+    """
+    body = json_body(wrapper_levels=1)
     if not isinstance(body, dict):
         raise BadRequest('The request body must be a JSON object like {"metadata": {...}}.')
     if "metadata" not in body:
@@ -211,10 +209,6 @@ def metadata_from_body(limit: int) -> dict[str, Any]:
     if not isinstance(metadata, dict):
         raise BadRequest('"metadata" must be a JSON object.')
     return metadata
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _flag(raw: str | None, name: str) -> bool:

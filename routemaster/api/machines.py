@@ -6,6 +6,7 @@ from typing import Any
 
 import flask
 
+from routemaster.api.bodies import check_query
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.paths import link
 from routemaster.api.responses import json_response
@@ -17,6 +18,7 @@ blueprint = flask.Blueprint("machines", __name__)
 
 @blueprint.get("/state-machines")
 def list_machines() -> flask.Response:
+    check_query(())
     machines = routemaster_app().config.state_machines
     return json_response(
         {

@@ -7,13 +7,13 @@ recorded in the label's history as forced, with the given reason.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import flask
 from werkzeug.exceptions import BadRequest, Conflict
 
 from routemaster import labels as label_core
+from routemaster.api.bodies import json_body
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, check_label_name, label_body
 from routemaster.api.responses import json_response
@@ -69,14 +69,14 @@ def _run(command: Any) -> flask.Response:
 
 
 def _command_body() -> dict[str, Any]:
-    """An optional JSON object; ``reason``, when given, must be a string."""
-    raw = flask.request.get_data(cache=False)
-    if not raw.strip():
+    """An optional JSON object; ``reason``, when given, must be a string.
+
+    Parsed like every body (size, depth, no ``\\u0000`` or unpaired
+    surrogates), so a reason can always be stored in history.
+    """
+    body = json_body(optional=True)
+    if body is None:
         return {}
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise BadRequest("The request body is not valid JSON.") from None
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
     if body.get("reason") is not None and not isinstance(body["reason"], str):

@@ -10,7 +10,7 @@ streams get a comment line every ``stream_heartbeat`` seconds, which keeps
 proxies from closing them and tells the hub when a client has gone.
 
 Where the bytes go is a sink. Under our gunicorn workers
-(:mod:`routemaster.api.server`) the stream's socket is taken from the
+(:mod:`routemaster.api.serving`) the stream's socket is taken from the
 request worker and written by the hub thread, without blocking, so an open
 stream holds no request worker at all. Under any other WSGI server the
 response body is a generator fed by the hub, and the server's thread
@@ -165,7 +165,7 @@ class _SocketSink:
 @dataclass(eq=False)
 class _Subscriber:
     machine: str | None
-    cursor: Position
+    reached: Position
     sink: _Sink
     last_sent: float = field(default_factory=time.monotonic)
 
@@ -312,18 +312,18 @@ class ChangeHub:
         groups: dict[tuple[str | None, Position], list[_Subscriber]] = {}
         for subscriber in subscribers:
             if subscriber.sink.backlog() < HIGH_WATER:
-                groups.setdefault((subscriber.machine, subscriber.cursor), []).append(subscriber)
+                groups.setdefault((subscriber.machine, subscriber.reached), []).append(subscriber)
         more = False
         try:
             with self._engine.connect() as conn:
-                for (machine, cursor), members in groups.items():
-                    page = read_changes(conn, cursor, machine=machine, limit=PAGE)
+                for (machine, reached), members in groups.items():
+                    page = read_changes(conn, reached, machine=machine, limit=PAGE)
                     data = b"".join(encode(change) for change in page.changes)
                     for member in members:
                         if data:
                             member.sink.send(data)
                             member.last_sent = now
-                        member.cursor = page.cursor
+                        member.reached = page.reached
                     more = more or len(page.changes) >= PAGE
         except sa.exc.SQLAlchemyError as error:
             logger.warning("changes streams cannot read the database: %s", error)

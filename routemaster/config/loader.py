@@ -14,6 +14,12 @@ from typing import Any
 
 import yaml
 
+from routemaster.config.bounds import (
+    DepthLimitedComposer,
+    expansion_problem,
+    read_text,
+    reader_problem,
+)
 from routemaster.config.compiler import compile_config
 from routemaster.config.errors import ConfigError, ConfigProblem
 from routemaster.config.model import Config
@@ -28,11 +34,12 @@ _VALUE = "tag:yaml.org,2002:value"
 _MERGE = "tag:yaml.org,2002:merge"
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(DepthLimitedComposer, yaml.SafeLoader):
     """SafeLoader minus YAML 1.1 surprises: ``18:30`` stays text, dates stay text.
 
     Base-60 numbers and timestamps are dropped so ``time: 18:30`` is the string
-    a user meant and every value is JSON-like (metadata is JSON).
+    a user meant and every value is JSON-like (metadata is JSON). Nesting is
+    limited (:mod:`routemaster.config.bounds`).
     """
 
 
@@ -106,16 +113,22 @@ def read_yaml(path: str | Path) -> tuple[Any, SourceMap, list[ConfigProblem]]:
     """Parse one file safely, with the position of every key, item and scalar."""
     file = str(path)
     source = SourceMap(default_file=file)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        return None, source, [ConfigProblem(file, "", None, None, f"cannot read file: {error}")]
+    text, unreadable = read_text(path)
+    if text is None:
+        assert unreadable is not None
+        return None, source, [unreadable]
     source.texts[file] = text.splitlines()
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as error:
+        return None, source, [reader_problem(file, text, error)]
     try:
         node = loader.get_single_node()
         if node is None:
             return None, source, []
+        expands = expansion_problem(file, node)
+        if expands is not None:
+            return None, source, [expands]
         problems: list[ConfigProblem] = []
         _check_duplicate_keys(node, (), file, problems, set())
         if problems:
@@ -127,6 +140,8 @@ def read_yaml(path: str | Path) -> tuple[Any, SourceMap, list[ConfigProblem]]:
             return None, source, problems
     except yaml.MarkedYAMLError as error:
         return None, source, [_yaml_problem(file, error)]
+    except yaml.reader.ReaderError as error:
+        return None, source, [reader_problem(file, text, error)]
     except RecursionError:
         return None, source, [ConfigProblem(file, "", None, None, "the YAML nests too deeply")]
     finally:

@@ -24,6 +24,7 @@ from routemaster.config.formats import (
     split_path,
 )
 from routemaster.config.model import Config, Gate
+from routemaster.config.patterns import pattern_problems
 from routemaster.config.source import ConfigPath, ScalarMark, SourceMap
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
 
@@ -87,9 +88,11 @@ class _Checker:
     def machine(self, name: str, machine: dict[str, Any]) -> None:
         path: ConfigPath = ("state_machines", name)
         feeds = self.feeds(path, _list(machine.get("feeds")))
+        templates = _url_templates(machine)
         for index, rule in enumerate(_list(machine.get("webhooks"))):
             if isinstance(rule, dict) and isinstance(rule.get("match"), str):
-                self.regex((*path, "webhooks", index, "match"), rule["match"])
+                for problem in pattern_problems(rule["match"], templates):
+                    self.report((*path, "webhooks", index, "match"), problem)
         self.signing(name, path, machine)
         self.retry((*path, "retry"), machine.get("retry"))
         states = _list(machine.get("states"))
@@ -143,12 +146,6 @@ class _Checker:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             self.report(path, f"expected an http:// or https:// URL, got {url!r}")
-
-    def regex(self, path: ConfigPath, pattern: str) -> None:
-        try:
-            re.compile(pattern)
-        except re.error as error:
-            self.report(path, f"invalid regular expression {pattern!r}: {error}")
 
     def signing(self, name: str, path: ConfigPath, machine: dict[str, Any]) -> None:
         variable = machine.get("signing_secret_env")
@@ -433,3 +430,12 @@ def _state_name(state: dict[str, Any]) -> str | None:
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
+
+
+def _url_templates(machine: dict[str, Any]) -> list[str]:
+    """Every URL template of the machine (feeds, action webhooks): what header rules match."""
+    feeds = [feed.get("url") for feed in _list(machine.get("feeds")) if isinstance(feed, dict)]
+    hooks = [
+        state.get("webhook") for state in _list(machine.get("states")) if isinstance(state, dict)
+    ]
+    return [url for url in (*feeds, *hooks) if isinstance(url, str)]

@@ -84,7 +84,7 @@ class Page:
     """Changes after a position, and where the next read starts."""
 
     changes: list[Change]
-    cursor: Position  # every change up to here has been returned (or filtered out)
+    reached: Position  # every change up to here has been returned (or filtered out)
 
 
 def read_changes(conn: sa.Connection, after: Position, *, machine: str | None, limit: int) -> Page:

@@ -12,26 +12,63 @@ from sqlalchemy.engine import URL
 from sqlalchemy.pool import ConnectionPoolEntry
 
 
+class DatabaseURLError(ValueError):
+    """The configured database URL cannot be used; the message never holds the password."""
+
+
 def url_from_environment(environ: Mapping[str, str] | None = None) -> str | None:
     """``DATABASE_URL``, else the reference's ``DB_*`` variables, else ``None``.
 
     ``None`` means "no server was named": the CLI then falls back to the
-    embedded PostgreSQL (see :mod:`routemaster.db.embedded`).
+    embedded PostgreSQL (see :mod:`routemaster.db.embedded`). A URL that
+    cannot be used raises :class:`DatabaseURLError`.
     """
     env = os.environ if environ is None else environ
     url = env.get("DATABASE_URL")
     if url:
-        return normalise_url(url)
+        return checked_url(url, "DATABASE_URL")
     if any(env.get(key) for key in ("DB_HOST", "DB_NAME", "DB_USER")):
+        port = env.get("DB_PORT") or None
+        if port is not None and not port.isdigit():
+            raise DatabaseURLError(f"DB_PORT must be a port number, got {port!r}")
         return URL.create(
             "postgresql+psycopg2",
             username=env.get("DB_USER") or None,
             password=env.get("DB_PASS") or None,
             host=env.get("DB_HOST") or None,
-            port=int(env["DB_PORT"]) if env.get("DB_PORT") else None,
+            port=int(port) if port else None,
             database=env.get("DB_NAME") or None,
         ).render_as_string(hide_password=False)
     return None
+
+
+def checked_url(url: str, name: str = "the database URL") -> str:
+    """``url`` normalised, or :class:`DatabaseURLError` saying (without the URL) what is wrong."""
+    normalised = normalise_url(url)
+    try:
+        parsed = sa.engine.make_url(normalised)
+    except sa.exc.ArgumentError:
+        raise DatabaseURLError(
+            f"{name} is not a database URL like postgresql://user:password@host:5432/database"
+        ) from None
+    except ValueError:
+        raise DatabaseURLError(
+            f"{name} is not a valid database URL: its host or port cannot be read"
+        ) from None
+    if parsed.get_backend_name() != "postgresql":
+        raise DatabaseURLError(
+            f"{name} must name a PostgreSQL database (postgresql://...), "
+            f"not {parsed.get_backend_name()!r}"
+        )
+    return normalised
+
+
+def safe_url(url: str) -> str:
+    """``url`` with the password masked, for messages."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except (sa.exc.ArgumentError, ValueError):
+        return "<unreadable URL>"
 
 
 def normalise_url(url: str) -> str:
@@ -44,9 +81,19 @@ def normalise_url(url: str) -> str:
 
 
 def create_engine(
-    url: str, *, pool_size: int = 5, max_overflow: int = 10, idle_ping_after: float = 1.0
+    url: str,
+    *,
+    pool_size: int = 5,
+    max_overflow: int = 10,
+    idle_ping_after: float = 1.0,
+    statement_timeout: float | None = None,
 ) -> sa.Engine:
     """A pooled engine that survives a database restart without a restart of its own.
+
+    ``statement_timeout`` (seconds; ``None`` or 0: none) is set on every
+    connection, so no statement (a huge merge, a wait on a lock) runs away
+    with a connection and a row lock. Parameters are left out of exception
+    texts: they are label metadata and belong in no log.
 
     A connection that sat idle in the pool for ``idle_ping_after`` seconds is
     pinged before use (a dead one is replaced); a busy one is not, so the ping
@@ -59,9 +106,22 @@ def create_engine(
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_recycle=3600,
+        hide_parameters=True,
+        connect_args=statement_timeout_options(url, statement_timeout),
     )
     _ping_connections_idle_for(engine, idle_ping_after)
     return engine
+
+
+def statement_timeout_options(url: str, seconds: float | None) -> dict[str, str]:
+    """libpq ``options`` that set ``statement_timeout``, kept with any the URL already gives."""
+    if not seconds:
+        return {}
+    setting = f"-c statement_timeout={max(1, round(seconds * 1000))}"
+    given = sa.engine.make_url(normalise_url(url)).query.get("options")
+    if isinstance(given, tuple):
+        given = " ".join(given)
+    return {"options": f"{given} {setting}" if given else setting}
 
 
 def _ping_connections_idle_for(engine: sa.Engine, seconds: float) -> None:

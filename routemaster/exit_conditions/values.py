@@ -92,8 +92,16 @@ def as_datetime(value: Any) -> datetime.datetime | None:
     return None
 
 
-def to_json(value: Any) -> Any:
-    """A JSON-safe rendering of a value, for explanations."""
+MAX_RENDER_DEPTH = 256
+
+
+def to_json(value: Any, depth: int = 0) -> Any:
+    """A JSON-safe rendering of a value, for explanations.
+
+    Containers nested deeper than :data:`MAX_RENDER_DEPTH` are summarised
+    instead of rendered, so no value (stored before a depth limit, or
+    handed in by a caller) can make the rendering recurse without bound.
+    """
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
@@ -102,10 +110,12 @@ def to_json(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, datetime.timedelta):
         return format_duration(value)
+    if isinstance(value, (Mapping, list, tuple)) and depth >= MAX_RENDER_DEPTH:
+        return f"<{type(value).__name__} nested deeper than {MAX_RENDER_DEPTH} levels>"
     if isinstance(value, Mapping):
-        return {str(key): to_json(item) for key, item in value.items()}
+        return {str(key): to_json(item, depth + 1) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [to_json(item) for item in value]
+        return [to_json(item, depth + 1) for item in value]
     return repr(value)
 
 

@@ -6,15 +6,21 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urljoin
 
 import requests
 
 from routemaster.config.model import StateMachine
 from routemaster.exit_conditions.context import FeedUnavailable
+from routemaster.http.client import DEFAULT_MAX_RESPONSE_BYTES, OutboundError, send
 from routemaster.http.headers import headers_for
-from routemaster.http.urls import render_url
+from routemaster.http.urls import origin, render_url
+from routemaster.limits import DEFAULT_MAX_DEPTH, JSONRejected, parse_json
 
 logger = logging.getLogger(__name__)
+
+MAX_REDIRECTS = 5
+_REDIRECTS = {301, 302, 303, 307, 308}
 
 FeedObserver = Callable[[str, int | None, float], None]
 """Told of every fetch: the URL, the status (``None``: no answer) and the seconds it took."""
@@ -28,47 +34,83 @@ def fetch_feed(
     *,
     timeout: float,
     observe: FeedObserver | None = None,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> Any:
     """The decoded JSON body of ``feed_name`` for ``label``.
 
-    Any failure (network, timeout, non-2xx status, a body that is not JSON)
-    raises :class:`FeedUnavailable` naming the URL and the status, so the
-    evaluation decides nothing and the label stays in its gate to be retried.
+    ``timeout`` is one total deadline for the whole fetch, redirects
+    included. Redirects (up to :data:`MAX_REDIRECTS`) are followed; the
+    configured headers (the secrets of ``webhooks`` rules) go only to the
+    origin of the configured URL, never to another one a redirect names.
+    Anything unusable raises :class:`FeedUnavailable` naming the URL and the
+    problem, so the evaluation decides nothing and the label stays in its
+    gate to be retried: no answer in time, a non-2xx status, a body over
+    ``max_response_bytes``, not JSON, or JSON nested deeper than ``max_depth``.
     """
-    url = render_url(machine.feed(feed_name).url, label=label, state_machine=machine.name)
-    headers = {"Accept": "application/json", **headers_for(machine, url)}
+    template = machine.feed(feed_name).url
+    url = render_url(template, label=label, state_machine=machine.name)
+    secrets = headers_for(machine, template)
+    home = _origin(url)
     started = time.monotonic()
-    try:
-        response = session.get(url, headers=headers, timeout=timeout)
-    except requests.RequestException as exc:
+    deadline = started + timeout
+    for _ in range(MAX_REDIRECTS + 1):
+        headers = {"Accept": "application/json", **(secrets if _origin(url) == home else {})}
+        try:
+            answer = send(
+                session,
+                "GET",
+                url,
+                headers=headers,
+                deadline=deadline,
+                max_response_bytes=max_response_bytes,
+            )
+        except OutboundError as error:
+            if observe is not None:
+                observe(url, None, time.monotonic() - started)
+            raise _unavailable(machine, feed_name, label, url, str(error)) from None
         if observe is not None:
-            observe(url, None, time.monotonic() - started)
+            observe(url, answer.status, time.monotonic() - started)
+        location = answer.headers.get("Location")
+        if answer.status not in _REDIRECTS or not location:
+            break
+        url = urljoin(url, location)
+        if _origin(url)[0] not in ("http", "https"):
+            raise _unavailable(
+                machine, feed_name, label, url, "redirected to a URL that is not http(s)"
+            )
+    else:
+        raise _unavailable(machine, feed_name, label, url, f"over {MAX_REDIRECTS} redirects")
+    if not 200 <= answer.status < 300:
+        raise _unavailable(machine, feed_name, label, url, f"returned status {answer.status}")
+    if not answer.complete:
         raise _unavailable(
-            machine, feed_name, label, url, f"failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    if observe is not None:
-        observe(url, response.status_code, time.monotonic() - started)
-    if not 200 <= response.status_code < 300:
-        raise _unavailable(
-            machine, feed_name, label, url, f"returned status {response.status_code}"
+            machine, feed_name, label, url, f"answered more than {max_response_bytes} bytes"
         )
     try:
-        return response.json()
-    except ValueError:
+        return parse_json(answer.body, max_depth=max_depth)
+    except JSONRejected as error:
         raise _unavailable(
             machine,
             feed_name,
             label,
             url,
-            f"returned status {response.status_code} with a body that is not JSON",
+            f"returned status {answer.status} with a body that is {error}",
         ) from None
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    try:
+        return origin(url)
+    except ValueError:  # an invalid port
+        return ("", "", None)
 
 
 def _unavailable(
     machine: StateMachine, feed: str, label: str, url: str, problem: str
 ) -> FeedUnavailable:
     """The exception to raise, logged here with the URL and status (once per failure)."""
-    reason = f"GET {url} {problem}"
+    reason = problem if problem.startswith("GET ") else f"GET {url} {problem}"
     logger.warning(
         "feed unavailable: %s",
         reason,

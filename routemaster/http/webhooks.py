@@ -7,18 +7,17 @@ import enum
 import hashlib
 import hmac
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import requests
 
-from routemaster import __version__
 from routemaster.config.model import Action, StateMachine
+from routemaster.http.client import DEFAULT_MAX_RESPONSE_BYTES, OutboundError, send
 from routemaster.http.headers import headers_for
 from routemaster.http.urls import render_url
-
-USER_AGENT = f"routemaster/{__version__}"
 
 
 class Outcome(enum.Enum):
@@ -56,11 +55,12 @@ def build_request(
     ``token`` (the entry's history id) is the same for every retry of that
     entry, so receivers can deduplicate. The protocol headers are applied
     after the configured ``webhooks`` headers so configuration cannot break
-    the idempotency token or the signature.
+    the idempotency token or the signature. The rules are matched against
+    the configured URL template, never the URL with the label in it.
     """
     url = render_url(action.webhook, label=label, state_machine=machine.name)
     body = json.dumps({"label": label, "metadata": metadata}, separators=(",", ":")).encode()
-    headers = headers_for(machine, url)
+    headers = headers_for(machine, action.webhook)
     headers["Content-Type"] = "application/json"
     headers["X-Idempotency-Token"] = token
     if machine.signing_secret is not None:
@@ -89,35 +89,38 @@ def _signing_key(secret: str) -> bytes:
 
 
 def deliver(
-    session: requests.Session, request: WebhookRequest, *, timeout: float
+    session: requests.Session,
+    request: WebhookRequest,
+    *,
+    timeout: float,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
 ) -> DeliveryResult:
     """POST ``request`` once and classify the answer; never raises for HTTP trouble.
 
-    Sent straight through the session's connection pool (its adapter): no
-    cookies, no redirects (a 3xx is not a 2xx, so it is retried), none of the
-    per-request setting merges that cost a third of a delivery's time.
+    ``timeout`` is a total deadline (connect, send, status, headers, body).
+    The answer's body is read up to ``max_response_bytes`` and then dropped
+    with the connection. Redirects are not followed: a 3xx is not a 2xx, so
+    it is retried like any other failure, and the headers (secrets) of the
+    configured URL never travel to where it points.
     """
     try:
-        prepared = requests.PreparedRequest()
-        prepared.prepare(
-            method="POST",
-            url=request.url,
-            headers={"User-Agent": USER_AGENT, **request.headers},
-            data=request.body,
-        )
-        response = session.get_adapter(request.url).send(prepared, timeout=timeout)
-    except requests.RequestException as exc:
-        return DeliveryResult(
-            Outcome.FAILED,
+        answer = send(
+            session,
+            "POST",
             request.url,
-            error=f"POST {request.url} failed: {type(exc).__name__}: {exc}",
+            headers=request.headers,
+            body=request.body,
+            deadline=time.monotonic() + timeout,
+            max_response_bytes=max_response_bytes,
         )
-    # Drain the body so the connection goes back to the keep-alive pool.
-    response.content  # noqa: B018
-    status = response.status_code
+    except OutboundError as failure:
+        return DeliveryResult(Outcome.FAILED, request.url, error=str(failure))
+    status = answer.status
     if 200 <= status < 300:
         return DeliveryResult(Outcome.DELIVERED, request.url, status)
     error = f"POST {request.url} returned status {status}"
+    if 300 <= status < 400:
+        error += f" (redirects are not followed; Location: {answer.headers.get('Location')})"
     if status == 410:
         return DeliveryResult(Outcome.GONE, request.url, status, error)
     return DeliveryResult(Outcome.FAILED, request.url, status, error)

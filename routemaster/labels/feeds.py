@@ -35,6 +35,8 @@ class FeedFetcher:
                     self._label,
                     timeout=self._timeout,
                     observe=self._observe(feed),
+                    max_response_bytes=self._app.settings.max_response_body,
+                    max_depth=self._app.settings.max_json_depth,
                 )
             except FeedUnavailable as failure:
                 self._failures[feed] = failure

@@ -40,10 +40,8 @@ class Plan:
 
     states: tuple[str, ...] = ()
     ends_in_action: bool = False  # the last state is an action: its webhook is owed
-    # The evaluation after the moves could not read a feed: which one, and every feed
-    # that evaluation may read (to fetch them together before planning again).
+    # The evaluation after the moves could not read this feed: fetch, then plan again.
     feed_missing: FeedUnavailable | None = None
-    feeds_wanted: frozenset[str] = frozenset()
 
     @property
     def moves(self) -> bool:
@@ -100,10 +98,7 @@ def plan_moves(
                 break
             destination = choose_next_state(state.next_states, context)
         except FeedUnavailable as missing:
-            wanted = frozenset({missing.feed})
-            if isinstance(state, Gate):
-                wanted |= state.exit_condition.feeds
-            return Plan(tuple(states), _is_action(machine, states), missing, wanted)
+            return Plan(tuple(states), _is_action(machine, states), missing)
         if destination is None:
             break
         states.append(destination)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,7 +56,18 @@ def what_evaluates(gate: Gate) -> str | None:
         if isinstance(trigger, MetadataTrigger):
             events.append("an update whose body sets metadata." + ".".join(trigger.path))
         elif isinstance(trigger, IntervalTrigger):
-            events.append(f"the interval trigger (every {trigger.interval})")
+            events.append(f"the interval trigger (every {_duration(trigger.interval)})")
         elif isinstance(trigger, TimeTrigger):
             events.append(f"the daily time trigger ({trigger.time.isoformat('minutes')})")
     return " or ".join(events) or None
+
+
+def _duration(interval: datetime.timedelta) -> str:
+    """``1h30m`` rather than ``1:30:00``: as durations are written in the configuration."""
+    seconds = int(interval.total_seconds())
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts) or "0s"

@@ -42,7 +42,12 @@ def deliver_claim(app: App, claim: Claim, rng: random.Random) -> bool:
         timestamp=int(app.now().timestamp()),
     )
     started = time.monotonic()
-    result = deliver(app.http, request, timeout=policy.timeout.total_seconds())
+    result = deliver(
+        app.http,
+        request,
+        timeout=policy.timeout.total_seconds(),
+        max_response_bytes=app.settings.max_response_body,
+    )
     for plugin in app.loggers:
         plugin.webhook_called(
             state_machine=claim.state_machine,

@@ -14,7 +14,6 @@ import random
 import threading
 import time
 
-import requests.adapters
 import schedule
 import sqlalchemy as sa
 
@@ -23,6 +22,7 @@ from routemaster.config.model import Action, Gate
 from routemaster.db import claims as work
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.notifications import DueListener
+from routemaster.http.client import BoundedAdapter
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
 from routemaster.worker.slots import Slots
@@ -51,9 +51,8 @@ class Worker:
         # A third of the lease: two renewals may fail before another worker could take over.
         renew_every = max(1, int(app.settings.lease.total_seconds() / 3))
         self._jobs.every(renew_every).seconds.do(self.renew_leases)
-        adapter = requests.adapters.HTTPAdapter(
-            pool_connections=self._slots.size, pool_maxsize=self._slots.size
-        )
+        # Bounded: every webhook and feed call has one total deadline (routemaster.http).
+        adapter = BoundedAdapter(pool_connections=self._slots.size, pool_maxsize=self._slots.size)
         app.http.mount("http://", adapter)
         app.http.mount("https://", adapter)
 

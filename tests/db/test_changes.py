@@ -84,7 +84,7 @@ def test_created_moved_forced_and_deleted_entries_come_out_with_their_kind(
     ]
     assert {c.label for c in page.changes} == {"ann"}
     assert [c.position for c in page.changes] == sorted(c.position for c in page.changes)
-    assert _read_all(db_engine, page.cursor).changes == []
+    assert _read_all(db_engine, page.reached).changes == []
 
 
 def test_a_machine_filter_returns_only_that_machine(db_engine: sa.Engine) -> None:
@@ -107,7 +107,7 @@ def test_pages_resume_exactly_after_the_last_position(db_engine: sa.Engine) -> N
         with db_engine.connect() as conn:
             page = read_changes(conn, cursor, machine=None, limit=3)
         seen += [c.label for c in page.changes]
-        cursor = page.cursor
+        cursor = page.reached
     assert seen == [f"l{n}" for n in range(7)]
 
 
@@ -132,7 +132,7 @@ def test_a_change_committed_after_a_later_one_is_not_skipped(
 
     early_tx.commit()
     early.close()
-    after = _read_once_visible(db_engine, while_open.cursor, 2)
+    after = _read_once_visible(db_engine, while_open.reached, 2)
     assert [c.label for c in after.changes] == ["early", "late"]
 
 
@@ -176,7 +176,7 @@ def test_concurrent_writers_committing_out_of_order_are_read_once_each_in_a_fixe
                 with db_engine.connect() as conn:
                     page = read_changes(conn, cursor, machine=None, limit=5)
                 received.extend((c.position, c.position.id) for c in page.changes)
-                cursor = page.cursor
+                cursor = page.reached
         except BaseException as error:
             failures.append(error)
 

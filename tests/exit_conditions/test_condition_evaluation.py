@@ -275,3 +275,14 @@ def test_canonical_form() -> None:
         "((metadata.a = 1.5) and ((not metadata.b) or (1d12h has not passed since metadata.t))"
         ' and ("x\\"y" is not in metadata.l) and (system.time >= 18:30:05) and (null is defined))'
     )
+
+
+def test_explaining_a_value_nested_without_limit_is_bounded(make_context: MakeContext) -> None:
+    deep: object = "leaf"
+    for _ in range(50_000):
+        deep = [deep]
+    explanation = compile_condition("metadata.deep = 1").explain(make_context({"deep": deep}))
+    assert explanation.result is False
+    document = explanation.to_json()
+    rendered = json.dumps(document)  # no RecursionError rendering or encoding it
+    assert "nested deeper than 256 levels" in rendered

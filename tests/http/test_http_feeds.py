@@ -45,8 +45,8 @@ def test_sends_headers_of_matching_rules_only(stub: StubServer) -> None:
     [
         (Reply(status=503), "returned status 503"),
         (Reply(status=404), "returned status 404"),
-        (Reply(status=200, body=b"<html>"), "not JSON"),
-        (Reply(status=200, delay=1.0), "ReadTimeout"),
+        (Reply(status=200, body=b"<html>"), "not valid JSON"),
+        (Reply(status=200, delay=1.0), "timed out"),
     ],
 )
 def test_any_failure_is_feed_unavailable_with_url_and_status(

@@ -1,0 +1,92 @@
+"""Reading request bodies and query strings within the documented limits.
+
+Every JSON body goes through :func:`json_body`: at most ``max_request_body``
+bytes are read whether or not the client sent ``Content-Length`` (a chunked
+body over the limit is a 413, not a truncated document), and the document is
+parsed by :func:`routemaster.limits.parse_json` with ``max_json_depth``, so
+nothing nested deeper than the limit, and no string PostgreSQL cannot store,
+gets past the handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import flask
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
+
+from routemaster.api.extension import routemaster_app
+from routemaster.limits import JSONRejected, parse_json
+
+_CHUNK = 64 * 1024
+
+
+def raw_body() -> bytes:
+    """The request body, or 413 once it passes ``max_request_body`` bytes.
+
+    A body without ``Content-Length`` (chunked) is read from the server's
+    stream, which ends it (``wsgi.input_terminated``), up to one byte past
+    the limit: enough to know it is too large without reading the rest.
+    """
+    limit = routemaster_app().settings.max_request_body
+    request = flask.request
+    if request.content_length is not None:
+        if request.content_length > limit:
+            raise _too_large(limit)
+        return request.get_data(cache=False)
+    if not request.environ.get("wsgi.input_terminated"):
+        return b""  # a server that does not end streams: nothing can be read safely
+    stream = request.environ["wsgi.input"]
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        try:
+            chunk = stream.read(min(_CHUNK, limit + 1 - size))
+        except Exception as error:  # the server's own framing errors (a bad chunk size, ...)
+            raise BadRequest(f"The request body could not be read: {error}.") from None
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > limit:
+        raise _too_large(limit)
+    return b"".join(chunks)
+
+
+def json_body(*, optional: bool = False, wrapper_levels: int = 0) -> Any:
+    """The decoded JSON body; 400 saying why when it is not acceptable JSON.
+
+    With ``optional``, an empty body is ``None`` instead of an error.
+    ``wrapper_levels`` are levels of envelope (``{"metadata": ...}``) not
+    counted against the depth limit.
+    """
+    data = raw_body()
+    if optional and not data.strip():
+        return None
+    try:
+        return parse_json(
+            data,
+            max_depth=routemaster_app().settings.max_json_depth,
+            wrapper_levels=wrapper_levels,
+        )
+    except JSONRejected as error:
+        raise BadRequest(f"The request body is not acceptable JSON: {error}.") from None
+
+
+def check_query(allowed: Collection[str]) -> None:
+    """400 naming the first query parameter that is unknown, repeated or holds NUL."""
+    args = flask.request.args
+    for name in args:
+        if name not in allowed:
+            known = ", ".join(sorted(allowed)) or "none"
+            raise BadRequest(f"Unknown query parameter {name!r} (this endpoint takes: {known}).")
+        values = args.getlist(name)
+        if len(values) > 1:
+            raise BadRequest(f"Query parameter {name!r} is given more than once.")
+        if "\x00" in values[0]:
+            raise BadRequest(f"Query parameter {name!r} must not contain NUL characters.")
+
+
+def _too_large(limit: int) -> RequestEntityTooLarge:
+    return RequestEntityTooLarge(f"Request bodies are limited to {limit} bytes.")

@@ -1,0 +1,120 @@
+"""Gunicorn as ``routemaster serve`` runs it: request limits sized for the API, JSON errors.
+
+A label name may be 1,024 characters of any script; percent-encoded, a
+character can take 12 bytes (``%F0%9F%98%80``), so one name can make a
+request line of over 12 KiB, and a listing's ``?after=NAME`` as much again.
+Gunicorn's request-line limit is at most 8,190 bytes, or 0 for "no limit":
+``serve`` uses 0 and relies on the API's own checks (names over 1,024
+characters get 400) and gunicorn's worker timeout for what arrives.
+
+Requests gunicorn itself refuses (a malformed request line, too many or too
+large header fields, a bad chunked encoding) never reach Flask; gunicorn
+answers them with a small HTML page. The worker classes here answer them with
+the same status and message as JSON, ``{"message": ...}``, like every other
+error of the API.
+
+They also let changes streams leave the worker: each client socket reaches
+the application as a :class:`~routemaster.api.handoff.TakeableSocket`, so a
+stream can take its connection to the process's stream thread and free the
+worker for the next request (see :mod:`routemaster.api.handoff`). Without
+TLS only: ``serve`` never terminates TLS itself (a proxy in front does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import re
+from typing import Any
+
+from gunicorn import util
+from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.sync import SyncWorker
+
+from routemaster.api.handoff import TakeableSocket
+
+REQUEST_LIMITS = {
+    "limit_request_line": 0,  # unlimited: see the module docstring
+    "limit_request_fields": 100,
+    "limit_request_field_size": 16 * 1024,
+}
+
+_STATUS = re.compile(rb"^HTTP/1\.[01] (\d{3}) ([^\r\n]*)\r\n")
+_MESSAGE = re.compile(rb"</p></h1>\s*(.*?)\s*</body>", re.DOTALL)
+
+
+def worker_class(threads: int) -> str:
+    """The dotted name of the worker class for ``threads`` threads per worker."""
+    name = "JsonErrorsThreaded" if threads > 1 else "JsonErrorsSync"
+    return f"{__name__}.{name}"
+
+
+class _Captured:
+    """Stands in for the client socket while gunicorn writes its HTML error page."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def gettimeout(self) -> float:
+        return 0.0
+
+    def setblocking(self, flag: bool) -> None:
+        pass
+
+    def sendall(self, data: bytes) -> None:
+        self.data += data
+
+    def send(self, data: bytes) -> int:
+        self.data += data
+        return len(data)
+
+
+class _JsonErrors:
+    """Mixed into gunicorn workers: their own error answers become JSON."""
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        captured = _Captured()
+        super().handle_error(req, captured, addr, exc)  # type: ignore[misc]
+        status = _STATUS.match(captured.data)
+        if status is None:  # gunicorn wrote nothing we recognise: pass it on as it was
+            response = captured.data
+        else:
+            code, reason = status.group(1).decode(), status.group(2).decode("latin-1")
+            found = _MESSAGE.search(captured.data)
+            message = html.unescape(found.group(1).decode("latin-1")) if found else ""
+            response = json_error(code, reason, message or reason)
+        with contextlib.suppress(OSError):  # the client may be gone
+            util.write_nonblock(client, response)
+
+
+def json_error(code: str, reason: str, message: str) -> bytes:
+    body = json.dumps({"message": message}).encode()
+    head = (
+        f"HTTP/1.1 {code} {reason}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+class JsonErrorsSync(_JsonErrors, SyncWorker):  # type: ignore[misc]
+    """Gunicorn's sync worker, answering its own errors in JSON, streams handed off."""
+
+    def handle(self, listener: Any, client: Any, addr: Any) -> None:
+        if not self.cfg.is_ssl:
+            client = TakeableSocket(client)
+        super().handle(listener, client, addr)
+
+
+class JsonErrorsThreaded(_JsonErrors, ThreadWorker):  # type: ignore[misc]
+    """Gunicorn's gthread worker, answering its own errors in JSON, streams handed off."""
+
+    def enqueue_req(self, conn: Any) -> None:
+        if not self.cfg.is_ssl and not isinstance(conn.sock, TakeableSocket):
+            conn.sock = TakeableSocket(conn.sock)
+        super().enqueue_req(conn)
+
+    def handle_request(self, req: Any, conn: Any) -> bool:
+        keep_alive = bool(super().handle_request(req, conn))
+        # A taken connection belongs to the stream: never back to keep-alive.
+        return keep_alive and not (isinstance(conn.sock, TakeableSocket) and conn.sock.taken)

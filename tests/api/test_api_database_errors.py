@@ -1,0 +1,121 @@
+"""Database failures other than an outage: their own JSON answer, no SQL, one log line."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from flask.testing import FlaskClient
+
+from routemaster.api import create_app
+from routemaster.app import App, Settings
+from routemaster.config.model import Config
+from routemaster.db.database import create_engine
+from routemaster.db.errors import Kind, describe_failure
+from tests.api.helpers import body
+
+LABEL = "/state-machines/user/labels/ann"
+
+
+@pytest.fixture
+def impatient(database_url: str, config: Config, db_engine: sa.Engine) -> Iterator[FlaskClient]:
+    """A client whose engine cuts every statement off after 0.3 s."""
+    engine = create_engine(database_url, statement_timeout=0.3)
+    settings = Settings(statement_timeout=0.3)
+    yield create_app(App(config=config, db=engine, settings=settings)).test_client()
+    engine.dispose()
+
+
+def test_statement_timeout_is_set_on_every_connection(database_url: str) -> None:
+    engine = create_engine(database_url, statement_timeout=1.5)
+    try:
+        with engine.connect() as first, engine.connect() as second:
+            for connection in (first, second):
+                assert connection.execute(sa.text("SHOW statement_timeout")).scalar() == "1500ms"
+    finally:
+        engine.dispose()
+
+
+def test_a_statement_that_runs_too_long_is_504_json_not_an_outage(
+    impatient: FlaskClient, db_engine: sa.Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "s3cret-metadata-value"
+    assert impatient.post(LABEL, json={"metadata": {"a": 1}}).status_code == 201
+    # Another transaction holds the label's row lock: the PATCH waits on it
+    # until the statement timeout cuts it off.
+    with db_engine.begin() as holder:
+        holder.execute(sa.text("SELECT 1 FROM labels WHERE name = 'ann' FOR UPDATE"))
+        with caplog.at_level(logging.INFO):
+            response = impatient.patch(LABEL, json={"metadata": {"b": secret}})
+    assert response.status_code == 504
+    message = body(response)["message"]
+    assert "statement timeout (0.3 s)" in message
+    assert "Cannot connect" not in message
+    assert "UPDATE" not in message and secret not in message
+    records = [r for r in caplog.records if r.name == "routemaster.api.errors"]
+    assert len(records) == 1
+    logged = records[0].getMessage()
+    assert "57014" in logged
+    assert "UPDATE" not in logged and secret not in logged
+    assert body(impatient.get(LABEL))["metadata"] == {"a": 1}
+
+
+def test_an_unreachable_server_is_the_only_cannot_connect(config: Config) -> None:
+    engine = create_engine("postgresql://nobody:pw@127.0.0.1:9/none")
+    try:
+        response = create_app(App(config=config, db=engine)).test_client().get(LABEL)
+    finally:
+        engine.dispose()
+    assert response.status_code == 503
+    assert body(response) == {"message": "Cannot connect to database"}
+
+
+def _error_from(engine: sa.Engine, statement: str) -> sa.exc.SQLAlchemyError:
+    with engine.connect() as connection:
+        try:
+            connection.execute(sa.text(statement))
+        except sa.exc.SQLAlchemyError as error:
+            return error
+    raise AssertionError("the statement did not fail")
+
+
+@pytest.mark.parametrize(
+    ("statement", "kind"),
+    [
+        ("SELECT CAST('{' AS jsonb)", Kind.REFUSED),
+        ("SELECT pg_sleep(5)", Kind.TIMEOUT),
+        ("SELECT * FROM no_such_table", Kind.OTHER),
+    ],
+)
+def test_failures_are_classified_by_what_the_server_said(
+    database_url: str, statement: str, kind: Kind
+) -> None:
+    engine = create_engine(database_url, statement_timeout=0.2)
+    try:
+        failure = describe_failure(_error_from(engine, statement))
+    finally:
+        engine.dispose()
+    assert failure.kind is kind
+    assert "SELECT" not in failure.log_line()
+
+
+def test_index_row_too_large_is_a_server_limit(db_engine: sa.Engine) -> None:
+    name = "".join(chr(random.randint(0x4E00, 0x9FFF)) for _ in range(1024))
+    with db_engine.connect() as connection:
+        try:
+            connection.execute(
+                sa.text(
+                    "INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id)"
+                    " VALUES ('m', :name, 's', now(), 1)"
+                ),
+                {"name": name},
+            )
+        except sa.exc.SQLAlchemyError as error:
+            failure = describe_failure(error)
+        else:
+            pytest.skip("this server compressed the index row")
+    assert failure.kind is Kind.TOO_LARGE
+    assert name not in failure.log_line()

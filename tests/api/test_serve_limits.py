@@ -1,0 +1,153 @@
+"""Limits where they live: ``routemaster serve`` (real gunicorn) over real sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import requests
+
+HERE = Path(__file__).parent
+REPOSITORY = HERE.parents[1]
+CONFIG_PATH = HERE / "config.yaml"
+LIMIT = 1024 * 1024  # the default max_request_body
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["sync", "threads"])
+def served(request: pytest.FixtureRequest, database_url: str) -> Iterator[str]:
+    """``routemaster serve`` with one worker, sync or gthread, on a free port."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DB_")}
+    env["DATABASE_URL"] = database_url
+    command = [sys.executable, "-m", "routemaster", "-c", str(CONFIG_PATH), "serve"]
+    command += ["-b", f"127.0.0.1:{port}", "--workers", "1", "--threads", str(request.param)]
+    process = subprocess.Popen(
+        command, cwd=REPOSITORY, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                requests.get(base + "/", timeout=2)
+                break
+            except requests.ConnectionError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.fixture
+def base(served: str, db_engine: object) -> str:
+    return served
+
+
+def raw_exchange(base: str, data: bytes) -> tuple[int, dict[str, str], Any]:
+    """Send raw bytes, read the whole answer: status, headers, decoded JSON body."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(data)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in header_lines)
+    assert headers.get("Content-Type", "").startswith("application/json"), received[:300]
+    return int(status_line.split()[1]), headers, json.loads(body)
+
+
+@pytest.mark.parametrize("character", ["x", "é", "😀", "文"])
+def test_a_1024_character_name_in_any_script_works_end_to_end(base: str, character: str) -> None:
+    name = character * 1024
+    url = f"{base}/state-machines/user/labels/{quote(name, safe='')}"
+    with requests.Session() as session:
+        created = session.post(url, json={"metadata": {"name": name}}, timeout=10)
+        assert created.status_code == 201, created.text[:300]
+        assert session.get(url, timeout=10).json()["metadata"] == {"name": name}
+        patched = session.patch(url, json={"metadata": {"n": 1}}, timeout=10)
+        assert patched.json()["metadata"] == {"name": name, "n": 1}
+        assert session.get(url + "/history", timeout=10).status_code == 200
+        assert session.get(url + "/explain", timeout=10).status_code == 200
+        listing = session.get(
+            f"{base}/state-machines/user/labels",
+            params={"limit": "1", "after": name[:-1]},
+            timeout=10,
+        )
+        assert listing.json()["labels"] == [{"name": name, "state": "start"}]
+        assert session.post(url + "/pause", json={"reason": name}, timeout=10).status_code == 200
+        assert session.delete(url, timeout=10).status_code == 204
+
+
+def test_a_1025_character_name_is_400_json(base: str) -> None:
+    url = f"{base}/state-machines/user/labels/{quote('😀' * 1025, safe='')}"
+    response = requests.post(url, json={"metadata": {}}, timeout=10)
+    assert response.status_code == 400
+    assert "1024" in response.json()["message"]
+
+
+def test_a_chunked_body_over_the_limit_is_413(base: str) -> None:
+    url = f"{base}/state-machines/user/labels/big"
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"metadata": {"x": "'
+        for _ in range(LIMIT // 65536 + 2):
+            yield b"y" * 65536
+        yield b'"}}'
+
+    response = requests.post(url, data=chunks(), timeout=30)
+    assert "Content-Length" not in response.request.headers
+    assert response.status_code == 413
+    assert str(LIMIT) in response.json()["message"]
+    assert requests.get(url, timeout=10).status_code == 404
+
+
+def test_a_chunked_body_under_the_limit_is_read_whole(base: str) -> None:
+    url = f"{base}/state-machines/user/labels/small"
+    response = requests.post(url, data=iter([b'{"metadata": ', b'{"x": 1}}']), timeout=10)
+    assert response.status_code == 201
+    assert response.json()["metadata"] == {"x": 1}
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"NOT A REQUEST LINE\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n", 431),
+        (
+            b"POST /state-machines/user/labels/a HTTP/1.1\r\nHost: x\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\nZZ\r\nbody\r\n0\r\n\r\n",
+            400,
+        ),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nBad Header Name: v\r\n\r\n", 400),
+    ],
+    ids=["request line", "header too large", "bad chunk", "bad header name"],
+)
+def test_what_gunicorn_refuses_is_still_answered_in_json(
+    base: str, request_bytes: bytes, status: int
+) -> None:
+    code, _, body = raw_exchange(base, request_bytes)
+    assert code == status
+    assert isinstance(body["message"], str) and body["message"]
