@@ -190,8 +190,7 @@ class Suite:
                 if scale == 0:
                     extra = ["action_drain", "action_fast", "action_flaky", "interval_2k"]
                     if target.name == "project":  # the reference has no changes stream
-                        for base in ("create_c16", "read_c16"):  # each right after its baseline
-                            keys.insert(keys.index(base) + 1, f"{base}_streams{STREAMS}")
+                        extra.append(f"streams{STREAMS}")
                     extra += [f"patch_{shape}_{size}" for shape, size in PATCH_SIZES]
                 if scale == self.p.list_scale:
                     extra += [f"list_full{suffix}", f"list_page{suffix}"]
@@ -212,16 +211,14 @@ class Suite:
                 for key in keys:
                     if self.wanted(key):
                         mode, conc = key.split("_")[0], int(key.split("_")[1][1:])
-                        if key.endswith(f"_streams{STREAMS}"):
-                            with OpenStreams(target.base_url, STREAMS) as streams:
-                                self.http(target, key, mode, conc, streams)
-                        else:
-                            self.http(target, key, mode, conc)
+                        self.http(target, key, mode, conc)
                 for key in extra:
                     if not self.wanted(key):
                         continue
                     if key.startswith("list"):
                         self.listing(target, key, scale)
+                    elif key.startswith("streams"):
+                        self.streams(target)
                     elif key.startswith("patch_"):
                         self.patch_keys(target, key)
                     elif key == "action_drain":
@@ -236,13 +233,54 @@ class Suite:
             target.close()
             self.sampler.roots.pop(target.name, None)
 
-    def http(
-        self, target: Target, key: str, mode: str, conc: int, streams: OpenStreams | None = None
-    ) -> None:
-        """create / read / update (PATCH moving each label start -> review) for a fixed time.
+    def streams(self, target: Target) -> None:
+        """Creates and reads at 16 clients, in alternate runs without and with open streams.
 
-        With ``streams``, the changes streams stay open and reading throughout.
+        Alternating (rather than one scenario after the other) keeps the
+        comparison fair on a machine whose load drifts; the ratio of each
+        pair of runs is kept, and the check uses the ratio of the medians.
         """
+        rounds = max(self.p.reps, 3)
+
+        def run(mode: str, duration: float) -> dict[str, Any]:
+            return run_wrk(
+                target.base_url,
+                mode=mode,
+                machine="flow",
+                prefix=self.tag("s") if mode == "create" else "r",
+                n=0 if mode == "create" else 1000,
+                connections=16,
+                duration=duration,
+            )
+
+        for mode in ("create", "read"):
+            run(mode, self.p.warmup)
+            self.sampler.take()
+            plain: list[dict[str, Any]] = []
+            streamed: list[dict[str, Any]] = []
+            received, opened = 0, 0
+            for _ in range(rounds):
+                plain.append(run(mode, self.p.duration))
+                with OpenStreams(target.base_url, STREAMS) as open_streams:
+                    streamed.append(run(mode, self.p.duration))
+                    received += open_streams.events
+                    opened = min(opened or STREAMS, open_streams.open)
+            self.record(f"{mode}_c16_streams0", target.name, "req/s", [r["rate"] for r in plain])
+            self.record(
+                f"{mode}_c16_streams{STREAMS}",
+                target.name,
+                "req/s",
+                [r["rate"] for r in streamed],
+                note="" if opened == STREAMS else f"only {opened} of {STREAMS} streams open",
+                pair_ratios=[
+                    round(b["rate"] / a["rate"], 3) for a, b in zip(plain, streamed, strict=True)
+                ],
+                stream_events=received,
+                errors=sum(r["errors"] for r in plain + streamed),
+            )
+
+    def http(self, target: Target, key: str, mode: str, conc: int) -> None:
+        """create / read / update (PATCH moving each label start -> review) for a fixed time."""
         d, base = self.p.duration, target.base_url
 
         def one(duration: float) -> dict[str, Any]:
@@ -292,11 +330,6 @@ class Suite:
         errors = sum(r["errors"] for r in runs)
         requests = sum(r["requests"] for r in runs)
         note = f"{errors} errors of {requests}" if errors else ""
-        extra: dict[str, Any] = {}
-        if streams is not None:
-            extra = {"streams_open": streams.open, "stream_events": streams.events}
-            if streams.refused or streams.open < streams.count:
-                note += f" only {streams.open} of {streams.count} streams open"
         if any(r.get("exhausted") for r in runs):
             note += " labels ran out"
         if mode == "update":
@@ -312,7 +345,6 @@ class Suite:
             latency_p50_ms=[r["p50_us"] / 1000 for r in runs],
             latency_p99_ms=[r["p99_us"] / 1000 for r in runs],
             raw=runs,
-            **extra,
         )
 
     def patch_keys(self, target: Target, key: str) -> None:

@@ -50,23 +50,21 @@ class OpenStreams:
         return self
 
     def _read(self) -> None:
+        buffer = bytearray(1 << 18)
         while not self._stop.is_set():
             for key, _ in self._selector.select(0.2):
                 sock = key.fileobj
                 assert isinstance(sock, socket.socket)
                 try:
-                    data = sock.recv(1 << 16)
+                    size = sock.recv_into(buffer)
                 except BlockingIOError:
                     continue
-                if not data:
+                if not size:
                     self._selector.unregister(sock)
                     sock.close()
                     continue
-                # an event's "id:" may straddle two reads: keep the tail
-                tail: bytearray = key.data
-                chunk = bytes(tail) + data
-                self.events += chunk.count(b"\nid: ") + chunk.startswith(b"id: ")
-                tail[:] = chunk[-5:]
+                # every event ends with a blank line; a comment (heartbeat) too, rarely
+                self.events += buffer.count(b"\n\n", 0, size)
 
     @property
     def open(self) -> int:
