@@ -7,6 +7,7 @@ docs/performance.md for what each scenario measures and what limits it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import http.client
 import json
@@ -27,6 +28,10 @@ from streams import OpenStreams
 from targets import REFERENCE_VENV, REPO, Project, Reference, Target
 
 RECEIVER_PORT = 18089
+# Several engineers may bench on one machine: ROUTEMASTER_BENCH_INSTANCE=N (N > 0)
+# gives this run its own databases (bench_project_N, ...) and ports (+10 N).
+INSTANCE = int(os.environ.get("ROUTEMASTER_BENCH_INSTANCE") or 0)
+SUFFIX = f"_{INSTANCE}" if INSTANCE else ""
 STREAMS = 50  # open changes streams in the *_streams50 scenarios
 PATCH_SIZES = [("flat", "1k"), ("flat", "10k"), ("flat", "100k"), ("nested", "1k")]
 PATCH_SIZES += [("nested", "10k"), ("nested", "60k")]
@@ -135,7 +140,7 @@ class Suite:
     def pgbench(self) -> None:
         print("pgbench (this project's schema, same server)", flush=True)
         pg = Project(self.server, self.log_dir)
-        pg.database = "bench_pgbench"
+        pg.database = "bench_pgbench" + SUFFIX
         pg.fresh_database()
         pg.bulk_labels("flow", "start", "r", 1000, {"go": False})
         pg.query("CREATE SEQUENCE pgbench_names")
@@ -242,8 +247,22 @@ class Suite:
         """
         rounds = max(self.p.reps, 3)
 
+        def serve_cpu() -> float:
+            """CPU seconds used so far by the serve processes (the master and its workers)."""
+            total = 0.0
+            for role, pid in target.pids():
+                if role != "serve":
+                    continue
+                with contextlib.suppress(psutil.Error):
+                    root = psutil.Process(pid)
+                    for proc in [root, *root.children(recursive=True)]:
+                        times = proc.cpu_times()
+                        total += times.user + times.system
+            return total
+
         def run(mode: str, duration: float) -> dict[str, Any]:
-            return run_wrk(
+            before = serve_cpu()
+            result = run_wrk(
                 target.base_url,
                 mode=mode,
                 machine="flow",
@@ -252,6 +271,10 @@ class Suite:
                 connections=16,
                 duration=duration,
             )
+            result["cpu_ms_per_request"] = (
+                1000 * (serve_cpu() - before) / max(result["requests"], 1)
+            )
+            return result
 
         for mode in ("create", "read"):
             run(mode, self.p.warmup)
@@ -265,7 +288,13 @@ class Suite:
                     streamed.append(run(mode, self.p.duration))
                     received += open_streams.events
                     opened = min(opened or STREAMS, open_streams.open)
-            self.record(f"{mode}_c16_streams0", target.name, "req/s", [r["rate"] for r in plain])
+            self.record(
+                f"{mode}_c16_streams0",
+                target.name,
+                "req/s",
+                [r["rate"] for r in plain],
+                serve_cpu_ms_per_request=[round(r["cpu_ms_per_request"], 3) for r in plain],
+            )
             self.record(
                 f"{mode}_c16_streams{STREAMS}",
                 target.name,
@@ -277,6 +306,7 @@ class Suite:
                 ],
                 stream_events=received,
                 errors=sum(r["errors"] for r in plain + streamed),
+                serve_cpu_ms_per_request=[round(r["cpu_ms_per_request"], 3) for r in streamed],
             )
 
     def http(self, target: Target, key: str, mode: str, conc: int) -> None:
@@ -677,6 +707,13 @@ def machine_info(server: Server) -> dict[str, Any]:
     }
 
 
+def _instance(target: Target) -> Target:
+    """The target's database and port for this run's ROUTEMASTER_BENCH_INSTANCE."""
+    target.database += SUFFIX
+    target.port += 10 * INSTANCE
+    return target
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="~3 minute development run")
@@ -704,7 +741,7 @@ def main() -> None:
     )
     started = time.time()
     receiver = subprocess.Popen(
-        [sys.executable, str(BENCH_DIR / "receiver.py"), "--port", str(RECEIVER_PORT)],
+        [sys.executable, str(BENCH_DIR / "receiver.py"), "--port", str(RECEIVER_PORT + INSTANCE)],
         stdout=subprocess.DEVNULL,
         stderr=open(log_dir / "receiver.log", "wb"),  # noqa: SIM115
     )
@@ -718,20 +755,20 @@ def main() -> None:
             if not (REFERENCE_VENV / "bin" / "routemaster").exists():
                 skipped["reference"] = f"not installed in {REFERENCE_VENV} (bench/run does that)"
             else:
-                suite.service(Reference(server, log_dir, args.reference_workers))
+                suite.service(_instance(Reference(server, log_dir, args.reference_workers)))
         if "project" in targets:
             why = project_runnable()
             if why:
                 skipped["project"] = why
                 print(f"project skipped: {why}", flush=True)
             else:
-                suite.service(Project(server, log_dir))
+                suite.service(_instance(Project(server, log_dir)))
     finally:
         suite.sampler.stop()
         receiver.terminate()
         receiver.wait()
         for name in ("bench_project", "bench_reference", "bench_pgbench"):
-            server.drop(name)
+            server.drop(name + SUFFIX)
 
     checks = evaluate(suite.results, suite.memory)
     report = {

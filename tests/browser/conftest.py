@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.remote.webdriver import WebDriver
 
 from tests.serving import serving
 from tests.stub_server import StubServer
@@ -41,20 +45,11 @@ state_machines:
         next: placed
 """
 
-if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-    pytest.skip(
-        "chromium and chromium-driver are not installed (scripts/test installs them)",
-        allow_module_level=True,
-    )
-
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.options import Options  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
-
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[WebDriver]:
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.skip("chromium and chromium-driver are not installed (scripts/test installs them)")
     profile = tempfile.mkdtemp(prefix="routemaster-chromium-")
     options = Options()
     options.binary_location = CHROMIUM
