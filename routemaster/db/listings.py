@@ -7,6 +7,7 @@ labels or how much history the machine has.
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import sqlalchemy as sa
@@ -66,7 +67,7 @@ _COUNTS = sa.text(
 
 
 def label_page(
-    engine: sa.Engine,
+    source: sa.Engine | sa.Connection,
     machine: str,
     *,
     after: str,
@@ -78,10 +79,12 @@ def label_page(
     """Up to ``limit`` live labels named after ``after``, as ``(name, state)``, by name.
 
     ``errored`` keeps only errored labels (an index of their own); ``prefix``
-    only names that start with it.
+    only names that start with it. Given a connection rather than an engine,
+    it reads in that connection's transaction (and snapshot).
     """
     params = {"sm": machine, "state": state, "after": after, "limit": limit, "prefix": prefix}
-    with engine.connect() as connection:
+    opened = source.connect() if isinstance(source, sa.Engine) else contextlib.nullcontext(source)
+    with opened as connection:
         if errored:
             result = connection.execute(_PAGE_ERRORED, params)
         elif prefix:

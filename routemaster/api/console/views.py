@@ -110,7 +110,7 @@ def machine_page(sm: str) -> str:
         seen = snapshot(conn)
         counts = count_labels(conn, machine.name)
         recent = recent_changes(conn, machine.name, limit=30)
-    errored = label_page(app.db, machine.name, after="", limit=21, errored=True)
+        errored = label_page(conn, machine.name, after="", limit=21, errored=True)
     described = describe_machine(machine)
     return _render(
         "machine.html",
