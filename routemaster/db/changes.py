@@ -11,10 +11,17 @@ are ordered by (transaction id, history id); that pair is a change's
 :class:`Position`, and resuming after a position misses nothing and repeats
 nothing.
 
-The price: a change is seen once every transaction that was writing when it
-was made has finished, so a long write transaction anywhere on the server
-(``pg_snapshot_xmin`` is server-wide) holds the stream back, never loses
-anything.
+The horizon is refined in one way: ``pg_snapshot_xmin`` is server-wide, so a
+long transaction in *another* database of the same server would hold every
+stream back. A transaction that the read's snapshot saw running and that is
+still running in another database (``pg_stat_activity``) cannot have written
+our history, so it is left out. A transaction that has ended meanwhile, or
+whose database is not known, still counts: the horizon only ever errs on the
+side of waiting.
+
+The price: a change is seen once every transaction of this database that was
+writing when it was made has finished, so a long write transaction holds the
+stream back (never loses anything).
 """
 
 from __future__ import annotations
@@ -133,14 +140,30 @@ _RECENT = sa.text(
 )
 
 
+# The oldest transaction of this database still running when the statement's
+# snapshot was taken (or the snapshot's xmax when there is none): every
+# transaction below it that wrote here has finished, and the statement's
+# snapshot sees all of those that committed.
+_HORIZON_CTE = """
+    snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s),
+    horizon AS MATERIALIZED (
+        SELECT LEAST(
+            pg_snapshot_xmax(snap.s),
+            (SELECT min(running) FROM pg_snapshot_xip(snap.s) AS running
+             WHERE NOT EXISTS (
+                 SELECT 1 FROM pg_stat_activity AS other
+                 WHERE other.backend_xid = xid(running)
+                   AND other.datname IS DISTINCT FROM current_database())))
+        AS xmin
+        FROM snap
+    )
+"""
+
+
 def _query(machine_filter: str) -> sa.TextClause:
-    # The horizon is read first (a materialised CTE) and the rows under the
-    # same statement snapshot, which sees every transaction below the horizon.
     return sa.text(
         f"""
-        WITH horizon AS MATERIALIZED (
-            SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin
-        )
+        WITH {_HORIZON_CTE}
         SELECT CAST(horizon.xmin AS text) AS horizon, CAST(c.xact_id AS text) AS xact, c.id,
                c.state_machine, c.label, c.old_state, c.new_state, c.created, c.forced,
                c.reason
@@ -167,7 +190,7 @@ def current_position(conn: sa.Connection) -> Position:
     return Position(int(conn.execute(_HORIZON).scalar_one()), 0)
 
 
-_HORIZON = sa.text("SELECT CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text)")
+_HORIZON = sa.text(f"WITH {_HORIZON_CTE} SELECT CAST(xmin AS text) FROM horizon")
 
 
 @dataclass(frozen=True)

@@ -211,3 +211,22 @@ def test_concurrent_writers_committing_out_of_order_are_read_once_each_in_a_fixe
     ids = [history_id for _, history_id in received]
     assert len(ids) == len(set(ids))
     assert sorted(ids) == expected
+
+
+def test_a_long_transaction_in_another_database_holds_nothing_back(
+    db_engine: sa.Engine, database_url: str
+) -> None:
+    """The server-wide horizon would wait for it; it cannot have written our history."""
+    elsewhere = sa.create_engine(
+        sa.engine.make_url(database_url).set(database="postgres"), poolclass=sa.pool.NullPool
+    )
+    try:
+        with elsewhere.connect() as other:
+            other.execute(sa.text("SELECT pg_current_xact_id()"))  # holds a transaction id
+            with db_engine.begin() as conn:
+                _create(conn, "not-held")
+            page = _read_once_visible(db_engine, START, 1)
+            assert [c.label for c in page.changes] == ["not-held"]
+            other.rollback()
+    finally:
+        elsewhere.dispose()
