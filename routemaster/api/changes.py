@@ -20,6 +20,7 @@ from routemaster.db.changes import Position, current_position
 blueprint = flask.Blueprint("changes", __name__)
 
 HUB_KEY = "routemaster.changes"
+STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def change_hub(flask_app: flask.Flask) -> ChangeHub:
@@ -41,6 +42,8 @@ def machine_changes(sm: str) -> flask.Response:
 def _stream(machine: str | None) -> flask.Response:
     app = routemaster_app()
     after = _resume_from()
+    if flask.request.method == "HEAD":  # what a GET would answer, without the endless body
+        return flask.Response(mimetype="text/event-stream", headers=STREAM_HEADERS)
     if after is None:
         # Read before the response starts, so a database outage is still a 503.
         with app.db.connect() as conn:
@@ -51,9 +54,7 @@ def _stream(machine: str | None) -> flask.Response:
         raise ServiceUnavailable(f"Too many open change streams: {error}.") from None
     flask.request.environ[STREAM_KEY] = subscription
     return flask.Response(
-        subscription.events(),
-        mimetype="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        subscription.events(), mimetype="text/event-stream", headers=STREAM_HEADERS
     )
 
 

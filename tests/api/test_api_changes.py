@@ -100,6 +100,13 @@ def test_idle_streams_get_keep_alive_comments(database_url: str, db_engine: sa.E
         stream.close()
 
 
+def test_head_answers_at_once_without_a_body(server: str) -> None:
+    response = requests.head(f"{server}/changes", timeout=10)
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/event-stream")
+    assert requests.get(f"{server}/", timeout=10).status_code == 200  # the worker is free
+
+
 def test_bad_positions_and_unknown_machines_are_json_errors(server: str) -> None:
     with EventStream(server, "/changes", last_event_id="yesterday") as stream:
         assert stream.status == 400
