@@ -210,6 +210,7 @@ class ChangeHub:
         self._count = 0  # open streams, arriving ones included
         self._thread: threading.Thread | None = None
         self._wake_fds: tuple[int, int] | None = None
+        self._failing = False  # the last read failed: say so once, not every poll
 
     @property
     def open_streams(self) -> int:
@@ -265,7 +266,8 @@ class ChangeHub:
                         subscribers.remove(gone)
                         self._count -= 1
                         if isinstance(gone.sink, _SocketSink):
-                            selector.unregister(gone.sink)
+                            with contextlib.suppress(KeyError):  # closed before registered
+                                selector.unregister(gone.sink)
                     if not subscribers:
                         self._stopped()
                         break
@@ -326,8 +328,13 @@ class ChangeHub:
                         member.reached = page.reached
                     more = more or len(page.changes) >= PAGE
         except sa.exc.SQLAlchemyError as error:
-            logger.warning("changes streams cannot read the database: %s", error)
+            if not self._failing:
+                logger.warning("changes streams cannot read the database: %s", error)
+            self._failing = True
             return False
+        if self._failing:
+            logger.info("changes streams read the database again")
+            self._failing = False
         return more
 
     def _heartbeat(self, subscribers: list[_Subscriber], now: float) -> None:
