@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -15,6 +16,7 @@ import sqlalchemy as sa
 from werkzeug.serving import make_server
 
 from tests.api.conftest import CONFIG_PATH
+from tests.api.tcp_proxy import TcpProxy
 from tests.serving import serving
 from tests.sse import EventStream
 
@@ -216,3 +218,37 @@ def test_under_another_wsgi_server_a_stream_is_served_by_its_thread(
         http.shutdown()
         thread.join()
         http.server_close()
+
+
+def test_open_streams_ride_out_a_database_outage(database_url: str, db_engine: sa.Engine) -> None:
+    """The stream stays open while the database is away and goes on where it was."""
+    target = sa.engine.make_url(database_url)
+    proxy = TcpProxy((target.host or "127.0.0.1", target.port or 5432))
+    proxy.start()
+    through_proxy = target.set(host="127.0.0.1", port=proxy.port)
+    settings = {"ROUTEMASTER_CHANGES_POLL_INTERVAL": "0.05"}
+    try:
+        with (
+            serving(
+                CONFIG_PATH,
+                through_proxy.render_as_string(hide_password=False),
+                "--workers",
+                "1",
+                env=settings,
+            ) as base,
+            EventStream(base, "/changes") as stream,
+        ):
+            _post(base, "before")
+            assert stream.next_event().data["label"] == "before"
+            proxy.stop()
+            down = requests.post(f"{base}{LABELS}/lost", json={"metadata": {}}, timeout=10)
+            assert down.status_code == 503
+            proxy.start()
+            deadline = time.monotonic() + 20
+            while requests.get(f"{base}/", timeout=10).status_code != 200:
+                assert time.monotonic() < deadline, "the API did not come back"
+                time.sleep(0.05)
+            _post(base, "after")
+            assert stream.next_event().data["label"] == "after"
+    finally:
+        proxy.stop()
