@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -25,17 +26,13 @@ from routemaster.db import labels as store
 from routemaster.db.changes import Snapshot, recent_changes, snapshot
 from routemaster.db.listings import count_labels, label_page
 
-blueprint = flask.Blueprint(
-    "console",
-    __name__,
-    url_prefix="/console",
-    template_folder="templates",
-    static_folder="static",
-)
+blueprint = flask.Blueprint("console", __name__, url_prefix="/console", template_folder="templates")
+
+STATIC = Path(__file__).with_name("static")
 
 PAGE = 100
 COMMANDS = ("retry", "pause", "resume", "move")
-OPEN = ("console.static", "console.login")
+OPEN = ("console.static_file", "console.login")
 
 
 @blueprint.before_request
@@ -86,6 +83,14 @@ def trigger_filter(trigger: dict[str, Any]) -> str:
 @blueprint.app_template_global()
 def csrf_token() -> str:
     return access.csrf_token()
+
+
+@blueprint.get("/static/<name>")
+def static_file(name: str) -> Response:
+    """The stylesheet and the script (``console.css``, ``console.js``)."""
+    if name not in ("console.css", "console.js"):
+        raise NotFound(f"No console file {name!r}.")
+    return flask.send_from_directory(STATIC, name, max_age=300)
 
 
 @blueprint.get("/")
