@@ -31,15 +31,16 @@ def change_hub(flask_app: flask.Flask) -> ChangeHub:
 
 @blueprint.get("/changes")
 def all_changes() -> flask.Response:
-    return _stream(None)
+    return stream_response(None)
 
 
 @blueprint.get("/state-machines/<name:sm>/changes")
 def machine_changes(sm: str) -> flask.Response:
-    return _stream(machine_or_404(routemaster_app(), sm).name)
+    return stream_response(machine_or_404(routemaster_app(), sm).name)
 
 
-def _stream(machine: str | None) -> flask.Response:
+def stream_response(machine: str | None) -> flask.Response:
+    """The changes of ``machine`` (``None``: all) from the request's position, as a stream."""
     app = routemaster_app()
     after = _resume_from()
     if flask.request.method == "HEAD":  # what a GET would answer, without the endless body

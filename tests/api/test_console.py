@@ -40,7 +40,7 @@ def test_front_page_lists_each_machine_with_counts_per_state(client: FlaskClient
     assert re.search(r'data-machine="user" data-state="start">1<', html)
     assert re.search(r'data-machine="user" data-state="review">1<', html)
     assert re.search(r'data-machine="empty" data-state="only">0<', html)
-    assert 'data-changes="/changes"' in html and "data-seen=" in html
+    assert 'data-changes="/console/changes"' in html and "data-seen=" in html
 
 
 def test_machine_page_draws_the_graph_with_counts_and_recent_changes(client: FlaskClient) -> None:
@@ -56,7 +56,7 @@ def test_machine_page_draws_the_graph_with_counts_and_recent_changes(client: Fla
     assert "on metadata.ready" in svg and "on entry" in svg and "webhook" in svg
     assert re.search(r'data-state="start">1</tspan>', svg)
     assert "ann" in _text(html[html.index('id="changes"') :])
-    assert 'data-changes="/state-machines/user/changes"' in html
+    assert 'data-changes="/console/machines/user/changes"' in html
     assert _page(client, "/console/machines/nope", 404)
 
 
@@ -156,6 +156,18 @@ def test_with_tokens_the_console_asks_to_sign_in(
     cookie = client.get_cookie(TOKEN_COOKIE, path="/console/")
     assert cookie is not None and cookie.http_only and cookie.same_site == "Strict"
     assert _page(client, "/console/machines/user")
+
+
+def test_with_tokens_the_consoles_own_stream_needs_the_sign_in(
+    client: FlaskClient, tokens: dict[str, frozenset[str]]
+) -> None:
+    """EventSource cannot send a bearer header: the console's pages follow a cookie stream."""
+    refused = client.get("/console/changes")
+    assert refused.status_code == 302 and "/console/login" in refused.headers["Location"]
+    _sign_in(client, "reader-secret")
+    stream = client.head("/console/machines/user/changes")
+    assert stream.status_code == 200
+    assert stream.mimetype == "text/event-stream"
 
 
 def test_a_reading_token_sees_no_operator_buttons_and_cannot_operate(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import requests
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
@@ -22,7 +23,10 @@ def _count(browser: WebDriver, state: str) -> str:
 def _wait(
     browser: WebDriver, condition: Callable[[WebDriver], object], seconds: float = 20
 ) -> None:
-    WebDriverWait(browser, seconds, poll_frequency=0.05).until(condition)
+    # a condition may read the page while it is being replaced: look again
+    WebDriverWait(
+        browser, seconds, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,)
+    ).until(condition)
 
 
 def _create(base: str, name: str, **metadata: object) -> None:

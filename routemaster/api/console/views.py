@@ -13,6 +13,7 @@ from werkzeug.exceptions import BadRequest, Forbidden, HTTPException, NotFound
 from werkzeug.wrappers import Response
 
 from routemaster import labels as label_core
+from routemaster.api.changes import stream_response
 from routemaster.api.console import access
 from routemaster.api.console.graph import layout, trigger_text
 from routemaster.api.explanations import explanation_of
@@ -93,6 +94,21 @@ def static_file(name: str) -> Response:
     return flask.send_from_directory(STATIC, name, max_age=300)
 
 
+@blueprint.get("/changes")
+def changes() -> Response:
+    """The changes stream for the console's script: signed in by cookie, not by header.
+
+    ``EventSource`` cannot send an ``Authorization`` header, so with tokens
+    on the console's pages follow these instead of ``/changes``.
+    """
+    return stream_response(None)
+
+
+@blueprint.get("/machines/<name:sm>/changes")
+def machine_changes(sm: str) -> Response:
+    return stream_response(machine_or_404(routemaster_app(), sm).name)
+
+
 @blueprint.get("/")
 def index() -> str:
     app = routemaster_app()
@@ -103,7 +119,11 @@ def index() -> str:
             counts = count_labels(conn, machine.name)
             machines.append((machine, counts))
     return _render(
-        "index.html", machines=machines, changes_url="/changes", snapshot=seen, machine=None
+        "index.html",
+        machines=machines,
+        changes_url="/console/changes",
+        snapshot=seen,
+        machine=None,
     )
 
 
@@ -126,7 +146,7 @@ def machine_page(sm: str) -> str:
         recent=recent,
         errored=errored[:20],
         more_errored=len(errored) > 20,
-        changes_url=link("state-machines", machine.name, "changes"),
+        changes_url=machine_url(machine.name, "changes"),
         snapshot=seen,
     )
 
@@ -187,7 +207,7 @@ def label_page_view(sm: str, label: str) -> str:
         metadata=json.dumps(found.metadata, indent=2, ensure_ascii=False, sort_keys=True),
         history=history,
         explanation=explanation,
-        changes_url=link("state-machines", machine.name, "changes"),
+        changes_url=machine_url(machine.name, "changes"),
         snapshot=seen,
     )
 
