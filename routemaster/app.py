@@ -17,6 +17,7 @@ import requests
 import sqlalchemy as sa
 
 from routemaster.config.model import Config
+from routemaster.hooks import Hooks
 from routemaster.http.client import outbound_session
 from routemaster.logging import BaseLogger
 
@@ -64,6 +65,14 @@ class App:
     clock: Clock = utc_now
     http: requests.Session = field(default_factory=outbound_session)
     loggers: tuple[BaseLogger, ...] = ()  # the config's logging plugins
+    _hooks: Hooks | None = field(default=None, init=False, repr=False, compare=False)
 
     def now(self) -> datetime.datetime:
         return self.clock()
+
+    @property
+    def hooks(self) -> Hooks:
+        """What calls the plugins' hooks; follows ``loggers`` if it is replaced."""
+        if self._hooks is None or self._hooks.plugins != self.loggers:
+            self._hooks = Hooks(self.loggers)
+        return self._hooks

@@ -8,12 +8,11 @@ or the command line.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 import os
 import socket
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -21,7 +20,14 @@ import sqlalchemy as sa
 from gunicorn.app.base import BaseApplication
 
 from routemaster import __version__
-from routemaster.app import App, Settings
+from routemaster.app import App
+from routemaster.cli_runtime import (
+    JsonGunicornLogger,
+    database_url,
+    late_config_option,
+    settings_from_environment,
+    use_json_logs,
+)
 from routemaster.config import ConfigError, config_warnings, load_config
 from routemaster.config.model import Config
 from routemaster.db.database import (
@@ -30,39 +36,13 @@ from routemaster.db.database import (
     safe_url,
     url_from_environment,
 )
-from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable, embedded_database_url
+from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable
 from routemaster.db.errors import describe_failure
 from routemaster.db.listings import states_in_use
 from routemaster.db.migrate import upgrade
-from routemaster.logging import BaseLogger, PluginError, load_plugins
+from routemaster.logging import BaseLogger, PluginError, load_plugins, wants_json
 
 DEFAULT_PORT = 2017
-_ENV_PREFIX = "ROUTEMASTER_"
-
-
-def settings_from_environment(environ: Mapping[str, str] | None = None) -> Settings:
-    """:class:`Settings` with each field overridable as ``ROUTEMASTER_<FIELD>``.
-
-    Durations are given in seconds (``ROUTEMASTER_LEASE=30``).
-    """
-    env = os.environ if environ is None else environ
-    defaults = Settings()
-    overrides: dict[str, Any] = {}
-    for field in dataclasses.fields(Settings):
-        raw = env.get(_ENV_PREFIX + field.name.upper())
-        if raw is None:
-            continue
-        default = getattr(defaults, field.name)
-        try:
-            if isinstance(default, datetime.timedelta):
-                overrides[field.name] = datetime.timedelta(seconds=float(raw))
-            elif isinstance(default, str):
-                overrides[field.name] = raw
-            else:
-                overrides[field.name] = type(default)(raw)
-        except ValueError as error:
-            raise click.UsageError(f"{_ENV_PREFIX}{field.name.upper()}={raw!r}: {error}") from error
-    return dataclasses.replace(defaults, **overrides)
 
 
 def named_database_url() -> str | None:
@@ -71,17 +51,6 @@ def named_database_url() -> str | None:
         return url_from_environment()
     except DatabaseURLError as error:
         raise click.ClickException(str(error)) from None
-
-
-def database_url() -> str:
-    """The named server (``DATABASE_URL`` or ``DB_*``), else the embedded one."""
-    url = named_database_url()
-    if url:
-        return url
-    try:
-        return embedded_database_url()
-    except EmbeddedUnavailable as error:
-        raise click.ClickException(str(error)) from error
 
 
 def unreachable(url: str, error: BaseException) -> click.ClickException:
@@ -104,6 +73,13 @@ def migrate_database(url: str) -> None:
         engine.dispose()
 
 
+def _load_plugins(config: Config) -> list[BaseLogger]:
+    from routemaster.api.plugins import provide_legacy_names
+
+    provide_legacy_names()  # before any 1.x plugin imports them
+    return load_plugins(config)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Options:
     config_paths: tuple[str, ...]
@@ -121,16 +97,20 @@ class _Options:
     def loggers(self, config: Config) -> tuple[BaseLogger, ...]:
         """The config's logging plugins, or exit 1 saying which one failed to load."""
         try:
-            return tuple(load_plugins(config))
+            loggers = tuple(_load_plugins(config))
         except PluginError as error:
             click.echo(str(error), err=True)
             sys.exit(1)
+        if wants_json(loggers):
+            use_json_logs()
+        return loggers
 
 
 @click.group()
 @click.option(
     "-c",
     "--config",
+    "--config-file",
     "config_paths",
     multiple=True,
     metavar="CONFIG",
@@ -216,6 +196,7 @@ class _GunicornServer(BaseApplication):  # type: ignore[misc]
     help="Threads per worker (default $WEB_THREADS, else 1); above 1, gunicorn's "
     "gthread worker, which keeps client connections alive.",
 )
+@late_config_option
 @click.pass_obj
 def serve(options: _Options, bind: str | None, workers: int | None, threads: int | None) -> None:
     """Run the HTTP API under gunicorn."""
@@ -249,6 +230,7 @@ def serve(options: _Options, bind: str | None, workers: int | None, threads: int
             "threads": worker_threads,
             "proc_name": "routemaster",
             "errorlog": "-",
+            **({"logger_class": JsonGunicornLogger} if wants_json(loggers) else {}),
             "loglevel": "info",
             **REQUEST_LIMITS,
         },
@@ -258,6 +240,7 @@ def serve(options: _Options, bind: str | None, workers: int | None, threads: int
 
 
 @cli.command()
+@late_config_option
 @click.pass_obj
 def cron(options: _Options) -> None:
     """Run the worker: gate triggers, action webhooks, retries. Run as many as you like."""
@@ -293,12 +276,13 @@ def stale_states(config: Config, present: Sequence[tuple[str, str]]) -> list[str
 
 
 @cli.command()
+@late_config_option
 @click.pass_obj
 def validate(options: _Options) -> None:
     """Check the config; with DATABASE_URL (or DB_*) set, also that every label's state exists."""
     config = options.load()
     try:
-        load_plugins(config)
+        _load_plugins(config)
     except PluginError as error:
         click.echo(str(error), err=True)
         sys.exit(1)
@@ -331,6 +315,7 @@ def _label_states(url: str) -> list[tuple[str, str]] | str:
 
 
 @cli.command()
+@late_config_option
 def migrate() -> None:
     """Bring the database to the current schema (serve and cron do this at start too)."""
     migrate_database(database_url())

@@ -1,4 +1,4 @@
-"""Logging plugins: the reference's ``plugins.logging`` config, and our structured logger.
+"""Logging plugins: 1.x's ``plugins.logging`` config and hooks, and our structured logger.
 
 A config names plugins as ``module:Class`` with keyword arguments::
 
@@ -7,35 +7,92 @@ A config names plugins as ``module:Class`` with keyword arguments::
         - class: routemaster.logging:PythonLogger
           kwargs: {log_level: INFO}
 
-The API and the worker call the hooks of every loaded plugin at the moments
-that matter (a transition, a webhook call, a feed fetch, an unexpected
-exception), so a deployment can send those events wherever it likes by
-writing a :class:`BaseLogger` subclass. With no plugin configured, a
+Each is built as in 1.x, ``Class(config, **kwargs)``, and must subclass
+:class:`BaseLogger`. The API and the worker call the hooks through
+:class:`routemaster.hooks.Hooks`: 1.x's (``init_flask``, ``process_request_*``,
+``process_webhook``/``webhook_response``, ``process_feed``/``feed_response``,
+``process_cron``, ``exception``) so plugins written for 1.x (Sentry,
+Prometheus, StatsD) work unchanged, and ours (``transition``,
+``webhook_called``, ``feed_fetched``). With no plugin configured, a
 :class:`PythonLogger` at ``INFO`` is used.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
-from typing import Any, Protocol
+import sys
+import traceback
+from collections.abc import Iterator
+from typing import Any
 
 from routemaster.config.model import Config
 
 
-class FlaskLike(Protocol):
-    """The one thing a logger needs from the Flask app, so this module never imports Flask."""
-
-    @property
-    def logger(self) -> logging.Logger: ...
-
-
 class BaseLogger:
-    """Hooks called by the API and the worker; every one does nothing unless overridden."""
+    """Every hook a plugin may override; each does nothing here.
 
-    def init_flask(self, flask_app: FlaskLike) -> None:
-        """Called once when the API's Flask app is built."""
+    ``state_machine`` and ``state`` arguments of the 1.x hooks are the
+    config's objects (their ``name`` is what plugins read); ``response`` is
+    the ``requests.Response`` received. The ``process_*`` hooks are context
+    managers around the work: they must yield, and must let the work's
+    exceptions propagate (they may look at them on the way).
+    """
+
+    def __init__(self, config: Config | None = None, *args: Any, **kwargs: Any) -> None:
+        self.config = config
+
+    def init_flask(self, flask_app: Any) -> None:
+        """Called in each API process once its Flask app is built."""
+
+    def process_request_started(self, environ: dict[str, Any]) -> None:
+        """An API request came in (the WSGI environ)."""
+
+    def process_request_finished(
+        self, environ: dict[str, Any], *, status: str, headers: Any, exc_info: Any
+    ) -> None:
+        """The request's response was sent; ``status`` is its code as text (``"200"``)."""
+
+    @contextlib.contextmanager
+    def process_cron(self, state_machine: Any, state: Any, fn_name: str) -> Iterator[None]:
+        """Around one piece of worker work on ``state`` (``process_action``/``process_gate``)."""
+        yield
+
+    @contextlib.contextmanager
+    def process_webhook(self, state_machine: Any, state: Any) -> Iterator[None]:
+        """Around one webhook call of action ``state``."""
+        yield
+
+    def webhook_response(self, state_machine: Any, state: Any, response: Any) -> None:
+        """A webhook answered (not called when no answer came)."""
+
+    @contextlib.contextmanager
+    def process_feed(self, state_machine: Any, state: Any, feed_url: str) -> Iterator[None]:
+        """Around one feed fetch (``feed_url`` as configured); a failed fetch raises inside."""
+        yield
+
+    def feed_response(self, state_machine: Any, state: Any, feed_url: str, response: Any) -> None:
+        """A feed answered (not called when no answer came)."""
+
+    def debug(self, message: str, *args: Any, **kwargs: Any) -> None:
+        """1.x's logger API, kept so plugins may call it on themselves."""
+
+    def info(self, message: str, *args: Any, **kwargs: Any) -> None:
+        """See :meth:`debug`."""
+
+    def warning(self, message: str, *args: Any, **kwargs: Any) -> None:
+        """See :meth:`debug`."""
+
+    def error(self, message: str, *args: Any, **kwargs: Any) -> None:
+        """See :meth:`debug`."""
+
+    def critical(self, message: str, *args: Any, **kwargs: Any) -> None:
+        """See :meth:`debug`."""
+
+    def exception(self, message: str, *args: Any, **kwargs: Any) -> None:
+        """Something failed unexpectedly: called while it is handled (``sys.exc_info()``)."""
 
     def transition(
         self,
@@ -71,23 +128,28 @@ class BaseLogger:
     ) -> None:
         """A feed answered with ``status`` (``None``: no answer) after ``duration`` seconds."""
 
-    def exception(self, message: str, error: BaseException, **fields: Any) -> None:
-        """Something failed unexpectedly; ``fields`` say where (machine, label, ...)."""
-
 
 class PythonLogger(BaseLogger):
     """Events as one line each on the stdlib logger ``routemaster``.
 
     Lines are ``event=transition state_machine=user label=... `` key=value
-    pairs, or JSON objects with ``json: true``.
+    pairs; with ``json: true`` every log line of the process is one JSON
+    object (see :class:`JsonFormatter`, installed by the command line).
     """
 
-    def __init__(self, log_level: str | int = "INFO", json: bool = False) -> None:
+    def __init__(
+        self,
+        config: Config | None = None,
+        *args: Any,
+        log_level: str | int = "INFO",
+        json: bool = False,
+    ) -> None:
+        super().__init__(config, *args)
         self.logger = logging.getLogger("routemaster")
         self.logger.setLevel(log_level.upper() if isinstance(log_level, str) else log_level)
         self.json = json
 
-    def init_flask(self, flask_app: FlaskLike) -> None:
+    def init_flask(self, flask_app: Any) -> None:
         flask_app.logger.setLevel(self.logger.level)
 
     def transition(
@@ -151,9 +213,14 @@ class PythonLogger(BaseLogger):
             duration=round(duration, 4),
         )
 
-    def exception(self, message: str, error: BaseException, **fields: Any) -> None:
+    def exception(self, message: str, *args: Any, **kwargs: Any) -> None:
+        error = sys.exc_info()[1]
         self._emit(
-            logging.ERROR, "exception", message=message, error=repr(error), **fields, exc_info=error
+            logging.ERROR,
+            "exception",
+            message=message,
+            error=None if error is None else repr(error),
+            exc_info=error,
         )
 
     def _emit(
@@ -161,7 +228,12 @@ class PythonLogger(BaseLogger):
     ) -> None:
         if not self.logger.isEnabledFor(level):
             return
-        self.logger.log(level, format_event(event, fields, as_json=self.json), exc_info=exc_info)
+        self.logger.log(
+            level,
+            format_event(event, fields, as_json=self.json),
+            exc_info=exc_info,
+            extra={"routemaster_event": {"event": event, **fields}},
+        )
 
 
 def format_event(event: str, fields: dict[str, Any], *, as_json: bool = False) -> str:
@@ -182,14 +254,47 @@ def format_event(event: str, fields: dict[str, Any], *, as_json: bool = False) -
     return " ".join(parts)
 
 
+class JsonFormatter(logging.Formatter):
+    """Each record as one JSON object on one line: time, level, logger, process, message.
+
+    An event from :class:`PythonLogger` puts its fields at the top level; a
+    traceback is one string field, so a line is always exactly one object.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "process": record.process,
+        }
+        event = getattr(record, "routemaster_event", None)
+        if isinstance(event, dict):
+            line.update(event)
+        else:
+            line["message"] = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            line["traceback"] = "".join(traceback.format_exception(*record.exc_info)).rstrip()
+        return json.dumps(line, default=str)
+
+
+def wants_json(loggers: tuple[BaseLogger, ...] | list[BaseLogger]) -> bool:
+    """Whether a configured :class:`PythonLogger` asked for JSON lines."""
+    return any(isinstance(logger, PythonLogger) and logger.json for logger in loggers)
+
+
 class PluginError(Exception):
     """A configured logging plugin could not be loaded."""
 
 
 def load_plugins(config: Config) -> list[BaseLogger]:
-    """Instantiate the configured logging plugins (a :class:`PythonLogger` if none are)."""
+    """Build the configured logging plugins as 1.x did (a :class:`PythonLogger` if none are).
+
+    The command line first provides the old Werkzeug names 1.x plugins import
+    (:func:`routemaster.api.plugins.provide_legacy_names`).
+    """
     if not config.logging_plugins:
-        return [PythonLogger()]
+        return [PythonLogger(config)]
     loggers: list[BaseLogger] = []
     for plugin in config.logging_plugins:
         module_name, _, class_name = plugin.dotted_path.partition(":")
@@ -204,7 +309,7 @@ def load_plugins(config: Config) -> list[BaseLogger]:
         if not (isinstance(cls, type) and issubclass(cls, BaseLogger)):
             raise PluginError(f"logging plugin {plugin.dotted_path!r} is not a BaseLogger")
         try:
-            loggers.append(cls(**dict(plugin.kwargs)))
-        except TypeError as error:
+            loggers.append(cls(config, **dict(plugin.kwargs)))
+        except Exception as error:  # a plugin's own check (a missing variable, say) included
             raise PluginError(f"logging plugin {plugin.dotted_path!r}: {error}") from error
     return loggers

@@ -20,7 +20,8 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from routemaster.cli import cli, settings_from_environment, stale_states
+from routemaster.cli import cli, stale_states
+from routemaster.cli_runtime import settings_from_environment
 from routemaster.config import load_config
 
 REPOSITORY = Path(__file__).resolve().parents[1]

@@ -83,7 +83,7 @@ def _area_of_module(module: str) -> str:
 MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 BOTTOM = {"exit_conditions", "config"}
-BELOW_SERVICE = BOTTOM | {"machine", "db", "http", "logging", "app", "limits"}
+BELOW_SERVICE = BOTTOM | {"machine", "db", "http", "logging", "hooks", "app", "limits"}
 
 # area -> every other routemaster area it may import. Nothing else may be imported.
 ALLOWED: dict[str, frozenset[str]] = {
@@ -95,11 +95,13 @@ ALLOWED: dict[str, frozenset[str]] = {
     "limits": frozenset(),  # bounded parsing of untrusted JSON
     "http": frozenset({"__init__", "config", "exit_conditions", "limits"}),  # outbound calls
     "logging": frozenset({"config"}),  # logging plugins
-    "app": frozenset({"config", "logging", "http"}),  # the per-process App object
+    "hooks": frozenset({"config", "logging"}),  # calling the plugins' hooks
+    "app": frozenset({"config", "logging", "hooks", "http"}),  # the per-process App object
     "labels": frozenset(BELOW_SERVICE),  # the label service: store + planner + feeds
     "api": frozenset(BELOW_SERVICE - {"http"} | {"__init__", "labels"}),  # thin Flask handlers
     "worker": frozenset(BELOW_SERVICE | {"labels"}),  # loop, claims, deliveries, clock
-    "cli": frozenset(BELOW_SERVICE | {"__init__", "labels", "api", "worker"}),  # processes
+    "cli": frozenset(BELOW_SERVICE | {"__init__", "labels", "api", "worker", "cli_runtime"}),
+    "cli_runtime": frozenset(BELOW_SERVICE),  # what processes check before they start
     "__main__": frozenset({"cli"}),
 }
 

@@ -8,12 +8,22 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+import werkzeug.exceptions
 
 from routemaster import labels
+from routemaster.api.plugins import provide_legacy_names
 from routemaster.app import App
 from routemaster.config import load_config
 from routemaster.config.model import Config, LoggingPlugin
-from routemaster.logging import BaseLogger, PluginError, PythonLogger, format_event, load_plugins
+from routemaster.logging import (
+    BaseLogger,
+    JsonFormatter,
+    PluginError,
+    PythonLogger,
+    format_event,
+    load_plugins,
+)
+from tests.plugin_recorder import Recorder
 from tests.stub_server import Reply, running_stub
 
 
@@ -86,7 +96,10 @@ def test_python_logger_writes_json_and_keeps_the_traceback(
     logger = PythonLogger(log_level="DEBUG", json=True)
     error = ValueError("boom")
     with caplog.at_level(logging.DEBUG, logger="routemaster"):
-        logger.exception("delivery failed", error, state_machine="user", label="a")
+        try:
+            raise error
+        except ValueError:
+            logger.exception("delivery failed")  # as 1.x calls it: while handling the error
     (record,) = caplog.records
     assert record.levelno == logging.ERROR
     assert record.exc_info is not None and record.exc_info[1] is error
@@ -94,8 +107,6 @@ def test_python_logger_writes_json_and_keeps_the_traceback(
         "event": "exception",
         "message": "delivery failed",
         "error": "ValueError('boom')",
-        "state_machine": "user",
-        "label": "a",
     }
 
 
@@ -198,3 +209,47 @@ def test_plugins_hear_every_feed_fetch_with_its_status(
         ]
         assert labels.get_label(app, machine, "a").state == "end"
         assert labels.get_label(app, machine, "b").state == "start"
+
+
+def test_plugins_are_built_as_1x_built_them_with_the_config_first() -> None:
+    config = _config(LoggingPlugin("tests.plugin_recorder:Recorder", (("name", "metrics"),)))
+    [plugin] = load_plugins(config)
+    assert isinstance(plugin, Recorder)
+    assert plugin.config is config
+    assert plugin.name == "metrics"
+
+
+def test_a_plugin_that_refuses_to_start_is_reported_with_its_reason() -> None:
+    with pytest.raises(PluginError, match=r"tests\.plugin_recorder:Refuses.*FOO"):
+        load_plugins(_config(LoggingPlugin("tests.plugin_recorder:Refuses")))
+
+
+def test_names_1x_plugins_import_from_old_werkzeug_are_provided() -> None:
+    provide_legacy_names()
+    from werkzeug.routing import MethodNotAllowed, NotFound  # type: ignore[attr-defined]
+
+    assert NotFound is werkzeug.exceptions.NotFound
+    assert MethodNotAllowed is werkzeug.exceptions.MethodNotAllowed
+
+
+def test_json_formatter_writes_one_object_per_line_with_the_traceback_inside() -> None:
+    logger = PythonLogger(log_level="INFO", json=True)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign, assignment]
+    logger.logger.addHandler(handler)
+    try:
+        logger.transition(state_machine="m", label="a\nb", old_state="x", new_state="y")
+        try:
+            raise KeyError("k")
+        except KeyError:
+            logging.getLogger("routemaster.worker").exception("job failed")
+    finally:
+        logger.logger.removeHandler(handler)
+    lines = [JsonFormatter().format(record) for record in records]
+    assert all("\n" not in line for line in lines)
+    event, failure = (json.loads(line) for line in lines)
+    assert event["event"] == "transition" and event["label"] == "a\nb"
+    assert event["level"] == "INFO" and event["logger"] == "routemaster"
+    assert failure["message"] == "job failed" and failure["logger"] == "routemaster.worker"
+    assert "KeyError: 'k'" in failure["traceback"]

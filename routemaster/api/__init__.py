@@ -24,6 +24,7 @@ from routemaster.api import (
     labels,
     machines,
     operations,
+    plugins,
 )
 from routemaster.api.extension import EXTENSION_KEY
 from routemaster.api.paths import NameConverter, rewrite_path_info
@@ -48,6 +49,8 @@ class RoutemasterFlask(flask.Flask):
 def create_app(app: App) -> flask.Flask:
     flask_app = RoutemasterFlask(__name__)
     flask_app.config["MAX_CONTENT_LENGTH"] = app.settings.max_request_body
+    # Unexpected errors reach got_request_exception and the JSON 500 handler, even when testing.
+    flask_app.config["PROPAGATE_EXCEPTIONS"] = False
     flask_app.extensions[EXTENSION_KEY] = app
     hub = ChangeHub(app.db, app.settings)
     flask_app.extensions[changes.HUB_KEY] = hub
@@ -59,13 +62,17 @@ def create_app(app: App) -> flask.Flask:
         labels.blueprint,
         explanations.blueprint,
         operations.blueprint,
+        plugins.blueprint,
         changes.blueprint,
         console.blueprint,
     ):
         flask_app.register_blueprint(blueprint)
     _forget_pooled_connections_after_fork(app, hub)
-    for plugin in app.loggers:
-        plugin.init_flask(flask_app)
+    app.hooks.init_flask(flask_app)
+    if app.hooks.observe_requests:  # outermost, as in 1.x: around what init_flask added
+        flask_app.wsgi_app = plugins.RequestHooks(  # type: ignore[method-assign]
+            flask_app.wsgi_app, app.hooks
+        )
     return flask_app
 
 

@@ -6,7 +6,7 @@ import logging
 
 import flask
 import sqlalchemy as sa
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, InternalServerError
 from werkzeug.wrappers import Response
 
 from routemaster.api.extension import routemaster_app
@@ -25,7 +25,9 @@ def register_error_handlers(flask_app: flask.Flask) -> None:
     flask_app.register_error_handler(LabelNotFound, _label_not_found)
     flask_app.register_error_handler(LabelDeleted, _label_deleted)
     flask_app.register_error_handler(sa.exc.SQLAlchemyError, _database_error)
-    flask_app.register_error_handler(Exception, _unexpected)
+    # Not a handler for Exception: Flask then sends got_request_exception (Sentry listens)
+    # and answers with the InternalServerError handler below.
+    flask_app.register_error_handler(InternalServerError, _internal_error)
 
 
 def _http_error(error: HTTPException) -> Response:
@@ -83,6 +85,9 @@ def _answer(failure: DatabaseFailure) -> tuple[int, str]:
     return 500, f"Database error ({failure.sqlstate or failure.detail}); nothing was changed."
 
 
-def _unexpected(error: Exception) -> flask.Response:
-    logger.exception("unhandled error in %s %s", flask.request.method, flask.request.path)
+def _internal_error(error: InternalServerError) -> flask.Response:
+    """An unexpected error (Flask has logged it): told to the plugins while it is handled."""
+    if error.original_exception is not None:
+        where = f"{flask.request.method} {flask.request.path}"
+        routemaster_app().hooks.exception(f"Unhandled error in {where}")
     return json_response({"message": "Internal server error."}, 500)

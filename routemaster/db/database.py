@@ -27,17 +27,18 @@ def url_from_environment(environ: Mapping[str, str] | None = None) -> str | None
     url = env.get("DATABASE_URL")
     if url:
         return checked_url(url, "DATABASE_URL")
-    if any(env.get(key) for key in ("DB_HOST", "DB_NAME", "DB_USER")):
+    if any(env.get(key) for key in ("DB_HOST", "DB_NAME", "DB_USER", "DB_PORT", "DB_PASS")):
         port = env.get("DB_PORT") or None
         if port is not None and not port.isdigit():
             raise DatabaseURLError(f"DB_PORT must be a port number, got {port!r}")
+        # 1.x's defaults for the variables left unset.
         return URL.create(
             "postgresql+psycopg2",
-            username=env.get("DB_USER") or None,
+            username=env.get("DB_USER") or "routemaster",
             password=env.get("DB_PASS") or None,
-            host=env.get("DB_HOST") or None,
-            port=int(port) if port else None,
-            database=env.get("DB_NAME") or None,
+            host=env.get("DB_HOST") or "localhost",
+            port=int(port) if port else 5432,
+            database=env.get("DB_NAME") or "routemaster",
         ).render_as_string(hide_password=False)
     return None
 

@@ -1,17 +1,17 @@
 """A private PostgreSQL under a local data directory, for when no server was named.
 
-``routemaster serve`` and ``cron`` (and the test suite) fall back to it when
-neither ``DATABASE_URL`` nor the ``DB_*`` variables are set, so a fresh clone
-runs without anyone installing or configuring a database server.
+``routemaster serve``, ``cron`` and ``migrate`` use it when asked to
+(``ROUTEMASTER_DATABASE=embedded``, as ``scripts/run`` does; the test suite
+uses it when no server answers), so a fresh clone runs without anyone
+installing or configuring a database server. Its data lives in one place per
+user (:func:`data_dir_from_environment`).
 
-The server listens on 127.0.0.1 on a port chosen free when it starts (never
-assumed to be 5432, which a system server may hold; the last port is reused
-when still free), and on a unix socket in the data directory when its path is
-short enough for a socket name, else in a per-data-directory folder under the
-temporary directory. Connections from this host are trusted, as with a
-development server. It is started on demand, shared by every process that
-asks for the same data directory, and keeps running until
-``routemaster db stop``.
+It listens on 127.0.0.1 on a port of its own (not 5432, which a system server
+may hold; the same port at every start unless another program took it), and
+on a unix socket in the data directory (or, for a long path, in a folder
+under the temporary directory). Connections from this host are trusted. It is
+started on demand, shared by every process asking for the same data
+directory, and runs until ``routemaster db stop``.
 
 Binaries: the system's (``pg_ctl`` on ``PATH``, else the newest
 ``/usr/lib/postgresql/*/bin``), else those shipped in the ``pgserver`` wheel
@@ -43,7 +43,6 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-DEFAULT_DATA_DIR = Path(".routemaster") / "pgdata"
 DATABASE = "routemaster"
 SUPERUSER = "postgres"
 START_TIMEOUT = 60  # seconds pg_ctl waits for the server to accept connections
@@ -62,10 +61,19 @@ class EmbeddedUnavailable(RuntimeError):
 
 
 def data_dir_from_environment(environ: Mapping[str, str] | None = None) -> Path:
-    """``ROUTEMASTER_DATA_DIR`` (the pgdata folder itself), else ``.routemaster/pgdata``."""
+    """``ROUTEMASTER_DATA_DIR`` (the pgdata folder itself), else one place per user.
+
+    That place is ``$XDG_DATA_HOME/routemaster/pgdata`` (by default
+    ``~/.local/share/routemaster/pgdata``), wherever the command is run from.
+    """
     env = os.environ if environ is None else environ
     configured = env.get("ROUTEMASTER_DATA_DIR")
-    return Path(configured) if configured else DEFAULT_DATA_DIR
+    if configured:
+        return Path(configured)
+    data_home = env.get("XDG_DATA_HOME") or str(
+        Path(env.get("HOME") or Path.home()) / ".local/share"
+    )
+    return Path(data_home) / "routemaster" / "pgdata"
 
 
 def _has_programs(directory: Path) -> bool:
@@ -104,14 +112,33 @@ def pgserver_binaries() -> Path | None:
     return directory if _has_programs(directory) else None
 
 
-def find_binaries() -> Path:
-    directory = system_binaries() or pgserver_binaries()
-    if directory is None:
+def major_version(bin_dir: Path) -> str:
+    """``"16"`` for PostgreSQL 16.4's programs."""
+    output = subprocess.run(
+        [str(bin_dir / "postgres"), "--version"], capture_output=True, text=True, check=False
+    ).stdout
+    found = re.search(r"(\d+)(?:\.\d+)?", output)
+    return found.group(1) if found else "unknown"
+
+
+def find_binaries(data_dir: Path | None = None) -> Path:
+    """The system's programs, else pgserver's; those of the data directory's version if any is."""
+    found = [d for d in (system_binaries(), pgserver_binaries()) if d is not None]
+    if not found:
         raise EmbeddedUnavailable(
             "No PostgreSQL found: set DATABASE_URL, install PostgreSQL (initdb, pg_ctl), "
-            "or `pip install -e '.[embedded]'` for the pgserver package"
+            "or `pip install 'routemaster[embedded]'` for the pgserver package"
         )
-    return directory
+    made_by = _cluster_version(data_dir) if data_dir is not None else None
+    matching = [d for d in found if made_by is not None and major_version(d) == made_by]
+    return (matching or found)[0]
+
+
+def _cluster_version(data_dir: Path) -> str | None:
+    try:
+        return (data_dir / "PG_VERSION").read_text().strip()
+    except OSError:
+        return None
 
 
 def socket_dir_for(data_dir: Path) -> Path:
@@ -185,8 +212,8 @@ class EmbeddedPostgres:
 
     @classmethod
     def at(cls, data_dir: Path | None = None, bin_dir: Path | None = None) -> EmbeddedPostgres:
-        directory = data_dir if data_dir is not None else data_dir_from_environment()
-        return cls(directory.absolute(), bin_dir if bin_dir is not None else find_binaries())
+        directory = (data_dir if data_dir is not None else data_dir_from_environment()).absolute()
+        return cls(directory, bin_dir if bin_dir is not None else find_binaries(directory))
 
     @property
     def socket_dir(self) -> Path:
@@ -231,6 +258,7 @@ class EmbeddedPostgres:
                 _make_traversable(self.bin_dir)
             if not (self.data_dir / "PG_VERSION").exists():
                 self._initdb(os_user)
+            self._check_version()
             if self.is_running():
                 started = False
             else:
@@ -268,6 +296,15 @@ class EmbeddedPostgres:
             if result.returncode != 0:
                 raise EmbeddedUnavailable(f"pg_ctl stop failed:\n{result.stdout}{result.stderr}")
         return True
+
+    def _check_version(self) -> None:
+        made_by, programs = _cluster_version(self.data_dir), major_version(self.bin_dir)
+        if made_by != programs:
+            raise EmbeddedUnavailable(
+                f"The embedded database in {self.data_dir} was made by PostgreSQL {made_by} "
+                f"but the PostgreSQL found is {programs}: install PostgreSQL {made_by}, or "
+                f"remove {self.data_dir} (its data is lost), or set ROUTEMASTER_DATA_DIR elsewhere"
+            )
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
@@ -312,13 +349,16 @@ class EmbeddedPostgres:
             raise EmbeddedUnavailable(f"initdb failed:\n{result.stdout}{result.stderr}")
 
     def _choose_port(self) -> int:
-        """The port used last time if it is still free, else any free one; remembered."""
+        """The port used last time (at first, one derived from the path) unless another
+        program holds it, so a restart keeps every client's URL valid; remembered."""
         port_file = self.data_dir / _PORT_FILE
         try:
             previous = int(port_file.read_text())
         except (OSError, ValueError):
             previous = 0
-        port = previous if previous and _port_is_free(previous) else _free_port()
+        digest = hashlib.sha256(str(self.data_dir).encode()).digest()
+        wanted = previous or 20000 + int.from_bytes(digest[:4], "big") % 10000
+        port = wanted if _port_is_free(wanted) else _free_port()
         if port != previous:
             port_file.write_text(f"{port}\n")
             port_file.chmod(0o644)
@@ -384,7 +424,9 @@ class EmbeddedPostgres:
 
 
 def _port_is_free(port: int) -> bool:
+    """Whether a server could listen on it now (connections in TIME_WAIT do not count)."""
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((_HOST, port))
         except OSError:

@@ -1,20 +1,33 @@
-"""Bring a database to the current schema with the repository's alembic migrations."""
+"""Bring a database to the current schema with the alembic migrations shipped in the package."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config as AlembicConfig
 
-REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
+
+def migrations_dir() -> Path:
+    """Where the migrations are: ``routemaster.migrations`` once installed (wheel or editable).
+
+    In a source tree used without installing it (only on ``sys.path``), the
+    package is ``migrations/`` beside ``routemaster/``.
+    """
+    spec = importlib.util.find_spec("routemaster.migrations")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    beside = Path(__file__).resolve().parents[2] / "migrations"
+    if (beside / "env.py").is_file():
+        return beside
+    raise RuntimeError("routemaster's migrations are missing: reinstall the package")
 
 
 def alembic_config() -> AlembicConfig:
-    ini = REPOSITORY_ROOT / "alembic.ini"
-    config = AlembicConfig(str(ini))
-    config.set_main_option("script_location", str(REPOSITORY_ROOT / "migrations"))
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(migrations_dir()))
     return config
 
 

@@ -12,7 +12,7 @@ import requests
 
 from routemaster.config.model import StateMachine
 from routemaster.exit_conditions.context import FeedUnavailable
-from routemaster.http.client import DEFAULT_MAX_RESPONSE_BYTES, OutboundError, send
+from routemaster.http.client import DEFAULT_MAX_RESPONSE_BYTES, Answer, OutboundError, send
 from routemaster.http.headers import headers_for
 from routemaster.http.urls import origin, render_url
 from routemaster.limits import DEFAULT_MAX_DEPTH, JSONRejected, parse_json
@@ -36,6 +36,7 @@ def fetch_feed(
     observe: FeedObserver | None = None,
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     max_depth: int = DEFAULT_MAX_DEPTH,
+    on_response: Callable[[Answer], None] | None = None,
 ) -> Any:
     """The decoded JSON body of ``feed_name`` for ``label``.
 
@@ -47,6 +48,7 @@ def fetch_feed(
     problem, so the evaluation decides nothing and the label stays in its
     gate to be retried: no answer in time, a non-2xx status, a body over
     ``max_response_bytes``, not JSON, or JSON nested deeper than ``max_depth``.
+    ``on_response`` is told of the final answer (the logging plugins' hook).
     """
     template = machine.feed(feed_name).url
     url = render_url(template, label=label, state_machine=machine.name)
@@ -81,6 +83,8 @@ def fetch_feed(
             )
     else:
         raise _unavailable(machine, feed_name, label, url, f"over {MAX_REDIRECTS} redirects")
+    if on_response is not None:  # the final answer, as 1.x's plugins were told
+        on_response(answer)
     if not 200 <= answer.status < 300:
         raise _unavailable(machine, feed_name, label, url, f"returned status {answer.status}")
     if not answer.complete:

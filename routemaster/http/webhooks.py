@@ -8,14 +8,14 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import requests
 
 from routemaster.config.model import Action, StateMachine
-from routemaster.http.client import DEFAULT_MAX_RESPONSE_BYTES, OutboundError, send
+from routemaster.http.client import DEFAULT_MAX_RESPONSE_BYTES, Answer, OutboundError, send
 from routemaster.http.headers import headers_for
 from routemaster.http.urls import render_url
 
@@ -94,8 +94,11 @@ def deliver(
     *,
     timeout: float,
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    on_response: Callable[[Answer], None] | None = None,
 ) -> DeliveryResult:
     """POST ``request`` once and classify the answer; never raises for HTTP trouble.
+
+    ``on_response`` is told of the answer, if one came (the logging plugins' hook).
 
     ``timeout`` is a total deadline (connect, send, status, headers, body).
     The answer's body is read up to ``max_response_bytes`` and then dropped
@@ -115,6 +118,8 @@ def deliver(
         )
     except OutboundError as failure:
         return DeliveryResult(Outcome.FAILED, request.url, error=str(failure))
+    if on_response is not None:
+        on_response(answer)
     status = answer.status
     if 200 <= status < 300:
         return DeliveryResult(Outcome.DELIVERED, request.url, status)

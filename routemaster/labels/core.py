@@ -109,7 +109,7 @@ def history(app: App, machine: StateMachine, name: str) -> list[HistoryEntry]:
 
 def label_context(app: App, machine: StateMachine, label: Label, feed_timeout: float) -> Context:
     """The evaluation context for ``label`` now, fetching feeds over HTTP as they are read."""
-    fetcher = FeedFetcher(app, machine, label.name, timeout=feed_timeout)
+    fetcher = FeedFetcher(app, machine, label.name, state=label.state, timeout=feed_timeout)
     return context_for(position_of(label), app.now(), fetcher.read)
 
 
@@ -167,7 +167,7 @@ def advance_with_feeds(app: App, key: LabelKey, entry_id: int, *, timeout: float
     if snapshot is None or not snapshot.live or snapshot.entry_id != entry_id:
         return None
     now = app.now()
-    fetcher = FeedFetcher(app, machine, key[1], timeout=timeout)
+    fetcher = FeedFetcher(app, machine, key[1], state=snapshot.state, timeout=timeout)
     plan = _plan(app, machine, snapshot, now, fetcher.read)
     with app.db.begin() as conn:
         label = store.lock(conn, *key)
@@ -255,10 +255,9 @@ def due_at(app: App, plan: Plan, now: datetime.datetime) -> datetime.datetime | 
 def log_transition(
     app: App, state_machine: str, name: str, old: str | None, new: str | None, *, forced: bool
 ) -> None:
-    for plugin in app.loggers:
-        plugin.transition(
-            state_machine=state_machine, label=name, old_state=old, new_state=new, forced=forced
-        )
+    app.hooks.transition(
+        state_machine=state_machine, label=name, old_state=old, new_state=new, forced=forced
+    )
 
 
 def _plan(

@@ -17,27 +17,35 @@ class FeedFetcher:
     read, for planning again inside a transaction.
     """
 
-    def __init__(self, app: App, machine: StateMachine, label: str, *, timeout: float) -> None:
+    def __init__(
+        self, app: App, machine: StateMachine, label: str, *, state: str, timeout: float
+    ) -> None:
         self._app = app
         self._machine = machine
         self._label = label
+        self._state = state  # where the evaluation starts: told to the plugins
         self._timeout = timeout
         self._answers: dict[str, Any] = {}
         self._failures: dict[str, FeedUnavailable] = {}
 
     def read(self, feed: str) -> Any:
         if feed not in self._answers and feed not in self._failures:
+            url = self._machine.feed(feed).url
             try:
-                self._answers[feed] = fetch_feed(
-                    self._app.http,
-                    self._machine,
-                    feed,
-                    self._label,
-                    timeout=self._timeout,
-                    observe=self._observe(feed),
-                    max_response_bytes=self._app.settings.max_response_body,
-                    max_depth=self._app.settings.max_json_depth,
-                )
+                # A failed fetch raises inside the plugins' process_feed, as in 1.x.
+                state = self._machine.get_state(self._state)
+                with self._app.hooks.feed(self._machine, state, url) as log_response:
+                    self._answers[feed] = fetch_feed(
+                        self._app.http,
+                        self._machine,
+                        feed,
+                        self._label,
+                        timeout=self._timeout,
+                        observe=self._observe(feed),
+                        max_response_bytes=self._app.settings.max_response_body,
+                        max_depth=self._app.settings.max_json_depth,
+                        on_response=log_response,
+                    )
             except FeedUnavailable as failure:
                 self._failures[feed] = failure
         return self.fetched(feed)
@@ -51,14 +59,13 @@ class FeedFetcher:
 
     def _observe(self, feed: str) -> Any:
         def observe(url: str, status: int | None, duration: float) -> None:
-            for plugin in self._app.loggers:
-                plugin.feed_fetched(
-                    state_machine=self._machine.name,
-                    label=self._label,
-                    feed=feed,
-                    url=url,
-                    status=status,
-                    duration=duration,
-                )
+            self._app.hooks.feed_fetched(
+                state_machine=self._machine.name,
+                label=self._label,
+                feed=feed,
+                url=url,
+                status=status,
+                duration=duration,
+            )
 
         return observe

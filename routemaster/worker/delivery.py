@@ -42,20 +42,21 @@ def deliver_claim(app: App, claim: Claim, rng: random.Random) -> bool:
         timestamp=int(app.now().timestamp()),
     )
     started = time.monotonic()
-    result = deliver(
-        app.http,
-        request,
-        timeout=policy.timeout.total_seconds(),
-        max_response_bytes=app.settings.max_response_body,
-    )
-    for plugin in app.loggers:
-        plugin.webhook_called(
-            state_machine=claim.state_machine,
-            label=claim.name,
-            url=request.url,
-            status=result.status,
-            duration=time.monotonic() - started,
+    with app.hooks.webhook(machine, action) as log_response:
+        result = deliver(
+            app.http,
+            request,
+            timeout=policy.timeout.total_seconds(),
+            max_response_bytes=app.settings.max_response_body,
+            on_response=log_response,
         )
+    app.hooks.webhook_called(
+        state_machine=claim.state_machine,
+        label=claim.name,
+        url=request.url,
+        status=result.status,
+        duration=time.monotonic() - started,
+    )
     where = f"{claim.state_machine}/{claim.name} in {claim.state} (attempt {claim.attempts})"
     if result.outcome is Outcome.DELIVERED:
         logger.debug("delivered %s: %s -> %s", where, request.url, result.status)

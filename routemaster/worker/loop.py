@@ -13,6 +13,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 
 import schedule
 import sqlalchemy as sa
@@ -41,7 +42,7 @@ class Worker:
         self._stopping = threading.Event()
         self._action_states = _states_of_kind(app, Action)
         self._gate_states = _states_of_kind(app, Gate)
-        self._slots = Slots(app.settings.delivery_concurrency)
+        self._slots = Slots(app.settings.delivery_concurrency, on_error=app.hooks.exception)
         self._outage = OutageLog()
         self.triggers = ClockTriggers(app)
         self._jobs = schedule.Scheduler()
@@ -87,6 +88,9 @@ class Worker:
                 except sa.exc.SQLAlchemyError as error:
                     self._outage.down(error)
                     busy, sleep = False, self.app.settings.poll_interval
+                except Exception:
+                    self.app.hooks.exception("the worker loop failed")
+                    raise
                 if not busy:
                     listener.wait(sleep, [self._slots.wake_fd])
                     self._slots.clear_wake()
@@ -144,7 +148,9 @@ class Worker:
         return bool(claimed)
 
     def _deliver(self, claim: Claim) -> bool:
-        return deliver_claim(self.app, claim, self._rng)
+        machine = self.app.config.get_machine(claim.state_machine)
+        with self.app.hooks.cron(machine, machine.get_state(claim.state), "process_action"):
+            return deliver_claim(self.app, claim, self._rng)
 
     def _complete(self, delivered: list[Claim]) -> bool:
         """Move delivered labels on in one transaction; whether there were any."""
@@ -178,12 +184,13 @@ class Worker:
 class OutageLog:
     """One log line per change of the database's availability, and a reminder each minute."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._down_since: float | None = None
         self._reminded_at = 0.0
 
     def down(self, error: Exception) -> None:
-        now = time.monotonic()
+        now = self._clock()
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if self._down_since is None:
             self._down_since = self._reminded_at = now
@@ -196,7 +203,7 @@ class OutageLog:
 
     def up(self) -> None:
         if self._down_since is not None:
-            logger.info("database available again after %d s", time.monotonic() - self._down_since)
+            logger.info("database available again after %d s", self._clock() - self._down_since)
             self._down_since = None
 
 

@@ -24,8 +24,10 @@ Job = Callable[[Claim], bool]
 
 
 class Slots:
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, on_error: Callable[[str], None] | None = None) -> None:
+        """``on_error`` is told (while it is handled) of a job that raised."""
         self.size = size
+        self._on_error = on_error
         self._pool = ThreadPoolExecutor(size, thread_name_prefix="routemaster-delivery")
         self._lock = threading.Lock()
         self._held: dict[tuple[str, str, int], Claim] = {}
@@ -53,7 +55,10 @@ class Slots:
             try:
                 done = job(claim)
             except Exception:
-                logger.exception("worker job for %s/%s failed", claim.state_machine, claim.name)
+                message = f"worker job for {claim.state_machine}/{claim.name} failed"
+                logger.exception(message)
+                if self._on_error is not None:
+                    self._on_error(message)
             finally:
                 with self._lock:
                     self._held.pop(claim.entry, None)

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from routemaster.db.database import create_engine
 from routemaster.db.embedded import (
-    DEFAULT_DATA_DIR,
     EmbeddedPostgres,
     EmbeddedUnavailable,
     data_dir_from_environment,
+    find_binaries,
+    major_version,
     pgserver_binaries,
     socket_dir_for,
     system_binaries,
@@ -103,9 +105,63 @@ def test_socket_goes_in_the_data_dir_unless_the_path_is_too_long() -> None:
     assert socket_dir_for(Path("/srv/with space/pgdata")) != Path("/srv/with space/pgdata")
 
 
-def test_data_dir_comes_from_the_environment() -> None:
-    assert data_dir_from_environment({}) == DEFAULT_DATA_DIR
+def test_data_dir_is_one_place_per_user_wherever_the_command_runs() -> None:
+    assert data_dir_from_environment({"HOME": "/home/ann"}) == Path(
+        "/home/ann/.local/share/routemaster/pgdata"
+    )
+    assert data_dir_from_environment({"HOME": "/home/ann", "XDG_DATA_HOME": "/data"}) == Path(
+        "/data/routemaster/pgdata"
+    )
     assert data_dir_from_environment({"ROUTEMASTER_DATA_DIR": "/var/pg"}) == Path("/var/pg")
+
+
+def test_keeps_its_port_across_restarts_with_clients_connected(
+    server: EmbeddedPostgres,
+) -> None:
+    server.start()
+    url = server.url()
+    engine = create_engine(url, idle_ping_after=0)  # a pool, as a running API holds one
+    try:
+        with engine.connect() as connection:
+            connection.execute(sa.text("SELECT 1"))
+        server.stop()
+        server.start()
+        assert server.url() == url
+        with engine.connect() as connection:  # its pool reconnects to the same address
+            assert connection.execute(sa.text("SELECT 1")).scalar() == 1
+    finally:
+        engine.dispose()
+
+
+def _two_versions() -> tuple[Path, Path]:
+    found = {major_version(d): d for d in BINARIES.values() if d is not None}
+    if len(found) < 2:
+        pytest.skip("needs PostgreSQL programs of two major versions (system and pgserver)")
+    first, second = sorted(found)[:2]
+    return found[first], found[second]
+
+
+def test_a_data_dir_of_another_major_version_is_one_line_with_the_fix(tmp_path: Path) -> None:
+    old, new = _two_versions()
+    made = EmbeddedPostgres.at(tmp_path / "pgdata", old)
+    made.start()
+    made.stop()
+    with pytest.raises(EmbeddedUnavailable) as raised:
+        EmbeddedPostgres.at(tmp_path / "pgdata", new).start()
+    message = str(raised.value)
+    assert "\n" not in message
+    assert f"made by PostgreSQL {major_version(old)}" in message
+    assert f"remove {tmp_path / 'pgdata'}" in message and "ROUTEMASTER_DATA_DIR" in message
+
+
+def test_the_programs_of_the_data_dirs_version_are_chosen_when_installed(tmp_path: Path) -> None:
+    old, new = _two_versions()
+    for programs in (old, new):
+        data_dir = tmp_path / programs.parent.name / "pgdata"
+        made = EmbeddedPostgres.at(data_dir, programs)
+        made.start()
+        made.stop()
+        assert find_binaries(data_dir) == programs
 
 
 def test_listens_on_a_free_loopback_port_and_a_socket(server: EmbeddedPostgres) -> None:

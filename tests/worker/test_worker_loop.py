@@ -4,13 +4,16 @@ and a slow delivery is never sent twice while it is still in flight."""
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import time
 
 import pytest
+import sqlalchemy as sa
 
 from routemaster import labels
 from routemaster.app import App
+from routemaster.worker.loop import OutageLog
 from tests.stub_server import Reply, StubServer
 from tests.worker.conftest import MakeApp, WorkersFor, running, wait_until
 
@@ -97,3 +100,23 @@ def test_a_slow_delivery_is_not_sent_again_while_in_flight_past_the_lease(
         with running(second):
             wait_until(lambda: state(first, "slow") == "done", timeout=20)
     assert len(stub.received("/hook/slow")) == 1
+
+
+def test_a_database_outage_is_one_line_per_change_and_a_reminder_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [1000.0]
+    outage = OutageLog(clock=lambda: now[0])
+    refused = sa.exc.OperationalError("SELECT 1", {}, Exception("connection refused\nDETAIL: x"))
+    with caplog.at_level(logging.INFO, logger="routemaster.worker.loop"):
+        for _ in range(130):  # the loop's polls for two minutes and ten seconds
+            outage.down(refused)
+            now[0] += 1
+        outage.up()
+        outage.up()
+    assert [(record.levelname, record.getMessage()) for record in caplog.records] == [
+        ("ERROR", f"database unavailable; the worker waits for it: {str(refused).splitlines()[0]}"),
+        ("ERROR", f"database still unavailable after 60 s: {str(refused).splitlines()[0]}"),
+        ("ERROR", f"database still unavailable after 120 s: {str(refused).splitlines()[0]}"),
+        ("INFO", "database available again after 130 s"),
+    ]

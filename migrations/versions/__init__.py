@@ -1,0 +1,1 @@
+"""Alembic revisions (alembic itself skips this file)."""
