@@ -56,7 +56,7 @@ def test_a_label_created_through_the_api_appears_and_moves_live(
     browser.execute_script("window.notReloaded = true;")
     assert _count(browser, "placed") == "1"
 
-    _create(service, "order-42")
+    _create(service, "order-42", customer="Ada", items=[{"sku": "tea", "count": 2}])
     _wait(browser, lambda b: _count(b, "placed") == "2")
     changes = browser.find_element(By.ID, "changes")
     _wait(browser, lambda b: "order-42 created in placed" in changes.text)
@@ -70,8 +70,10 @@ def test_a_label_created_through_the_api_appears_and_moves_live(
     assert browser.execute_script("return window.notReloaded;") is True
     screenshot("machine")
 
-    browser.find_element(By.LINK_TEXT, "earlier").click()
+    browser.find_element(By.LINK_TEXT, "order-42").click()
     _wait(browser, lambda b: "Why it is here" in b.page_source)
+    assert browser.find_element(By.ID, "state").text == "shipped"
+    assert '"customer": "Ada"' in browser.find_element(By.TAG_NAME, "pre").text
     screenshot("label")
 
 
