@@ -25,13 +25,13 @@ import psutil
 from measure import BENCH_DIR, MemorySampler, Server, run_pgbench, run_wrk, run_wrk_until, summarise
 from report import evaluate, print_table
 from streams import OpenStreams
-from targets import REFERENCE_VENV, REPO, Project, Reference, Target
+from targets import REFERENCE_VENV, REPO, VARIANTS, Project, Reference, Target
 
 RECEIVER_PORT = 18089
 # Several engineers may bench on one machine: ROUTEMASTER_BENCH_INSTANCE=N (N > 0)
-# gives this run its own databases (bench_project_N, ...) and ports (+10 N).
+# gives this run's services their own databases (bench_project_iN, ...) and ports (+100 N).
 INSTANCE = int(os.environ.get("ROUTEMASTER_BENCH_INSTANCE") or 0)
-SUFFIX = f"_{INSTANCE}" if INSTANCE else ""
+SUFFIX = f"_i{INSTANCE}" if INSTANCE else ""
 STREAMS = 50  # open changes streams in the *_streams50 scenarios
 PATCH_SIZES = [("flat", "1k"), ("flat", "10k"), ("flat", "100k"), ("nested", "1k")]
 PATCH_SIZES += [("nested", "10k"), ("nested", "60k")]
@@ -62,6 +62,7 @@ class Profile:
     reference_cap: float  # seconds a reference drain may run before its rate is extrapolated
     project_cap: float
     reference_minute_jobs: bool  # measure the reference's once-a-minute drains (each waits ~1 min)
+    cost_rounds: int  # interleaved rounds of the cost comparison (plain/project/secured)
 
 
 FULL = Profile(
@@ -76,6 +77,7 @@ FULL = Profile(
     reference_cap=60,
     project_cap=180,
     reference_minute_jobs=True,
+    cost_rounds=9,
 )
 QUICK = Profile(
     duration=2,
@@ -89,6 +91,7 @@ QUICK = Profile(
     reference_cap=20,
     project_cap=60,
     reference_minute_jobs=False,
+    cost_rounds=7,
 )
 
 
@@ -309,6 +312,109 @@ class Suite:
                 serve_cpu_ms_per_request=[round(r["cpu_ms_per_request"], 3) for r in streamed],
             )
 
+    def cost(self) -> None:
+        """``plain``, ``project`` and ``secured`` running side by side, measured in turns.
+
+        Each round runs create then read (16 clients) against each variant, in
+        an order that rotates every round, so load from elsewhere on a shared
+        machine falls on all three alike; the medians over the rounds are compared.
+        """
+        keys = [k for k in ("cost_create_c16", "cost_read_c16") if self.wanted(k)]
+        if not keys:
+            return
+        print("cost of metrics and tokens: plain, project and secured side by side", flush=True)
+        variants = [
+            Project(self.server, self.log_dir, v, slot=1) for v in ("plain", "project", "secured")
+        ]
+        try:
+            for target in variants:
+                self.sampler.roots[target.name] = target.pids
+                target.fresh_database()
+                target.bulk_labels("flow", "start", "r", 1000, {"n": 0, "go": False})
+                target.analyze()
+                target.start()
+
+            def api_cpu(target: Project) -> float:
+                """CPU seconds used so far by the API's processes (gunicorn and its workers)."""
+                total = 0.0
+                for role, pid in target.pids():
+                    if role == "serve":
+                        parent = psutil.Process(pid)
+                        for process in [parent, *parent.children(recursive=True)]:
+                            times = process.cpu_times()
+                            total += times.user + times.system
+                return total
+
+            def run(target: Project, mode: str, duration: float) -> tuple[float, float]:
+                """Requests per second, and API CPU milliseconds per request."""
+                prefix = self.tag("k") if mode == "create" else "r"
+                before = api_cpu(target)
+                result = run_wrk(
+                    target.base_url,
+                    mode=mode,
+                    machine="flow",
+                    prefix=prefix,
+                    n=0 if mode == "create" else 1000,
+                    connections=16,
+                    duration=duration,
+                    env=target.wrk_env,
+                )
+                if result["errors"]:
+                    raise RuntimeError(f"{target.name} {mode}: {result['errors']} errors")
+                cpu_ms = (api_cpu(target) - before) * 1000 / max(result["requests"], 1)
+                return float(result["rate"]), cpu_ms
+
+            for target in variants:
+                for key in keys:
+                    run(target, key.split("_")[1], self.p.warmup)
+            self.sampler.take()
+            rates: dict[tuple[str, str], list[float]] = {}
+            cpu: dict[tuple[str, str], list[float]] = {}
+            for round_ in range(self.p.cost_rounds):
+                shift = round_ % len(variants)
+                for key in keys:
+                    for target in variants[shift:] + variants[:shift]:
+                        rate, cpu_ms = run(target, key.split("_")[1], self.p.duration)
+                        rates.setdefault((key, target.name), []).append(rate)
+                        cpu.setdefault((key + "_cpu", target.name), []).append(cpu_ms)
+            for (key, name), values in rates.items():
+                self.record(key, name, "req/s", values, rounds=self.p.cost_rounds)
+            for (key, name), values in cpu.items():
+                self.record(key, name, "ms/req", values, rounds=self.p.cost_rounds)
+            self.wsgi_cost(variants[0].database, [t.name for t in variants])
+        finally:
+            for target in variants:
+                target.stop()
+                target.close()
+                self.sampler.roots.pop(target.name, None)
+
+    def wsgi_cost(self, database: str, variants: list[str]) -> None:
+        """Each variant's in-process CPU per request (bench/wsgi_cost.py), in rotating turns."""
+        measured: dict[str, dict[str, list[float]]] = {}
+        rounds = 3
+        for round_ in range(rounds):
+            shift = round_ % len(variants)
+            for variant in variants[shift:] + variants[:shift]:
+                script = str(BENCH_DIR / "wsgi_cost.py")
+                out = subprocess.run(
+                    [sys.executable, script, self.server.url(database), variant],
+                    cwd=REPO,
+                    env={**os.environ, "PYTHONPATH": str(REPO)},
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                line = next((x for x in out.stdout.splitlines() if x.startswith("WSGICOST ")), "")
+                if not line:
+                    raise RuntimeError(f"wsgi_cost.py {variant} failed: {out.stderr[-2000:]}")
+                for op, value in json.loads(line.removeprefix("WSGICOST ")).items():
+                    key = f"cost_{op.removesuffix('_us')}_wsgi"
+                    measured.setdefault(key, {}).setdefault(variant, []).append(value)
+        for key, per_variant in measured.items():
+            for variant, values in per_variant.items():
+                # the least disturbed run is the closest to the true cost
+                self.record(key, variant, "us/req", [min(values)], runs=values)
+
     def http(self, target: Target, key: str, mode: str, conc: int) -> None:
         """create / read / update (PATCH moving each label start -> review) for a fixed time."""
         d, base = self.p.duration, target.base_url
@@ -323,6 +429,7 @@ class Suite:
                     n=0,
                     connections=conc,
                     duration=duration,
+                    env=target.wrk_env,
                 )
             if mode == "read":
                 return run_wrk(
@@ -333,6 +440,7 @@ class Suite:
                     n=1000,
                     connections=conc,
                     duration=duration,
+                    env=target.wrk_env,
                 )
             # update: enough fresh labels in `start` for the run, sized from the last rate
             count = int(max(one.rate, 100) * duration * 2) + 500  # type: ignore[attr-defined]
@@ -348,6 +456,7 @@ class Suite:
                 connections=conc,
                 duration=duration,
                 key="go",
+                env=target.wrk_env,
             )
             result["moved"] = target.transitions("flow", "start", "review", since)
             result["exhausted"] = result["moved"] >= count
@@ -419,7 +528,7 @@ class Suite:
 
         def get(url: str) -> tuple[float, bytes]:
             start = time.perf_counter()
-            conn.request("GET", url)
+            conn.request("GET", url, headers=target.auth_headers)
             response = conn.getresponse()
             body = response.read()
             if response.status != 200:
@@ -563,13 +672,13 @@ class Suite:
             note="; ".join(notes),
             raw=raw,
             measured_from="the trigger's occurrence"
-            if target.name == "project"
+            if target.name != "reference"
             else "the first label leaving the gate",
         )
 
     def action_drain(self, target: Target, key: str) -> None:
         """Labels that have just entered an action: how fast the worker delivers them all."""
-        n = self.p.action_labels[target.name]
+        n = self.p.action_labels["reference" if target.name == "reference" else "project"]
         cap = self.p.reference_cap if target.name == "reference" else self.p.project_cap
         runs, notes, raw = [], [], []
         for _ in range(self.p.slow_reps):
@@ -607,14 +716,14 @@ class Suite:
             note="; ".join(notes),
             raw=raw,
             measured_from="the labels entering the action"
-            if target.name == "project"
+            if target.name != "reference"
             else "the first delivery (its action job runs once a minute)",
         )
 
     def action(self, target: Target, key: str) -> None:
         """PATCH opens the gate into an action (16 clients); time until all reached `end`."""
         machine = "flow" if key == "action_fast" else "flaky"
-        n = self.p.action_labels[target.name]
+        n = self.p.action_labels["reference" if target.name == "reference" else "project"]
         cap = (self.p.reference_cap + 60) if target.name == "reference" else self.p.project_cap
         runs, notes, raw = [], [], []
         for _ in range(self.p.slow_reps):
@@ -633,6 +742,7 @@ class Suite:
                 connections=16,
                 key="done",
                 cap=cap,
+                env=target.wrk_env,
                 done=lambda since=since: (
                     target.transitions(machine, "review", "notify", since) >= n
                 ),
@@ -710,7 +820,7 @@ def machine_info(server: Server) -> dict[str, Any]:
 def _instance(target: Target) -> Target:
     """The target's database and port for this run's ROUTEMASTER_BENCH_INSTANCE."""
     target.database += SUFFIX
-    target.port += 10 * INSTANCE
+    target.port += 100 * INSTANCE
     return target
 
 
@@ -719,8 +829,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="~3 minute development run")
     parser.add_argument(
         "--targets",
-        default="pgbench,reference,project",
-        help="comma-separated subset of pgbench,reference,project",
+        default="pgbench,reference,project,cost",
+        help="comma-separated subset of pgbench,reference,project; also plain (the project "
+        "with metrics off), secured (tokens required, metrics on), and cost (the three "
+        "side by side, their create/read runs interleaved: the cost of metrics and tokens)",
     )
     parser.add_argument(
         "--only",
@@ -756,18 +868,23 @@ def main() -> None:
                 skipped["reference"] = f"not installed in {REFERENCE_VENV} (bench/run does that)"
             else:
                 suite.service(_instance(Reference(server, log_dir, args.reference_workers)))
-        if "project" in targets:
+        if "cost" in targets:
+            suite.cost()
+        for variant in VARIANTS:
+            if variant not in targets:
+                continue
             why = project_runnable()
             if why:
-                skipped["project"] = why
-                print(f"project skipped: {why}", flush=True)
+                skipped[variant] = why
+                print(f"{variant} skipped: {why}", flush=True)
             else:
-                suite.service(_instance(Project(server, log_dir)))
+                suite.service(_instance(Project(server, log_dir, variant)))
     finally:
         suite.sampler.stop()
         receiver.terminate()
         receiver.wait()
-        for name in ("bench_project", "bench_reference", "bench_pgbench"):
+        variant_databases = [f"bench_{v}{s}" for v in VARIANTS for s in ("", "_1")]
+        for name in ("bench_reference", "bench_pgbench", *variant_databases):
             server.drop(name + SUFFIX)
 
     checks = evaluate(suite.results, suite.memory)

@@ -157,6 +157,7 @@ def run_wrk(
     duration: float,
     key: str = "go",
     timeout_s: float = 10,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """One wrk run for a fixed time; its summary (requests, errors, latency) and the rate."""
     command = _wrk_command(
@@ -170,7 +171,9 @@ def run_wrk(
         key=key,
         timeout_s=timeout_s,
     )
-    out = subprocess.run(command, capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        command, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})}
+    )
     return _wrk_result(out.stdout, out.stderr)
 
 
@@ -185,6 +188,7 @@ def run_wrk_until(
     n: int,
     connections: int,
     key: str = "go",
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """wrk until ``done()`` holds (polled), then SIGINT, which makes wrk report and exit.
 
@@ -202,7 +206,13 @@ def run_wrk_until(
         key=key,
         timeout_s=10,
     )
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     deadline = time.time() + cap
     while proc.poll() is None and time.time() < deadline and not done():
         time.sleep(0.05)

@@ -32,7 +32,7 @@ ORDER = [
     "patch_nested_60k",
 ]
 PGBENCH = {"create": "pg_insert", "read": "pg_read"}
-TIME_UNITS = {"s", "ms"}
+TIME_UNITS = {"s", "ms", "ms/req", "us/req"}
 
 
 def median(results: dict[str, Any], key: str, target: str) -> float | None:
@@ -68,6 +68,17 @@ def ratios(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
             "project_vs_pgbench": speedup(results, key, pg, "pgbench") if pg else None,
         }
     return out
+
+
+def operations_cost(results: dict[str, Any], key: str, variant: str) -> float | None:
+    """A variant's speed relative to ``plain``'s (no metrics, no tokens): 1.0 is no cost.
+
+    Rates compare as mine / plain, costs (CPU per request) as plain / mine.
+    """
+    mine, plain = median(results, key, variant), median(results, key, "plain")
+    if not mine or not plain:
+        return None
+    return plain / mine if results[key][variant]["unit"] in TIME_UNITS else mine / plain
 
 
 def _serve_peak(entry: dict[str, Any] | None) -> float | None:
@@ -167,6 +178,19 @@ def evaluate(results: dict[str, Any], memory: dict[str, dict[str, int]]) -> list
         lambda v: v < 20,
         "< 20 ms",
     )
+    for op in ("create", "read"):
+        for variant, what in (("secured", "tokens + metrics"), ("project", "metrics")):
+            for key, measure in (
+                (f"cost_{op}_c16", "throughput, 16 clients"),
+                (f"cost_{op}_c16_cpu", "API CPU per request over HTTP"),
+                (f"cost_{op}_wsgi", "API CPU per request in-process"),
+            ):
+                check(
+                    f"{op}, {what} vs neither, {measure}",
+                    operations_cost(results, key, variant),
+                    lambda v: v >= 0.95,
+                    ">= 0.95 (within 5%)",
+                )
     check(
         "PATCH of 100,000 keys (deep merge)",
         median(results, "patch_flat_100k", "project"),
@@ -187,7 +211,7 @@ def _fmt(entry: dict[str, Any] | None) -> str:
     if not entry or entry.get("median") is None:
         return "-"
     m, lo, hi = entry["median"], entry["min"], entry["max"]
-    digits = 3 if entry["unit"] == "s" else 1
+    digits = 3 if entry["unit"] in ("s", "ms/req") else 1
     if lo == hi:
         return f"{m:,.{digits}f}"
     return f"{m:,.{digits}f} ({lo:,.{digits}f}-{hi:,.{digits}f})"
@@ -200,7 +224,9 @@ def _x(value: float | None) -> str:
 def print_table(report: dict[str, Any]) -> None:
     results = report["scenarios"]
     r = ratios(results)
+    variants = [v for v in ("plain", "secured") if any(v in per for per in results.values())]
     rows = [("scenario", "unit", "project", "reference", "pgbench", "proj/ref", "proj/pg")]
+    rows = [rows[0][:3] + tuple(variants) + rows[0][3:]]
     keys = [k for k in ORDER if k in results] + sorted(
         k for k in results if k not in ORDER and not k.startswith("pg_")
     )
@@ -213,6 +239,7 @@ def print_table(report: dict[str, Any]) -> None:
                 key,
                 unit,
                 _fmt(entry.get("project")),
+                *(_fmt(entry.get(v)) for v in variants),
                 _fmt(entry.get("reference")),
                 _fmt(results.get(pg, {}).get("pgbench")) if pg else "",
                 _x(r[key]["project_vs_reference"]),
@@ -220,7 +247,8 @@ def print_table(report: dict[str, Any]) -> None:
             )
         )
     for key in sorted(k for k in results if k.startswith("pg_")):
-        rows.append((key, "tx/s", "", "", _fmt(results[key].get("pgbench")), "", ""))
+        blanks = ("",) * len(variants)
+        rows.append((key, "tx/s", "", *blanks, "", _fmt(results[key].get("pgbench")), "", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for i, row in enumerate(rows):
         print("  ".join(cell.ljust(widths[j]) for j, cell in enumerate(row)).rstrip())

@@ -24,6 +24,9 @@ from psycopg2.extras import Json
 
 REPO = BENCH_DIR.parent
 CONFIG = BENCH_DIR / "bench.yaml"
+SECURED = BENCH_DIR / "bench-secured.yaml"
+VARIANTS = ("project", "plain", "secured")
+"""The project as deployed by default (metrics on, no tokens), with metrics off, with tokens on."""
 REFERENCE_VENV = BENCH_DIR / ".venv-reference"
 
 
@@ -41,6 +44,8 @@ class Target:
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.started_at = 0.0
         self._conn: psycopg2.extensions.connection | None = None
+        self.auth_headers: dict[str, str] = {}  # sent with every request
+        self.wrk_env: dict[str, str] = {}  # bench.lua reads ROUTEMASTER_BENCH_TOKEN
 
     @property
     def base_url(self) -> str:
@@ -170,19 +175,37 @@ class Target:
 
 
 class Project(Target):
-    """This repository's service: ``serve`` + ``cron`` as the Procfile runs them."""
+    """This repository's service: ``serve`` + ``cron`` as the Procfile runs them.
 
-    name = "project"
-    database = "bench_project"
-    port = 18301
+    ``variant`` (see :data:`VARIANTS`): ``project`` as deployed by default,
+    ``plain`` with metrics off (``ROUTEMASTER_METRICS=0``), ``secured`` with
+    ``api: {authentication: tokens}`` and every request carrying a token.
+    """
+
     history_machine_column = "state_machine"
 
+    def __init__(
+        self, server: Server, log_dir: Path, variant: str = "project", *, slot: int = 0
+    ) -> None:
+        super().__init__(server, log_dir)
+        assert variant in VARIANTS, variant
+        self.name = variant
+        # Each variant (and slot) on its own database and port, so they can run side by side.
+        self.database = f"bench_{variant}" if slot == 0 else f"bench_{variant}_{slot}"
+        self.port = 18301 + VARIANTS.index(variant) + 10 * slot
+
     def _cli(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "routemaster", "-c", str(CONFIG), *args]
+        configs = ["-c", str(CONFIG)]
+        if self.name == "secured":
+            configs += ["-c", str(SECURED)]
+        return [sys.executable, "-m", "routemaster", *configs, *args]
 
     def _env(self) -> dict[str, str]:
         pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-        return {"DATABASE_URL": self.server.url(self.database), "PYTHONPATH": pythonpath}
+        env = {"DATABASE_URL": self.server.url(self.database), "PYTHONPATH": pythonpath}
+        if self.name == "plain":
+            env["ROUTEMASTER_METRICS"] = "0"
+        return env
 
     def create_schema(self) -> None:
         subprocess.run(
@@ -192,6 +215,19 @@ class Project(Target):
             check=True,
             capture_output=True,
         )
+        if self.name == "secured":
+            scopes = ("--scope", "read", "--scope", "write", "--scope", "operate")
+            created = subprocess.run(
+                self._cli("token", "create", "bench", *scopes),
+                cwd=REPO,
+                env={**os.environ, **self._env()},
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            secret = created.stdout.strip()
+            self.auth_headers = {"Authorization": f"Bearer {secret}"}
+            self.wrk_env = {"ROUTEMASTER_BENCH_TOKEN": secret}
 
     def commands(self) -> list[tuple[str, list[str], dict[str, str]]]:
         # The Procfile's two lines, with only the bind address changed.

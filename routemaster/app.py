@@ -12,6 +12,7 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import requests
 import sqlalchemy as sa
@@ -20,6 +21,9 @@ from routemaster.config.model import Config
 from routemaster.hooks import Hooks
 from routemaster.http.client import outbound_session
 from routemaster.logging import BaseLogger
+
+if TYPE_CHECKING:  # imported for real only by whoever builds the App: see routemaster.metrics
+    from routemaster.metrics import Metrics
 
 Clock = Callable[[], datetime.datetime]
 
@@ -55,6 +59,9 @@ class Settings:
     stream_heartbeat: float = 15.0
     max_streams: int = 500
     worker_id: str = field(default_factory=_default_worker_id)
+    metrics: bool = True  # Prometheus metrics (GET /metrics, cron --metrics-bind)
+    label_gauges_interval: float = 5.0  # seconds; label counts for /metrics at most this often
+    token_use_interval: float = 30.0  # seconds; tokens' last use is written this often
 
 
 @dataclass
@@ -65,6 +72,7 @@ class App:
     clock: Clock = utc_now
     http: requests.Session = field(default_factory=outbound_session)
     loggers: tuple[BaseLogger, ...] = ()  # the config's logging plugins
+    metrics: Metrics | None = None  # its observer is one of ``loggers``
     _hooks: Hooks | None = field(default=None, init=False, repr=False, compare=False)
 
     def now(self) -> datetime.datetime:

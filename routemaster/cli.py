@@ -20,7 +20,8 @@ import sqlalchemy as sa
 from gunicorn.app.base import BaseApplication
 
 from routemaster import __version__
-from routemaster.app import App
+from routemaster.app import App, Settings
+from routemaster.cli_metrics import instrumented, multiprocess_directory, worker_metrics
 from routemaster.cli_runtime import (
     JsonGunicornLogger,
     database_url,
@@ -28,6 +29,7 @@ from routemaster.cli_runtime import (
     settings_from_environment,
     use_json_logs,
 )
+from routemaster.cli_tokens import token
 from routemaster.config import ConfigError, config_warnings, load_config
 from routemaster.config.model import Config
 from routemaster.db.database import (
@@ -200,9 +202,22 @@ class _GunicornServer(BaseApplication):  # type: ignore[misc]
 @click.pass_obj
 def serve(options: _Options, bind: str | None, workers: int | None, threads: int | None) -> None:
     """Run the HTTP API under gunicorn."""
+    settings = settings_from_environment()
+    # Before anything (a logging plugin, say) imports prometheus_client.
+    with multiprocess_directory(settings.metrics) as metrics_dir:
+        _serve(options, settings, metrics_dir, bind, workers, threads)
+
+
+def _serve(
+    options: _Options,
+    settings: Settings,
+    metrics_dir: str | None,
+    bind: str | None,
+    workers: int | None,
+    threads: int | None,
+) -> None:
     config = options.load()
     loggers = options.loggers(config)
-    settings = settings_from_environment()
     url = database_url()
     migrate_database(url)
 
@@ -218,7 +233,10 @@ def serve(options: _Options, bind: str | None, workers: int | None, threads: int
             max_overflow=4,
             statement_timeout=settings.statement_timeout,
         )
-        return create_app(App(config=config, db=engine, settings=settings, loggers=loggers))
+        app = App(config=config, db=engine, settings=settings, loggers=loggers)
+        if metrics_dir is not None:
+            app.metrics, app.loggers = instrumented(loggers, metrics_dir)
+        return create_app(app)
 
     from routemaster.api.serving import REQUEST_LIMITS, worker_class
 
@@ -240,14 +258,20 @@ def serve(options: _Options, bind: str | None, workers: int | None, threads: int
 
 
 @cli.command()
+@click.option(
+    "--metrics-bind",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve the worker's Prometheus metrics at http://HOST:PORT/metrics.",
+)
 @late_config_option
 @click.pass_obj
-def cron(options: _Options) -> None:
+def cron(options: _Options, metrics_bind: str | None) -> None:
     """Run the worker: gate triggers, action webhooks, retries. Run as many as you like."""
     from routemaster.worker import run_worker
 
     config = options.load()
-    loggers = options.loggers(config)
+    plugins = options.loggers(config)
     settings = settings_from_environment()
     url = database_url()
     migrate_database(url)
@@ -258,7 +282,10 @@ def cron(options: _Options) -> None:
         statement_timeout=settings.statement_timeout,
     )
     try:
-        run_worker(App(config=config, db=engine, settings=settings, loggers=loggers))
+        with worker_metrics(metrics_bind, plugins) as (metrics, loggers):
+            app = App(config=config, db=engine, settings=settings, loggers=loggers)
+            app.metrics = metrics
+            run_worker(app)
     finally:
         engine.dispose()
 
@@ -361,6 +388,9 @@ def db_status() -> None:
     running = server.is_running()
     click.echo(f"{'Running' if running else 'Not running'}: {server.data_dir}")
     sys.exit(0 if running else 3)
+
+
+cli.add_command(token)
 
 
 def main() -> None:

@@ -56,7 +56,9 @@ def db_engine(database_url: str) -> Iterator[sa.Engine]:
     """An engine on the test database, with every table emptied before the test."""
     engine = create_engine(database_url)
     with engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE labels, history, trigger_occurrences RESTART IDENTITY"))
+        conn.execute(
+            sa.text("TRUNCATE labels, history, trigger_occurrences, api_tokens RESTART IDENTITY")
+        )
     yield engine
     engine.dispose()
 

@@ -96,12 +96,19 @@ ALLOWED: dict[str, frozenset[str]] = {
     "http": frozenset({"__init__", "config", "exit_conditions", "limits"}),  # outbound calls
     "logging": frozenset({"config"}),  # logging plugins
     "hooks": frozenset({"config", "logging"}),  # calling the plugins' hooks
-    "app": frozenset({"config", "logging", "hooks", "http"}),  # the per-process App object
+    "app": frozenset({"config", "logging", "hooks", "http", "metrics"}),  # the per-process App
+    "auth": frozenset({"db"}),  # API tokens: secrets, the per-process cache, admin
+    "metrics": frozenset({"config", "db", "logging"}),  # Prometheus metrics and label gauges
     "labels": frozenset(BELOW_SERVICE),  # the label service: store + planner + feeds
-    "api": frozenset(BELOW_SERVICE - {"http"} | {"__init__", "labels"}),  # thin Flask handlers
+    "api": frozenset(BELOW_SERVICE - {"http"} | {"__init__", "labels", "auth", "metrics"}),
     "worker": frozenset(BELOW_SERVICE | {"labels"}),  # loop, claims, deliveries, clock
-    "cli": frozenset(BELOW_SERVICE | {"__init__", "labels", "api", "worker", "cli_runtime"}),
+    "cli": frozenset(
+        BELOW_SERVICE
+        | {"__init__", "labels", "api", "worker", "cli_runtime", "cli_tokens", "cli_metrics"}
+    ),
     "cli_runtime": frozenset(BELOW_SERVICE),  # what processes check before they start
+    "cli_tokens": frozenset({"auth", "db", "cli_runtime"}),  # routemaster token ...
+    "cli_metrics": frozenset({"logging", "metrics"}),  # serve's metrics directory, cron's port
     "__main__": frozenset({"cli"}),
 }
 

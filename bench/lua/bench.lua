@@ -4,6 +4,7 @@
 --   read:   GET   /state-machines/MACHINE/labels/PREFIX-<random 0..N-1>
 --   patch:  PATCH /state-machines/MACHINE/labels/PREFIX-<i>  {"metadata": {KEY: true}}
 --           each of PREFIX-0 .. PREFIX-(N-1) exactly once; a thread stops when its share is done
+-- With ROUTEMASTER_BENCH_TOKEN set, every request carries "Authorization: Bearer <it>".
 -- done() prints one line "BENCHJSON {...}" that the harness parses.
 
 local next_thread = 0
@@ -23,6 +24,10 @@ function init(args)
   k = (tid == 0) and -1 or 0
   base = "/state-machines/" .. machine .. "/labels/"
   wrk.headers["Content-Type"] = "application/json"
+  local token = os.getenv("ROUTEMASTER_BENCH_TOKEN")
+  if token and token ~= "" then
+    wrk.headers["Authorization"] = "Bearer " .. token
+  end
   math.randomseed(os.time() * 1000 + tid)
   patch_body = '{"metadata": {"' .. key .. '": true}}'
 end

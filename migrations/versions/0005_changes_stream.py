@@ -11,14 +11,14 @@ in id order. The default is set after the column exists so that adding the
 column rewrites nothing.
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 Create Date: 2026-11-22
 """
 
 from alembic import op
 
 revision = "0005"
-down_revision = "0003"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
@@ -30,8 +30,6 @@ def upgrade() -> None:
         ALTER TABLE history ALTER COLUMN xact_id SET DEFAULT pg_current_xact_id();
         CREATE INDEX history_by_position ON history (xact_id, id);
         CREATE INDEX history_by_machine_position ON history (state_machine, xact_id, id);
-        CREATE INDEX labels_errored ON labels (state_machine, name)
-            WHERE errored AND NOT deleted;
         """
     )
 
@@ -39,7 +37,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute(
         """
-        DROP INDEX labels_errored;
         DROP INDEX history_by_machine_position;
         DROP INDEX history_by_position;
         ALTER TABLE history DROP COLUMN xact_id;

@@ -8,6 +8,7 @@ and handlers reach it through :func:`routemaster.api.extension.routemaster_app`.
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -23,10 +24,13 @@ from routemaster.api import (
     health,
     labels,
     machines,
+    openapi,
     operations,
     plugins,
 )
-from routemaster.api.extension import EXTENSION_KEY
+from routemaster.api.auth import require_tokens
+from routemaster.api.console.access import TOKEN_CHECK_KEY, console_token_check
+from routemaster.api.extension import EXTENSION_KEY, STARTED
 from routemaster.api.paths import NameConverter, rewrite_path_info
 from routemaster.api.streams import ChangeHub
 from routemaster.app import App
@@ -38,6 +42,7 @@ class RoutemasterFlask(flask.Flask):
     """Flask, routing on the raw request path so ``%2F`` inside a name is not a separator."""
 
     def wsgi_app(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        environ[STARTED] = time.perf_counter()  # for the request metrics
         rewrite_path_info(environ)
         return super().wsgi_app(environ, start_response)
 
@@ -47,7 +52,7 @@ class RoutemasterFlask(flask.Flask):
 
 
 def create_app(app: App) -> flask.Flask:
-    flask_app = RoutemasterFlask(__name__)
+    flask_app = RoutemasterFlask(__name__, static_folder=None)
     flask_app.config["MAX_CONTENT_LENGTH"] = app.settings.max_request_body
     # Unexpected errors reach got_request_exception and the JSON 500 handler, even when testing.
     flask_app.config["PROPAGATE_EXCEPTIONS"] = False
@@ -56,17 +61,28 @@ def create_app(app: App) -> flask.Flask:
     flask_app.extensions[changes.HUB_KEY] = hub
     flask_app.url_map.converters["name"] = NameConverter
     errors.register_error_handlers(flask_app)
-    for blueprint in (
+    blueprints = [
         health.blueprint,
         machines.blueprint,
         labels.blueprint,
         explanations.blueprint,
         operations.blueprint,
+        openapi.blueprint,
         plugins.blueprint,
         changes.blueprint,
         console.blueprint,
-    ):
+    ]
+    if app.metrics is not None:
+        from routemaster.api import metrics  # imports prometheus_client: only when wanted
+
+        blueprints.append(metrics.blueprint)
+        metrics.instrument(flask_app, app, app.metrics)
+    for blueprint in blueprints:
         flask_app.register_blueprint(blueprint)
+    openapi.check_every_endpoint_is_declared(flask_app)
+    if app.config.api.tokens_required:
+        cache = require_tokens(flask_app, app)
+        flask_app.extensions[TOKEN_CHECK_KEY] = console_token_check(cache)
     _forget_pooled_connections_after_fork(app, hub)
     app.hooks.init_flask(flask_app)
     if app.hooks.observe_requests:  # outermost, as in 1.x: around what init_flask added

@@ -12,9 +12,11 @@ from __future__ import annotations
 import flask
 from werkzeug.exceptions import BadRequest, ServiceUnavailable
 
+from routemaster.api.endpoints import EVENT_STREAM, Query, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.handoff import STREAM_KEY
 from routemaster.api.streams import ChangeHub, TooManyStreams
+from routemaster.auth import READ
 from routemaster.db.changes import Position, current_position
 
 blueprint = flask.Blueprint("changes", __name__)
@@ -29,12 +31,39 @@ def change_hub(flask_app: flask.Flask) -> ChangeHub:
     return hub
 
 
+STREAM_REPLIES = {
+    200: Reply(
+        None,
+        EVENT_STREAM,
+        "Server-sent events: `id:` a position, `data:` a change as JSON; "
+        "`: keep-alive` comments while idle",
+    ),
+    400: Reply("Error"),
+    503: Reply("Error"),
+}
+AFTER = (
+    Query(
+        "after",
+        {"type": "string", "pattern": "^[0-9]{1,19}-[0-9]{1,19}$"},
+        "Resume after this position (an event's id); the Last-Event-ID header takes precedence.",
+    ),
+)
+
+
 @blueprint.get("/changes")
+@endpoint(READ, "Every change as it happens", STREAM_REPLIES, query=AFTER, tags=("changes",))
 def all_changes() -> flask.Response:
     return stream_response(None)
 
 
 @blueprint.get("/state-machines/<name:sm>/changes")
+@endpoint(
+    READ,
+    "A machine's changes as they happen",
+    {**STREAM_REPLIES, 404: Reply("Error")},
+    query=AFTER,
+    tags=("changes",),
+)
 def machine_changes(sm: str) -> flask.Response:
     return stream_response(machine_or_404(routemaster_app(), sm).name)
 

@@ -13,10 +13,12 @@ from typing import Any
 import flask
 
 from routemaster import labels as label_core
+from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, live_label
 from routemaster.api.responses import isoformat, json_response
 from routemaster.app import App
+from routemaster.auth import READ
 from routemaster.config import describe_machine
 from routemaster.config.model import Action, StateMachine
 from routemaster.exit_conditions import FeedUnavailable
@@ -27,6 +29,12 @@ blueprint = flask.Blueprint("explanations", __name__)
 
 
 @blueprint.get(LABEL + "/explain")
+@endpoint(
+    READ,
+    "Why a label is not moving: its condition evaluated clause by clause",
+    {200: Reply("Explanation"), 404: Reply("Error"), 410: Reply("Error")},
+    tags=("labels",),
+)
 def explain(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)

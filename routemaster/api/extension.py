@@ -11,6 +11,8 @@ from routemaster.app import App
 from routemaster.config.model import StateMachine
 
 EXTENSION_KEY = "routemaster"
+STARTED = "routemaster.started"
+"""The WSGI environ key holding ``time.perf_counter()`` when the request reached the app."""
 
 
 def routemaster_app() -> App:

@@ -6,6 +6,7 @@ import flask
 import sqlalchemy as sa
 
 from routemaster import __version__
+from routemaster.api.endpoints import OPEN, Reply, endpoint
 from routemaster.api.errors import DATABASE_UNAVAILABLE
 from routemaster.api.extension import routemaster_app
 from routemaster.api.responses import json_response
@@ -15,6 +16,12 @@ blueprint = flask.Blueprint("health", __name__)
 
 
 @blueprint.get("/")
+@endpoint(
+    OPEN,
+    "Health: is the service up and its database reachable?",
+    {200: Reply("Health"), 503: Reply("HealthError")},
+    tags=("service",),
+)
 def status() -> flask.Response:
     """200 when a pooled connection answers a ping; 503 otherwise.
 

@@ -18,10 +18,12 @@ from werkzeug.exceptions import BadRequest
 
 from routemaster import labels as label_core
 from routemaster.api.bodies import check_query, json_body
+from routemaster.api.endpoints import Query, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.paths import link
 from routemaster.api.responses import isoformat, json_response
 from routemaster.app import App
+from routemaster.auth import READ, WRITE
 from routemaster.config.model import StateMachine
 from routemaster.db.listings import label_page
 
@@ -36,6 +38,27 @@ LISTING_PARAMETERS = ("state", "after", "limit", "errored", "prefix")
 
 
 @blueprint.get("/state-machines/<name:sm>/labels")
+@endpoint(
+    READ,
+    "Live labels by name: all of them, or a page",
+    {200: Reply("LabelList"), 400: Reply("Error"), 404: Reply("Error")},
+    query=(
+        Query("state", {"type": "string"}, "Only labels in this state."),
+        Query(
+            "limit",
+            {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_SIZE},
+            "Page size; without it the whole listing is streamed.",
+        ),
+        Query("after", {"type": "string"}, "Start after this label name (from `next`)."),
+        Query(
+            "errored",
+            {"type": "boolean"},
+            "true: only errored labels (actions whose deliveries gave up).",
+        ),
+        Query("prefix", {"type": "string"}, "Only labels whose name starts with this."),
+    ),
+    tags=("labels",),
+)
 def list_labels(sm: str) -> flask.Response:
     """All live labels by name: streamed in batches, or one page with ``?limit=``.
 
@@ -103,12 +126,26 @@ def list_labels(sm: str) -> flask.Response:
 
 
 @blueprint.route("/state-machines/<name:sm>/labels/", methods=["GET", "POST", "PATCH", "DELETE"])
+@endpoint(READ, "An empty label name: always refused", {400: Reply("Error")}, tags=("labels",))
 def empty_label(sm: str) -> flask.Response:
     machine_or_404(routemaster_app(), sm)
     raise BadRequest("Label names must not be empty.")
 
 
 @blueprint.post(LABEL)
+@endpoint(
+    WRITE,
+    "Create a label in the machine's first state",
+    {
+        201: Reply("Label"),
+        400: Reply("Error"),
+        404: Reply("Error"),
+        409: Reply("Error", description="The label exists (or existed and was deleted)"),
+        413: Reply("Error", description="The body is over the size limit"),
+    },
+    body="MetadataBody",
+    tags=("labels",),
+)
 def create_label(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
@@ -118,12 +155,31 @@ def create_label(sm: str, label: str) -> flask.Response:
 
 
 @blueprint.get(LABEL)
+@endpoint(
+    READ,
+    "A label's metadata and state",
+    {200: Reply("Label"), 404: Reply("Error"), 410: Reply("Error")},
+    tags=("labels",),
+)
 def get_label(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     return json_response(label_body(live_label(app, machine_or_404(app, sm), label)))
 
 
 @blueprint.patch(LABEL)
+@endpoint(
+    WRITE,
+    "Deep-merge metadata into a label's (its triggers may move it)",
+    {
+        200: Reply("Label"),
+        400: Reply("Error"),
+        404: Reply("Error"),
+        410: Reply("Error"),
+        413: Reply("Error", description="The body is over the size limit"),
+    },
+    body="MetadataBody",
+    tags=("labels",),
+)
 def update_label(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
@@ -133,6 +189,12 @@ def update_label(sm: str, label: str) -> flask.Response:
 
 
 @blueprint.delete(LABEL)
+@endpoint(
+    WRITE,
+    "Delete a label (soft: its name stays taken)",
+    {204: Reply(None), 404: Reply("Error", description="No such state machine")},
+    tags=("labels",),
+)
 def delete_label(sm: str, label: str) -> flask.Response:
     """Soft delete; 204 also when there was no such label, so retries are harmless."""
     app = routemaster_app()
@@ -143,6 +205,12 @@ def delete_label(sm: str, label: str) -> flask.Response:
 
 
 @blueprint.get(LABEL + "/history")
+@endpoint(
+    READ,
+    "Every transition of a label, oldest first",
+    {200: Reply("History"), 404: Reply("Error")},
+    tags=("labels",),
+)
 def label_history(sm: str, label: str) -> flask.Response:
     """Every transition, oldest first; a deleted label keeps its history, deletion last."""
     app = routemaster_app()

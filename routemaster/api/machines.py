@@ -7,9 +7,11 @@ from typing import Any
 import flask
 
 from routemaster.api.bodies import check_query
+from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.paths import link
 from routemaster.api.responses import json_response
+from routemaster.auth import READ
 from routemaster.config import describe_machine
 from routemaster.db.listings import StateCount, label_counts
 
@@ -17,6 +19,7 @@ blueprint = flask.Blueprint("machines", __name__)
 
 
 @blueprint.get("/state-machines")
+@endpoint(READ, "The state machines", {200: Reply("MachineList")}, tags=("machines",))
 def list_machines() -> flask.Response:
     check_query(())
     machines = routemaster_app().config.state_machines
@@ -31,6 +34,12 @@ def list_machines() -> flask.Response:
 
 
 @blueprint.get("/state-machines/<name:sm>")
+@endpoint(
+    READ,
+    "A machine's graph, with label counts per state",
+    {200: Reply("Machine"), 404: Reply("Error")},
+    tags=("machines",),
+)
 def describe(sm: str) -> flask.Response:
     """The machine's graph (``describe_machine``), each state with its counts of live labels.
 

@@ -14,16 +14,34 @@ from werkzeug.exceptions import BadRequest, Conflict
 
 from routemaster import labels as label_core
 from routemaster.api.bodies import json_body
+from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, check_label_name, label_body
 from routemaster.api.responses import json_response
 from routemaster.app import App
+from routemaster.auth import OPERATE
 from routemaster.config.model import StateMachine
 
 blueprint = flask.Blueprint("operations", __name__)
 
+COMMAND_REPLIES = {
+    200: Reply("Label"),
+    400: Reply("Error"),
+    404: Reply("Error"),
+    409: Reply("Error", description="The command does not apply to the label as it is"),
+    410: Reply("Error"),
+}
+
 
 @blueprint.post(LABEL + "/retry")
+@endpoint(
+    OPERATE,
+    "Retry an errored action delivery (recorded as forced)",
+    COMMAND_REPLIES,
+    body="Command",
+    body_required=False,
+    tags=("operators",),
+)
 def retry(sm: str, label: str) -> flask.Response:
     """Make an errored action delivery due again with a fresh attempt count."""
     app, machine, reason, _ = _command(sm, label)
@@ -31,18 +49,41 @@ def retry(sm: str, label: str) -> flask.Response:
 
 
 @blueprint.post(LABEL + "/pause")
+@endpoint(
+    OPERATE,
+    "Pause a label: nothing moves it until it is resumed",
+    COMMAND_REPLIES,
+    body="Command",
+    body_required=False,
+    tags=("operators",),
+)
 def pause(sm: str, label: str) -> flask.Response:
     app, machine, reason, _ = _command(sm, label)
     return _run(lambda: label_core.set_paused(app, machine, label, True, reason=reason))
 
 
 @blueprint.post(LABEL + "/resume")
+@endpoint(
+    OPERATE,
+    "Resume a paused label",
+    COMMAND_REPLIES,
+    body="Command",
+    body_required=False,
+    tags=("operators",),
+)
 def resume(sm: str, label: str) -> flask.Response:
     app, machine, reason, _ = _command(sm, label)
     return _run(lambda: label_core.set_paused(app, machine, label, False, reason=reason))
 
 
 @blueprint.post(LABEL + "/move")
+@endpoint(
+    OPERATE,
+    "Move a label to a state regardless of conditions (recorded as forced)",
+    COMMAND_REPLIES,
+    body="Move",
+    tags=("operators",),
+)
 def move(sm: str, label: str) -> flask.Response:
     """Body ``{"state": S, "reason": "..."}``: put the label in ``S`` regardless of conditions."""
     app, machine, reason, body = _command(sm, label)

@@ -9,6 +9,8 @@ import flask
 import werkzeug.exceptions
 import werkzeug.routing
 
+from routemaster.api.endpoints import Reply, endpoint
+from routemaster.auth import OPERATE
 from routemaster.hooks import Hooks
 
 blueprint = flask.Blueprint("plugins", __name__)
@@ -34,6 +36,12 @@ class LoggerCheckError(Exception):
 
 
 @blueprint.get("/check-loggers")
+@endpoint(
+    OPERATE,
+    "Fail on purpose (500), to see that error reporting works",
+    {500: Reply("Error", description="Always")},
+    tags=("service",),
+)
 def check_loggers() -> flask.Response:
     """Fail on purpose, as 1.x does, so operators can see their error reporting work."""
     raise LoggerCheckError("Test exception: GET /check-loggers fails on purpose")

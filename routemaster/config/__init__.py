@@ -10,6 +10,7 @@ from routemaster.config.graph import describe_machine
 from routemaster.config.loader import load_config
 from routemaster.config.model import (
     Action,
+    ApiConfig,
     Config,
     ConstantNext,
     ContextNext,
@@ -37,6 +38,7 @@ from routemaster.config.validation import config_warnings
 
 __all__ = [
     "Action",
+    "ApiConfig",
     "Config",
     "ConfigError",
     "ConfigProblem",

@@ -12,6 +12,7 @@ from typing import Any
 from routemaster.config.formats import parse_duration, parse_time_of_day, split_path
 from routemaster.config.model import (
     Action,
+    ApiConfig,
     Config,
     ConstantNext,
     ContextNext,
@@ -49,7 +50,8 @@ def compile_config(
         LoggingPlugin(plugin["class"], tuple(plugin.get("kwargs", {}).items()))
         for plugin in document.get("plugins", {}).get("logging", [])
     )
-    return Config(state_machines=machines, logging_plugins=plugins, sources=sources)
+    api = ApiConfig(**document.get("api", {}))
+    return Config(state_machines=machines, logging_plugins=plugins, api=api, sources=sources)
 
 
 def _machine(name: str, machine: dict[str, Any], checked: Checked) -> StateMachine:

@@ -171,9 +171,23 @@ class LoggingPlugin:
 
 
 @dataclass(frozen=True)
+class ApiConfig:
+    """How the HTTP API is exposed (the ``api:`` section)."""
+
+    # "none": open, as in 1.x; "tokens": every request but GET / and /metrics needs a
+    # bearer token with the endpoint's scope (routemaster token create).
+    authentication: str = "none"
+
+    @property
+    def tokens_required(self) -> bool:
+        return self.authentication == "tokens"
+
+
+@dataclass(frozen=True)
 class Config:
     state_machines: tuple[StateMachine, ...]
     logging_plugins: tuple[LoggingPlugin, ...] = ()
+    api: ApiConfig = field(default_factory=ApiConfig)
     sources: tuple[str, ...] = ()  # the files it was loaded from, for messages
 
     def get_machine(self, name: str) -> StateMachine:

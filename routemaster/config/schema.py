@@ -190,6 +190,11 @@ SCHEMA: Schema = {
                 "type": "object",
                 "additionalProperties": {"type": ["string", "number", "boolean"]},
             },
+            "api": _object(
+                {
+                    "authentication": {"enum": ["none", "tokens"]},
+                }
+            ),
         },
         required=("state_machines",),
     ),

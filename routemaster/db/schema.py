@@ -69,6 +69,7 @@ sa.Index("labels_due", labels.c.due_at, postgresql_where=labels.c.due_at.isnot(N
 sa.Index(
     "labels_errored",
     labels.c.state_machine,
+    labels.c.state,
     labels.c.name,
     postgresql_where=sa.and_(labels.c.errored, sa.not_(labels.c.deleted)),
 )
@@ -103,4 +104,18 @@ trigger_occurrences = sa.Table(
     sa.Column(
         "handled_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
     ),
+)
+
+api_tokens = sa.Table(
+    "api_tokens",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    # the public part of the secret, to find the row; the secret itself is never stored
+    sa.Column("key_id", sa.Text, nullable=False, unique=True),
+    sa.Column("secret_hash", sa.Text, nullable=False),  # SHA-256 of the whole secret, hex
+    sa.Column("scopes", postgresql.ARRAY(sa.Text), nullable=False),
+    sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.Column("last_used_at", sa.DateTime(timezone=True), nullable=True),
 )

@@ -1,4 +1,8 @@
-"""Fixtures for the API: an App on the test database, its Flask app and a test client."""
+"""Fixtures for the API: an App on the test database, its Flask app and a test client.
+
+The client checks every response it gets against the app's OpenAPI document
+(:mod:`tests.api.openapi_check`), so the document cannot drift from the code.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from routemaster.api import create_app
 from routemaster.app import App
 from routemaster.config import load_config
 from routemaster.config.model import Config
+from tests.api.openapi_check import CheckedClient
 
 CONFIG_PATH = Path(__file__).with_name("config.yaml")
 
@@ -29,7 +34,9 @@ def app(db_engine: sa.Engine, config: Config) -> App:
 
 @pytest.fixture
 def flask_app(app: App) -> flask.Flask:
-    return create_app(app)
+    flask_app = create_app(app)
+    flask_app.test_client_class = CheckedClient
+    return flask_app
 
 
 @pytest.fixture

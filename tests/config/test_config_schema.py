@@ -8,7 +8,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from routemaster.config import ConfigProblem
+from routemaster.config import ConfigProblem, load_config
 from routemaster.config.schema import SCHEMA
 
 STATES = """\
@@ -62,7 +62,8 @@ def test_unknown_top_level_key(
         (
             "state_machine",
             1,
-            "unknown key 'state_machine' (expected one of: state_machines, plugins, placeholders)",
+            "unknown key 'state_machine' (expected one of: state_machines, plugins, placeholders, "
+            "api)",
         ),
     ]
 
@@ -163,3 +164,39 @@ def test_a_machine_needs_states(
 
 def test_the_schema_is_valid_draft_2020_12() -> None:
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
+
+
+API_CONFIG = """\
+state_machines:
+  user:
+    states:
+      - gate: start
+        exit_condition: false
+{api}"""
+
+
+@pytest.mark.parametrize(
+    ("api", "tokens"),
+    [
+        ("", False),
+        ("api: {}\n", False),
+        ("api:\n  authentication: none\n", False),
+        ("api:\n  authentication: tokens\n", True),
+    ],
+)
+def test_api_authentication_is_none_unless_tokens_are_asked_for(
+    write: Callable[..., Path], api: str, tokens: bool
+) -> None:
+    config = load_config([write(API_CONFIG.format(api=api))])
+    assert config.api.tokens_required is tokens
+
+
+def test_api_authentication_names_the_choices(
+    write: Callable[..., Path], problems: Callable[..., list[ConfigProblem]]
+) -> None:
+    path = write(API_CONFIG.format(api="api:\n  authentication: token\n  tls: true\n"))
+    found = sorted((p.path, p.line, p.message) for p in problems(path))
+    assert found == [
+        ("api.authentication", 7, "expected 'none' or 'tokens', got the text 'token'"),
+        ("api.tls", 8, "unknown key 'tls' (expected one of: authentication)"),
+    ]

@@ -6,10 +6,12 @@ signs in with a token once; it is kept in a cookie the browser never lets a
 script or another site use (``HttpOnly``, ``SameSite=Strict``), and each
 request checks it again, so a revoked token stops working at once.
 
-The token check is a hook: a callable from a secret to its scopes (``None``
-for an unknown secret), stored in the Flask app's extensions under
-:data:`TOKEN_CHECK_KEY` by whoever turns tokens on. Without one,
-authentication is off.
+The token check is a callable from a secret to its scopes (``None`` for an
+unknown or revoked secret), stored in the Flask app's extensions under
+:data:`TOKEN_CHECK_KEY` when ``api: {authentication: tokens}`` is on (see
+:func:`console_token_check`: the API's own token cache). Without one,
+authentication is off. The API's bearer check leaves the console's routes to
+this one: browsers do not send ``Authorization`` headers.
 
 Every button is a form POST carrying a CSRF token that must match a cookie
 of the same value (double submit); a cross-site page can read neither. A
@@ -28,6 +30,8 @@ import flask
 from werkzeug.exceptions import Forbidden
 from werkzeug.wrappers import Response
 
+from routemaster.auth.cache import TokenCache
+
 SCOPES = frozenset({"read", "write", "operate"})
 TOKEN_COOKIE = "routemaster_console"
 CSRF_COOKIE = "routemaster_csrf"
@@ -44,6 +48,16 @@ class Access:
 
     def may(self, scope: str) -> bool:
         return scope in self.scopes
+
+
+def console_token_check(cache: TokenCache) -> TokenCheck:
+    """The console's check on the API's token cache: the same tokens, revoked as quickly."""
+
+    def scopes(secret: str) -> frozenset[str] | None:
+        token = cache.authenticate(secret)
+        return None if token is None else token.scopes
+
+    return scopes
 
 
 def token_check() -> TokenCheck | None:

@@ -16,6 +16,7 @@ from routemaster import labels as label_core
 from routemaster.api.changes import stream_response
 from routemaster.api.console import access
 from routemaster.api.console.graph import layout, trigger_text
+from routemaster.api.endpoints import EVENT_STREAM, HTML, OPEN, Reply, endpoint
 from routemaster.api.explanations import explanation_of
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import check_label_name
@@ -31,14 +32,22 @@ blueprint = flask.Blueprint("console", __name__, url_prefix="/console", template
 
 STATIC = Path(__file__).with_name("static")
 
+# The console signs people in itself (a cookie, see access.py): for the API's
+# bearer check its routes are open. Its answers are pages, errors included.
+_PAGE = Reply(None, HTML)
+PAGES = {status: _PAGE for status in (200, 400, 403, 404)} | {
+    302: Reply(None, HTML, "Sign in first (with tokens on)")
+}
+BUTTON = {status: _PAGE for status in (303, 302, 400, 403, 404)}
+
 PAGE = 100
 COMMANDS = ("retry", "pause", "resume", "move")
-OPEN = ("console.static_file", "console.login")
+NO_SIGN_IN = ("console.stylesheet", "console.script", "console.login")
 
 
 @blueprint.before_request
 def require_access() -> Response | None:
-    if flask.request.endpoint in OPEN:
+    if flask.request.endpoint in NO_SIGN_IN:
         return None
     found = access.current_access()
     if found is None:
@@ -86,15 +95,23 @@ def csrf_token() -> str:
     return access.csrf_token()
 
 
-@blueprint.get("/static/<name>")
-def static_file(name: str) -> Response:
-    """The stylesheet and the script (``console.css``, ``console.js``)."""
-    if name not in ("console.css", "console.js"):
-        raise NotFound(f"No console file {name!r}.")
-    return flask.send_from_directory(STATIC, name, max_age=300)
+@blueprint.get("/static/console.css")
+@endpoint(OPEN, "The console's stylesheet", {200: Reply(None, "text/css")}, tags=("console",))
+def stylesheet() -> Response:
+    return flask.send_from_directory(STATIC, "console.css", max_age=300)
+
+
+@blueprint.get("/static/console.js")
+@endpoint(OPEN, "The console's script", {200: Reply(None, "text/javascript")}, tags=("console",))
+def script() -> Response:
+    return flask.send_from_directory(STATIC, "console.js", max_age=300)
+
+
+STREAM = {200: Reply(None, EVENT_STREAM), 302: PAGES[302], 400: Reply("Error")}
 
 
 @blueprint.get("/changes")
+@endpoint(OPEN, "Every change, for the console's pages", STREAM, tags=("console",))
 def changes() -> Response:
     """The changes stream for the console's script: signed in by cookie, not by header.
 
@@ -105,11 +122,18 @@ def changes() -> Response:
 
 
 @blueprint.get("/machines/<name:sm>/changes")
+@endpoint(
+    OPEN,
+    "A machine's changes, for the console's pages",
+    {**STREAM, 404: Reply("Error")},
+    tags=("console",),
+)
 def machine_changes(sm: str) -> Response:
     return stream_response(machine_or_404(routemaster_app(), sm).name)
 
 
 @blueprint.get("/")
+@endpoint(OPEN, "The console: machines with counts per state", PAGES, tags=("console",))
 def index() -> str:
     app = routemaster_app()
     machines = []
@@ -128,6 +152,7 @@ def index() -> str:
 
 
 @blueprint.get("/machines/<name:sm>")
+@endpoint(OPEN, "The console: a machine's graph and labels", PAGES, tags=("console",))
 def machine_page(sm: str) -> str:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
@@ -152,6 +177,7 @@ def machine_page(sm: str) -> str:
 
 
 @blueprint.get("/machines/<name:sm>/labels")
+@endpoint(OPEN, "The console: a search for labels", PAGES, tags=("console",))
 def labels_page(sm: str) -> str:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
@@ -189,6 +215,7 @@ def labels_page(sm: str) -> str:
 
 
 @blueprint.get("/machines/<name:sm>/labels/<name:label>")
+@endpoint(OPEN, "The console: a label and why it waits", PAGES, tags=("console",))
 def label_page_view(sm: str, label: str) -> str:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
@@ -213,6 +240,7 @@ def label_page_view(sm: str, label: str) -> str:
 
 
 @blueprint.post("/machines/<name:sm>/labels/<name:label>/<command>")
+@endpoint(OPEN, "The console: an operator's button", BUTTON, tags=("console",))
 def operate(sm: str, label: str, command: str) -> Response:
     """An operator's button: the command, then back to the page it came from."""
     access.check_csrf()
@@ -236,6 +264,9 @@ def operate(sm: str, label: str, command: str) -> Response:
 
 
 @blueprint.route("/login", methods=["GET", "POST"])
+@endpoint(
+    OPEN, "The console: sign in with a token", {**BUTTON, 200: _PAGE, 401: _PAGE}, tags=("console",)
+)
 def login() -> Response | str | tuple[str, int]:
     check = access.token_check()
     target = _back_to(flask.request.values.get("next"), "/console/")
@@ -252,6 +283,7 @@ def login() -> Response | str | tuple[str, int]:
 
 
 @blueprint.post("/logout")
+@endpoint(OPEN, "The console: sign out", BUTTON, tags=("console",))
 def logout() -> Response:
     access.check_csrf()
     response = flask.redirect(flask.url_for("console.login"), 303)

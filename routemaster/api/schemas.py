@@ -1,0 +1,220 @@
+"""The JSON Schemas (OpenAPI 3.1, i.e. JSON Schema 2020-12) of request and response bodies.
+
+Objects list every field the API sends and forbid others, so a field added
+to a handler but not here fails the conformance tests instead of drifting
+silently. Endpoints name these schemas in their :func:`~routemaster.api.endpoints.endpoint`
+declaration; add a schema here when adding an endpoint with a new body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Schema = dict[str, Any]
+
+TEXT: Schema = {"type": "string"}
+INTEGER: Schema = {"type": "integer"}
+BOOLEAN: Schema = {"type": "boolean"}
+ANY: Schema = {}
+TIME: Schema = {"type": ["string", "null"], "format": "date-time"}
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: Schema) -> Schema:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def obj(
+    properties: dict[str, Schema], *, optional: tuple[str, ...] = (), strict: bool = True
+) -> Schema:
+    """An object whose properties are all required except ``optional`` ones."""
+    schema: Schema = {
+        "type": "object",
+        "properties": properties,
+        "required": [name for name in properties if name not in optional],
+    }
+    if strict:
+        schema["additionalProperties"] = False
+    return schema
+
+
+def array(items: Schema) -> Schema:
+    return {"type": "array", "items": items}
+
+
+_TRIGGER = obj(
+    {
+        "kind": {"enum": ["metadata", "interval", "time", "event"]},
+        "path": TEXT,
+        "seconds": {"type": "number"},
+        "time": TEXT,
+        "timezone": TEXT,
+        "event": TEXT,
+    },
+    optional=("path", "seconds", "time", "timezone", "event"),
+)
+
+_NEXT = obj(
+    {
+        "type": {"enum": ["constant", "context", "none"]},
+        "state": TEXT,
+        "path": TEXT,
+        "default": TEXT,
+        "destinations": array(obj({"value": ANY, "state": TEXT})),
+    },
+    optional=("state", "path", "default", "destinations"),
+)
+
+_MACHINE_STATE = obj(
+    {
+        "name": TEXT,
+        "kind": {"enum": ["gate", "action"]},
+        "exit_condition": {"type": ["string", "null"]},
+        "triggers": array(ref("Trigger")),
+        "webhook": {"type": ["string", "null"]},
+        "next": ref("Next"),
+        "end": BOOLEAN,
+        "labels": {**INTEGER, "description": "Live labels in this state now."},
+        "errored": {**INTEGER, "description": "How many of them are errored."},
+    }
+)
+
+_CLAUSE = obj(
+    {
+        "text": TEXT,
+        "kind": TEXT,
+        "evaluated": BOOLEAN,
+        "held": {"type": ["boolean", "null"]},
+        "values": array(obj({"text": TEXT, "value": ANY})),
+        "children": array(ref("Clause")),
+        "error": TEXT,
+    },
+    optional=("error",),
+)
+
+SCHEMAS: dict[str, Schema] = {
+    "Error": obj(
+        {"message": {**TEXT, "description": "What went wrong, for people."}}, strict=False
+    ),
+    "Health": obj(
+        {"status": {"const": "ok"}, "state-machines": TEXT, "version": TEXT},
+    ),
+    "HealthError": obj(
+        {"status": {"const": "error"}, "message": TEXT, "version": TEXT},
+    ),
+    "MachineList": obj(
+        {"state-machines": array(obj({"name": TEXT, "labels": TEXT}))},
+    ),
+    "Trigger": _TRIGGER,
+    "Next": _NEXT,
+    "Machine": obj(
+        {
+            "name": TEXT,
+            "states": array(_MACHINE_STATE),
+            "edges": array(
+                obj(
+                    {"from": TEXT, "to": TEXT, "kind": TEXT, "value": ANY},
+                    optional=("value",),
+                )
+            ),
+            "feeds": array(obj({"name": TEXT, "url": TEXT})),
+            "label_counts": {
+                "type": "object",
+                "additionalProperties": INTEGER,
+                "description": "Live labels per state, including states the config no longer has.",
+            },
+            "errored_counts": {
+                "type": "object",
+                "additionalProperties": INTEGER,
+                "description": "Errored labels per state, for the states that have any.",
+            },
+            "labels": TEXT,
+            "errored_labels": {**TEXT, "description": "The listing of its errored labels."},
+            "changes": {**TEXT, "description": "Its changes stream."},
+        }
+    ),
+    "LabelList": obj(
+        {
+            "labels": array(obj({"name": TEXT, "state": TEXT})),
+            "create": TEXT,
+            "next": {**TEXT, "description": "The next page, when there is one (with ?limit=)."},
+        },
+        optional=("next",),
+    ),
+    "MetadataBody": obj(
+        {"metadata": {"type": "object", "description": "Any JSON object."}}, strict=False
+    ),
+    "Label": obj(
+        {
+            "metadata": {"type": "object"},
+            "state": TEXT,
+            "state_entered_at": TIME,
+            "paused": BOOLEAN,
+            "errored": BOOLEAN,
+            "last_error": {"type": ["string", "null"]},
+        }
+    ),
+    "History": obj(
+        {
+            "history": array(
+                obj(
+                    {
+                        "old_state": {"type": ["string", "null"]},
+                        "new_state": {
+                            "type": ["string", "null"],
+                            "description": "null: the label was deleted.",
+                        },
+                        "created": TIME,
+                        "forced": BOOLEAN,
+                        "reason": {"type": ["string", "null"]},
+                    }
+                )
+            )
+        }
+    ),
+    "Clause": _CLAUSE,
+    "Explanation": obj(
+        {
+            "state": TEXT,
+            "state_entered_at": TIME,
+            "previous_state": {"type": ["string", "null"]},
+            "paused": BOOLEAN,
+            "errored": BOOLEAN,
+            "last_error": {"type": ["string", "null"]},
+            "attempts": INTEGER,
+            "due_at": TIME,
+            "kind": {"enum": ["gate", "action", None]},
+            "message": TEXT,
+            "next": ref("Next"),
+            "webhook": TEXT,
+            "triggers": array(ref("Trigger")),
+            "exit_condition": obj(
+                {
+                    "source": TEXT,
+                    "result": {"type": ["boolean", "null"]},
+                    "error": {"type": ["string", "null"]},
+                    "warnings": array(TEXT),
+                    "clause": ref("Clause"),
+                }
+            ),
+            "next_state_if_held": TEXT,
+            "next_state_error": TEXT,
+        },
+        optional=(
+            "message",
+            "next",
+            "webhook",
+            "triggers",
+            "exit_condition",
+            "next_state_if_held",
+            "next_state_error",
+        ),
+    ),
+    "Command": obj({"reason": {"type": ["string", "null"]}}, optional=("reason",), strict=False),
+    "Move": obj(
+        {"state": TEXT, "reason": {"type": ["string", "null"]}}, optional=("reason",), strict=False
+    ),
+}

@@ -1,0 +1,121 @@
+"""What the ``routemaster token`` commands do: create, list and revoke tokens.
+
+A change is committed together with a ``NOTIFY``; then the command waits
+(briefly) until every API process that was listening has reloaded and said
+so, and reports how many did. A process that has not answered in time still
+reloads as soon as it reads its connection; a process started later loads
+the tokens as they are then.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+import uuid
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import TypeVar
+
+import sqlalchemy as sa
+
+from routemaster.auth.keys import SCOPES, NewSecret, new_secret
+from routemaster.db import tokens as store
+from routemaster.db.tokens import StoredToken, TokenExists
+
+__all__ = [
+    "Confirmation",
+    "InvalidToken",
+    "TokenExists",
+    "create_token",
+    "list_tokens",
+    "revoke_token",
+]
+
+MAX_NAME_LENGTH = 200
+
+T = TypeVar("T")
+
+
+class InvalidToken(ValueError):
+    """A name or scope the command cannot accept."""
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """How many API processes were listening, and how many confirmed the change in time."""
+
+    listening: int
+    confirmed: int
+
+    @property
+    def complete(self) -> bool:
+        return self.confirmed >= self.listening
+
+
+def create_token(
+    engine: sa.Engine, name: str, scopes: Collection[str], *, wait: float = 10.0
+) -> tuple[NewSecret, Confirmation]:
+    """A new token; :class:`TokenExists` if the name is taken."""
+    _check(name, scopes)
+    secret = new_secret()
+
+    def insert(conn: sa.Connection) -> None:
+        store.insert_token(
+            conn, name=name, key_id=secret.key_id, secret_hash=secret.hash, scopes=scopes
+        )
+
+    _, confirmation = _change(engine, insert, wait)
+    return secret, confirmation
+
+
+def revoke_token(engine: sa.Engine, name: str, *, wait: float = 10.0) -> Confirmation | None:
+    """Delete the token; ``None`` when there is no token of that name."""
+    deleted, confirmation = _change(engine, lambda conn: store.delete_token(conn, name), wait)
+    return confirmation if deleted else None
+
+
+def list_tokens(engine: sa.Engine) -> list[StoredToken]:
+    with engine.connect() as conn:
+        return store.all_tokens(conn)
+
+
+def _check(name: str, scopes: Collection[str]) -> None:
+    if not name or len(name) > MAX_NAME_LENGTH or not name.isprintable() or name != name.strip():
+        raise InvalidToken(
+            f"a token name is 1 to {MAX_NAME_LENGTH} printable characters, "
+            "without leading or trailing spaces"
+        )
+    unknown = sorted(set(scopes) - set(SCOPES))
+    if unknown or not scopes:
+        raise InvalidToken(f"scopes must be some of {', '.join(SCOPES)}; got {sorted(scopes)}")
+
+
+def _change(
+    engine: sa.Engine, apply: Callable[[sa.Connection], T], wait: float
+) -> tuple[T, Confirmation]:
+    """Apply, notify on commit, then collect acknowledgements for up to ``wait`` seconds."""
+    change = uuid.uuid4().hex
+    listener = store.ChangeListener(engine, store.ACK_CHANNEL)  # before the change commits
+    try:
+        with engine.begin() as conn:
+            listening = store.count_listeners(conn)  # each has LISTENed, so each will hear it
+            result = apply(conn)
+            store.notify_changed(conn, change)
+        confirmed = _acknowledgements(listener, change, listening, time.monotonic() + wait)
+    finally:
+        listener.close()
+    return result, Confirmation(listening=listening, confirmed=confirmed)
+
+
+def _acknowledgements(
+    listener: store.ChangeListener, change: str, wanted: int, deadline: float
+) -> int:
+    confirmed = 0
+    while confirmed < wanted:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        readable, _, _ = select.select([listener.fileno()], [], [], remaining)
+        if readable:
+            confirmed += sum(1 for payload in listener.payloads() if payload == change)
+    return confirmed

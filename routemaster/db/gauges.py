@@ -1,0 +1,43 @@
+"""Counts for the label gauges of ``/metrics``: labels, due and errored, per machine and state.
+
+Three grouped counts in one read-only transaction, each served by a partial
+index (``labels_by_state``, ``labels_errored``, ``labels_due``). Callers run
+it at most every few seconds, never once per scrape per process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+_LABELS = sa.text(
+    "SELECT state_machine, state, count(*) FROM labels WHERE NOT deleted GROUP BY 1, 2"
+)
+_ERRORED = sa.text(
+    "SELECT state_machine, state, count(*) FROM labels WHERE errored AND NOT deleted GROUP BY 1, 2"
+)
+_DUE = sa.text(
+    """
+    SELECT state_machine, state, count(*) FROM labels
+    WHERE due_at <= now() AND NOT deleted GROUP BY 1, 2
+    """
+)
+
+StateCounts = dict[tuple[str, str], int]
+
+
+@dataclass(frozen=True)
+class LabelCounts:
+    labels: StateCounts = field(default_factory=dict)
+    due: StateCounts = field(default_factory=dict)
+    errored: StateCounts = field(default_factory=dict)
+
+
+def label_counts_by_state(engine: sa.Engine) -> LabelCounts:
+    with engine.connect() as conn:
+
+        def counts(query: sa.TextClause) -> StateCounts:
+            return {(machine, state): n for machine, state, n in conn.execute(query)}
+
+        return LabelCounts(labels=counts(_LABELS), due=counts(_DUE), errored=counts(_ERRORED))

@@ -1,0 +1,208 @@
+"""Prometheus metrics: made per process, fed by the same events as the logging plugins.
+
+A :class:`Metrics` holds the counters and histograms (no module-level
+registry). It hears transitions, webhook calls and feed fetches as an
+internal logging plugin (:meth:`Metrics.observer`), so the label service and
+the worker need no code of their own for it; the API times requests itself
+(:mod:`routemaster.api.metrics`).
+
+Under ``routemaster serve`` every gunicorn worker writes its values to files
+in a directory that ``serve`` creates and removes
+(prometheus-client's multiprocess mode), and ``GET /metrics`` sums them, so
+one scrape sees the whole API. The gauges of labels per state are read from
+the database by :class:`~routemaster.metrics.gauges.LabelGauges`.
+
+Every label value comes from the configuration (machines, states, feeds) or
+from a small fixed set (methods, outcomes, endpoint templates): label names
+never become series.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, values
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+from routemaster.logging import BaseLogger
+
+MULTIPROCESS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# Outbound calls: a delivery may take up to its timeout (10 s by default, configurable).
+CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class Metrics:
+    """The service's metrics; in multiprocess mode when ``multiprocess_dir`` is given.
+
+    That mode must have been chosen before prometheus-client was first
+    imported (it reads ``PROMETHEUS_MULTIPROC_DIR`` then), which ``serve`` does.
+    """
+
+    def __init__(self, *, multiprocess_dir: str | None = None) -> None:
+        if multiprocess_dir is not None and not getattr(values.ValueClass, "_multiprocess", False):
+            raise RuntimeError(
+                f"prometheus_client was imported before {MULTIPROCESS_VARIABLE} was set"
+            )
+        self.multiprocess_dir = multiprocess_dir
+        # In multiprocess mode values live in files, and exposition reads the files.
+        self._own = CollectorRegistry()
+        registry = None if multiprocess_dir else self._own
+        self.requests = Counter(
+            "routemaster_http_requests",
+            "API requests answered, by method, endpoint template and status.",
+            ["method", "endpoint", "status"],
+            registry=registry,
+        )
+        self.request_seconds = Histogram(
+            "routemaster_http_request_duration_seconds",
+            "Time to answer an API request (to its first byte for streamed listings).",
+            ["method", "endpoint", "status"],
+            registry=registry,
+        )
+        self._request_series: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+        self.transitions = Counter(
+            "routemaster_transitions",
+            "Labels moving from one state to another (to_state is empty for a deletion; "
+            "creations are the API's POST requests).",
+            ["state_machine", "from_state", "to_state"],
+            registry=registry,
+        )
+        self.webhook_calls = Counter(
+            "routemaster_webhook_calls",
+            "Action webhook deliveries by outcome (success, gone, failure, error).",
+            ["state_machine", "state", "outcome"],
+            registry=registry,
+        )
+        self.webhook_seconds = Histogram(
+            "routemaster_webhook_duration_seconds",
+            "Time an action webhook took to answer (or fail).",
+            ["state_machine", "state", "outcome"],
+            buckets=CALL_BUCKETS,
+            registry=registry,
+        )
+        self.feed_calls = Counter(
+            "routemaster_feed_calls",
+            "Feed fetches by outcome (success, failure, error).",
+            ["state_machine", "feed", "outcome"],
+            registry=registry,
+        )
+        self.feed_seconds = Histogram(
+            "routemaster_feed_duration_seconds",
+            "Time a feed took to answer (or fail).",
+            ["state_machine", "feed", "outcome"],
+            buckets=CALL_BUCKETS,
+            registry=registry,
+        )
+
+    @classmethod
+    def from_environment(cls) -> Metrics:
+        """Multiprocess when ``PROMETHEUS_MULTIPROC_DIR`` is set (as ``serve`` does)."""
+        return cls(multiprocess_dir=os.environ.get(MULTIPROCESS_VARIABLE) or None)
+
+    def observer(self) -> BaseLogger:
+        """A logging plugin that counts what it hears; add it to the App's loggers."""
+        return _Observer(self)
+
+    def observe_request(self, method: str, endpoint: str, status: int, seconds: float) -> None:
+        key = (method if method in METHODS else "other", endpoint, status)
+        series = self._request_series.get(key)
+        if series is None:  # once per method, endpoint and status: labels() takes a lock
+            labels = (key[0], endpoint, str(status))
+            series = (self.requests.labels(*labels), self.request_seconds.labels(*labels))
+            self._request_series[key] = series
+        series[0].inc()
+        series[1].observe(seconds)
+
+    def registry(self, *extra: Collector) -> CollectorRegistry:
+        """What to expose: this process's values, or every process's in multiprocess mode."""
+        if self.multiprocess_dir is None:
+            registry = self._own
+        else:
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+        for collector in extra:
+            registry.register(collector)
+        return registry
+
+
+def outcome(status: int | None) -> str:
+    """``success`` (2xx), ``gone`` (410), ``failure`` (any other status), ``error`` (no answer)."""
+    if status is None:
+        return "error"
+    if 200 <= status < 300:
+        return "success"
+    return "gone" if status == 410 else "failure"
+
+
+class _Observer(BaseLogger):
+    """Counts what the hooks report.
+
+    Webhook calls are counted from 1.x's ``process_webhook`` (around one
+    delivery, naming the action's state) and ``webhook_response`` (its
+    answer, inside it, on the same thread); no answer counts as ``error``.
+    """
+
+    def __init__(self, metrics: Metrics) -> None:
+        super().__init__(None)
+        self._metrics = metrics
+        self._deliveries = threading.local()  # the delivery each thread is in
+
+    def transition(
+        self,
+        *,
+        state_machine: str,
+        label: str,
+        old_state: str | None,
+        new_state: str | None,
+        forced: bool = False,
+    ) -> None:
+        self._metrics.transitions.labels(state_machine, old_state or "", new_state or "").inc()
+
+    @contextlib.contextmanager
+    def process_webhook(self, state_machine: Any, state: Any) -> Iterator[None]:
+        delivery = _Delivery(time.monotonic())
+        outer = getattr(self._deliveries, "current", None)
+        self._deliveries.current = delivery
+        try:
+            yield
+        finally:
+            self._deliveries.current = outer
+            labels = (state_machine.name, state.name, outcome(delivery.status))
+            self._metrics.webhook_calls.labels(*labels).inc()
+            self._metrics.webhook_seconds.labels(*labels).observe(
+                time.monotonic() - delivery.started
+            )
+
+    def webhook_response(self, state_machine: Any, state: Any, response: Any) -> None:
+        delivery = getattr(self._deliveries, "current", None)
+        if delivery is not None:
+            delivery.status = response.status_code
+
+    def feed_fetched(
+        self,
+        *,
+        state_machine: str,
+        label: str,
+        feed: str,
+        url: str,
+        status: int | None,
+        duration: float,
+    ) -> None:
+        result = outcome(status)
+        labels = (state_machine, feed, "failure" if result == "gone" else result)
+        self._metrics.feed_calls.labels(*labels).inc()
+        self._metrics.feed_seconds.labels(*labels).observe(duration)
+
+
+@dataclass
+class _Delivery:
+    started: float
+    status: int | None = None

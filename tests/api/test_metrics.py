@@ -1,0 +1,180 @@
+"""``GET /metrics``: requests by endpoint template, transitions, and the label gauges."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import flask
+import pytest
+import sqlalchemy as sa
+from flask.testing import FlaskClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from routemaster.api import create_app
+from routemaster.app import App, Settings
+from routemaster.config.model import Config
+from routemaster.metrics import Metrics, outcome
+from routemaster.metrics.gauges import LabelGauges
+from tests.api.openapi_check import CheckedClient
+
+LABELS = "/state-machines/user/labels"
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(client: FlaskClient) -> Samples:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.content_type.startswith("text/plain")
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(response.get_data(as_text=True))
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+@pytest.fixture
+def metered(db_engine: sa.Engine, config: Config) -> flask.Flask:
+    metrics = Metrics()
+    app = App(
+        config=config,
+        db=db_engine,
+        settings=Settings(label_gauges_interval=0),
+        metrics=metrics,
+        loggers=(metrics.observer(),),
+    )
+    flask_app = create_app(app)
+    flask_app.test_client_class = CheckedClient
+    return flask_app
+
+
+@pytest.fixture
+def client(metered: flask.Flask) -> FlaskClient:
+    return metered.test_client()
+
+
+def test_requests_are_counted_by_endpoint_template_never_by_label(client: FlaskClient) -> None:
+    for name in ("a", "b%2Fc", "secret-customer-42"):
+        assert client.post(f"{LABELS}/{name}", json={"metadata": {}}).status_code == 201
+        assert client.get(f"{LABELS}/{name}").status_code == 200
+    assert client.get(f"{LABELS}/nobody").status_code == 404
+    assert client.get("/nowhere").status_code == 404
+    samples = scrape(client)
+    label = "/state-machines/{sm}/labels/{label}"
+    requests = "routemaster_http_requests_total"
+    assert value(samples, requests, method="POST", endpoint=label, status="201") == 3
+    assert value(samples, requests, method="GET", endpoint=label, status="200") == 3
+    assert value(samples, requests, method="GET", endpoint=label, status="404") == 1
+    assert value(samples, requests, method="GET", endpoint="unmatched", status="404") == 1
+    histogram = "routemaster_http_request_duration_seconds_count"
+    assert value(samples, histogram, method="GET", endpoint=label, status="200") == 3
+    text = client.get("/metrics").get_data(as_text=True)
+    assert "secret-customer-42" not in text
+    assert "b%2Fc" not in text
+
+
+def test_transitions_are_counted_by_machine_and_states(client: FlaskClient) -> None:
+    client.post(f"{LABELS}/a", json={"metadata": {}})
+    client.post(f"{LABELS}/b", json={"metadata": {}})
+    client.patch(f"{LABELS}/a", json={"metadata": {"ready": True, "route": "fast"}})
+    client.patch(f"{LABELS}/b", json={"metadata": {"ready": True}})
+    client.delete(f"{LABELS}/b")
+    samples = scrape(client)
+    transitions = "routemaster_transitions_total"
+    assert value(samples, transitions, state_machine="user", from_state="start", to_state="done")
+    assert (
+        value(samples, transitions, state_machine="user", from_state="start", to_state="review")
+        == 1
+    )
+    assert value(samples, transitions, state_machine="user", from_state="review", to_state="") == 1
+
+
+def _set(db_engine: sa.Engine, sql: str) -> None:
+    with db_engine.begin() as conn:
+        conn.execute(sa.text(sql))
+
+
+def test_label_gauges_count_every_state_due_and_errored(
+    client: FlaskClient, db_engine: sa.Engine
+) -> None:
+    for name in ("a", "b", "c"):
+        client.post(f"{LABELS}/{name}", json={"metadata": {}})
+    _set(db_engine, "UPDATE labels SET state = 'notify', errored = true WHERE name = 'a'")
+    _set(db_engine, "UPDATE labels SET due_at = now() - interval '1 minute' WHERE name = 'b'")
+    samples = scrape(client)
+    assert value(samples, "routemaster_labels", state_machine="user", state="start") == 2
+    assert value(samples, "routemaster_labels", state_machine="user", state="notify") == 1
+    assert ("routemaster_labels", frozenset({("state_machine", "empty"), ("state", "only")})) in (
+        samples
+    ), "configured states with no labels are reported as 0"
+    assert value(samples, "routemaster_labels_errored", state_machine="user", state="notify") == 1
+    assert value(samples, "routemaster_labels_due", state_machine="user", state="start") == 1
+
+
+class Statements:
+    """Counts the SQL statements an engine runs."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.count = 0
+        self._engine = engine
+
+    def __enter__(self) -> Statements:
+        sa.event.listen(self._engine, "before_cursor_execute", self._seen)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sa.event.remove(self._engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, *args: Any) -> None:
+        self.count += 1
+
+
+@pytest.fixture
+def clock() -> Iterator[list[float]]:
+    yield [1000.0]
+
+
+def test_gauges_are_counted_at_most_once_per_interval_across_processes(
+    db_engine: sa.Engine, config: Config, tmp_path: Any, clock: list[float]
+) -> None:
+    """Two collectors sharing a directory stand for two gunicorn workers."""
+    workers = [
+        LabelGauges(db_engine, config, interval=5, directory=str(tmp_path), clock=lambda: clock[0])
+        for _ in range(2)
+    ]
+    _set(
+        db_engine,
+        "INSERT INTO labels (state_machine, name, state, state_entered_at, "
+        "entry_id) VALUES ('user', 'x', 'start', now(), 1)",
+    )
+    with Statements(db_engine) as statements:
+        first = workers[0].counts()
+        assert first is not None
+        counted = statements.count
+        assert counted > 0
+        _set(db_engine, "DELETE FROM labels")
+        for worker in workers * 3:
+            again = worker.counts()
+            assert again is not None
+            assert again.labels == {("user", "start"): 1}  # within the interval: the snapshot
+        assert statements.count == counted + 1  # only the DELETE above
+        clock[0] += 5
+        fresh = workers[1].counts()
+        assert fresh is not None
+        assert fresh.labels == {}
+
+
+def test_outcomes_of_outbound_calls() -> None:
+    assert [outcome(s) for s in (200, 204, 410, 500, 404, None)] == [
+        "success",
+        "success",
+        "gone",
+        "failure",
+        "failure",
+        "error",
+    ]
