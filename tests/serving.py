@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -30,6 +30,7 @@ def serving(
     *args: str,
     env: Mapping[str, str] | None = None,
     with_worker: bool = False,
+    layers: Sequence[Path] = (),
 ) -> Iterator[str]:
     """``serve`` (and, with ``with_worker``, ``cron``) until the block ends; yields the base URL."""
     port = free_port()
@@ -37,6 +38,8 @@ def serving(
     environment.update(env or {})
     environment["DATABASE_URL"] = database_url
     command = [sys.executable, "-m", "routemaster", "-c", str(config)]
+    for layer in layers:
+        command += ["-c", str(layer)]
     processes = [
         subprocess.Popen(
             [*command, "serve", "-b", f"127.0.0.1:{port}", *args],

@@ -87,6 +87,20 @@ def service(
 
 
 @pytest.fixture
+def secured_service(
+    tmp_path: Path, database_url: str, db_engine: sa.Engine, stub: StubServer
+) -> Iterator[str]:
+    """The same service with ``api: {authentication: tokens}``."""
+    config = tmp_path / "console.yaml"
+    config.write_text(CONFIG.replace("{stub}", stub.url("")))
+    layer = tmp_path / "tokens.yaml"
+    layer.write_text("api:\n  authentication: tokens\n")
+    settings = {"ROUTEMASTER_CHANGES_POLL_INTERVAL": "0.1"}
+    with serving(config, database_url, "--workers", "2", env=settings, layers=[layer]) as base:
+        yield base
+
+
+@pytest.fixture
 def screenshot(browser: WebDriver) -> Callable[[str], None]:
     """Save the page as ``NAME.png`` in $ROUTEMASTER_CONSOLE_SCREENSHOTS, when it is set."""
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import requests
+import sqlalchemy as sa
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+from routemaster.auth.admin import create_token
 from tests.stub_server import Reply, StubServer
 
 LABELS = "/state-machines/orders/labels"
@@ -103,3 +105,36 @@ def test_the_retry_button_on_an_errored_label_works(
     browser.get(f"{service}/console/machines/orders/labels/refused")
     history = browser.find_element(By.XPATH, "//h2[text()='History']/following-sibling::table")
     assert "forced: retried" in history.text
+
+
+def test_with_tokens_a_person_signs_in_and_sees_changes_live(
+    browser: WebDriver,
+    secured_service: str,
+    db_engine: sa.Engine,
+    screenshot: Callable[[str], None],
+) -> None:
+    secret, _ = create_token(db_engine, "console-operator", {"read", "write", "operate"}, wait=10)
+    bearer = {"Authorization": f"Bearer {secret.secret}"}
+    browser.delete_all_cookies()
+    browser.get(f"{secured_service}/console/machines/orders")
+    _wait(browser, lambda b: "/console/login" in b.current_url)
+    field = browser.find_element(By.NAME, "token")
+    field.send_keys("rm_wrong_guess")
+    screenshot("sign-in")
+    field.submit()
+    _wait(browser, lambda b: "unknown, revoked" in b.find_element(By.TAG_NAME, "main").text)
+    browser.find_element(By.NAME, "token").send_keys(secret.secret)
+    browser.find_element(By.NAME, "token").submit()
+    _wait(browser, lambda b: b.current_url.endswith("/console/machines/orders"))
+    _wait(browser, lambda b: b.find_element(By.ID, "live").text == "live")
+    assert "signed in" in browser.find_element(By.TAG_NAME, "header").text
+
+    created = requests.post(
+        f"{secured_service}{LABELS}/signed-1", json={"metadata": {}}, headers=bearer, timeout=10
+    )
+    assert created.status_code == 201
+    _wait(browser, lambda b: _count(b, "placed") == "1")  # the stream follows the cookie
+    browser.find_element(By.XPATH, "//header//button[text()='Sign out']").click()
+    _wait(browser, lambda b: "/console/login" in b.current_url)
+    browser.get(f"{secured_service}/console/")
+    assert "/console/login" in browser.current_url
