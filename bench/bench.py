@@ -7,6 +7,7 @@ docs/performance.md for what each scenario measures and what limits it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import http.client
@@ -34,9 +35,15 @@ from measure import (
     summarise,
 )
 from report import evaluate, print_table
+from streams import OpenStreams
 from targets import REFERENCE_VENV, REPO, RUN_SUFFIX, VARIANTS, Project, Reference, Target
 
 RECEIVER_PORT = 18089
+# Several engineers may bench on one machine: ROUTEMASTER_BENCH_INSTANCE=N (N > 0)
+# gives this run's services their own databases (bench_project_iN, ...) and ports (+100 N).
+INSTANCE = int(os.environ.get("ROUTEMASTER_BENCH_INSTANCE") or 0)
+SUFFIX = f"_i{INSTANCE}" if INSTANCE else ""
+STREAMS = 50  # open changes streams in the *_streams50 scenarios
 PATCH_SIZES = [("flat", "1k"), ("flat", "10k"), ("flat", "100k"), ("nested", "1k")]
 PATCH_SIZES += [("nested", "10k"), ("nested", "60k")]
 
@@ -155,7 +162,7 @@ class Suite:
     def pgbench(self) -> None:
         print("pgbench (this project's schema, same server)", flush=True)
         pg = Project(self.server, self.log_dir, tree=self.tree)
-        pg.database = "bench_pgbench" + RUN_SUFFIX
+        pg.database = "bench_pgbench" + RUN_SUFFIX + SUFFIX
         pg.fresh_database()
         pg.bulk_labels("flow", "start", "r", 1000, {"go": False})
         pg.query("CREATE SEQUENCE pgbench_names")
@@ -209,6 +216,8 @@ class Suite:
                 extra = []
                 if scale == 0:
                     extra = ["action_drain", "action_fast", "action_flaky", "interval_2k"]
+                    if target.name == "project":  # the reference has no changes stream
+                        extra.append(f"streams{STREAMS}")
                     extra += [f"patch_{shape}_{size}" for shape, size in PATCH_SIZES]
                 if scale == self.p.list_scale:
                     extra += [f"list_full{suffix}", f"list_page{suffix}"]
@@ -235,6 +244,8 @@ class Suite:
                         continue
                     if key.startswith("list"):
                         self.listing(target, key, scale)
+                    elif key.startswith("streams"):
+                        self.streams(target)
                     elif key.startswith("patch_"):
                         self.patch_keys(target, key)
                     elif key == "action_drain":
@@ -248,6 +259,77 @@ class Suite:
             target.stop()
             target.close()
             self.sampler.roots.pop(target.name, None)
+
+    def streams(self, target: Target) -> None:
+        """Creates and reads at 16 clients, in alternate runs without and with open streams.
+
+        Alternating (rather than one scenario after the other) keeps the
+        comparison fair on a machine whose load drifts; the ratio of each
+        pair of runs is kept, and the check uses the ratio of the medians.
+        """
+        rounds = max(self.p.reps, 3)
+
+        def serve_cpu() -> float:
+            """CPU seconds used so far by the serve processes (the master and its workers)."""
+            total = 0.0
+            for role, pid in target.pids():
+                if role != "serve":
+                    continue
+                with contextlib.suppress(psutil.Error):
+                    root = psutil.Process(pid)
+                    for proc in [root, *root.children(recursive=True)]:
+                        times = proc.cpu_times()
+                        total += times.user + times.system
+            return total
+
+        def run(mode: str, duration: float) -> dict[str, Any]:
+            before = serve_cpu()
+            result = run_wrk(
+                target.base_url,
+                mode=mode,
+                machine="flow",
+                prefix=self.tag("s") if mode == "create" else "r",
+                n=0 if mode == "create" else 1000,
+                connections=16,
+                duration=duration,
+            )
+            result["cpu_ms_per_request"] = (
+                1000 * (serve_cpu() - before) / max(result["requests"], 1)
+            )
+            return result
+
+        for mode in ("create", "read"):
+            run(mode, self.p.warmup)
+            self.sampler.take()
+            plain: list[dict[str, Any]] = []
+            streamed: list[dict[str, Any]] = []
+            received, opened = 0, 0
+            for _ in range(rounds):
+                plain.append(run(mode, self.p.duration))
+                with OpenStreams(target.base_url, STREAMS) as open_streams:
+                    streamed.append(run(mode, self.p.duration))
+                    received += open_streams.events
+                    opened = min(opened or STREAMS, open_streams.open)
+            self.record(
+                f"{mode}_c16_streams0",
+                target.name,
+                "req/s",
+                [r["rate"] for r in plain],
+                serve_cpu_ms_per_request=[round(r["cpu_ms_per_request"], 3) for r in plain],
+            )
+            self.record(
+                f"{mode}_c16_streams{STREAMS}",
+                target.name,
+                "req/s",
+                [r["rate"] for r in streamed],
+                note="" if opened == STREAMS else f"only {opened} of {STREAMS} streams open",
+                pair_ratios=[
+                    round(b["rate"] / a["rate"], 3) for a, b in zip(plain, streamed, strict=True)
+                ],
+                stream_events=received,
+                errors=sum(r["errors"] for r in plain + streamed),
+                serve_cpu_ms_per_request=[round(r["cpu_ms_per_request"], 3) for r in streamed],
+            )
 
     def cost(self) -> None:
         """``plain``, ``project`` and ``secured`` running side by side, measured in turns.
@@ -766,6 +848,13 @@ def machine_info(server: Server) -> dict[str, Any]:
     }
 
 
+def _instance(target: Target) -> Target:
+    """The target's database and port for this run's ROUTEMASTER_BENCH_INSTANCE."""
+    target.database += SUFFIX
+    target.port += 100 * INSTANCE
+    return target
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="~3 minute development run")
@@ -810,7 +899,7 @@ def main() -> None:
     suite = Suite(profile, server, log_dir, only, args.project_tree.resolve())
     started = time.time()
     receiver = subprocess.Popen(
-        [sys.executable, str(BENCH_DIR / "receiver.py"), "--port", str(RECEIVER_PORT)],
+        [sys.executable, str(BENCH_DIR / "receiver.py"), "--port", str(RECEIVER_PORT + INSTANCE)],
         stdout=subprocess.DEVNULL,
         stderr=open(log_dir / "receiver.log", "wb"),  # noqa: SIM115
     )
@@ -824,7 +913,7 @@ def main() -> None:
             if not (REFERENCE_VENV / "bin" / "routemaster").exists():
                 skipped["reference"] = f"not installed in {REFERENCE_VENV} (bench/run does that)"
             else:
-                suite.service(Reference(server, log_dir, args.reference_workers))
+                suite.service(_instance(Reference(server, log_dir, args.reference_workers)))
         if "cost" in targets:
             suite.cost()
         for variant in VARIANTS:
@@ -835,14 +924,14 @@ def main() -> None:
                 skipped[variant] = why
                 print(f"{variant} skipped: {why}", flush=True)
             else:
-                suite.service(Project(server, log_dir, variant, tree=args.project_tree))
+                suite.service(_instance(Project(server, log_dir, variant, tree=args.project_tree)))
     finally:
         suite.sampler.stop()
         receiver.terminate()
         receiver.wait()
         variant_databases = [f"bench_{v}{s}" for v in VARIANTS for s in ("", "_1")]
         for name in ("bench_reference", "bench_pgbench", *variant_databases):
-            server.drop(name + RUN_SUFFIX)
+            server.drop(name + RUN_SUFFIX + SUFFIX)
 
     checks = evaluate(suite.results, suite.memory)
     report = {

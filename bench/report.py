@@ -182,6 +182,13 @@ def evaluate(results: dict[str, Any], memory: dict[str, dict[str, int]]) -> list
             lambda v: v >= 0.9,
             ">= 0.9",
         )
+    for op in ("create", "read"):
+        check(
+            f"{op} with 50 open changes streams vs none",
+            rel(f"{op}_c16_streams50", f"{op}_c16_streams0"),
+            lambda v: v >= 0.9,
+            ">= 0.9",
+        )
     check(
         "interval gate, 2,000 labels",
         median(results, "interval_2k", "project"),

@@ -53,6 +53,11 @@ class Settings:
     delivery_concurrency: int = 16  # webhook deliveries in flight per worker process
     batch_size: int = 500  # labels claimed per worker transaction
     poll_interval: float = 1.0  # seconds between worker polls when idle
+    # changes streams (per API process): how often open streams look for new
+    # changes, how often an idle stream sends a keep-alive comment, how many may be open
+    changes_poll_interval: float = 0.25
+    stream_heartbeat: float = 15.0
+    max_streams: int = 500
     worker_id: str = field(default_factory=_default_worker_id)
     metrics: bool = True  # Prometheus metrics (GET /metrics, cron --metrics-bind)
     label_gauges_interval: float = 5.0  # seconds; label counts for /metrics at most this often

@@ -278,10 +278,10 @@ def _serve(
     def build() -> WSGIApp:
         from routemaster.api import create_app
 
-        # One connection per thread that can be serving a request.
+        # One connection per thread that can be serving a request, one for the streams.
         engine = create_engine(
             url,
-            pool_size=worker_threads,
+            pool_size=worker_threads + 1,
             max_overflow=4,
             statement_timeout=settings.statement_timeout,
         )

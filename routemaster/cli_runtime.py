@@ -46,6 +46,9 @@ LIMITS: dict[str, tuple[float, float]] = {
     "poll_interval": (0.01, 3_600),
     "feed_timeout": (0.01, 3_600),
     "feed_timeout_in_request": (0.01, 3_600),
+    "changes_poll_interval": (0.01, 60),
+    "stream_heartbeat": (0.05, 3_600),
+    "max_streams": (1, 100_000),
     "label_gauges_interval": (0, 3_600),  # 0: counted at every scrape
     "token_use_interval": (0.01, 86_400),
 }

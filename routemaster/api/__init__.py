@@ -16,8 +16,11 @@ from typing import Any
 import flask
 
 from routemaster.api import (
+    changes,
+    console,
     errors,
     explanations,
+    handoff,
     health,
     labels,
     machines,
@@ -26,9 +29,11 @@ from routemaster.api import (
     plugins,
 )
 from routemaster.api.auth import require_tokens
+from routemaster.api.console.access import TOKEN_CHECK_KEY, console_token_check
 from routemaster.api.extension import EXTENSION_KEY, STARTED
 from routemaster.api.hot import HotRoutes
 from routemaster.api.paths import NameConverter, rewrite_path_info
+from routemaster.api.streams import ChangeHub
 from routemaster.app import App
 
 __all__ = ["create_app"]
@@ -52,6 +57,10 @@ class RoutemasterFlask(flask.Flask):
                 return answered
         return super().wsgi_app(environ, start_response)
 
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        """Outside any middleware a plugin wraps ``wsgi_app`` in: streams may take the socket."""
+        return handoff.call(super().__call__, environ, start_response)
+
 
 def create_app(app: App) -> flask.Flask:
     flask_app = RoutemasterFlask(__name__, static_folder=None)
@@ -59,6 +68,8 @@ def create_app(app: App) -> flask.Flask:
     # Unexpected errors reach got_request_exception and the JSON 500 handler, even when testing.
     flask_app.config["PROPAGATE_EXCEPTIONS"] = False
     flask_app.extensions[EXTENSION_KEY] = app
+    hub = ChangeHub(app.db, app.settings)
+    flask_app.extensions[changes.HUB_KEY] = hub
     flask_app.url_map.converters["name"] = NameConverter
     errors.register_error_handlers(flask_app)
     blueprints = [
@@ -69,6 +80,8 @@ def create_app(app: App) -> flask.Flask:
         operations.blueprint,
         openapi.blueprint,
         plugins.blueprint,
+        changes.blueprint,
+        console.blueprint,
     ]
     if app.metrics is not None:
         from routemaster.api import metrics  # imports prometheus_client: only when wanted
@@ -79,8 +92,9 @@ def create_app(app: App) -> flask.Flask:
         flask_app.register_blueprint(blueprint)
     openapi.check_every_endpoint_is_declared(flask_app)
     if app.config.api.tokens_required:
-        require_tokens(flask_app, app)
-    _forget_pooled_connections_after_fork(app)
+        cache = require_tokens(flask_app, app)
+        flask_app.extensions[TOKEN_CHECK_KEY] = console_token_check(cache)
+    _forget_pooled_connections_after_fork(app, hub)
     app.hooks.init_flask(flask_app)
     flask_app.hot = HotRoutes(flask_app, app)
     if app.hooks.observe_requests:  # outermost, as in 1.x: around what init_flask added
@@ -90,20 +104,25 @@ def create_app(app: App) -> flask.Flask:
     return flask_app
 
 
-def _forget_pooled_connections_after_fork(app: App) -> None:
+def _forget_pooled_connections_after_fork(app: App, hub: ChangeHub) -> None:
     """Give each forked process (gunicorn worker) its own connections.
 
     A pooled connection inherited from the parent shares its socket with
     the parent; using it from two processes corrupts both sessions. After a
     fork the child drops (without closing) what it inherited and opens its
-    own on first use. A weak reference so the hook does not keep old Apps alive.
+    own on first use; likewise the changes streams and their thread. Weak
+    references so the hook does not keep old Apps alive.
     """
     reference = weakref.ref(app)
+    hub_reference = weakref.ref(hub)
 
     def forget() -> None:
         inherited = reference()
         if inherited is not None:
             inherited.db.dispose(close=False)
             inherited.http.close()
+        inherited_hub = hub_reference()
+        if inherited_hub is not None:
+            inherited_hub.forget_after_fork()
 
     os.register_at_fork(after_in_child=forget)

@@ -17,9 +17,10 @@ from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, live_label
 from routemaster.api.responses import isoformat, json_response
+from routemaster.app import App
 from routemaster.auth import READ
 from routemaster.config import describe_machine
-from routemaster.config.model import Action
+from routemaster.config.model import Action, StateMachine
 from routemaster.exit_conditions import FeedUnavailable
 from routemaster.machine import choose_next_state
 from routemaster.machine.triggers import what_evaluates
@@ -37,7 +38,11 @@ blueprint = flask.Blueprint("explanations", __name__)
 def explain(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    found = live_label(app, machine, label)
+    return json_response(explanation_of(app, machine, live_label(app, machine, label)))
+
+
+def explanation_of(app: App, machine: StateMachine, found: label_core.Label) -> dict[str, Any]:
+    """Why the label is where it is, as JSON: for the API and the console."""
     body: dict[str, Any] = {
         "state": found.state,
         "state_entered_at": isoformat(found.state_entered_at),
@@ -53,13 +58,13 @@ def explain(sm: str, label: str) -> flask.Response:
     except KeyError:
         body["kind"] = None
         body["message"] = "The configuration no longer has this state; the label cannot move."
-        return json_response(body)
+        return body
     described = {entry["name"]: entry for entry in describe_machine(machine)["states"]}
     body["kind"] = "action" if isinstance(state, Action) else "gate"
     body["next"] = described[state.name].get("next")
     if isinstance(state, Action):
         body["webhook"] = state.webhook
-        return json_response(body)
+        return body
     body["triggers"] = described[state.name].get("triggers", [])
     context = label_core.label_context(
         app, machine, found, feed_timeout=app.settings.feed_timeout_in_request
@@ -79,4 +84,4 @@ def explain(sm: str, label: str) -> flask.Response:
             else "the gate has no trigger that fires while a label waits in it, "
             "so only an operator's move takes it on."
         )
-    return json_response(body)
+    return body

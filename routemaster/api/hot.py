@@ -42,6 +42,7 @@ After = Callable[[flask.Request, flask.Response], flask.Response]
 Answer = Callable[[flask.Request | None, dict[str, Any], str, str], flask.Response]
 
 HOOKS_KEY = "routemaster.direct_hooks"
+BLUEPRINT = labels.blueprint.name  # the blueprint the four views belong to
 # The view of each method on /state-machines/<sm>/labels/<label>.
 _VIEWS = {
     "GET": labels.get_label,
@@ -138,6 +139,7 @@ class HotRoutes:
         hooked = self._flask_would_only_dispatch()
         if hooked is None:
             return None
+        self._flask._got_first_request = True  # as Flask's dispatch does
         try:
             sm, label = self._decode(parts[2]), self._decode(parts[4])
         except Exception:
@@ -190,8 +192,8 @@ class HotRoutes:
         f = self._flask
         views = f.view_functions
         if (
-            _any_registered(f.teardown_request_funcs)
-            or _any_registered(f.url_value_preprocessors)
+            _any_for_labels(f.teardown_request_funcs)
+            or _any_for_labels(f.url_value_preprocessors)
             or f.teardown_appcontext_funcs
             or any(self._receivers)
             or f.config["SERVER_NAME"] is not None
@@ -204,7 +206,7 @@ class HotRoutes:
         ):
             return None
         before, after = f.before_request_funcs, f.after_request_funcs
-        if not _any_registered(before) and not _any_registered(after):
+        if not _any_for_labels(before) and not _any_for_labels(after):
             return False
         if _only_known(before, self._hooks.before) and _only_known(after, self._hooks.after):
             return True
@@ -273,13 +275,14 @@ class HotRoutes:
             context.pop(failed)
 
 
-def _any_registered(registry: Mapping[Any, list[Any]]) -> bool:
-    return bool(registry) and any(registry.values())
+def _any_for_labels(registry: Mapping[Any, list[Any]]) -> bool:
+    """Whether a label request gets any of these: the application's, or the labels blueprint's.
+
+    Other blueprints' hooks (the console's) never run for it.
+    """
+    return bool(registry) and bool(registry.get(None) or registry.get(BLUEPRINT))
 
 
 def _only_known(registry: Mapping[Any, list[Any]], known: Mapping[Any, Any]) -> bool:
-    """Every hook registered is an application-wide one of ``known`` (none a blueprint's)."""
-    return all(
-        (key is None and all(hook in known for hook in hooks)) or not hooks
-        for key, hooks in registry.items()
-    )
+    """The application's hooks are all ``known`` ones, and the labels blueprint has none."""
+    return not registry.get(BLUEPRINT) and all(hook in known for hook in registry.get(None, ()))

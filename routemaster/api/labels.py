@@ -34,7 +34,7 @@ MAX_PAGE_SIZE = 10_000
 STREAM_BATCH = 1_000
 
 LABEL = "/state-machines/<name:sm>/labels/<name:label>"
-LISTING_PARAMETERS = ("state", "after", "limit")
+LISTING_PARAMETERS = ("state", "after", "limit", "errored", "prefix")
 
 
 @blueprint.get("/state-machines/<name:sm>/labels")
@@ -50,22 +50,45 @@ LISTING_PARAMETERS = ("state", "after", "limit")
             "Page size; without it the whole listing is streamed.",
         ),
         Query("after", {"type": "string"}, "Start after this label name (from `next`)."),
+        Query(
+            "errored",
+            {"type": "boolean"},
+            "true: only errored labels (actions whose deliveries gave up).",
+        ),
+        Query("prefix", {"type": "string"}, "Only labels whose name starts with this."),
     ),
     tags=("labels",),
 )
 def list_labels(sm: str) -> flask.Response:
-    """All live labels by name: streamed in batches, or one page with ``?limit=``."""
+    """All live labels by name: streamed in batches, or one page with ``?limit=``.
+
+    ``?state=S`` keeps the labels in ``S``, ``?errored=true`` the errored
+    ones, ``?prefix=P`` those whose name starts with ``P``; they combine.
+    """
     app = routemaster_app()
     machine = machine_or_404(app, sm)
     check_query(LISTING_PARAMETERS)
     args = flask.request.args
     state = args.get("state")
     after = args.get("after", "")
+    prefix = args.get("prefix", "")
+    errored = _flag(args.get("errored"), "errored")
     limit = _page_size(args.get("limit"))
     create = link("state-machines", machine.name, "labels") + "/:name"
 
+    def page(start: str, size: int) -> list[tuple[str, str]]:
+        return label_page(
+            app.db,
+            machine.name,
+            after=start,
+            limit=size,
+            state=state,
+            errored=errored,
+            prefix=prefix,
+        )
+
     if limit is not None:
-        rows = label_page(app.db, machine.name, after=after, limit=limit + 1, state=state)
+        rows = page(after, limit + 1)
         body: dict[str, Any] = {
             "labels": [{"name": name, "state": label_state} for name, label_state in rows[:limit]],
             "create": create,
@@ -74,12 +97,16 @@ def list_labels(sm: str) -> flask.Response:
             query = {"limit": str(limit), "after": rows[limit - 1][0]}
             if state is not None:
                 query["state"] = state
+            if errored:
+                query["errored"] = "true"
+            if prefix:
+                query["prefix"] = prefix
             query_string = urlencode(query, quote_via=quote)
             body["next"] = link("state-machines", machine.name, "labels") + "?" + query_string
         return json_response(body)
 
     # Fetched before the response starts, so a database outage is still a 503.
-    first = label_page(app.db, machine.name, after=after, limit=STREAM_BATCH, state=state)
+    first = page(after, STREAM_BATCH)
 
     def stream() -> Iterator[str]:
         yield '{"labels":['
@@ -92,9 +119,7 @@ def list_labels(sm: str) -> flask.Response:
             separator = ","
             if len(batch) < STREAM_BATCH:
                 break
-            batch = label_page(
-                app.db, machine.name, after=batch[-1][0], limit=STREAM_BATCH, state=state
-            )
+            batch = page(batch[-1][0], STREAM_BATCH)
         yield '],"create":' + json.dumps(create) + "}"
 
     return flask.Response(stream(), mimetype="application/json")
@@ -268,6 +293,14 @@ def metadata_from_body(request: flask.Request, settings: Settings) -> dict[str, 
     if not isinstance(metadata, dict):
         raise BadRequest('"metadata" must be a JSON object.')
     return metadata
+
+
+def _flag(raw: str | None, name: str) -> bool:
+    if raw is None or raw.lower() in ("false", "0", ""):
+        return False
+    if raw.lower() in ("true", "1"):
+        return True
+    raise BadRequest(f"{name} must be true or false.")
 
 
 def _page_size(raw: str | None) -> int | None:

@@ -13,7 +13,7 @@ from routemaster.api.paths import link
 from routemaster.api.responses import json_response
 from routemaster.auth import READ
 from routemaster.config import describe_machine
-from routemaster.db.listings import label_counts
+from routemaster.db.listings import StateCount, label_counts
 
 blueprint = flask.Blueprint("machines", __name__)
 
@@ -41,17 +41,25 @@ def list_machines() -> flask.Response:
     tags=("machines",),
 )
 def describe(sm: str) -> flask.Response:
-    """The machine's graph (``describe_machine``), each state with its count of live labels.
+    """The machine's graph (``describe_machine``), each state with its counts of live labels.
 
-    ``label_counts`` also lists states the config no longer has, if labels
-    are still in them, so stranded labels are visible.
+    ``label_counts`` and ``errored_counts`` also list states the config no
+    longer has, if labels are still in them, so stranded labels are visible.
     """
     app = routemaster_app()
     machine = machine_or_404(app, sm)
     counts = label_counts(app.db, machine.name)
     body: dict[str, Any] = describe_machine(machine)
     for state in body["states"]:
-        state["labels"] = counts.get(state["name"], 0)
-    body["label_counts"] = counts
-    body["labels"] = link("state-machines", machine.name, "labels")
+        count = counts.get(state["name"], StateCount(0, 0))
+        state["labels"] = count.labels
+        state["errored"] = count.errored
+    body["label_counts"] = {name: count.labels for name, count in counts.items()}
+    body["errored_counts"] = {
+        name: count.errored for name, count in counts.items() if count.errored
+    }
+    labels = link("state-machines", machine.name, "labels")
+    body["labels"] = labels
+    body["errored_labels"] = labels + "?errored=true"
+    body["changes"] = link("state-machines", machine.name, "changes")
     return json_response(body)

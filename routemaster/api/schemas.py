@@ -78,6 +78,7 @@ _MACHINE_STATE = obj(
         "next": ref("Next"),
         "end": BOOLEAN,
         "labels": {**INTEGER, "description": "Live labels in this state now."},
+        "errored": {**INTEGER, "description": "How many of them are errored."},
     }
 )
 
@@ -125,7 +126,14 @@ SCHEMAS: dict[str, Schema] = {
                 "additionalProperties": INTEGER,
                 "description": "Live labels per state, including states the config no longer has.",
             },
+            "errored_counts": {
+                "type": "object",
+                "additionalProperties": INTEGER,
+                "description": "Errored labels per state, for the states that have any.",
+            },
             "labels": TEXT,
+            "errored_labels": {**TEXT, "description": "The listing of its errored labels."},
+            "changes": {**TEXT, "description": "Its changes stream."},
         }
     ),
     "LabelList": obj(

@@ -12,6 +12,12 @@ large header fields, a bad chunked encoding) never reach Flask; gunicorn
 answers them with a small HTML page. The worker classes here answer them with
 the same status and message as JSON, ``{"message": ...}``, like every other
 error of the API.
+
+They also let changes streams leave the worker: each client socket reaches
+the application as a :class:`~routemaster.api.handoff.TakeableSocket`, so a
+stream can take its connection to the process's stream thread and free the
+worker for the next request (see :mod:`routemaster.api.handoff`). Without
+TLS only: ``serve`` never terminates TLS itself (a proxy in front does).
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from typing import Any
 from gunicorn import util
 from gunicorn.workers.gthread import DEFAULT_WORKER_DATA_TIMEOUT, TConn, ThreadWorker
 from gunicorn.workers.sync import SyncWorker
+
+from routemaster.api.handoff import TakeableSocket
 
 REQUEST_LIMITS = {
     "limit_request_line": 0,  # unlimited: see the module docstring
@@ -103,14 +111,29 @@ def json_error(code: str, reason: str, message: str) -> bytes:
 
 
 class JsonErrorsSync(_JsonErrors, SyncWorker):  # type: ignore[misc]
-    """Gunicorn's sync worker, answering its own errors in JSON."""
+    """Gunicorn's sync worker, answering its own errors in JSON, streams handed off."""
+
+    def handle(self, listener: Any, client: Any, addr: Any) -> None:
+        if not self.cfg.is_ssl:
+            client = TakeableSocket(client)
+        super().handle(listener, client, addr)
 
 
 class JsonErrorsThreaded(_JsonErrors, ThreadWorker):  # type: ignore[misc]
-    """Gunicorn's gthread worker, answering its own errors in JSON."""
+    """Gunicorn's gthread worker, answering its own errors in JSON, streams handed off."""
+
+    def enqueue_req(self, conn: Any) -> None:
+        if not self.cfg.is_ssl and not isinstance(conn.sock, TakeableSocket):
+            conn.sock = TakeableSocket(conn.sock)
+        super().enqueue_req(conn)
+
+    def handle_request(self, req: Any, conn: Any) -> bool:
+        keep_alive = bool(super().handle_request(req, conn))
+        # A taken connection belongs to the stream: never back to keep-alive.
+        return keep_alive and not (isinstance(conn.sock, TakeableSocket) and conn.sock.taken)
 
 
-class JsonErrorsKeepAlive(_JsonErrors, ThreadWorker):  # type: ignore[misc]
+class JsonErrorsKeepAlive(JsonErrorsThreaded):
     """Gunicorn's gthread worker with one thread, minus the thread: requests answered inline.
 
     gthread keeps clients' connections alive on a poller and hands each
@@ -142,6 +165,8 @@ class JsonErrorsKeepAlive(_JsonErrors, ThreadWorker):  # type: ignore[misc]
 
     def enqueue_req(self, conn: Any) -> None:
         """Answer the request now, and those the client already sent behind it."""
+        if not self.cfg.is_ssl and not isinstance(conn.sock, TakeableSocket):
+            conn.sock = TakeableSocket(conn.sock)
         while True:
             outcome: Future[Any] = Future()
             try:

@@ -7,7 +7,16 @@ labels or how much history the machine has.
 
 from __future__ import annotations
 
+import contextlib
+from typing import NamedTuple
+
 import sqlalchemy as sa
+
+
+class StateCount(NamedTuple):
+    labels: int
+    errored: int
+
 
 _PAGE = sa.text(
     """
@@ -25,13 +34,32 @@ _PAGE_IN_STATE = sa.text(
     """
 )
 
+_PAGE_ERRORED = sa.text(
+    """
+    SELECT name, state FROM labels
+    WHERE state_machine = :sm AND errored AND NOT deleted AND name > :after
+      AND (CAST(:state AS text) IS NULL OR state = :state)
+    ORDER BY name LIMIT :limit
+    """
+)
+
+_PAGE_PREFIX = sa.text(
+    """
+    SELECT name, state FROM labels
+    WHERE state_machine = :sm AND NOT deleted AND name > :after
+      AND starts_with(name, :prefix)
+      AND (CAST(:state AS text) IS NULL OR state = :state)
+    ORDER BY name LIMIT :limit
+    """
+)
+
 _PING = sa.text("SELECT 1")
 
 _STATES_IN_USE = sa.text("SELECT DISTINCT state_machine, state FROM labels WHERE NOT deleted")
 
 _COUNTS = sa.text(
     """
-    SELECT state, count(*) AS labels FROM labels
+    SELECT state, count(*) AS labels, count(*) FILTER (WHERE errored) AS errored FROM labels
     WHERE state_machine = :sm AND NOT deleted
     GROUP BY state
     """
@@ -39,11 +67,29 @@ _COUNTS = sa.text(
 
 
 def label_page(
-    engine: sa.Engine, machine: str, *, after: str, limit: int, state: str | None = None
+    source: sa.Engine | sa.Connection,
+    machine: str,
+    *,
+    after: str,
+    limit: int,
+    state: str | None = None,
+    errored: bool = False,
+    prefix: str = "",
 ) -> list[tuple[str, str]]:
-    """Up to ``limit`` live labels named after ``after``, as ``(name, state)``, by name."""
-    with engine.connect() as connection:
-        if state is None:
+    """Up to ``limit`` live labels named after ``after``, as ``(name, state)``, by name.
+
+    ``errored`` keeps only errored labels (an index of their own); ``prefix``
+    only names that start with it. Given a connection rather than an engine,
+    it reads in that connection's transaction (and snapshot).
+    """
+    params = {"sm": machine, "state": state, "after": after, "limit": limit, "prefix": prefix}
+    opened = source.connect() if isinstance(source, sa.Engine) else contextlib.nullcontext(source)
+    with opened as connection:
+        if errored:
+            result = connection.execute(_PAGE_ERRORED, params)
+        elif prefix:
+            result = connection.execute(_PAGE_PREFIX, params)
+        elif state is None:
             result = connection.execute(_PAGE, {"sm": machine, "after": after, "limit": limit})
         else:
             result = connection.execute(
@@ -52,10 +98,21 @@ def label_page(
         return [(name, label_state) for name, label_state in result]
 
 
-def label_counts(engine: sa.Engine, machine: str) -> dict[str, int]:
-    """How many live labels are in each state (states with none are absent)."""
+def label_counts(engine: sa.Engine, machine: str) -> dict[str, StateCount]:
+    """How many live labels, and how many of them errored, are in each state.
+
+    States with no labels are absent.
+    """
     with engine.connect() as connection:
-        return {state: count for state, count in connection.execute(_COUNTS, {"sm": machine})}
+        return count_labels(connection, machine)
+
+
+def count_labels(conn: sa.Connection, machine: str) -> dict[str, StateCount]:
+    """:func:`label_counts` in the caller's transaction (and snapshot)."""
+    return {
+        row.state: StateCount(row.labels, row.errored)
+        for row in conn.execute(_COUNTS, {"sm": machine})
+    }
 
 
 def ping(engine: sa.Engine) -> None:

@@ -12,10 +12,22 @@ the label becomes due again.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 metadata = sa.MetaData()
+
+
+class Xid8(sa.types.UserDefinedType[Any]):
+    """PostgreSQL's 64-bit transaction id: which transaction wrote a history row."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "XID8"
+
 
 labels = sa.Table(
     "labels",
@@ -73,9 +85,14 @@ history = sa.Table(
     sa.Column("created", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
     sa.Column("forced", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("reason", sa.Text, nullable=True),
+    # the writing transaction: the changes stream orders by (xact_id, id) and
+    # shows a row only once every transaction below it has finished
+    sa.Column("xact_id", Xid8(), nullable=False, server_default=sa.text("pg_current_xact_id()")),
 )
 
 sa.Index("history_by_label", history.c.state_machine, history.c.label, history.c.id)
+sa.Index("history_by_position", history.c.xact_id, history.c.id)
+sa.Index("history_by_machine_position", history.c.state_machine, history.c.xact_id, history.c.id)
 
 trigger_occurrences = sa.Table(
     "trigger_occurrences",

@@ -178,3 +178,16 @@ def test_explain_says_when_a_condition_holds_but_nothing_will_evaluate_it(
     assert described["due_at"] is None
     assert "holds, but no evaluation is scheduled" in described["message"]
     assert "metadata.ready" in described["message"]
+
+
+def test_labels_can_be_searched_by_name_prefix(client: FlaskClient) -> None:
+    for name in ("apple", "apricot", "banana", "ap"):
+        client.post(f"{LABELS}/{name}", json={"metadata": {}})
+    client.patch(f"{LABELS}/apricot", json={"metadata": {"ready": True}})
+    found = body(client.get(f"{LABELS}?prefix=ap"))
+    assert [entry["name"] for entry in found["labels"]] == ["ap", "apple", "apricot"]
+    in_start = body(client.get(f"{LABELS}?prefix=ap&state=start&limit=1"))
+    assert [entry["name"] for entry in in_start["labels"]] == ["ap"]
+    rest = body(client.get(in_start["next"]))
+    assert [entry["name"] for entry in rest["labels"]] == ["apple"]
+    assert body(client.get(f"{LABELS}?prefix=%25"))["labels"] == []  # no LIKE wildcards

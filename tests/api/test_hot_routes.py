@@ -185,14 +185,20 @@ def test_a_hook_or_a_signal_receiver_sends_every_request_through_flask(
     db_engine: sa.Engine, config: Config
 ) -> None:
     flask_app = _app(db_engine, config, direct=True)
-    client = flask_app.test_client()
-    assert client.post(f"{LABELS}/a", json={"metadata": {}}).status_code == 201
 
     @flask_app.after_request
     def stamp(response: flask.Response) -> flask.Response:
         response.headers["X-Seen"] = flask.request.method
         return response
 
+    @labels_blueprint_hook(flask_app)
+    def count(response: flask.Response) -> flask.Response:
+        response.headers["X-Labels"] = "1"
+        return response
+
+    client = flask_app.test_client()
+    created = client.post(f"{LABELS}/a", json={"metadata": {}})
+    assert (created.headers["X-Seen"], created.headers["X-Labels"]) == ("POST", "1")
     assert client.get(f"{LABELS}/a").headers["X-Seen"] == "GET"
     assert client.patch(f"{LABELS}/a", json={"metadata": {}}).headers["X-Seen"] == "PATCH"
     flask_app.after_request_funcs.clear()
@@ -206,6 +212,18 @@ def test_a_hook_or_a_signal_receiver_sends_every_request_through_flask(
     with flask.request_started.connected_to(record, flask_app):
         client.delete(f"{LABELS}/a")
     assert started == [f"{LABELS}/a"]
+
+
+def labels_blueprint_hook(
+    flask_app: flask.Flask,
+) -> Callable[[Callable[[flask.Response], flask.Response]], Any]:
+    """Register an after-request hook on the labels blueprint only."""
+
+    def register(hook: Callable[[flask.Response], flask.Response]) -> Any:
+        flask_app.after_request_funcs.setdefault("labels", []).append(hook)
+        return hook
+
+    return register
 
 
 def test_an_unexpected_error_is_answered_and_logged_exactly_as_flask_does(

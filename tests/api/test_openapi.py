@@ -64,6 +64,11 @@ def test_every_route_is_in_the_document(flask_app: flask.Flask) -> None:
         LABEL + "/pause": ["post"],
         LABEL + "/resume": ["post"],
         LABEL + "/move": ["post"],
+        "/changes": ["get"],
+        "/state-machines/{sm}/changes": ["get"],
+        "/console/": ["get"],
+        "/console/machines/{sm}/labels/{label}/{command}": ["post"],
+        "/console/login": ["get", "post"],
     }
     for path, methods in expected.items():
         assert sorted(paths[path]) == methods, path
@@ -72,7 +77,11 @@ def test_every_route_is_in_the_document(flask_app: flask.Flask) -> None:
         "state",
         "limit",
         "after",
+        "errored",
+        "prefix",
     }
+    stream = paths["/changes"]["get"]["responses"]["200"]["content"]
+    assert list(stream) == ["text/event-stream"]
     create = paths[LABEL]["post"]
     assert create["requestBody"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/MetadataBody"

@@ -1,0 +1,100 @@
+"""``GET /changes`` and ``GET /state-machines/{sm}/changes``: history as server-sent events.
+
+Each event is one history entry: ``id:`` its position (``XACT-ID``, see
+:mod:`routemaster.db.changes`), ``data:`` a JSON object. A client resumes
+with the ``Last-Event-ID`` header (EventSource sends it on reconnection) or
+``?after=POSITION``; ``?after=0-0`` starts from the first change ever
+recorded; with neither, the stream starts at the present.
+"""
+
+from __future__ import annotations
+
+import flask
+from werkzeug.exceptions import BadRequest, ServiceUnavailable
+
+from routemaster.api.endpoints import EVENT_STREAM, Query, Reply, endpoint
+from routemaster.api.extension import machine_or_404, routemaster_app
+from routemaster.api.handoff import STREAM_KEY
+from routemaster.api.streams import ChangeHub, TooManyStreams
+from routemaster.auth import READ
+from routemaster.db.changes import Position, current_position
+
+blueprint = flask.Blueprint("changes", __name__)
+
+HUB_KEY = "routemaster.changes"
+STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def change_hub(flask_app: flask.Flask) -> ChangeHub:
+    hub = flask_app.extensions[HUB_KEY]
+    assert isinstance(hub, ChangeHub)
+    return hub
+
+
+STREAM_REPLIES = {
+    200: Reply(
+        None,
+        EVENT_STREAM,
+        "Server-sent events: `id:` a position, `data:` a change as JSON; "
+        "`: keep-alive` comments while idle",
+    ),
+    400: Reply("Error"),
+    503: Reply("Error"),
+}
+AFTER = (
+    Query(
+        "after",
+        {"type": "string", "pattern": "^[0-9]{1,19}-[0-9]{1,19}$"},
+        "Resume after this position (an event's id); the Last-Event-ID header takes precedence.",
+    ),
+)
+
+
+@blueprint.get("/changes")
+@endpoint(READ, "Every change as it happens", STREAM_REPLIES, query=AFTER, tags=("changes",))
+def all_changes() -> flask.Response:
+    return stream_response(None)
+
+
+@blueprint.get("/state-machines/<name:sm>/changes")
+@endpoint(
+    READ,
+    "A machine's changes as they happen",
+    {**STREAM_REPLIES, 404: Reply("Error")},
+    query=AFTER,
+    tags=("changes",),
+)
+def machine_changes(sm: str) -> flask.Response:
+    return stream_response(machine_or_404(routemaster_app(), sm).name)
+
+
+def stream_response(machine: str | None) -> flask.Response:
+    """The changes of ``machine`` (``None``: all) from the request's position, as a stream."""
+    app = routemaster_app()
+    after = _resume_from()
+    if flask.request.method == "HEAD":  # what a GET would answer, without the endless body
+        return flask.Response(mimetype="text/event-stream", headers=STREAM_HEADERS)
+    if after is None:
+        # Read before the response starts, so a database outage is still a 503.
+        with app.db.connect() as conn:
+            after = current_position(conn)
+    try:
+        subscription = change_hub(flask.current_app).subscribe(machine, after)
+    except TooManyStreams as error:
+        raise ServiceUnavailable(f"Too many open change streams: {error}.") from None
+    flask.request.environ[STREAM_KEY] = subscription
+    return flask.Response(
+        subscription.events(), mimetype="text/event-stream", headers=STREAM_HEADERS
+    )
+
+
+def _resume_from() -> Position | None:
+    raw = flask.request.headers.get("Last-Event-ID") or flask.request.args.get("after")
+    if raw is None:
+        return None
+    try:
+        return Position.parse(raw)
+    except ValueError:
+        raise BadRequest(
+            "Last-Event-ID and after= take a position as sent in an event's id: XACT-ID."
+        ) from None
