@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,6 +15,8 @@ import flask
 import pytest
 import requests
 from werkzeug.serving import make_server
+
+from tests.api.helpers import answering
 
 HERE = Path(__file__).parent
 REPOSITORY = HERE.parents[1]
@@ -86,20 +87,8 @@ def gunicorn(database_url: str, db_engine: object) -> Iterator[str]:
         env=env,
     )
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                requests.get(base + "/", timeout=1)
-                break
-            except requests.ConnectionError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-                time.sleep(0.1)
-        yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
+    with answering(process, base, timeout=20) as url:
+        yield url
 
 
 def test_gunicorn_with_preloaded_app_and_forked_workers(gunicorn: str) -> None:

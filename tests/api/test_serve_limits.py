@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,8 @@ from urllib.parse import quote
 
 import pytest
 import requests
+
+from tests.api.helpers import answering
 
 HERE = Path(__file__).parent
 REPOSITORY = HERE.parents[1]
@@ -43,20 +44,8 @@ def served(request: pytest.FixtureRequest, database_url: str) -> Iterator[str]:
         command, cwd=REPOSITORY, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                requests.get(base + "/", timeout=2)
-                break
-            except requests.ConnectionError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-                time.sleep(0.1)
-        yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    with answering(process, base, timeout=30) as url:
+        yield url
 
 
 @pytest.fixture
