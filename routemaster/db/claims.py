@@ -17,6 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from routemaster.db.keys import label_key
 from routemaster.db.labels import _COLUMNS, LIVE, Label, LabelKey, _keys, _label
 
 StateKey = tuple[str, str]
@@ -113,6 +114,7 @@ def extend_leases(
                 "me": worker_id,
                 "machines": [claim.state_machine for claim in claims],
                 "names": [claim.name for claim in claims],
+                "keys": [label_key(claim.name) for claim in claims],
                 "entries": [claim.entry_id for claim in claims],
             },
         )
@@ -127,6 +129,7 @@ def record_retry(
         {
             "sm": claim.state_machine,
             "name": claim.name,
+            "key": label_key(claim.name),
             "entry_id": claim.entry_id,
             "due_at": due_at,
             "error": error,
@@ -140,7 +143,13 @@ def record_errored(conn: sa.Connection, claim: Claim, *, error: str) -> bool:
     """Give up: the label stays in its action, visibly errored, until an operator retries it."""
     result = conn.execute(
         _RECORD_ERRORED,
-        {"sm": claim.state_machine, "name": claim.name, "entry_id": claim.entry_id, "error": error},
+        {
+            "sm": claim.state_machine,
+            "name": claim.name,
+            "key": label_key(claim.name),
+            "entry_id": claim.entry_id,
+            "error": error,
+        },
     )
     return result.rowcount == 1
 
@@ -201,7 +210,7 @@ _CLAIM_COLUMNS = (
 _CLAIM_ACTIONS = sa.text(
     f"""
     WITH due AS (
-        SELECT state_machine, name FROM labels
+        SELECT state_machine, name_key FROM labels
         WHERE {_CLAIMABLE}
         ORDER BY due_at
         LIMIT :limit
@@ -209,7 +218,7 @@ _CLAIM_ACTIONS = sa.text(
     )
     UPDATE labels SET due_at = :lease_until, lease_owner = :me, attempts = labels.attempts + 1
     FROM due
-    WHERE labels.state_machine = due.state_machine AND labels.name = due.name
+    WHERE labels.state_machine = due.state_machine AND labels.name_key = due.name_key
     RETURNING {_CLAIM_COLUMNS}
     """
 )
@@ -227,8 +236,10 @@ _LOCK_GATES = sa.text(
 _LEASE = sa.text(
     f"""
     UPDATE labels SET due_at = :lease_until, lease_owner = :me, attempts = labels.attempts + 1
-    FROM unnest(CAST(:machines AS text[]), CAST(:names AS text[])) AS leased(sm, name)
-    WHERE labels.state_machine = leased.sm AND labels.name = leased.name
+    FROM unnest(CAST(:machines AS text[]), CAST(:keys AS bytea[]), CAST(:names AS text[]))
+         AS leased(sm, key, name)
+    WHERE labels.state_machine = leased.sm AND labels.name_key = leased.key
+      AND labels.name = leased.name
     RETURNING {_CLAIM_COLUMNS}
     """
 )
@@ -236,9 +247,10 @@ _LEASE = sa.text(
 _EXTEND_LEASES = sa.text(
     """
     UPDATE labels SET due_at = :lease_until
-    FROM unnest(CAST(:machines AS text[]), CAST(:names AS text[]), CAST(:entries AS bigint[]))
-         AS held(sm, name, entry_id)
-    WHERE labels.state_machine = held.sm AND labels.name = held.name
+    FROM unnest(CAST(:machines AS text[]), CAST(:keys AS bytea[]), CAST(:names AS text[]),
+                CAST(:entries AS bigint[])) AS held(sm, key, name, entry_id)
+    WHERE labels.state_machine = held.sm AND labels.name_key = held.key
+      AND labels.name = held.name
       AND labels.entry_id = held.entry_id AND labels.lease_owner = :me
     """
 )
@@ -246,7 +258,7 @@ _EXTEND_LEASES = sa.text(
 _RECORD_RETRY = sa.text(
     """
     UPDATE labels SET due_at = :due_at, last_error = :error, lease_owner = NULL
-    WHERE state_machine = :sm AND name = :name AND entry_id = :entry_id
+    WHERE state_machine = :sm AND name_key = :key AND name = :name AND entry_id = :entry_id
       AND lease_owner = :me AND NOT deleted AND NOT errored
     """
 )
@@ -255,7 +267,8 @@ _RECORD_ERRORED = sa.text(
     """
     UPDATE labels SET errored = true, due_at = NULL, last_error = :error, lease_owner = NULL,
                       updated_at = now()
-    WHERE state_machine = :sm AND name = :name AND entry_id = :entry_id AND NOT deleted
+    WHERE state_machine = :sm AND name_key = :key AND name = :name AND entry_id = :entry_id
+      AND NOT deleted
     """
 )
 

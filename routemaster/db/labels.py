@@ -16,6 +16,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from routemaster.db.keys import label_key
 from routemaster.db.notifications import notify_due
 from routemaster.db.statements import fetch_all, fetch_one, run
 
@@ -103,13 +104,19 @@ def _from_tuple(row: tuple[Any, ...]) -> Label:
     return Label(*row)
 
 
-def _keys(keys: Iterable[LabelKey]) -> dict[str, list[str]]:
+def _keys(keys: Iterable[LabelKey]) -> dict[str, list[Any]]:
+    """Labels as the arrays the statements unnest: machines, names and their index keys."""
     machines: list[str] = []
     names: list[str] = []
     for machine, name in keys:
         machines.append(machine)
         names.append(name)
-    return {"machines": machines, "names": names}
+    return {"machines": machines, "names": names, "keys": [label_key(name) for name in names]}
+
+
+def _one(state_machine: str, name: str) -> dict[str, Any]:
+    """One label's parameters: machine, name and index key (``routemaster/db/keys.py``)."""
+    return {"sm": state_machine, "name": name, "key": label_key(name)}
 
 
 def insert(
@@ -141,13 +148,13 @@ def insert(
 
 
 def get(conn: sa.Connection, state_machine: str, name: str) -> Label | None:
-    row = fetch_one(conn, _SELECT, {"sm": state_machine, "name": name})
+    row = fetch_one(conn, _SELECT, _one(state_machine, name))
     return None if row is None else _from_tuple(row)
 
 
 def lock(conn: sa.Connection, state_machine: str, name: str) -> Label | None:
     """The label, row-locked until the transaction ends."""
-    row = fetch_one(conn, _SELECT_FOR_UPDATE, {"sm": state_machine, "name": name})
+    row = fetch_one(conn, _SELECT_FOR_UPDATE, _one(state_machine, name))
     return None if row is None else _from_tuple(row)
 
 
@@ -161,6 +168,7 @@ def lock_entries(conn: sa.Connection, entries: Sequence[tuple[str, str, int]]) -
         {
             "machines": [machine for machine, _, _ in entries],
             "names": [name for _, name, _ in entries],
+            "keys": [label_key(name) for _, name, _ in entries],
             "entries": [entry_id for _, _, entry_id in entries],
         },
     )
@@ -175,14 +183,14 @@ def merge_metadata(
     The row lock the UPDATE takes serialises concurrent merges: none is lost.
     """
     row = fetch_one(
-        conn, _MERGE_METADATA, {"sm": state_machine, "name": name, "patch": json.dumps(patch)}
+        conn, _MERGE_METADATA, {**_one(state_machine, name), "patch": json.dumps(patch)}
     )
     return None if row is None else _from_tuple(row)
 
 
 def is_deleted(conn: sa.Connection, state_machine: str, name: str) -> bool | None:
     """Whether the label was deleted; ``None`` when it never existed."""
-    row = fetch_one(conn, _IS_DELETED, {"sm": state_machine, "name": name})
+    row = fetch_one(conn, _IS_DELETED, _one(state_machine, name))
     return None if row is None else bool(row[0])
 
 
@@ -195,7 +203,7 @@ def clear_due(conn: sa.Connection, keys: Iterable[LabelKey]) -> None:
 
 def mark_due(conn: sa.Connection, key: LabelKey, *, at: datetime.datetime) -> None:
     """An evaluation is owed by ``at`` (or sooner, if it already was)."""
-    run(conn, _MARK_DUE, {"sm": key[0], "name": key[1], "at": at})
+    run(conn, _MARK_DUE, {**_one(*key), "at": at})
 
 
 def record_evaluation_failure(
@@ -213,7 +221,7 @@ def record_evaluation_failure(
     run(
         conn,
         _EVALUATION_FAILED,
-        {"sm": key[0], "name": key[1], "entry_id": entry_id, "error": error, "due_at": due_at},
+        {**_one(*key), "entry_id": entry_id, "error": error, "due_at": due_at},
     )
 
 
@@ -221,7 +229,7 @@ def soft_delete(
     conn: sa.Connection, state_machine: str, name: str, *, now: datetime.datetime
 ) -> str | None:
     """Clear the metadata and record the deletion; the state it left, or ``None`` if nothing."""
-    row = fetch_one(conn, _DELETE, {"sm": state_machine, "name": name, "now": now})
+    row = fetch_one(conn, _DELETE, {**_one(state_machine, name), "now": now})
     return None if row is None else str(row[0])
 
 
@@ -244,16 +252,14 @@ def record_forced(
 
 def make_retryable(conn: sa.Connection, label: Label, *, now: datetime.datetime) -> Label:
     """An errored label due again now, with a fresh attempt count."""
-    row = fetch_one(conn, _RETRY, {"sm": label.state_machine, "name": label.name, "now": now})
+    row = fetch_one(conn, _RETRY, {**_one(*label.key), "now": now})
     assert row is not None, "the label is locked by the caller"
     notify_due(conn)
     return _from_tuple(row)
 
 
 def set_paused(conn: sa.Connection, label: Label, paused: bool) -> Label:
-    row = fetch_one(
-        conn, _SET_PAUSED, {"sm": label.state_machine, "name": label.name, "paused": paused}
-    )
+    row = fetch_one(conn, _SET_PAUSED, {**_one(*label.key), "paused": paused})
     assert row is not None, "the label is locked by the caller"
     updated = _from_tuple(row)
     if not paused and updated.due_at is not None:
@@ -266,13 +272,16 @@ def history(conn: sa.Connection, state_machine: str, name: str) -> list[HistoryE
     return [HistoryEntry(*row) for row in rows]
 
 
+_ONE = "state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s"
+"""One label, found through the primary key (``name_key``) and checked by its full name."""
+
 _INSERT = f"""
     WITH created AS (
         INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, entry_id,
                             due_at, created_at, updated_at)
         VALUES (%(sm)s, %(name)s, CAST(%(metadata)s AS jsonb), %(state)s, %(now)s,
                 nextval(pg_get_serial_sequence('history', 'id')), %(due_at)s, %(now)s, %(now)s)
-        ON CONFLICT DO NOTHING
+        ON CONFLICT (state_machine, name_key) DO NOTHING
         RETURNING {_COLUMNS}
     ), entry AS (
         INSERT INTO history (id, state_machine, label, old_state, new_state, created)
@@ -281,54 +290,55 @@ _INSERT = f"""
     SELECT {_COLUMNS} FROM created
     """
 
-_SELECT = f"SELECT {_COLUMNS} FROM labels WHERE state_machine = %(sm)s AND name = %(name)s"
+_SELECT = f"SELECT {_COLUMNS} FROM labels WHERE {_ONE}"
 
-_SELECT_FOR_UPDATE = (
-    f"SELECT {_COLUMNS} FROM labels WHERE state_machine = %(sm)s AND name = %(name)s FOR UPDATE"
-)
+_SELECT_FOR_UPDATE = f"SELECT {_COLUMNS} FROM labels WHERE {_ONE} FOR UPDATE"
 
 _LOCK_ENTRIES = f"""
     SELECT {_LABELS_COLUMNS}
-    FROM labels JOIN unnest(CAST(%(machines)s AS text[]), CAST(%(names)s AS text[]),
-                            CAST(%(entries)s AS bigint[])) AS wanted(sm, name, entry_id)
-      ON labels.state_machine = wanted.sm AND labels.name = wanted.name
-         AND labels.entry_id = wanted.entry_id
+    FROM labels JOIN unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
+                            CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]))
+                     AS wanted(sm, key, name, entry_id)
+      ON labels.state_machine = wanted.sm AND labels.name_key = wanted.key
+         AND labels.name = wanted.name AND labels.entry_id = wanted.entry_id
     WHERE {LIVE}
-    ORDER BY labels.state_machine, labels.name
+    ORDER BY labels.state_machine, labels.name_key
     FOR UPDATE OF labels
     """
 
 _MERGE_METADATA = f"""
     UPDATE labels SET metadata = routemaster_deep_merge(metadata, CAST(%(patch)s AS jsonb)),
                       updated_at = now()
-    WHERE state_machine = %(sm)s AND name = %(name)s AND NOT deleted
+    WHERE {_ONE} AND NOT deleted
     RETURNING {_COLUMNS}
     """
 
-_IS_DELETED = "SELECT deleted FROM labels WHERE state_machine = %(sm)s AND name = %(name)s"
+_IS_DELETED = f"SELECT deleted FROM labels WHERE {_ONE}"
 
 _CLEAR_DUE = """
     UPDATE labels SET due_at = NULL, attempts = 0, last_error = NULL, lease_owner = NULL
-    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(names)s AS text[])) AS done(sm, name)
-    WHERE labels.state_machine = done.sm AND labels.name = done.name
+    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
+                CAST(%(names)s AS text[])) AS done(sm, key, name)
+    WHERE labels.state_machine = done.sm AND labels.name_key = done.key
+      AND labels.name = done.name
     """
 
-_MARK_DUE = """
+_MARK_DUE = f"""
     UPDATE labels SET due_at = LEAST(COALESCE(due_at, %(at)s), %(at)s)
-    WHERE state_machine = %(sm)s AND name = %(name)s
+    WHERE {_ONE}
     """
 
-_EVALUATION_FAILED = """
+_EVALUATION_FAILED = f"""
     UPDATE labels SET due_at = %(due_at)s, last_error = %(error)s, lease_owner = NULL
-    WHERE state_machine = %(sm)s AND name = %(name)s AND NOT deleted
+    WHERE {_ONE} AND NOT deleted
       AND (CAST(%(entry_id)s AS bigint) IS NULL OR entry_id = %(entry_id)s)
     """
 
-_DELETE = """
+_DELETE = f"""
     WITH deleted AS (
-        UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
+        UPDATE labels SET deleted = true, metadata = '{{}}'::jsonb, due_at = NULL,
                           lease_owner = NULL, updated_at = now()
-        WHERE state_machine = %(sm)s AND name = %(name)s AND NOT deleted
+        WHERE {_ONE} AND NOT deleted
         RETURNING state_machine, name, state
     )
     INSERT INTO history (state_machine, label, old_state, new_state, created, reason)
@@ -344,13 +354,13 @@ _RECORD_FORCED = """
 _RETRY = f"""
     UPDATE labels SET errored = false, attempts = 0, due_at = %(now)s, lease_owner = NULL,
                       updated_at = now()
-    WHERE state_machine = %(sm)s AND name = %(name)s
+    WHERE {_ONE}
     RETURNING {_COLUMNS}
     """
 
 _SET_PAUSED = f"""
     UPDATE labels SET paused = %(paused)s, lease_owner = NULL, updated_at = now()
-    WHERE state_machine = %(sm)s AND name = %(name)s
+    WHERE {_ONE}
     RETURNING {_COLUMNS}
     """
 

@@ -1,16 +1,21 @@
 """Read-only queries: label pages, counts per state, the states in use, the health ping.
 
-Listings page by name (keyset: ``name > :after ORDER BY name``), so each page
-is an index range scan whose cost depends on the page size, not on how many
-labels or how much history the machine has.
+Listings page by key (``name_key > key(after) ORDER BY name_key``; keys in
+``db/keys.py``), so each page is an index range scan whose cost depends on
+the page size, not on how many labels or how much history the machine has.
+Key order is code-point order of the names, whatever the database's
+collation (long names sharing their first 1,024 bytes sort by hash), and it
+is a total order: following ``after`` visits every label once.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
+
+from routemaster.db.keys import label_key, prefix_bounds
 
 
 class StateCount(NamedTuple):
@@ -21,35 +26,38 @@ class StateCount(NamedTuple):
 _PAGE = sa.text(
     """
     SELECT name, state FROM labels
-    WHERE state_machine = :sm AND NOT deleted AND name > :after
-    ORDER BY name LIMIT :limit
+    WHERE state_machine = :sm AND NOT deleted AND name_key > :after
+    ORDER BY name_key LIMIT :limit
     """
 )
 
 _PAGE_IN_STATE = sa.text(
     """
     SELECT name, state FROM labels
-    WHERE state_machine = :sm AND state = :state AND NOT deleted AND name > :after
-    ORDER BY name LIMIT :limit
+    WHERE state_machine = :sm AND state = :state AND NOT deleted AND name_key > :after
+    ORDER BY name_key LIMIT :limit
     """
 )
 
 _PAGE_ERRORED = sa.text(
     """
     SELECT name, state FROM labels
-    WHERE state_machine = :sm AND errored AND NOT deleted AND name > :after
+    WHERE state_machine = :sm AND errored AND NOT deleted AND name_key > :after
       AND (CAST(:state AS text) IS NULL OR state = :state)
-    ORDER BY name LIMIT :limit
+      AND name_key BETWEEN :lowest AND :highest AND starts_with(name, :prefix)
+    ORDER BY name_key LIMIT :limit
     """
 )
 
+# Every key from ``lowest`` to ``highest`` starts with the prefix's first 1,024 bytes:
+# one range of the primary key, then ``starts_with`` for the (rare) longer prefixes.
 _PAGE_PREFIX = sa.text(
     """
     SELECT name, state FROM labels
-    WHERE state_machine = :sm AND NOT deleted AND name > :after
-      AND starts_with(name, :prefix)
+    WHERE state_machine = :sm AND NOT deleted AND name_key > :after
+      AND name_key BETWEEN :lowest AND :highest AND starts_with(name, :prefix)
       AND (CAST(:state AS text) IS NULL OR state = :state)
-    ORDER BY name LIMIT :limit
+    ORDER BY name_key LIMIT :limit
     """
 )
 
@@ -76,26 +84,25 @@ def label_page(
     errored: bool = False,
     prefix: str = "",
 ) -> list[tuple[str, str]]:
-    """Up to ``limit`` live labels named after ``after``, as ``(name, state)``, by name.
+    """Up to ``limit`` live labels whose keys follow ``after``'s, as ``(name, state)``, by key.
 
     ``errored`` keeps only errored labels (an index of their own); ``prefix``
     only names that start with it. Given a connection rather than an engine,
     it reads in that connection's transaction (and snapshot).
     """
-    params = {"sm": machine, "state": state, "after": after, "limit": limit, "prefix": prefix}
+    params: dict[str, Any] = {"sm": machine, "after": label_key(after), "limit": limit}
+    if errored or prefix:
+        lowest, highest = prefix_bounds(prefix)
+        params.update(state=state, prefix=prefix, lowest=lowest, highest=highest)
+        query = _PAGE_ERRORED if errored else _PAGE_PREFIX
+    elif state is None:
+        query = _PAGE
+    else:
+        params["state"] = state
+        query = _PAGE_IN_STATE
     opened = source.connect() if isinstance(source, sa.Engine) else contextlib.nullcontext(source)
     with opened as connection:
-        if errored:
-            result = connection.execute(_PAGE_ERRORED, params)
-        elif prefix:
-            result = connection.execute(_PAGE_PREFIX, params)
-        elif state is None:
-            result = connection.execute(_PAGE, {"sm": machine, "after": after, "limit": limit})
-        else:
-            result = connection.execute(
-                _PAGE_IN_STATE, {"sm": machine, "state": state, "after": after, "limit": limit}
-            )
-        return [(name, label_state) for name, label_state in result]
+        return [(name, label_state) for name, label_state in connection.execute(query, params)]
 
 
 def label_counts(engine: sa.Engine, machine: str) -> dict[str, StateCount]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from routemaster.db.keys import label_key
 from routemaster.db.labels import _LABELS_COLUMNS, Label, Moves, _from_tuple
 from routemaster.db.notifications import notify_due
 from routemaster.db.statements import fetch_all, fetch_one
@@ -34,7 +35,7 @@ def write_moves(
     history: dict[str, list[Any]] = {
         key: [] for key in ("m_sm", "m_name", "m_old", "m_new", "m_forced", "m_reason")
     }
-    finals: dict[str, list[Any]] = {"f_sm": [], "f_name": [], "f_due_at": []}
+    finals: dict[str, list[Any]] = {"f_sm": [], "f_name": [], "f_key": [], "f_due_at": []}
     for move in moves:
         old = move.label.state
         for state in move.states:
@@ -47,6 +48,7 @@ def write_moves(
             old = state
         finals["f_sm"].append(move.label.state_machine)
         finals["f_name"].append(move.label.name)
+        finals["f_key"].append(label_key(move.label.name))
         finals["f_due_at"].append(move.due_at)
     rows = fetch_all(conn, _MOVE_MANY, {"now": now, **history, **finals})
     if any(due_at is not None for due_at in finals["f_due_at"]):
@@ -67,6 +69,7 @@ def _write_one_move(conn: sa.Connection, move: Moves, *, now: datetime.datetime)
         {
             "sm": label.state_machine,
             "name": label.name,
+            "key": label_key(label.name),
             "old": label.state,
             "new": move.states[0],
             "forced": move.forced,
@@ -101,7 +104,8 @@ _MOVE_MANY = f"""
         FROM entries ORDER BY state_machine, label, id DESC
     ), finals AS (
         SELECT * FROM unnest(CAST(%(f_sm)s AS text[]), CAST(%(f_name)s AS text[]),
-                             CAST(%(f_due_at)s AS timestamptz[])) AS f(state_machine, name, due_at)
+                             CAST(%(f_key)s AS bytea[]), CAST(%(f_due_at)s AS timestamptz[]))
+                 AS f(state_machine, name, key, due_at)
     )
     UPDATE labels SET
         state = latest.new_state, previous_state = latest.old_state,
@@ -110,7 +114,8 @@ _MOVE_MANY = f"""
         attempts = 0, errored = false, last_error = NULL, lease_owner = NULL
     FROM latest JOIN finals
         ON finals.state_machine = latest.state_machine AND finals.name = latest.label
-    WHERE labels.state_machine = latest.state_machine AND labels.name = latest.label
+    WHERE labels.state_machine = finals.state_machine AND labels.name_key = finals.key
+      AND labels.name = finals.name
     RETURNING {_LABELS_COLUMNS}
     """
 
@@ -126,6 +131,6 @@ _MOVE_ONE = f"""
         due_at = %(due_at)s,
         attempts = 0, errored = false, last_error = NULL, lease_owner = NULL
     FROM entry
-    WHERE labels.state_machine = %(sm)s AND labels.name = %(name)s
+    WHERE labels.state_machine = %(sm)s AND labels.name_key = %(key)s AND labels.name = %(name)s
     RETURNING {_LABELS_COLUMNS}
     """

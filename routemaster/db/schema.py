@@ -33,7 +33,7 @@ labels = sa.Table(
     "labels",
     metadata,
     sa.Column("state_machine", sa.Text, primary_key=True),
-    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text, nullable=False),
     sa.Column("metadata", postgresql.JSONB, nullable=False, server_default="{}"),
     sa.Column("state", sa.Text, nullable=False),
     sa.Column("state_entered_at", sa.DateTime(timezone=True), nullable=False),
@@ -56,13 +56,21 @@ labels = sa.Table(
     sa.Column("errored", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("last_error", sa.Text, nullable=True),
     sa.Column("lease_owner", sa.Text, nullable=True),
+    # what the indexes hold for the name: its UTF-8, or for a name over 1,024
+    # bytes a prefix and a hash (db/keys.py, migration 0006)
+    sa.Column(
+        "name_key",
+        postgresql.BYTEA,
+        sa.Computed("routemaster_label_key(name)", persisted=True),
+        primary_key=True,
+    ),
 )
 
 sa.Index(
     "labels_by_state",
     labels.c.state_machine,
     labels.c.state,
-    labels.c.name,
+    labels.c.name_key,
     postgresql_where=sa.not_(labels.c.deleted),
 )
 sa.Index("labels_due", labels.c.due_at, postgresql_where=labels.c.due_at.isnot(None))
@@ -70,7 +78,7 @@ sa.Index(
     "labels_errored",
     labels.c.state_machine,
     labels.c.state,
-    labels.c.name,
+    labels.c.name_key,
     postgresql_where=sa.and_(labels.c.errored, sa.not_(labels.c.deleted)),
 )
 
@@ -90,7 +98,7 @@ history = sa.Table(
     sa.Column("xact_id", Xid8(), nullable=False, server_default=sa.text("pg_current_xact_id()")),
 )
 
-sa.Index("history_by_label", history.c.state_machine, history.c.label, history.c.id)
+sa.Index("history_by_label", history.c.label, postgresql_using="hash")
 sa.Index("history_by_position", history.c.xact_id, history.c.id)
 sa.Index("history_by_machine_position", history.c.state_machine, history.c.xact_id, history.c.id)
 
