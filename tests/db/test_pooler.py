@@ -96,8 +96,8 @@ def test_creates_and_reads_answer_right_behind_a_transaction_pooler(
     # is executed where it does not exist, or prepared where another client's already is.
     engine = create_engine(pooled_url, pool_size=4, max_overflow=0)
 
-    def work(client: int) -> list[tuple[str, str]]:
-        seen = []
+    def work(client: int) -> list[tuple[str, int]]:
+        seen: list[tuple[str, int]] = []
         for i in range(40):
             name = f"c{client}-{i}"
             with single_statement(engine) as conn:
