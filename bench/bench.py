@@ -14,6 +14,7 @@ import http.client
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -124,6 +125,7 @@ class Suite:
         self.results: dict[str, dict[str, Any]] = {}
         self.memory: dict[str, dict[str, int]] = {}
         self.counter = 0
+        self.round_ratios: dict[str, dict[str, Any]] = {}  # the turn-about comparison's
 
     # -- bookkeeping ---------------------------------------------------------
 
@@ -159,8 +161,8 @@ class Suite:
 
     # -- pgbench ---------------------------------------------------------------
 
-    def pgbench(self) -> None:
-        print("pgbench (this project's schema, same server)", flush=True)
+    def prepare_pgbench(self) -> tuple[str, dict[str, Path]]:
+        """A database with this project's schema, and pgbench's insert and read scripts."""
         pg = Project(self.server, self.log_dir, tree=self.tree)
         pg.database = "bench_pgbench" + RUN_SUFFIX + SUFFIX
         pg.fresh_database()
@@ -184,23 +186,142 @@ class Suite:
             "SELECT * FROM labels WHERE state_machine = 'flow' AND name = 'r-' || :i;\n"
         )
         pg.close()
-        for name, script in (("insert", insert), ("read", read)):
+        return pg.database, {"insert": insert, "read": read}
+
+    def pgbench(self) -> None:
+        print("pgbench (this project's schema, same server)", flush=True)
+        database, scripts = self.prepare_pgbench()
+        for name, script in scripts.items():
             for clients in (1, 16):
                 key = f"pg_{name}_c{clients}"
                 scenario = f"{'create' if name == 'insert' else 'read'}_c{clients}"
                 if not (self.wanted(key) or self.wanted(scenario)):
                     continue
-                run_pgbench(
-                    self.server, pg.database, script, clients=clients, duration=self.p.warmup
-                )
+                run_pgbench(self.server, database, script, clients=clients, duration=self.p.warmup)
                 runs = [
                     run_pgbench(
-                        self.server, pg.database, script, clients=clients, duration=self.p.duration
+                        self.server, database, script, clients=clients, duration=self.p.duration
                     )
                     for _ in range(self.p.reps)
                 ]
                 self.record(key, "pgbench", "tx/s", runs)
-        self.server.drop(pg.database)
+        self.server.drop(database)
+
+    # -- turn about ------------------------------------------------------------
+
+    def versus(self, reference_workers: int) -> None:
+        """The reference, the project (secured) and pgbench, measured turn about.
+
+        On a shared machine the load moves by a factor of two within minutes,
+        so figures taken one target after another compare different
+        machines. Here every target runs at once, each on its own database
+        and port: the reference; the project as issue 15 measures it (tokens
+        and metrics on) on an empty table; the same on a table of
+        ``list_scale`` labels; and pgbench. Each round measures every
+        scenario on each target in an order that rotates every round, and
+        every ratio is taken within a round, then the median of the rounds
+        is reported (``ratios_by_round`` in the JSON).
+        """
+        names = ("create_c1", "create_c16", "read_c1", "read_c16", "update_c16")
+        keys = [k for k in names if self.wanted(k)]
+        if not keys:
+            return
+        scale = self.p.list_scale
+        suffix = f"_{scale // 1000}k"
+        print(f"turn about: reference, secured (empty and {scale:,} labels), pgbench", flush=True)
+        services: list[tuple[Target, str]] = [
+            (_instance(Reference(self.server, self.log_dir, reference_workers)), ""),
+            (_instance(Project(self.server, self.log_dir, "secured", tree=self.tree)), ""),
+            (
+                _instance(Project(self.server, self.log_dir, "secured", slot=2, tree=self.tree)),
+                suffix,
+            ),
+        ]
+        pg_database, scripts = self.prepare_pgbench()
+        try:
+            for target, size in services:
+                self.sampler.roots[target.name + size] = target.pids
+                target.fresh_database()
+                if size:
+                    target.bulk_labels("flow", "start", "b", scale, {"n": 0, "go": False})
+                target.bulk_labels("flow", "start", "r", 1000, {"n": 0, "go": False})
+                target.analyze()
+                target.start()
+            runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+            pg_runs: dict[str, list[float]] = {}
+            for key in keys:
+                mode, conc = key.split("_")[0], int(key.split("_")[1][1:])
+                pg_key = f"pg_{'insert' if mode == 'create' else 'read'}_c{conc}"
+                contenders: list[tuple[Target | None, str]] = [*services]
+                if mode != "update":
+                    contenders.append((None, ""))  # pgbench
+                rate: dict[str, float] = {}
+                for round_ in range(-1, self.p.cost_rounds):  # round -1: the warm-up
+                    duration = self.p.warmup if round_ < 0 else self.p.duration
+                    shift = max(round_, 0) % len(contenders)
+                    for target, size in contenders[shift:] + contenders[:shift]:
+                        if target is None:
+                            tx = run_pgbench(
+                                self.server,
+                                pg_database,
+                                scripts[pg_key.split("_")[1]],
+                                clients=conc,
+                                duration=duration,
+                            )
+                            if round_ >= 0:
+                                pg_runs.setdefault(pg_key, []).append(tx)
+                            continue
+                        name = target.name + size
+                        result = self.measure(target, mode, conc, duration, rate.get(name, 0.0))
+                        rate[name] = result["rate"]
+                        if round_ >= 0:
+                            runs.setdefault((key + size, target.name), []).append(result)
+            self.sampler.take()
+            for (key, name), measured in runs.items():
+                self.record_http(key, name, key.split("_")[0], measured)
+            for key, values in pg_runs.items():
+                self.record(key, "pgbench", "tx/s", values)
+            self.record_round_ratios(runs, pg_runs, suffix)
+        finally:
+            for target, _ in services:
+                target.stop()
+                target.close()
+            self.server.drop(pg_database)
+
+    def record_round_ratios(
+        self,
+        runs: dict[tuple[str, str], list[dict[str, Any]]],
+        pg_runs: dict[str, list[float]],
+        suffix: str,
+    ) -> None:
+        """Each ratio of the issue's targets taken within one round, for every round."""
+        ratios: dict[str, list[float]] = {}
+        for (key, name), measured in runs.items():
+            if name != "secured" or key.endswith(suffix):
+                continue
+            mine = [r["rate"] for r in measured]
+            theirs = [r["rate"] for r in runs.get((key, "reference"), [])]
+            if theirs:
+                ratios[f"{key} vs reference"] = [
+                    a / b for a, b in zip(mine, theirs, strict=True) if b
+                ]
+            pg = pg_runs.get(
+                f"pg_{'insert' if key.startswith('create') else 'read'}_c" + key.split("_c")[1]
+            )
+            if pg and key.startswith("create"):
+                ratios[f"{key} vs pgbench"] = [a / b for a, b in zip(mine, pg, strict=True) if b]
+            big = [r["rate"] for r in runs.get((key + suffix, name), [])]
+            if big:
+                ratios[f"{key}{suffix} vs empty"] = [
+                    a / b for a, b in zip(big, mine, strict=True) if b
+                ]
+        for what, values in ratios.items():
+            self.round_ratios[what] = summarise(values)
+            print(
+                f"  {what:<32} median {statistics.median(values):.2f} "
+                f"(rounds: {', '.join(f'{v:.2f}' for v in values)})",
+                flush=True,
+            )
 
     # -- a service -------------------------------------------------------------
 
@@ -435,63 +556,73 @@ class Suite:
                 # the least disturbed run is the closest to the true cost
                 self.record(key, variant, "us/req", [min(values)], runs=values)
 
+    def measure(
+        self, target: Target, mode: str, conc: int, duration: float, rate_hint: float = 0.0
+    ) -> dict[str, Any]:
+        """One wrk run of create / read / update (PATCH moving each label start -> review).
+
+        ``rate_hint``: the last rate seen, to size the fresh labels an update run needs.
+        """
+        base = target.base_url
+        if mode == "update":
+            # enough fresh labels in `start` for the run, sized from the last rate
+            count = int(max(rate_hint, 100) * duration * 2) + 500
+            prefix = self.tag("u")
+            target.bulk_labels("flow", "start", prefix, count, {"n": 0, "go": False})
+            since = target.max_history_id()
+        before = cpu_sample(target.pids(), target.backend_pids())
+        if mode == "create":
+            result = run_wrk(
+                base,
+                mode="create",
+                machine="flow",
+                prefix=self.tag("c"),
+                n=0,
+                connections=conc,
+                duration=duration,
+                env=target.wrk_env,
+            )
+        elif mode == "read":
+            result = run_wrk(
+                base,
+                mode="read",
+                machine="flow",
+                prefix="r",
+                n=1000,
+                connections=conc,
+                duration=duration,
+                env=target.wrk_env,
+            )
+        else:
+            result = run_wrk(
+                base,
+                mode="patch",
+                machine="flow",
+                prefix=prefix,
+                n=count,
+                connections=conc,
+                duration=duration,
+                key="go",
+                env=target.wrk_env,
+            )
+        after = cpu_sample(target.pids(), target.backend_pids())
+        result["cpu_ms_per_request"] = cpu_ms_per_request(before, after, result["requests"])
+        if mode == "update":
+            result["moved"] = target.transitions("flow", "start", "review", since)
+            result["exhausted"] = result["moved"] >= count
+        return result
+
     def http(self, target: Target, key: str, mode: str, conc: int) -> None:
-        """create / read / update (PATCH moving each label start -> review) for a fixed time."""
-        d, base = self.p.duration, target.base_url
-
-        def one(duration: float) -> dict[str, Any]:
-            if mode == "update":
-                # enough fresh labels in `start` for the run, sized from the last rate
-                count = int(max(one.rate, 100) * duration * 2) + 500  # type: ignore[attr-defined]
-                prefix = self.tag("u")
-                target.bulk_labels("flow", "start", prefix, count, {"n": 0, "go": False})
-                since = target.max_history_id()
-            before = cpu_sample(target.pids(), target.backend_pids())
-            if mode == "create":
-                result = run_wrk(
-                    base,
-                    mode="create",
-                    machine="flow",
-                    prefix=self.tag("c"),
-                    n=0,
-                    connections=conc,
-                    duration=duration,
-                    env=target.wrk_env,
-                )
-            elif mode == "read":
-                result = run_wrk(
-                    base,
-                    mode="read",
-                    machine="flow",
-                    prefix="r",
-                    n=1000,
-                    connections=conc,
-                    duration=duration,
-                    env=target.wrk_env,
-                )
-            else:
-                result = run_wrk(
-                    base,
-                    mode="patch",
-                    machine="flow",
-                    prefix=prefix,
-                    n=count,
-                    connections=conc,
-                    duration=duration,
-                    key="go",
-                    env=target.wrk_env,
-                )
-            after = cpu_sample(target.pids(), target.backend_pids())
-            result["cpu_ms_per_request"] = cpu_ms_per_request(before, after, result["requests"])
-            if mode == "update":
-                result["moved"] = target.transitions("flow", "start", "review", since)
-                result["exhausted"] = result["moved"] >= count
-            return result
-
-        one.rate = 0.0  # type: ignore[attr-defined]
-        one.rate = one(self.p.warmup)["rate"]  # type: ignore[attr-defined]
+        """create / read / update for a fixed time: a warm-up, then the profile's runs."""
+        rate = self.measure(target, mode, conc, self.p.warmup)["rate"]
         self.sampler.take()
-        runs = [one(d) for _ in range(self.p.reps)]
+        runs = []
+        for _ in range(self.p.reps):
+            runs.append(self.measure(target, mode, conc, self.p.duration, rate))
+            rate = runs[-1]["rate"]
+        self.record_http(key, target.name, mode, runs)
+
+    def record_http(self, key: str, name: str, mode: str, runs: list[dict[str, Any]]) -> None:
         errors = sum(r["errors"] for r in runs)
         requests = sum(r["requests"] for r in runs)
         note = f"{errors} errors of {requests}" if errors else ""
@@ -504,7 +635,7 @@ class Suite:
         roles = sorted({role for r in runs for role in r["cpu_ms_per_request"]})
         self.record(
             key,
-            target.name,
+            name,
             "req/s",
             [r["rate"] for r in runs],
             note=note.strip(),
@@ -863,7 +994,9 @@ def main() -> None:
         default="pgbench,reference,project,cost",
         help="comma-separated subset of pgbench,reference,project; also plain (the project "
         "with metrics off), secured (tokens required, metrics on), and cost (the three "
-        "side by side, their create/read runs interleaved: the cost of metrics and tokens)",
+        "side by side, their create/read runs interleaved: the cost of metrics and tokens), "
+        "and versus (the reference, secured on an empty and a full table, and pgbench, all "
+        "running at once and measured turn about: issue 15's ratios)",
     )
     parser.add_argument(
         "--only",
@@ -914,6 +1047,8 @@ def main() -> None:
                 skipped["reference"] = f"not installed in {REFERENCE_VENV} (bench/run does that)"
             else:
                 suite.service(_instance(Reference(server, log_dir, args.reference_workers)))
+        if "versus" in targets:
+            suite.versus(args.reference_workers)
         if "cost" in targets:
             suite.cost()
         for variant in VARIANTS:
@@ -929,7 +1064,7 @@ def main() -> None:
         suite.sampler.stop()
         receiver.terminate()
         receiver.wait()
-        variant_databases = [f"bench_{v}{s}" for v in VARIANTS for s in ("", "_1")]
+        variant_databases = [f"bench_{v}{s}" for v in VARIANTS for s in ("", "_1", "_2")]
         for name in ("bench_reference", "bench_pgbench", *variant_databases):
             server.drop(name + RUN_SUFFIX + SUFFIX)
 
@@ -949,6 +1084,7 @@ def main() -> None:
             for t, roles in suite.memory.items()
         },
         "checks": checks,
+        "ratios_by_round": suite.round_ratios,
     }
     print()
     print_table(report)

@@ -10,6 +10,7 @@ the HTTP server's own share. ``--profile`` adds a cProfile of one scenario.
     DATABASE_URL=postgresql://postgres@127.0.0.1/some_db \\
         PYTHONPATH=<tree> python bench/inprocess.py [-n 3000] [--profile read]
 
+PostgreSQL's CPU per request is read from /proc when the server runs here.
 The database is migrated and given the 1,000 ``r-*`` labels the read
 scenario uses; created and updated labels get a fresh prefix per run.
 """
@@ -83,6 +84,27 @@ def call(app: WSGIApp, env: dict[str, Any], expect: int) -> None:
         raise RuntimeError(f"{env['REQUEST_METHOD']} {env['PATH_INFO']}: {status}")
 
 
+def backend_cpu(monitor: Any) -> float:
+    """CPU seconds used so far by the database's other client backends (the app's connections).
+
+    Read from /proc, so only when PostgreSQL runs on this machine; 0 otherwise.
+    """
+    with monitor.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        )
+        pids = [row[0] for row in cursor.fetchall()]
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def build(url: str) -> WSGIApp:
     """The app exactly as ``routemaster serve`` builds it in a worker (logging included)."""
     from routemaster.api import create_app
@@ -148,6 +170,8 @@ def main() -> None:
             {"p": prefix, "n": args.n * 2 + 100},
         )
     engine.dispose()
+    monitor = engine.raw_connection()
+    monitor.autocommit = True
 
     base = "/state-machines/flow/labels/"
     counter = {"create": 0, "update": 0}
@@ -169,7 +193,7 @@ def main() -> None:
             call(app, env, expect)
         envs = [request(kind, i) for i in range(args.n)]
         profiler = cProfile.Profile(time.process_time) if args.profile == kind else None
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu, server = time.perf_counter(), time.process_time(), backend_cpu(monitor)
         if profiler is not None:
             profiler.enable()
         for env, expect in envs:
@@ -177,8 +201,12 @@ def main() -> None:
         if profiler is not None:
             profiler.disable()
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        server = backend_cpu(monitor) - server
         per_request = cpu * 1000 / args.n
-        print(f"{kind:<7} {per_request:.3f} ms CPU/request  {wall * 1000 / args.n:.3f} ms wall")
+        print(
+            f"{kind:<7} {per_request:.3f} ms CPU/request  {wall * 1000 / args.n:.3f} ms wall  "
+            f"PostgreSQL {server * 1000 / args.n:.3f} ms CPU/request"
+        )
         if profiler is not None:
             stats = pstats.Stats(profiler)
             stats.sort_stats(args.sort).print_stats(45)

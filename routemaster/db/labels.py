@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from routemaster.db.keys import label_key
 from routemaster.db.notifications import notify_due
-from routemaster.db.statements import fetch_all, fetch_one, run
+from routemaster.db.statements import Prepared, fetch_all, fetch_one, run
 
 LabelKey = tuple[str, str]
 """(state machine, label name)."""
@@ -132,7 +132,7 @@ def insert(
     """A new label and its first history entry; ``None`` when the name is taken."""
     row = fetch_one(
         conn,
-        _INSERT,
+        _PREPARED_INSERT,
         {
             "sm": state_machine,
             "name": name,
@@ -148,7 +148,7 @@ def insert(
 
 
 def get(conn: sa.Connection, state_machine: str, name: str) -> Label | None:
-    row = fetch_one(conn, _SELECT, _one(state_machine, name))
+    row = fetch_one(conn, _PREPARED_SELECT, _one(state_machine, name))
     return None if row is None else _from_tuple(row)
 
 
@@ -368,3 +368,7 @@ _HISTORY = """
     SELECT id, old_state, new_state, created, forced, reason FROM history
     WHERE state_machine = %(sm)s AND label = %(name)s ORDER BY id
     """
+
+# The API's create and read, prepared once per connection (see routemaster.db.statements).
+_PREPARED_INSERT = Prepared("routemaster_label_insert", _INSERT)
+_PREPARED_SELECT = Prepared("routemaster_label_select", _SELECT)

@@ -1,4 +1,5 @@
-"""Statements on the driver's cursor keep SQLAlchemy's errors and its transactions."""
+"""Statements on the driver's cursor keep SQLAlchemy's errors and its transactions;
+prepared ones answer as their plain SQL does, whatever the server forgot."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import sqlalchemy as sa
 
 from routemaster.db.database import create_engine
-from routemaster.db.statements import fetch_all, fetch_one, run, single_statement
+from routemaster.db.statements import Prepared, fetch_all, fetch_one, run, single_statement
 
 INSERT = "INSERT INTO trigger_occurrences (trigger_key, occurrence) VALUES "
 ROW = "(%(key)s, '2026-11-23T12:00:00Z')"
@@ -89,3 +90,74 @@ def test_listeners_of_sqlalchemys_execution_events_still_see_every_statement(
     assert [tuple(r) for r in rows] == [("a",), ("b",)]
     assert [statement.split()[0] for statement in seen] == ["SELECT", "INSERT", "SELECT"]
     assert _machines(db_engine) == ["a", "b"]
+
+
+# -- prepared statements ---------------------------------------------------------
+
+SELECT = Prepared(
+    "routemaster_test_select",
+    "SELECT trigger_key, %(tag)s FROM trigger_occurrences WHERE trigger_key = %(key)s "
+    "AND trigger_key LIKE '%%' AND %(tag)s = %(tag)s",
+)
+
+
+def _prepared_here(conn: sa.Connection) -> set[str]:
+    """The statements prepared on this pooled connection, as the server knows them."""
+    rows = conn.exec_driver_sql("SELECT name FROM pg_prepared_statements").all()
+    return {row[0] for row in rows}
+
+
+def test_a_prepared_statement_answers_as_its_plain_sql_does(db_engine: sa.Engine) -> None:
+    with db_engine.begin() as conn:
+        run(conn, INSERT + ROW, {"key": "a"})
+    for _ in range(3):  # prepared with the first, executed by the next ones
+        with single_statement(db_engine) as conn:
+            assert fetch_one(conn, SELECT, {"key": "a", "tag": "t"}) == ("a", "t")
+            assert fetch_one(conn, SELECT, {"key": "b", "tag": "t"}) is None
+            assert _prepared_here(conn) == {"routemaster_test_select"}
+
+
+def test_statements_in_a_transaction_are_never_prepared(db_engine: sa.Engine) -> None:
+    # A failed EXECUTE would abort the transaction: only autocommit statements are prepared.
+    with db_engine.begin() as conn:
+        run(conn, INSERT + ROW, {"key": "a"})
+        assert fetch_one(conn, SELECT, {"key": "a", "tag": "t"}) == ("a", "t")
+        assert _prepared_here(conn) == set()
+
+
+@pytest.mark.parametrize(
+    "interference",
+    [
+        "DEALLOCATE routemaster_test_select",  # the server lost it (a pooler moved us)
+        "DEALLOCATE ALL; PREPARE routemaster_test_select AS SELECT 1",  # another client's
+    ],
+)
+def test_a_statement_the_server_lost_or_holds_already_runs_as_plain_sql(
+    database_url: str, interference: str
+) -> None:
+    engine = create_engine(database_url, pool_size=1, max_overflow=0)
+    with engine.begin() as conn:
+        run(conn, "DELETE FROM trigger_occurrences")
+        run(conn, INSERT + ROW, {"key": "a"})
+    with single_statement(engine) as conn:
+        assert fetch_one(conn, SELECT, {"key": "a", "tag": "t"}) == ("a", "t")
+    with engine.connect() as conn:  # the same server connection, behind the pool's back
+        if "ALL" in interference:
+            conn.connection.info.clear()  # as if this connection had never prepared it
+        conn.exec_driver_sql(interference)
+        conn.commit()
+    with single_statement(engine) as conn:
+        assert fetch_one(conn, SELECT, {"key": "a", "tag": "t"}) == ("a", "t")
+    with single_statement(engine) as conn:  # and from then on, plain SQL on that connection
+        assert fetch_one(conn, SELECT, {"key": "a", "tag": "u"}) == ("a", "u")
+        assert "routemaster_test_select" not in _prepared_here(conn) or "ALL" in interference
+    engine.dispose()
+
+
+def test_errors_of_a_prepared_statement_are_sqlalchemys(db_engine: sa.Engine) -> None:
+    failing = Prepared("routemaster_test_cast", "SELECT CAST(%(x)s AS integer)")
+    for _ in range(2):  # when preparing, and when executing what was prepared
+        with pytest.raises(sa.exc.DataError), single_statement(db_engine) as conn:
+            fetch_one(conn, failing, {"x": "not a number"})
+    with single_statement(db_engine) as conn:
+        assert fetch_one(conn, failing, {"x": "7"}) == (7,)
