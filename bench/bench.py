@@ -183,7 +183,9 @@ class Suite:
         read = self.log_dir / "read.sql"
         read.write_text(
             "\\set i random(0, 999)\n"
-            "SELECT * FROM labels WHERE state_machine = 'flow' AND name = 'r-' || :i;\n"
+            # the API's primary-key lookup: the key (migration 0006) and the full name
+            "SELECT * FROM labels WHERE state_machine = 'flow' "
+            "AND name_key = convert_to('r-' || :i, 'UTF8') AND name = 'r-' || :i;\n"
         )
         pg.close()
         return pg.database, {"insert": insert, "read": read}
@@ -1071,7 +1073,7 @@ def main() -> None:
         for name in ("bench_reference", "bench_pgbench", *variant_databases):
             server.drop(name + RUN_SUFFIX + SUFFIX)
 
-    checks = evaluate(suite.results, suite.memory)
+    checks = evaluate(suite.results, suite.memory, suite.round_ratios)
     report = {
         "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": "bench/run" + (" --quick" if args.quick else ""),

@@ -101,9 +101,20 @@ def _serve_peak(entry: dict[str, Any] | None) -> float | None:
     return max(v for k, v in entry["peak_rss_mib"].items() if k.startswith("serve"))
 
 
-def evaluate(results: dict[str, Any], memory: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
-    """The issue's targets, each with the measured value and pass/fail (None: not measured)."""
+def evaluate(
+    results: dict[str, Any],
+    memory: dict[str, dict[str, int]],
+    round_ratios: dict[str, dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """The issue's targets, each with the measured value and pass/fail (None: not measured).
+
+    ``round_ratios`` (the turn-about comparison's, ``versus``): a ratio measured
+    within each round; where one exists, the check takes the median of those
+    (a paired comparison: both sides of each ratio ran under the same load)
+    instead of the ratio of the two medians, and says so in its name.
+    """
     r = ratios(results)
+    paired = round_ratios or {}
     checks: list[dict[str, Any]] = []
 
     def check(name: str, value: float | None, ok: Callable[[float], bool], goal: str) -> None:
@@ -118,9 +129,20 @@ def evaluate(results: dict[str, Any], memory: dict[str, dict[str, int]]) -> list
 
     on = "secured" if any("secured" in per for per in results.values()) else "project"
 
-    def rel(key: str, base: str) -> float | None:
-        a, b = median(results, key, on), median(results, base, on)
+    def rel(key: str, base: str, target: str = on) -> float | None:
+        within = paired.get(f"{key} vs empty") if base + "_100k" == key else None
+        if within is not None:
+            return float(within["median"])
+        a, b = median(results, key, target), median(results, base, target)
         return a / b if a and b else None
+
+    def versus(key: str, other: str, mine: float | None, theirs: float | None) -> float | None:
+        within = paired.get(f"{key} vs {other}")
+        if within is not None:
+            return float(within["median"])
+        return mine / theirs if mine and theirs else None
+
+    how = " (median of per-round ratios)" if paired else ""
 
     check(
         "create, 16 clients, vs reference",
@@ -157,15 +179,15 @@ def evaluate(results: dict[str, Any], memory: dict[str, dict[str, int]]) -> list
     for op, times in (("create", 5), ("read", 4), ("update", 6)):
         mine, theirs = median(results, f"{op}_c16", on), median(results, f"{op}_c16", "reference")
         check(
-            f"{op}, 16 clients, vs reference ({on})",
-            mine / theirs if mine and theirs else None,
+            f"{op}, 16 clients, vs reference ({on}){how}",
+            versus(f"{op}_c16", "reference", mine, theirs),
             lambda v, times=times: v >= times,
             f">= {times}x",
         )
     mine, pg = median(results, "create_c16", on), median(results, "pg_insert_c16", "pgbench")
     check(
-        f"create, 16 clients, vs pgbench insert ({on})",
-        mine / pg if mine and pg else None,
+        f"create, 16 clients, vs pgbench insert ({on}){how}",
+        versus("create_c16", "pgbench", mine, pg),
         lambda v: v >= 1 / 3,
         ">= 0.33",
     )
@@ -178,7 +200,7 @@ def evaluate(results: dict[str, Any], memory: dict[str, dict[str, int]]) -> list
         )
     for op in ("create", "read", "update"):
         check(
-            f"{op} at 100,000 labels vs empty",
+            f"{op} at 100,000 labels vs empty{how}",
             rel(f"{op}_c16_100k", f"{op}_c16"),
             lambda v: v >= 0.9,
             ">= 0.9",
@@ -186,7 +208,7 @@ def evaluate(results: dict[str, Any], memory: dict[str, dict[str, int]]) -> list
     for op in ("create", "read"):
         check(
             f"{op} with 50 open changes streams vs none",
-            rel(f"{op}_c16_streams50", f"{op}_c16_streams0"),
+            rel(f"{op}_c16_streams50", f"{op}_c16_streams0", "project"),
             lambda v: v >= 0.9,
             ">= 0.9",
         )

@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from tests.api.helpers import answering
+from tests.serving import serving
 
 HERE = Path(__file__).parent
 REPOSITORY = HERE.parents[1]
@@ -140,3 +141,56 @@ def test_what_gunicorn_refuses_is_still_answered_in_json(
     code, _, body = raw_exchange(base, request_bytes)
     assert code == status
     assert isinstance(body["message"], str) and body["message"]
+
+
+def test_an_endless_request_line_is_dropped_and_costs_the_worker_no_memory(
+    database_url: str,
+) -> None:
+    # serve as deployed by default (one thread per worker: the keep-alive worker)
+    with serving(CONFIG_PATH, database_url, "--workers", "1") as base:
+        host, port = base.removeprefix("http://").split(":")
+        memory_before = _serve_memory(int(port))
+        assert memory_before > 0  # the master and its worker were found
+        dropped = False
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"GET /state-machines/")
+            try:
+                for _ in range(24):  # 24 MiB, never a line end
+                    sock.sendall(b"a" * (1024 * 1024))
+            except OSError:  # reset by the server once it gave up on the line
+                dropped = True
+            if not dropped:
+                sock.settimeout(10)
+                try:
+                    dropped = sock.recv(1) == b""
+                except OSError:
+                    dropped = True
+        assert dropped
+        assert _serve_memory(int(port)) - memory_before < 16 * 1024 * 1024
+        assert requests.get(f"{base}/state-machines", timeout=10).ok  # and it serves on
+
+
+def _serve_memory(port: int) -> int:
+    """Resident bytes of the ``serve`` bound to ``port`` and its workers, from /proc."""
+    bind = f"127.0.0.1:{port}".encode()
+    parents: dict[int, int] = {}
+    masters: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+            parents[int(entry.name)] = int(
+                (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            )
+        except (OSError, ValueError):
+            continue
+        if b"serve" in command and bind in command:
+            masters.add(int(entry.name))
+    total = 0
+    for pid, parent in parents.items():
+        if pid in masters or parent in masters:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+    return total
