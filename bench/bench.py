@@ -209,6 +209,15 @@ class Suite:
                 self.record(key, "pgbench", "tx/s", runs)
         self.server.drop(database)
 
+    def ready(self, target: Target, existing: int) -> None:
+        """A fresh database holding ``existing`` labels and the 1,000 reads use; then start."""
+        target.fresh_database()
+        if existing:
+            target.bulk_labels("flow", "start", "b", existing, {"n": 0, "go": False})
+        target.bulk_labels("flow", "start", "r", 1000, {"n": 0, "go": False})
+        target.analyze()
+        target.start()
+
     # -- turn about ------------------------------------------------------------
 
     def versus(self, reference_workers: int) -> None:
@@ -243,12 +252,7 @@ class Suite:
         try:
             for target, size in services:
                 self.sampler.roots[target.name + size] = target.pids
-                target.fresh_database()
-                if size:
-                    target.bulk_labels("flow", "start", "b", scale, {"n": 0, "go": False})
-                target.bulk_labels("flow", "start", "r", 1000, {"n": 0, "go": False})
-                target.analyze()
-                target.start()
+                self.ready(target, scale if size else 0)
             runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
             pg_runs: dict[str, list[float]] = {}
             for key in keys:
@@ -354,12 +358,7 @@ class Suite:
                 if not any(self.wanted(k) for k in keys + extra):
                     continue
                 print(f"{target.name}: {scale:,} existing labels", flush=True)
-                target.fresh_database()
-                if scale:
-                    target.bulk_labels("flow", "start", "b", scale, {"n": 0, "go": False})
-                target.bulk_labels("flow", "start", "r", 1000, {"n": 0, "go": False})
-                target.analyze()
-                target.start()
+                self.ready(target, scale)
                 self.sampler.take()
                 for key in keys:
                     if self.wanted(key):
@@ -475,10 +474,7 @@ class Suite:
         try:
             for target in variants:
                 self.sampler.roots[target.name] = target.pids
-                target.fresh_database()
-                target.bulk_labels("flow", "start", "r", 1000, {"n": 0, "go": False})
-                target.analyze()
-                target.start()
+                self.ready(target, 0)
 
             def api_cpu(target: Project) -> float:
                 """CPU seconds used so far by the API's processes (gunicorn and its workers)."""
