@@ -3,9 +3,13 @@
 A label name may be 1,024 characters of any script; percent-encoded, a
 character can take 12 bytes (``%F0%9F%98%80``), so one name can make a
 request line of over 12 KiB, and a listing's ``?after=NAME`` as much again.
-Gunicorn's request-line limit is at most 8,190 bytes, or 0 for "no limit":
-``serve`` uses 0 and relies on the API's own checks (names over 1,024
-characters get 400) and gunicorn's worker timeout for what arrives.
+Gunicorn's request-line limit is at most 8,190 bytes, or 0 for "no limit",
+and with no limit its parser reads a line that never ends for as long as
+the client sends it (copying all it has at every read). ``serve`` turns
+gunicorn's limit off and its workers read request lines through
+:class:`BoundedRequest`, which stops at :data:`REQUEST_LINE_LIMIT` (32 KiB:
+room for a listing's path with two such names) with gunicorn's own
+"request line too large" error, answered in JSON.
 
 Requests gunicorn itself refuses (a malformed request line, too many or too
 large header fields, a bad chunked encoding) never reach Flask; gunicorn
@@ -34,6 +38,8 @@ from functools import partial
 from typing import Any
 
 from gunicorn import util
+from gunicorn.http.message import Request
+from gunicorn.http.parser import RequestParser
 from gunicorn.workers.gthread import DEFAULT_WORKER_DATA_TIMEOUT, TConn, ThreadWorker
 from gunicorn.workers.sync import SyncWorker
 
@@ -44,6 +50,9 @@ REQUEST_LIMITS = {
     "limit_request_fields": 100,
     "limit_request_field_size": 16 * 1024,
 }
+
+REQUEST_LINE_LIMIT = 32 * 1024
+"""The longest request line the workers read (see the module docstring)."""
 
 _STATUS = re.compile(rb"^HTTP/1\.[01] (\d{3}) ([^\r\n]*)\r\n")
 _MESSAGE = re.compile(rb"</p></h1>\s*(.*?)\s*</body>", re.DOTALL)
@@ -110,6 +119,22 @@ def json_error(code: str, reason: str, message: str) -> bytes:
     return head.encode("latin-1") + body
 
 
+class BoundedRequest(Request):  # type: ignore[misc]
+    """Gunicorn's request, reading a request line of at most :data:`REQUEST_LINE_LIMIT`."""
+
+    def read_line(self, unreader: Any, buf: Any, limit: int = 0) -> Any:
+        return super().read_line(unreader, buf, limit or REQUEST_LINE_LIMIT)
+
+
+class BoundedConnection(TConn):  # type: ignore[misc]
+    """A gthread connection whose HTTP/1 parser reads :class:`BoundedRequest` requests."""
+
+    def init(self) -> None:
+        super().init()
+        if isinstance(self.parser, RequestParser) and self.parser.mesg_class is Request:
+            self.parser.mesg_class = BoundedRequest
+
+
 class JsonErrorsSync(_JsonErrors, SyncWorker):  # type: ignore[misc]
     """Gunicorn's sync worker, answering its own errors in JSON, streams handed off."""
 
@@ -120,7 +145,20 @@ class JsonErrorsSync(_JsonErrors, SyncWorker):  # type: ignore[misc]
 
 
 class JsonErrorsThreaded(_JsonErrors, ThreadWorker):  # type: ignore[misc]
-    """Gunicorn's gthread worker, answering its own errors in JSON, streams handed off."""
+    """Gunicorn's gthread worker, answering its own errors in JSON, streams handed off,
+    request lines bounded."""
+
+    def accept(self, listener: Any) -> None:
+        """As gthread accepts, with the bounded connection."""
+        try:
+            client, address = listener.accept()
+        except OSError as error:
+            if error.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        self.nr_conns += 1
+        client.setblocking(True)
+        self.enqueue_req(BoundedConnection(self.cfg, client, address, listener.getsockname()))
 
     def enqueue_req(self, conn: Any) -> None:
         if not self.cfg.is_ssl and not isinstance(conn.sock, TakeableSocket):
@@ -156,7 +194,7 @@ class JsonErrorsKeepAlive(JsonErrorsThreaded):
                 raise
             return
         self.nr_conns += 1
-        conn = TConn(self.cfg, client, address, listener.getsockname())
+        conn = BoundedConnection(self.cfg, client, address, listener.getsockname())
         conn.timeout = time.monotonic() + self.cfg.keepalive + DEFAULT_WORKER_DATA_TIMEOUT
         self.pending_conns.append(conn)
         self.poller.register(
