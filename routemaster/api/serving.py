@@ -150,15 +150,20 @@ class JsonErrorsThreaded(_JsonErrors, ThreadWorker):  # type: ignore[misc]
 
     def accept(self, listener: Any) -> None:
         """As gthread accepts, with the bounded connection."""
+        conn = self._accepted(listener)
+        if conn is not None:
+            self.enqueue_req(conn)  # the connection sets its socket as gthread's does
+
+    def _accepted(self, listener: Any) -> BoundedConnection | None:
+        """The next client's connection; ``None`` if another worker took it first."""
         try:
             client, address = listener.accept()
         except OSError as error:
             if error.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
                 raise
-            return
+            return None
         self.nr_conns += 1
-        client.setblocking(True)
-        self.enqueue_req(BoundedConnection(self.cfg, client, address, listener.getsockname()))
+        return BoundedConnection(self.cfg, client, address, listener.getsockname())
 
     def enqueue_req(self, conn: Any) -> None:
         if not self.cfg.is_ssl and not isinstance(conn.sock, TakeableSocket):
@@ -187,14 +192,9 @@ class JsonErrorsKeepAlive(JsonErrorsThreaded):
     """
 
     def accept(self, listener: Any) -> None:
-        try:
-            client, address = listener.accept()
-        except OSError as error:
-            if error.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
-                raise
+        conn = self._accepted(listener)
+        if conn is None:
             return
-        self.nr_conns += 1
-        conn = BoundedConnection(self.cfg, client, address, listener.getsockname())
         conn.timeout = time.monotonic() + self.cfg.keepalive + DEFAULT_WORKER_DATA_TIMEOUT
         self.pending_conns.append(conn)
         self.poller.register(
