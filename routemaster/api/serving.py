@@ -46,7 +46,7 @@ from gunicorn.workers.sync import SyncWorker
 from routemaster.api.handoff import TakeableSocket
 
 REQUEST_LIMITS = {
-    "limit_request_line": 0,  # unlimited: see the module docstring
+    "limit_request_line": 0,  # gunicorn's off: BoundedRequest bounds it (module docstring)
     "limit_request_fields": 100,
     "limit_request_field_size": 16 * 1024,
 }
