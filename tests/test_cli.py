@@ -7,7 +7,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from click.testing import CliRunner
 from routemaster.cli import _WorkerConfig, cli, stale_states
 from routemaster.cli_runtime import settings_from_environment
 from routemaster.config import load_config
+from tests.serving import free_port
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -200,13 +200,6 @@ def test_settings_are_overridable_from_the_environment() -> None:
         settings_from_environment({"ROUTEMASTER_BATCH_SIZE": "many"})
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _spawn(config: Path, database_url: str, *args: str) -> subprocess.Popen[bytes]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("DB_")}
     env["DATABASE_URL"] = database_url
@@ -233,7 +226,7 @@ def _stop(process: subprocess.Popen[bytes], within: float) -> tuple[int, str]:
 
 @pytest.mark.slow
 def test_serve_answers_on_the_given_address(valid_config: Path, empty_database: str) -> None:
-    port = _free_port()
+    port = free_port()
     process = _spawn(
         valid_config, empty_database, "serve", "-b", f"127.0.0.1:{port}", "--workers", "2"
     )
@@ -291,7 +284,7 @@ def test_a_worker_reads_each_gunicorn_setting_once_after_the_fork() -> None:
 def test_serve_keeps_a_clients_connection_for_its_next_request_unless_told_not_to(
     valid_config: Path, empty_database: str, options: tuple[str, ...], kept: bool
 ) -> None:
-    port = _free_port()
+    port = free_port()
     process = _spawn(
         valid_config, empty_database, "serve", "-b", f"127.0.0.1:{port}", "--workers", "1", *options
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.serving import free_port
 from tests.test_cli import VALID
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -130,13 +130,6 @@ def test_config_after_the_command_and_1x_config_file_spelling(config: Path, tmp_
     assert "2 state machines" in legacy.stdout  # layered: before the command, then after
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.mark.slow
 def test_json_logs_are_pure_json_lines(tmp_path: Path, database_url: str) -> None:
     config = tmp_path / "config.yaml"
@@ -145,7 +138,7 @@ def test_json_logs_are_pure_json_lines(tmp_path: Path, database_url: str) -> Non
         + "plugins:\n  logging:\n    - class: routemaster.logging:PythonLogger\n"
         + "      kwargs: {log_level: INFO, json: true}\n"
     )
-    port = _free_port()
+    port = free_port()
     outputs: list[str] = []
     first_lines: list[str] = []
     for args in (["serve", "-b", f"127.0.0.1:{port}", "--workers", "1"], ["cron"]):

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.serving import free_port
 from tests.stub_server import Reply, StubServer, running_stub
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -74,13 +75,6 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> No
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout}s: {what}")
         time.sleep(0.05)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _sentry_events(sentry: StubServer) -> list[str]:
@@ -202,7 +196,7 @@ def test_published_plugins_see_requests_webhooks_feeds_cron_jobs_and_errors(
     )
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     api_metrics, worker_metrics = tmp_path / "api-metrics", tmp_path / "worker-metrics"
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     serve = _spawn(
         ["-c", str(config), "serve", "-b", f"127.0.0.1:{port}", "--workers", "1"],

@@ -17,20 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.serving import free_port
+
 REPOSITORY = Path(__file__).resolve().parents[1]
 RUN = REPOSITORY / "scripts" / "run"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def run_env(tmp_path: Path, database_url: str) -> dict[str, str]:
-    receiver = f"127.0.0.1:{_free_port()}"
+    receiver = f"127.0.0.1:{free_port()}"
     config = tmp_path / "config.yaml"
     config.write_text(
         "state_machines:\n"
@@ -52,7 +47,7 @@ def run_env(tmp_path: Path, database_url: str) -> dict[str, str]:
         ROUTEMASTER_NO_INSTALL="1",
         DATABASE_URL=database_url,
         ROUTEMASTER_CONFIG=str(config),
-        ROUTEMASTER_BIND=f"127.0.0.1:{_free_port()}",
+        ROUTEMASTER_BIND=f"127.0.0.1:{free_port()}",
         ROUTEMASTER_RECEIVER_BIND=receiver,
         ROUTEMASTER_WORKERS="1",
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+
+from tests.serving import free_port
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 CONFIG = """\
@@ -49,13 +50,6 @@ def _run(
     return subprocess.run(
         [str(arg) for arg in args], capture_output=True, text=True, check=False, cwd=cwd, env=env
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.mark.slow
@@ -129,7 +123,7 @@ def test_the_built_wheel_installed_elsewhere_is_a_working_service(
         validated = _run(routemaster, "-c", "config.yaml", "validate", cwd=elsewhere, env=env)
         assert validated.returncode == 0, validated.stderr
 
-        port = _free_port()
+        port = free_port()
         serve = subprocess.Popen(
             [
                 routemaster,

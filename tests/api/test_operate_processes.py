@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.openapi_check import check_response
+from tests.serving import free_port
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -39,13 +39,6 @@ def fresh_database(database_url: str) -> Iterator[str]:
     with admin.connect() as conn:
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class Service:
@@ -76,7 +69,7 @@ class Service:
         )
 
     def serve(self, workers: int) -> str:
-        port = _free_port()
+        port = free_port()
         log = self.tmp_path / f"serve{len(self.servers)}.log"
         config_args = [arg for path in self.configs for arg in ("-c", str(path))]
         command = [sys.executable, "-m", "routemaster", *config_args, "serve"]

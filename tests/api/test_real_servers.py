@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ import requests
 from werkzeug.serving import make_server
 
 from tests.api.helpers import answering
+from tests.serving import free_port
 
 HERE = Path(__file__).parent
 REPOSITORY = HERE.parents[1]
@@ -51,16 +51,9 @@ def test_werkzeug_server(flask_app: flask.Flask) -> None:
         server.server_close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def gunicorn(database_url: str, db_engine: object) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     env = dict(
         os.environ,
         ROUTEMASTER_TEST_DATABASE_URL=database_url,

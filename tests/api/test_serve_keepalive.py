@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.serving import free_port
+
 HERE = Path(__file__).parent
 REPOSITORY = HERE.parents[1]
 CONFIG_PATH = HERE / "config.yaml"
@@ -25,16 +27,9 @@ CONFIG_PATH = HERE / "config.yaml"
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def served(database_url: str) -> Iterator[tuple[str, int]]:
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DB_", "WEB_"))}
     env["DATABASE_URL"] = database_url
     command = [sys.executable, "-m", "routemaster", "-c", str(CONFIG_PATH), "serve"]

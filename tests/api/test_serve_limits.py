@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from tests.api.helpers import answering
+from tests.serving import free_port
 
 HERE = Path(__file__).parent
 REPOSITORY = HERE.parents[1]
@@ -26,17 +27,10 @@ LIMIT = 1024 * 1024  # the default max_request_body
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module", params=[1, 2], ids=["sync", "threads"])
 def served(request: pytest.FixtureRequest, database_url: str) -> Iterator[str]:
     """``routemaster serve`` with one worker, sync or gthread, on a free port."""
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DB_")}
     env["DATABASE_URL"] = database_url
     command = [sys.executable, "-m", "routemaster", "-c", str(CONFIG_PATH), "serve"]

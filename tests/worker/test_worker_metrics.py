@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from routemaster import labels
 from routemaster.app import App
 from routemaster.config import load_config
+from tests.serving import free_port
 from tests.stub_server import StubServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,13 +42,6 @@ state_machines:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _samples(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     with urllib.request.urlopen(url, timeout=5) as response:
         text = response.read().decode()
@@ -66,7 +59,7 @@ def test_the_worker_serves_its_metrics_on_the_given_port(
     config = tmp_path / "config.yaml"
     config.write_text(CONFIG.replace("{stub}", stub.url("")))
     stub.reply_json("/feed/a", {"ok": True})
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, DATABASE_URL=database_url, ROUTEMASTER_POLL_INTERVAL="0.2")
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     log = tmp_path / "cron.log"
