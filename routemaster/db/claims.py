@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.keys import label_key
+from routemaster.db.keys import label_key, label_keys
 from routemaster.db.labels import _COLUMNS, LIVE, Label, LabelKey, _keys, _label
 
 StateKey = tuple[str, str]
@@ -107,14 +107,15 @@ def extend_leases(
     """Keep work that is still in flight from being claimed again by another worker."""
     claims = list(claims)
     if claims:
+        names = [claim.name for claim in claims]
         conn.execute(
             _EXTEND_LEASES,
             {
                 "lease_until": lease_until,
                 "me": worker_id,
                 "machines": [claim.state_machine for claim in claims],
-                "names": [claim.name for claim in claims],
-                "keys": [label_key(claim.name) for claim in claims],
+                "names": names,
+                "keys": label_keys(names),
                 "entries": [claim.entry_id for claim in claims],
             },
         )

@@ -16,7 +16,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.keys import label_key
+from routemaster.db.keys import label_key, label_keys
 from routemaster.db.notifications import notify_due
 from routemaster.db.statements import Prepared, fetch_all, fetch_one, run
 
@@ -111,7 +111,7 @@ def _keys(keys: Iterable[LabelKey]) -> dict[str, list[Any]]:
     for machine, name in keys:
         machines.append(machine)
         names.append(name)
-    return {"machines": machines, "names": names, "keys": [label_key(name) for name in names]}
+    return {"machines": machines, "names": names, "keys": label_keys(names)}
 
 
 def _one(state_machine: str, name: str) -> dict[str, Any]:
@@ -162,13 +162,14 @@ def lock_entries(conn: sa.Connection, entries: Sequence[tuple[str, str, int]]) -
     """Lock the live labels still in the given entries, (machine, name, entry_id) each."""
     if not entries:
         return []
+    names = [name for _, name, _ in entries]
     rows = fetch_all(
         conn,
         _LOCK_ENTRIES,
         {
             "machines": [machine for machine, _, _ in entries],
-            "names": [name for _, name, _ in entries],
-            "keys": [label_key(name) for _, name, _ in entries],
+            "names": names,
+            "keys": label_keys(names),
             "entries": [entry_id for _, _, entry_id in entries],
         },
     )
