@@ -109,7 +109,7 @@ def build(url: str) -> WSGIApp:
     """The app exactly as ``routemaster serve`` builds it in a worker (logging included)."""
     from routemaster.api import create_app
     from routemaster.app import App
-    from routemaster.cli import settings_from_environment
+    from routemaster.cli.environment import settings_from_environment
     from routemaster.config.loader import load_config
     from routemaster.db.database import create_engine
     from routemaster.logging import load_plugins

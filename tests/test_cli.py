@@ -20,9 +20,11 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from routemaster.cli import _WorkerConfig, cli, stale_states
-from routemaster.cli_runtime import settings_from_environment
+from routemaster.cli import cli
+from routemaster.cli.checks import stale_states
+from routemaster.cli.environment import settings_from_environment
 from routemaster.config import load_config
+from routemaster.server.application import WorkerConfig
 from tests.serving import free_port
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -268,7 +270,7 @@ def test_cron_migrates_runs_and_stops_on_sigterm(valid_config: Path, empty_datab
 
 
 def test_a_worker_reads_each_gunicorn_setting_once_after_the_fork() -> None:
-    config = _WorkerConfig()
+    config = WorkerConfig()
     config.set("workers", 3)
     assert config.workers == 3
     config.set("workers", 5)  # before the fork, changes are seen

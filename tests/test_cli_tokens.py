@@ -10,8 +10,8 @@ from click.testing import CliRunner, Result
 
 from routemaster.auth.keys import hash_secret, key_id_of
 from routemaster.cli import cli
-from routemaster.cli_metrics import split_bind
-from routemaster.cli_runtime import settings_from_environment
+from routemaster.cli.environment import settings_from_environment
+from routemaster.cli.metrics import split_bind
 
 CONFIG = """\
 state_machines:

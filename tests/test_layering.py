@@ -100,15 +100,15 @@ ALLOWED: dict[str, frozenset[str]] = {
     "auth": frozenset({"db"}),  # API tokens: secrets, the per-process cache, admin
     "metrics": frozenset({"config", "db", "logging"}),  # Prometheus metrics and label gauges
     "labels": frozenset(BELOW_SERVICE),  # the label service: store + planner + feeds
-    "api": frozenset(BELOW_SERVICE - {"http"} | {"__init__", "labels", "auth", "metrics"}),
-    "worker": frozenset(BELOW_SERVICE | {"labels"}),  # loop, claims, deliveries, clock
-    "cli": frozenset(
-        BELOW_SERVICE
-        | {"__init__", "labels", "api", "worker", "cli_runtime", "cli_tokens", "cli_metrics"}
+    "api": frozenset(
+        BELOW_SERVICE - {"http"} | {"__init__", "labels", "auth", "metrics", "changes"}
     ),
-    "cli_runtime": frozenset(BELOW_SERVICE),  # what processes check before they start
-    "cli_tokens": frozenset({"auth", "db", "cli_runtime"}),  # routemaster token ...
-    "cli_metrics": frozenset({"logging", "metrics"}),  # serve's metrics directory, cron's port
+    "changes": frozenset({"app", "db"}),  # the changes streams' per-process hub
+    "worker": frozenset(BELOW_SERVICE | {"labels"}),  # loop, claims, deliveries, clock
+    "server": frozenset({"changes", "logging"}),  # gunicorn: application, workers, hand-off
+    "cli": frozenset(
+        BELOW_SERVICE | {"__init__", "labels", "api", "worker", "auth", "metrics", "server"}
+    ),  # one module per command group; builds every process
     "__main__": frozenset({"cli"}),
 }
 

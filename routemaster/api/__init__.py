@@ -20,7 +20,6 @@ from routemaster.api import (
     console,
     errors,
     explanations,
-    handoff,
     health,
     labels,
     machines,
@@ -33,8 +32,8 @@ from routemaster.api.console.access import TOKEN_CHECK_KEY, console_token_check
 from routemaster.api.extension import EXTENSION_KEY, STARTED
 from routemaster.api.hot import HotRoutes
 from routemaster.api.paths import NameConverter, rewrite_path_info
-from routemaster.api.streams import ChangeHub
 from routemaster.app import App
+from routemaster.changes.hub import ChangeHub
 
 __all__ = ["create_app"]
 
@@ -56,10 +55,6 @@ class RoutemasterFlask(flask.Flask):
             if answered is not None:
                 return answered
         return super().wsgi_app(environ, start_response)
-
-    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
-        """Outside any middleware a plugin wraps ``wsgi_app`` in: streams may take the socket."""
-        return handoff.call(super().__call__, environ, start_response)
 
 
 def create_app(app: App) -> flask.Flask:

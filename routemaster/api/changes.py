@@ -14,9 +14,8 @@ from werkzeug.exceptions import BadRequest, ServiceUnavailable
 
 from routemaster.api.endpoints import EVENT_STREAM, Query, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.handoff import STREAM_KEY
-from routemaster.api.streams import ChangeHub, TooManyStreams
 from routemaster.auth import READ
+from routemaster.changes.hub import STREAM_KEY, ChangeHub, TooManyStreams
 from routemaster.db.changes import Position, current_position
 
 blueprint = flask.Blueprint("changes", __name__)

@@ -14,7 +14,7 @@ import logging
 import sys
 
 from routemaster.app import App, utc_now
-from routemaster.cli_runtime import settings_from_environment
+from routemaster.cli.environment import settings_from_environment
 from routemaster.config import load_config
 from routemaster.db.database import create_engine, url_from_environment
 from routemaster.worker import run_worker

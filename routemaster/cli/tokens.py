@@ -21,7 +21,7 @@ from routemaster.auth.admin import (
     list_tokens,
     revoke_token,
 )
-from routemaster.cli_runtime import database_url
+from routemaster.cli.environment import database_url
 from routemaster.db.database import create_engine, safe_url
 from routemaster.db.errors import describe_failure
 from routemaster.db.migrate import upgrade

@@ -10,7 +10,7 @@ streams get a comment line every ``stream_heartbeat`` seconds, which keeps
 proxies from closing them and tells the hub when a client has gone.
 
 Where the bytes go is a sink. Under our gunicorn workers
-(:mod:`routemaster.api.serving`) the stream's socket is taken from the
+(:mod:`routemaster.server.workers`) the stream's socket is taken from the
 request worker and written by the hub thread, without blocking, so an open
 stream holds no request worker at all. Under any other WSGI server the
 response body is a generator fed by the hub, and the server's thread
@@ -48,6 +48,11 @@ HIGH_WATER = 1 << 20  # bytes waiting for a client before the hub stops reading 
 STALLED_AFTER = 120.0  # seconds a taken socket may refuse every byte before it is dropped
 PREAMBLE = b"retry: 2000\n\n"  # EventSource reconnects after 2 s
 HEARTBEAT = b": keep-alive\n\n"
+
+
+STREAM_KEY = "routemaster.stream"
+"""The WSGI environ key under which a changes view leaves its :class:`Subscription`
+for the server to attach to the client's socket (:mod:`routemaster.server.handoff`)."""
 
 
 class TooManyStreams(Exception):

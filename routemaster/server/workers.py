@@ -18,9 +18,9 @@ the same status and message as JSON, ``{"message": ...}``, like every other
 error of the API.
 
 They also let changes streams leave the worker: each client socket reaches
-the application as a :class:`~routemaster.api.handoff.TakeableSocket`, so a
+the application as a :class:`~routemaster.server.handoff.TakeableSocket`, so a
 stream can take its connection to the process's stream thread and free the
-worker for the next request (see :mod:`routemaster.api.handoff`). Without
+worker for the next request (see :mod:`routemaster.server.handoff`). Without
 TLS only: ``serve`` never terminates TLS itself (a proxy in front does).
 """
 
@@ -43,7 +43,7 @@ from gunicorn.http.parser import RequestParser
 from gunicorn.workers.gthread import DEFAULT_WORKER_DATA_TIMEOUT, TConn, ThreadWorker
 from gunicorn.workers.sync import SyncWorker
 
-from routemaster.api.handoff import TakeableSocket
+from routemaster.server.handoff import TakeableSocket
 
 REQUEST_LIMITS = {
     "limit_request_line": 0,  # gunicorn's off: BoundedRequest bounds it (module docstring)

@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import click
-from gunicorn.glogging import Logger as GunicornLogger
 
 from routemaster.app import Settings
 from routemaster.db.database import DatabaseURLError, url_from_environment
@@ -165,13 +164,3 @@ def use_json_logs() -> None:
     """Every log line of this process as one JSON object (``json: true`` on the PythonLogger)."""
     for handler in logging.getLogger().handlers:
         handler.setFormatter(JsonFormatter())
-
-
-class JsonGunicornLogger(GunicornLogger):  # type: ignore[misc]
-    """Gunicorn's own lines (start-up, workers, errors) as JSON too."""
-
-    def setup(self, cfg: Any) -> None:
-        super().setup(cfg)
-        for log in (self.error_log, self.access_log):
-            for handler in log.handlers:
-                handler.setFormatter(JsonFormatter())

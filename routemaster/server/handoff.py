@@ -1,6 +1,6 @@
 """Taking a stream's connection away from the HTTP server, so no request worker waits on it.
 
-Our gunicorn workers (:mod:`routemaster.api.serving`) hand each request's
+Our gunicorn workers (:mod:`routemaster.server.workers`) hand each request's
 socket to the application wrapped in a :class:`TakeableSocket`. When the
 response is a changes stream that started well (200), :func:`call` writes
 the response head itself, gives the socket to the stream hub, and returns
@@ -16,10 +16,7 @@ from collections.abc import Callable, Iterable
 from email.utils import formatdate
 from typing import Any
 
-from routemaster.api.streams import Subscription
-
-STREAM_KEY = "routemaster.stream"
-"""The environ key under which a changes view leaves its :class:`Subscription`."""
+from routemaster.changes.hub import STREAM_KEY, Subscription
 
 WSGICall = Callable[[dict[str, Any], Any], Iterable[bytes]]
 
@@ -74,6 +71,15 @@ class TakeableSocket:
 
 def _returning(result: Any) -> Callable[..., Any]:
     return lambda *args, **kwargs: result
+
+
+def taking_streams(app: WSGICall) -> WSGICall:
+    """``app`` as the server runs it: outermost, around any middleware a plugin added."""
+
+    def serve(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        return call(app, environ, start_response)
+
+    return serve
 
 
 def call(app: WSGICall, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
