@@ -62,6 +62,15 @@ class Settings:
     metrics: bool = True  # Prometheus metrics (GET /metrics, cron --metrics-bind)
     label_gauges_interval: float = 5.0  # seconds; label counts for /metrics at most this often
     token_use_interval: float = 30.0  # seconds; tokens' last use is written this often
+    # push subscriptions (per worker process): batches in flight at once, each send's total
+    # deadline, how long a claimed subscription stays leased, how often an idle sender
+    # looks for new changes, and the backoff of a failed batch (doubling, with jitter)
+    subscription_concurrency: int = 8
+    subscription_timeout: float = 10.0
+    subscription_lease: float = 30.0
+    subscription_poll: float = 0.02
+    subscription_backoff: float = 1.0
+    subscription_max_backoff: float = 600.0
 
 
 @dataclass

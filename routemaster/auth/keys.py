@@ -18,7 +18,8 @@ from dataclasses import dataclass
 READ = "read"  # every GET
 WRITE = "write"  # create, update, delete labels
 OPERATE = "operate"  # retry, pause, resume, move
-SCOPES = (READ, WRITE, OPERATE)
+ADMIN = "admin"  # push subscriptions (every /subscriptions endpoint, GETs included)
+SCOPES = (READ, WRITE, OPERATE, ADMIN)
 
 _PREFIX = "rm_"
 _SHAPE = re.compile(r"rm_([0-9a-f]{16})_[A-Za-z0-9_-]{43}")

@@ -40,6 +40,7 @@ import sqlalchemy as sa
 
 from routemaster.app import Settings
 from routemaster.db.changes import Change, Position, read_changes
+from routemaster.db.events import change_data
 
 logger = logging.getLogger(__name__)
 
@@ -61,17 +62,7 @@ class TooManyStreams(Exception):
 
 def encode(change: Change) -> bytes:
     """One server-sent event: ``id:`` the position, ``data:`` the change as JSON."""
-    data = {
-        "state_machine": change.state_machine,
-        "label": change.label,
-        "kind": change.kind,
-        "old_state": change.old_state,
-        "new_state": change.new_state,
-        "at": change.at.isoformat(),
-        "forced": change.forced,
-        "reason": change.reason,
-    }
-    payload = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    payload = json.dumps(change_data(change), separators=(",", ":"), ensure_ascii=False)
     return f"id: {change.position}\ndata: {payload}\n\n".encode()
 
 

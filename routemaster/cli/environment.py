@@ -50,6 +50,12 @@ LIMITS: dict[str, tuple[float, float]] = {
     "max_streams": (1, 100_000),
     "label_gauges_interval": (0, 3_600),  # 0: counted at every scrape
     "token_use_interval": (0.01, 86_400),
+    "subscription_concurrency": (1, 1024),
+    "subscription_timeout": (0.01, 3_600),
+    "subscription_lease": (1, 86_400),
+    "subscription_poll": (0.005, 60),
+    "subscription_backoff": (0.01, 3_600),
+    "subscription_max_backoff": (0.01, 86_400),
 }
 
 

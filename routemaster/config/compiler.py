@@ -30,6 +30,7 @@ from routemaster.config.model import (
     RetryPolicy,
     State,
     StateMachine,
+    SubscriptionsConfig,
     SystemTimezone,
     TimeTrigger,
     Timezone,
@@ -51,7 +52,14 @@ def compile_config(
         for plugin in document.get("plugins", {}).get("logging", [])
     )
     api = ApiConfig(**document.get("api", {}))
-    return Config(state_machines=machines, logging_plugins=plugins, api=api, sources=sources)
+    subscriptions = SubscriptionsConfig(tuple(document.get("subscriptions", {}).get("allow", [])))
+    return Config(
+        state_machines=machines,
+        logging_plugins=plugins,
+        api=api,
+        subscriptions=subscriptions,
+        sources=sources,
+    )
 
 
 def _machine(name: str, machine: dict[str, Any], checked: Checked) -> StateMachine:

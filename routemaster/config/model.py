@@ -184,10 +184,20 @@ class ApiConfig:
 
 
 @dataclass(frozen=True)
+class SubscriptionsConfig:
+    """Where push subscriptions may send (the ``subscriptions:`` section)."""
+
+    # regular expressions searched in a URL's origin (scheme://host[:port]): an origin
+    # that one matches may resolve inside the network (loopback, private, link-local)
+    allow: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Config:
     state_machines: tuple[StateMachine, ...]
     logging_plugins: tuple[LoggingPlugin, ...] = ()
     api: ApiConfig = field(default_factory=ApiConfig)
+    subscriptions: SubscriptionsConfig = field(default_factory=SubscriptionsConfig)
     sources: tuple[str, ...] = ()  # the files it was loaded from, for messages
 
     def get_machine(self, name: str) -> StateMachine:

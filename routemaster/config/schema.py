@@ -195,6 +195,7 @@ SCHEMA: Schema = {
                     "authentication": {"enum": ["none", "tokens"]},
                 }
             ),
+            "subscriptions": _object({"allow": {"type": "array", "items": _TEXT}}),
         },
         required=("state_machines",),
     ),

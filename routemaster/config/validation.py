@@ -55,6 +55,12 @@ def semantic_problems(document: Any, source: SourceMap, environ: Mapping[str, st
     plugins = document.get("plugins") if isinstance(document, dict) else None
     if isinstance(plugins, dict):
         checker.logging_plugins(plugins.get("logging"))
+    subscriptions = document.get("subscriptions") if isinstance(document, dict) else None
+    if isinstance(subscriptions, dict):
+        for index, pattern in enumerate(_list(subscriptions.get("allow"))):
+            if isinstance(pattern, str):
+                for problem in pattern_problems(pattern, ()):
+                    checker.report(("subscriptions", "allow", index), problem)
     return checked
 
 

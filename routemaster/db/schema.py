@@ -127,3 +127,39 @@ api_tokens = sa.Table(
     ),
     sa.Column("last_used_at", sa.DateTime(timezone=True), nullable=True),
 )
+
+subscriptions = sa.Table(
+    "subscriptions",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("state_machines", postgresql.ARRAY(sa.Text), nullable=True),  # null: every machine
+    sa.Column("max_events", sa.Integer, nullable=False),
+    sa.Column("batch_delay_ms", sa.Integer, nullable=False),
+    sa.Column("signing_secret_env", sa.Text, nullable=True),  # the variable's name, never its value
+    # the changes-stream position every change up to which was acknowledged
+    sa.Column("cursor_xact", sa.BigInteger, nullable=False),
+    sa.Column("cursor_id", sa.BigInteger, nullable=False),
+    # the one batch in flight: its webhook-id, its last event's position, its exact body
+    sa.Column("batch_id", sa.Text, nullable=True),
+    sa.Column("batch_last_xact", sa.BigInteger, nullable=True),
+    sa.Column("batch_last_id", sa.BigInteger, nullable=True),
+    sa.Column("batch_events", sa.Integer, nullable=True),
+    sa.Column("batch_body", postgresql.BYTEA, nullable=True),
+    # worker bookkeeping: when to look next, and the claim of the worker looking now
+    sa.Column("due_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column("lease_token", sa.Text, nullable=True),
+    sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("failures_in_a_row", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_attempt_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("last_success_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.Column(
+        "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+)
+
+sa.Index("subscriptions_due", subscriptions.c.due_at)

@@ -27,6 +27,7 @@ from routemaster.http.client import BoundedAdapter
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
 from routemaster.worker.slots import Slots
+from routemaster.worker.subscriptions import SubscriptionSender
 from routemaster.worker.triggers import ClockTriggers
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class Worker:
         self._slots = Slots(app.settings.delivery_concurrency, on_error=app.hooks.exception)
         self._outage = OutageLog()
         self.triggers = ClockTriggers(app)
+        self.subscriptions = SubscriptionSender(app, rng=self._rng)
         self._jobs = schedule.Scheduler()
         # In this order, so that at start-up the zones are known before triggers fire.
         self._jobs.every(ZONE_REFRESH_SECONDS).seconds.do(self.triggers.refresh_zones)
@@ -76,6 +78,7 @@ class Worker:
         )
         listener = DueListener(self.app.db)
         first = True
+        self.subscriptions.start()
         try:
             while not self._stopping.is_set():
                 try:
@@ -97,6 +100,7 @@ class Worker:
         finally:
             logger.info("worker %s stopping: finishing in-flight work", self.app.settings.worker_id)
             self._slots.shutdown()
+            self.subscriptions.stop()
             try:
                 self._complete(self._slots.take_done())
             except sa.exc.SQLAlchemyError:

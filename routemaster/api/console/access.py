@@ -32,7 +32,7 @@ from werkzeug.wrappers import Response
 
 from routemaster.auth.cache import TokenCache
 
-SCOPES = frozenset({"read", "write", "operate"})
+SCOPES = frozenset({"read", "write", "operate", "admin"})
 TOKEN_COOKIE = "routemaster_console"
 CSRF_COOKIE = "routemaster_csrf"
 CSRF_FIELD = "csrf"

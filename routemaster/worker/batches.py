@@ -1,0 +1,290 @@
+"""One claimed push subscription: read what is pending, cut a batch, send it, record the answer.
+
+Runs in the sender's thread pool under the subscription's lease, with no
+transaction open during the HTTP call:
+
+1. A batch already in flight (a failed one) is sent again as stored: the same
+   ``webhook-id``, the same body.
+2. Otherwise the changes after the cursor are read with the stream's
+   commit-safe reads (:func:`routemaster.db.changes.read_changes`), so none is
+   skipped when transactions commit out of order. With ``max_events`` pending,
+   or the oldest pending ``batch_delay_ms`` old, the batch is cut: its id, last
+   position and body are stored (only if the cursor is still where it was read
+   from), then it is sent. Else the lease is given back with the time the
+   oldest event will be due.
+3. A 2xx moves the cursor to the batch's last event, in the transaction that
+   records the attempt, and only while that batch is still the one in flight
+   (a cursor reset or a deletion supersedes it). Anything else keeps the
+   batch, and it is due again after the backoff.
+
+The receivers' flow control (delivery log, limits, circuit: SPEC D4) plugs in
+at one seam, :class:`ReceiverSeam`: asked before each send, told in the
+recording transaction after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import random
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import requests
+import sqlalchemy as sa
+
+from routemaster.app import App
+from routemaster.config.model import RetryPolicy
+from routemaster.db import subscriptions as store
+from routemaster.db.changes import Change, Position, read_changes
+from routemaster.db.events import subscription_event
+from routemaster.db.subscriptions import Subscription
+from routemaster.http.subscriptions import batch_body, batch_request
+from routemaster.http.webhooks import DeliveryResult, Outcome, deliver
+from routemaster.worker.retry import backoff
+
+logger = logging.getLogger(__name__)
+
+READ_PAGE = 1_000  # changes per read when filtering several machines
+MAX_PAGES = 20  # reads per look: a subscription far behind on other machines' changes catches up
+IDLE_RECHECK = datetime.timedelta(seconds=1)  # nothing pending: look again (sooner on news)
+SECRET_RECHECK = datetime.timedelta(seconds=5)  # the signing variable is missing
+MAX_BATCHES_PER_CLAIM = 50  # full batches sent in a row under one claim before letting go
+
+
+class ReceiverSeam:
+    """Where receivers (SPEC D4) take part: one call before each send, one in its record.
+
+    This default lets every batch go and records nothing; the delivery log
+    and the receivers' limits and circuit replace it.
+    """
+
+    def may_send(self, app: App, subscription: Subscription) -> datetime.datetime | None:
+        """``None``: send now; else the time to look again (the receiver is open or throttled)."""
+        return None
+
+    def record(
+        self,
+        conn: sa.Connection,
+        subscription: Subscription,
+        *,
+        batch_id: str,
+        started_at: datetime.datetime,
+        duration_ms: int,
+        result: DeliveryResult,
+    ) -> None:
+        """Called in the transaction that records the outcome (and moves the cursor on a 2xx)."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """The events a subscription takes after its cursor, and how far the read reached."""
+
+    changes: list[Change]
+    reached: Position
+    more: bool  # at least ``max_events`` are pending
+
+
+class BatchSender:
+    """What a sender thread does with one claimed subscription."""
+
+    def __init__(
+        self,
+        app: App,
+        session: requests.Session,
+        *,
+        rng: random.Random,
+        environ: Mapping[str, str],
+        seam: ReceiverSeam,
+    ) -> None:
+        self.app = app
+        self.session = session
+        self.rng = rng
+        self.environ = environ
+        self.seam = seam
+        settings = app.settings
+        self.policy = RetryPolicy(
+            initial_delay=datetime.timedelta(seconds=settings.subscription_backoff),
+            max_delay=datetime.timedelta(seconds=settings.subscription_max_backoff),
+        )
+
+    def handle(self, subscription: Subscription) -> None:
+        """Send what is due under this claim; the lease is always given back."""
+        token = subscription.lease_token
+        assert token is not None
+        try:
+            for _ in range(MAX_BATCHES_PER_CLAIM):
+                following = self._once(subscription)
+                if following is None:
+                    return
+                subscription = following
+        finally:
+            with self.app.db.begin() as conn:
+                store.release(conn, subscription.name, token)
+
+    def _once(self, subscription: Subscription) -> Subscription | None:
+        """One batch (or none); the subscription as it is after a full batch was acknowledged."""
+        secret, missing = self._secret(subscription)
+        if missing is not None:
+            self._wait(subscription, self.app.now() + SECRET_RECHECK, error=missing)
+            return None
+        if subscription.batch_id is not None:
+            with self.app.db.connect() as conn:
+                body = store.batch_body(conn, subscription.name, subscription.batch_id)
+            if body is None:  # superseded meanwhile (cursor reset, deleted)
+                return None
+            batch_id, events, last = subscription.batch_id, subscription.batch_events, None
+        else:
+            cut = self._cut(subscription)
+            if cut is None:
+                return None
+            batch_id, body, events, last = cut
+        holdup = self.seam.may_send(self.app, subscription)
+        if holdup is not None:
+            self._wait(subscription, holdup)
+            return None
+        delivered = self._send(subscription, batch_id, body, secret)
+        full = events is not None and events >= subscription.max_events
+        if not (delivered and full and last is not None):
+            return None
+        return dataclasses.replace(
+            subscription, cursor=last, batch_id=None, batch_last=None, failures_in_a_row=0
+        )
+
+    def _secret(self, subscription: Subscription) -> tuple[str | None, str | None]:
+        """The signing secret read now (never stored), or why the batch must wait."""
+        variable = subscription.signing_secret_env
+        if variable is None:
+            return None, None
+        secret = self.environ.get(variable)
+        if not secret:
+            return None, (
+                f"the signing secret's variable {variable} is not set in the worker's "
+                "environment: batches wait (they are never sent unsigned)"
+            )
+        return secret, None
+
+    def _cut(self, subscription: Subscription) -> tuple[str, bytes, int, Position] | None:
+        """Read the pending events; store and return a batch if one is due, else wait."""
+        with self.app.db.connect() as conn:
+            pending = self.pending(conn, subscription)
+        now = self.app.now()
+        if not pending.changes:
+            with self.app.db.begin() as conn:
+                if pending.reached > subscription.cursor:
+                    store.skip_to(conn, subscription, pending.reached)
+                self._wait_in(conn, subscription, now + IDLE_RECHECK)
+            return None
+        due = pending.changes[0].at + datetime.timedelta(milliseconds=subscription.batch_delay_ms)
+        if not pending.more and now < due:
+            self._wait(subscription, due)
+            return None
+        events = [subscription_event(change) for change in pending.changes]
+        batch_id = f"msg_{uuid.uuid4().hex}"
+        body = batch_body(subscription.name, events)
+        last = pending.changes[-1].position
+        with self.app.db.begin() as conn:
+            stored = store.cut_batch(
+                conn, subscription, batch_id=batch_id, last=last, events=len(events), body=body
+            )
+        return (batch_id, body, len(events), last) if stored else None
+
+    def pending(self, conn: sa.Connection, subscription: Subscription) -> Pending:
+        """Up to ``max_events`` changes after the cursor, of the subscription's machines."""
+        machines = subscription.state_machines
+        single = machines[0] if machines is not None and len(machines) == 1 else None
+        exact = machines is None or single is not None
+        wanted = subscription.max_events
+        taken: list[Change] = []
+        reached = subscription.cursor
+        for _ in range(MAX_PAGES):
+            page = read_changes(conn, reached, machine=single, limit=wanted if exact else READ_PAGE)
+            for change in page.changes:
+                if machines is None or change.state_machine in machines:
+                    taken.append(change)
+                    if len(taken) == wanted:
+                        return Pending(taken, change.position, more=True)
+            reached = page.reached
+            if len(page.changes) < (wanted if exact else READ_PAGE):
+                break
+        return Pending(taken, reached if not taken else taken[-1].position, more=False)
+
+    def _send(
+        self, subscription: Subscription, batch_id: str, body: bytes, secret: str | None
+    ) -> bool:
+        """POST the batch (no transaction open), then record the outcome; whether it was a 2xx."""
+        started_at = self.app.now()
+        request = batch_request(
+            subscription.url,
+            body,
+            batch_id=batch_id,
+            timestamp=int(started_at.timestamp()),
+            secret=secret,
+        )
+        started = time.monotonic()
+        result = deliver(
+            self.session,
+            request,
+            timeout=self.app.settings.subscription_timeout,
+            max_response_bytes=self.app.settings.max_response_body,
+        )
+        duration_ms = int((time.monotonic() - started) * 1000)
+        delivered = result.outcome is Outcome.DELIVERED
+        now = self.app.now()
+        with self.app.db.begin() as conn:
+            self.seam.record(
+                conn,
+                subscription,
+                batch_id=batch_id,
+                started_at=started_at,
+                duration_ms=duration_ms,
+                result=result,
+            )
+            if delivered:
+                current = store.acknowledge(conn, subscription.name, batch_id, at=now)
+            else:
+                delay = backoff(self.policy, subscription.failures_in_a_row + 1, self.rng)
+                current = store.record_failure(
+                    conn,
+                    subscription.name,
+                    batch_id,
+                    error=result.error or f"status {result.status}",
+                    at=now,
+                    retry_at=now + delay,
+                )
+        if not current:
+            logger.info(
+                "subscription %s: batch %s was superseded while it was sent (%s)",
+                subscription.name,
+                batch_id,
+                "acknowledged" if delivered else "failed",
+            )
+        elif not delivered:
+            logger.warning(
+                "subscription %s: batch %s failed: %s", subscription.name, batch_id, result.error
+            )
+        return delivered and current
+
+    def _wait(
+        self, subscription: Subscription, due_at: datetime.datetime, *, error: str | None = None
+    ) -> None:
+        with self.app.db.begin() as conn:
+            self._wait_in(conn, subscription, due_at, error=error)
+
+    def _wait_in(
+        self,
+        conn: sa.Connection,
+        subscription: Subscription,
+        due_at: datetime.datetime,
+        *,
+        error: str | None = None,
+    ) -> None:
+        token = subscription.lease_token
+        assert token is not None
+        if error is None:
+            store.wait_until(conn, subscription.name, token, due_at=due_at)
+        else:
+            store.wait_with_error(conn, subscription.name, token, due_at=due_at, error=error)

@@ -1,0 +1,150 @@
+"""The worker's push-subscription sender: a thread that claims subscriptions and sends batches.
+
+Every ``subscription_poll`` seconds (20 ms by default) the sender looks at the
+stream and the subscriptions in one cheap read (:func:`routemaster.db.subscriptions.look`).
+When the stream grew, or a subscription's time came (its batch delay, its
+backoff), it claims as many subscriptions as it has free threads, with
+``FOR UPDATE SKIP LOCKED`` and a lease, so any number of workers share them
+and one subscription has one batch in flight. Each claimed subscription is
+handled in a thread (:class:`~routemaster.worker.batches.BatchSender`); the
+lease outlasts a send's total deadline, and a worker that dies lets its lease
+run out, after which another worker sends the same batch again.
+
+A short poll rather than ``LISTEN``: a ``NOTIFY`` in every write transaction
+would serialise their commits (see :mod:`routemaster.changes.hub`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import random
+import threading
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+import sqlalchemy as sa
+
+from routemaster.app import App
+from routemaster.db import subscriptions as store
+from routemaster.db.subscriptions import Subscription
+from routemaster.http.guard import AddressPolicy
+from routemaster.http.subscriptions import subscription_session
+from routemaster.worker.batches import BatchSender, ReceiverSeam
+
+logger = logging.getLogger(__name__)
+
+
+class SubscriptionSender:
+    """Started and stopped by the worker; runs beside its loop in a thread of its own."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        rng: random.Random | None = None,
+        environ: Mapping[str, str] | None = None,
+        seam: ReceiverSeam | None = None,
+    ) -> None:
+        self.app = app
+        settings = app.settings
+        self.size = settings.subscription_concurrency
+        self._session = subscription_session(
+            AddressPolicy(app.config.subscriptions.allow), self.size
+        )
+        self._batches = BatchSender(
+            app,
+            self._session,
+            rng=rng or random.Random(),
+            environ=os.environ if environ is None else environ,
+            seam=seam or ReceiverSeam(),
+        )
+        self._pool = ThreadPoolExecutor(self.size, thread_name_prefix="routemaster-subscription")
+        self._lock = threading.Lock()
+        self._in_flight: set[str] = set()
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._seen: tuple[int | None, int] | None = None
+        self._thread: threading.Thread | None = None
+        self._failing = False
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._in_flight)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="routemaster-subscriptions")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop claiming, and wait for the batches in flight (each within its deadline)."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._pool.shutdown(wait=True)
+        self._session.close()
+
+    def _run(self) -> None:
+        poll = self.app.settings.subscription_poll
+        while not self._stopping.is_set():
+            try:
+                self.round()
+                if self._failing:
+                    logger.info("subscriptions: the database answers again")
+                self._failing = False
+            except sa.exc.SQLAlchemyError as error:
+                if not self._failing:
+                    logger.error("subscriptions: database unavailable: %s", type(error).__name__)
+                self._failing = True
+                self._wake.wait(self.app.settings.poll_interval)
+            except Exception:
+                self.app.hooks.exception("the subscription sender failed")
+                logger.exception("the subscription sender failed")
+                self._wake.wait(self.app.settings.poll_interval)
+            self._wake.wait(poll)
+            self._wake.clear()
+
+    def round(self) -> int:
+        """Look, and claim what may have work; how many subscriptions were claimed."""
+        now = self.app.now()
+        with self.app.db.connect() as conn:
+            seen = store.look(conn, now=now)
+        news = seen.stream != self._seen
+        due = seen.next_due is not None and seen.next_due <= now
+        free = self.size - self.in_flight
+        if not (news or due) or free <= 0:
+            return 0
+        lease = datetime.timedelta(seconds=self.app.settings.subscription_lease)
+        with self.app.db.begin() as conn:
+            claimed = store.claim_subscriptions(
+                conn,
+                token=uuid.uuid4().hex,
+                now=now,
+                lease_until=now + lease,
+                news=news,
+                limit=free,
+            )
+        if len(claimed) < free:  # every subscription that could have news was looked at
+            self._seen = seen.stream
+        for subscription in claimed:
+            with self._lock:
+                self._in_flight.add(subscription.name)
+            self._pool.submit(self._handle, subscription)
+        return len(claimed)
+
+    def _handle(self, subscription: Subscription) -> None:
+        try:
+            self._batches.handle(subscription)
+        except Exception:
+            message = f"subscription {subscription.name}: sending failed"
+            logger.exception(message)
+            self.app.hooks.exception(message)
+        finally:
+            with self._lock:
+                self._in_flight.discard(subscription.name)
+            self._wake.set()
