@@ -26,6 +26,7 @@ from routemaster.api import (
     openapi,
     operations,
     plugins,
+    subscriptions,
 )
 from routemaster.api.auth import require_tokens
 from routemaster.api.console.access import TOKEN_CHECK_KEY, console_token_check
@@ -76,6 +77,7 @@ def create_app(app: App) -> flask.Flask:
         openapi.blueprint,
         plugins.blueprint,
         changes.blueprint,
+        subscriptions.blueprint,
         console.blueprint,
     ]
     if app.metrics is not None:

@@ -95,6 +95,28 @@ _CLAUSE = obj(
     optional=("error",),
 )
 
+_SUBSCRIPTION = obj(
+    {
+        "name": TEXT,
+        "url": TEXT,
+        "state_machines": nullable(array(TEXT)),
+        "max_events": INTEGER,
+        "batch_delay_ms": INTEGER,
+        "signing_secret_env": {"type": ["string", "null"]},
+        "cursor": {**TEXT, "description": "The last acknowledged changes-stream position"},
+        "pending": {**INTEGER, "description": "Changes after the cursor that it takes"},
+        "oldest_pending_at": TIME,
+        "in_flight": nullable(obj({"webhook_id": TEXT, "events": INTEGER, "last_id": TEXT})),
+        "next_attempt_at": TIME,
+        "last_attempt_at": TIME,
+        "last_success_at": TIME,
+        "last_error": {"type": ["string", "null"]},
+        "failures_in_a_row": INTEGER,
+        "created_at": TIME,
+        "updated_at": TIME,
+    }
+)
+
 SCHEMAS: dict[str, Schema] = {
     "Error": obj(
         {"message": {**TEXT, "description": "What went wrong, for people."}}, strict=False
@@ -217,4 +239,29 @@ SCHEMAS: dict[str, Schema] = {
     "Move": obj(
         {"state": TEXT, "reason": {"type": ["string", "null"]}}, optional=("reason",), strict=False
     ),
+    "Subscription": _SUBSCRIPTION,
+    "SubscriptionList": obj({"subscriptions": array(ref("Subscription"))}),
+    "SubscriptionBody": obj(
+        {
+            "url": {
+                **TEXT,
+                "description": "http or https; never inside the network unless allowed",
+            },
+            "state_machines": nullable(array(TEXT)),
+            "max_events": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+            "batch_delay_ms": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": 3_600_000,
+                "default": 500,
+            },
+            "signing_secret_env": {
+                "type": ["string", "null"],
+                "pattern": "^ROUTEMASTER_SUBSCRIPTION_SECRET_[A-Za-z0-9_]+$",
+            },
+            "after": {**TEXT, "description": "A changes-stream position; only when creating"},
+        },
+        optional=("state_machines", "max_events", "batch_delay_ms", "signing_secret_env", "after"),
+    ),
+    "Cursor": obj({"after": {**TEXT, "description": "A changes-stream position (XACT-ID)"}}),
 }

@@ -41,7 +41,7 @@ class Subscription:
     max_events: int
     batch_delay_ms: int
     signing_secret_env: str | None
-    cursor: Position
+    acknowledged: Position  # the cursor: every change up to here was acknowledged
     batch_id: str | None
     batch_last: Position | None
     batch_events: int | None
@@ -86,7 +86,7 @@ def _subscription(row: sa.Row[Any]) -> Subscription:
         max_events=row.max_events,
         batch_delay_ms=row.batch_delay_ms,
         signing_secret_env=row.signing_secret_env,
-        cursor=Position(row.cursor_xact, row.cursor_id),
+        acknowledged=Position(row.cursor_xact, row.cursor_id),
         batch_id=row.batch_id,
         batch_last=last,
         batch_events=row.batch_events,
@@ -206,8 +206,8 @@ def lag(conn: sa.Connection, subscription: Subscription) -> Lag:
     row = conn.execute(
         _LAG,
         {
-            "cursor_xact": str(subscription.cursor.xact),
-            "cursor_id": subscription.cursor.id,
+            "cursor_xact": str(subscription.acknowledged.xact),
+            "cursor_id": subscription.acknowledged.id,
             "horizon": str(horizon.xact),
             "sms": list(sms) if sms is not None else None,
         },
@@ -370,8 +370,8 @@ def cut_batch(
                 "last_id": last.id,
                 "events": events,
                 "body": body,
-                "cursor_xact": subscription.cursor.xact,
-                "cursor_id": subscription.cursor.id,
+                "cursor_xact": subscription.acknowledged.xact,
+                "cursor_id": subscription.acknowledged.id,
             },
         ).rowcount
         == 1
@@ -387,8 +387,8 @@ def skip_to(conn: sa.Connection, subscription: Subscription, reached: Position) 
             "token": subscription.lease_token,
             "to_xact": reached.xact,
             "to_id": reached.id,
-            "cursor_xact": subscription.cursor.xact,
-            "cursor_id": subscription.cursor.id,
+            "cursor_xact": subscription.acknowledged.xact,
+            "cursor_id": subscription.acknowledged.id,
         },
     )
 

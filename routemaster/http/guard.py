@@ -30,6 +30,12 @@ SEARCH_SECONDS = 0.1
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+@dataclass(frozen=True)
+class UrlProblem:
+    message: str
+    inside_network: bool  # the address is refused (else the URL itself is unusable)
+
+
 class ForbiddenAddress(OSError):
     """A connection reached an address inside the network that the configuration does not allow."""
 
@@ -74,20 +80,20 @@ def is_internal(address: str) -> bool:
     )
 
 
-def url_problem(url: str, policy: AddressPolicy) -> str | None:
+def url_problem(url: str, policy: AddressPolicy) -> UrlProblem | None:
     """Why a subscription may not send to ``url`` (scheme, shape, address); ``None`` if it may."""
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as error:
-        return f"not a usable URL: {error}"
+        return UrlProblem(f"not a usable URL: {error}", False)
     if parts.scheme not in _DEFAULT_PORTS:
-        return "the URL must start with http:// or https://"
+        return UrlProblem("the URL must start with http:// or https://", False)
     host = parts.hostname
     if not host:
-        return "the URL has no host"
+        return UrlProblem("the URL has no host", False)
     if parts.username is not None or parts.password is not None:
-        return "the URL must not carry a user name or password"
+        return UrlProblem("the URL must not carry a user name or password", False)
     origin = origin_of(parts.scheme, host, port)
     if policy.allows(origin):
         return None
@@ -96,13 +102,14 @@ def url_problem(url: str, policy: AddressPolicy) -> str | None:
             host, port or _DEFAULT_PORTS[parts.scheme], type=socket.SOCK_STREAM
         )
     except (OSError, UnicodeError) as error:
-        return f"the host {host!r} could not be resolved: {error}"
+        return UrlProblem(f"the host {host!r} could not be resolved: {error}", False)
     for address in sorted({str(info[4][0]) for info in found}):
         if is_internal(address):
-            return (
+            return UrlProblem(
                 f"{origin} resolves to {address}, an address inside the network "
-                "(loopback, private or link-local); allow it in the configuration's "
-                "subscriptions: allow to send there"
+                "(loopback, private or link-local); the configuration's subscriptions: allow "
+                "must name it to send there",
+                True,
             )
     return None
 

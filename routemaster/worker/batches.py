@@ -151,7 +151,7 @@ class BatchSender:
         if not (delivered and full and last is not None):
             return None
         return dataclasses.replace(
-            subscription, cursor=last, batch_id=None, batch_last=None, failures_in_a_row=0
+            subscription, acknowledged=last, batch_id=None, batch_last=None, failures_in_a_row=0
         )
 
     def _secret(self, subscription: Subscription) -> tuple[str | None, str | None]:
@@ -174,7 +174,7 @@ class BatchSender:
         now = self.app.now()
         if not pending.changes:
             with self.app.db.begin() as conn:
-                if pending.reached > subscription.cursor:
+                if pending.reached > subscription.acknowledged:
                     store.skip_to(conn, subscription, pending.reached)
                 self._wait_in(conn, subscription, now + IDLE_RECHECK)
             return None
@@ -199,7 +199,7 @@ class BatchSender:
         exact = machines is None or single is not None
         wanted = subscription.max_events
         taken: list[Change] = []
-        reached = subscription.cursor
+        reached = subscription.acknowledged
         for _ in range(MAX_PAGES):
             page = read_changes(conn, reached, machine=single, limit=wanted if exact else READ_PAGE)
             for change in page.changes:

@@ -1,0 +1,252 @@
+"""Push subscriptions (SPEC D2): ``/subscriptions``, every endpoint under the ``admin`` scope.
+
+A subscription is a URL the workers POST batches of changes to, and a cursor
+on the changes stream. Here they are created, replaced, read, deleted and
+rewound; the sending is the worker's (:mod:`routemaster.worker.subscriptions`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import flask
+from werkzeug.exceptions import NotFound
+
+from routemaster.api.bodies import json_body
+from routemaster.api.endpoints import Reply, endpoint
+from routemaster.api.extension import routemaster_app
+from routemaster.api.responses import isoformat, json_response
+from routemaster.app import App
+from routemaster.auth import ADMIN
+from routemaster.db import subscriptions as store
+from routemaster.db.changes import Position, current_position
+from routemaster.db.subscriptions import Settings, Subscription
+from routemaster.labels.subscriptions import ForbiddenDestination, check_destination
+
+blueprint = flask.Blueprint("subscriptions", __name__)
+
+SUBSCRIPTION = "/subscriptions/<name>"
+NAME = re.compile(r"[A-Za-z0-9_.~-]{1,200}")
+SECRET_ENV = re.compile(r"ROUTEMASTER_SUBSCRIPTION_SECRET_[A-Za-z0-9_]{1,200}")
+MAX_URL = 2048
+MAX_EVENTS = (1, 1000, 100)  # least, most, default
+BATCH_DELAY_MS = (0, 3_600_000, 500)
+FIELDS = ("url", "state_machines", "max_events", "batch_delay_ms", "signing_secret_env", "after")
+MAX_XID8 = 2**63 - 1
+
+ERRORS = {400: Reply("Error"), 404: Reply("Error")}
+
+
+class Invalid(Exception):
+    """A 400 with a machine-readable reason."""
+
+    def __init__(self, message: str, reason: str = "invalid") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@blueprint.errorhandler(Invalid)
+def _invalid(error: Invalid) -> flask.Response:
+    return json_response({"message": str(error), "reason": error.reason}, 400)
+
+
+@blueprint.get("/subscriptions")
+@endpoint(
+    ADMIN,
+    "Every push subscription, with its lag",
+    {200: Reply("SubscriptionList")},
+    tags=("subscriptions",),
+)
+def list_subscriptions() -> flask.Response:
+    app = routemaster_app()
+    with app.db.connect() as conn:
+        found = [shown(conn, subscription) for subscription in store.all_subscriptions(conn)]
+    return json_response({"subscriptions": found})
+
+
+@blueprint.put(SUBSCRIPTION)
+@endpoint(
+    ADMIN,
+    "Create or replace a push subscription (replacing keeps its cursor)",
+    {200: Reply("Subscription"), 201: Reply("Subscription", description="Created"), **ERRORS},
+    body="SubscriptionBody",
+    tags=("subscriptions",),
+)
+def put_subscription(name: str) -> flask.Response:
+    app = routemaster_app()
+    _check_name(name)
+    body = json_body()
+    settings, after = _settings(app, body)
+    with app.db.begin() as conn:
+        if after is not None:
+            _check_position(conn, after)
+        subscription, created = store.put_subscription(conn, name, settings, after=after)
+        return json_response(shown(conn, subscription), 201 if created else 200)
+
+
+@blueprint.get(SUBSCRIPTION)
+@endpoint(
+    ADMIN,
+    "A push subscription, with its lag",
+    {200: Reply("Subscription"), **ERRORS},
+    tags=("subscriptions",),
+)
+def get_subscription(name: str) -> flask.Response:
+    app = routemaster_app()
+    _check_name(name)
+    with app.db.connect() as conn:
+        return json_response(shown(conn, _found(store.get_subscription(conn, name), name)))
+
+
+@blueprint.delete(SUBSCRIPTION)
+@endpoint(
+    ADMIN,
+    "Delete a push subscription (a batch in flight is dropped)",
+    {204: Reply(None), **ERRORS},
+    tags=("subscriptions",),
+)
+def delete_subscription(name: str) -> flask.Response:
+    app = routemaster_app()
+    _check_name(name)
+    with app.db.begin() as conn:
+        if not store.delete_subscription(conn, name):
+            raise NotFound(f"No subscription called {name!r}.")
+    return flask.Response(status=204)
+
+
+@blueprint.post(SUBSCRIPTION + "/cursor")
+@endpoint(
+    ADMIN,
+    "Replay from a stream position (supersedes the batch in flight)",
+    {200: Reply("Subscription"), **ERRORS},
+    body="Cursor",
+    tags=("subscriptions",),
+)
+def set_cursor(name: str) -> flask.Response:
+    app = routemaster_app()
+    _check_name(name)
+    body = json_body()
+    if not isinstance(body, dict) or set(body) != {"after"}:
+        raise Invalid('The body must be {"after": POSITION}.')
+    after = _position(body["after"])
+    with app.db.begin() as conn:
+        _check_position(conn, after)
+        subscription = _found(store.set_cursor(conn, name, after), name)
+        return json_response(shown(conn, subscription))
+
+
+def shown(conn: Any, subscription: Subscription) -> dict[str, Any]:
+    """A subscription as the API shows it: settings, cursor, lag, the batch in flight."""
+    lag = store.lag(conn, subscription)
+    in_flight = None
+    if subscription.batch_id is not None:
+        in_flight = {
+            "webhook_id": subscription.batch_id,
+            "events": subscription.batch_events,
+            "last_id": str(subscription.batch_last),
+        }
+    return {
+        "name": subscription.name,
+        "url": subscription.url,
+        "state_machines": (
+            list(subscription.state_machines) if subscription.state_machines is not None else None
+        ),
+        "max_events": subscription.max_events,
+        "batch_delay_ms": subscription.batch_delay_ms,
+        "signing_secret_env": subscription.signing_secret_env,
+        "cursor": str(subscription.acknowledged),
+        "pending": lag.pending,
+        "oldest_pending_at": isoformat(lag.oldest_pending_at),
+        "in_flight": in_flight,
+        "next_attempt_at": isoformat(subscription.due_at) if in_flight else None,
+        "last_attempt_at": isoformat(subscription.last_attempt_at),
+        "last_success_at": isoformat(subscription.last_success_at),
+        "last_error": subscription.last_error,
+        "failures_in_a_row": subscription.failures_in_a_row,
+        "created_at": isoformat(subscription.created_at),
+        "updated_at": isoformat(subscription.updated_at),
+    }
+
+
+def _found(subscription: Subscription | None, name: str) -> Subscription:
+    if subscription is None:
+        raise NotFound(f"No subscription called {name!r}.")
+    return subscription
+
+
+def _check_name(name: str) -> None:
+    if not NAME.fullmatch(name) or name in (".", ".."):
+        raise Invalid(
+            "A subscription's name is 1 to 200 of A-Z a-z 0-9 _ . ~ - (and not . or ..).",
+            "invalid_name",
+        )
+
+
+def _settings(app: App, body: Any) -> tuple[Settings, Position | None]:
+    if not isinstance(body, dict):
+        raise Invalid("The request body must be a JSON object.")
+    unknown = sorted(set(body) - set(FIELDS))
+    if unknown:
+        raise Invalid(f"Unknown fields: {', '.join(unknown)} (expected: {', '.join(FIELDS)}).")
+    url = body.get("url")
+    if not isinstance(url, str) or not url or len(url) > MAX_URL:
+        raise Invalid(f'"url" must be an http or https URL of at most {MAX_URL} characters.')
+    try:
+        check_destination(app, url)
+    except ForbiddenDestination as refused:
+        raise Invalid(f'"url": {refused}.', refused.reason) from None
+    machines = body.get("state_machines")
+    if machines is not None:
+        known = {machine.name for machine in app.config.state_machines}
+        if not isinstance(machines, list) or not machines:
+            raise Invalid('"state_machines" must be a non-empty list of state machine names.')
+        for machine in machines:
+            if machine not in known:
+                raise Invalid(f'"state_machines": no state machine called {machine!r}.')
+        machines = tuple(dict.fromkeys(machines))
+    secret_env = body.get("signing_secret_env")
+    if secret_env is not None and (
+        not isinstance(secret_env, str) or not SECRET_ENV.fullmatch(secret_env)
+    ):
+        raise Invalid(
+            '"signing_secret_env" must name an environment variable starting '
+            "ROUTEMASTER_SUBSCRIPTION_SECRET_ (letters, digits, _)."
+        )
+    after = body.get("after")
+    settings = Settings(
+        url=url,
+        state_machines=machines,
+        max_events=_bounded(body, "max_events", MAX_EVENTS),
+        batch_delay_ms=_bounded(body, "batch_delay_ms", BATCH_DELAY_MS),
+        signing_secret_env=secret_env,
+    )
+    return settings, None if after is None else _position(after)
+
+
+def _bounded(body: dict[str, Any], key: str, bounds: tuple[int, int, int]) -> int:
+    least, most, default = bounds
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        raise Invalid(f'"{key}" must be an integer from {least:,} to {most:,}.')
+    return value
+
+
+def _position(value: Any) -> Position:
+    if not isinstance(value, str):
+        raise Invalid('"after" must be a changes-stream position (the id of an event).')
+    try:
+        position = Position.parse(value)
+    except ValueError:
+        raise Invalid(
+            f'"after": {value[:40]!r} is not a changes-stream position (XACT-ID).', "invalid_cursor"
+        ) from None
+    if position.xact > MAX_XID8 or position.id > MAX_XID8:
+        raise Invalid(f'"after": {value[:40]!r} is out of range.', "invalid_cursor")
+    return position
+
+
+def _check_position(conn: Any, after: Position) -> None:
+    """A position ahead of the stream would skip changes not yet made: refused."""
+    if after.xact > current_position(conn).xact:
+        raise Invalid(f'"after": {after} is ahead of the changes stream.', "invalid_cursor")
