@@ -102,6 +102,20 @@ class Metrics:
             registry=registry,
         )
 
+        self.subscription_batches = Counter(
+            "routemaster_subscription_batches",
+            "Push subscription batches sent, by subscription and outcome (success, failure, "
+            "error: no answer).",
+            ["subscription", "outcome"],
+            registry=registry,
+        )
+        self.subscription_events = Counter(
+            "routemaster_subscription_events",
+            "Events acknowledged by push subscribers.",
+            ["subscription"],
+            registry=registry,
+        )
+
     @classmethod
     def from_environment(cls) -> Metrics:
         """Multiprocess when ``PROMETHEUS_MULTIPROC_DIR`` is set (as ``serve`` does)."""
@@ -110,6 +124,14 @@ class Metrics:
     def observer(self) -> BaseLogger:
         """A logging plugin that counts what it hears; add it to the App's loggers."""
         return _Observer(self)
+
+    def observe_subscription_batch(
+        self, subscription: str, status: int | None, *, events: int, acknowledged: bool
+    ) -> None:
+        kind = "error" if status is None else "success" if 200 <= status < 300 else "failure"
+        self.subscription_batches.labels(subscription, kind).inc()
+        if acknowledged:
+            self.subscription_events.labels(subscription).inc(events)
 
     def observe_request(self, method: str, endpoint: str, status: int, seconds: float) -> None:
         key = (method if method in METHODS else "other", endpoint, status)

@@ -146,7 +146,7 @@ class BatchSender:
         if holdup is not None:
             self._wait(subscription, holdup)
             return None
-        delivered = self._send(subscription, batch_id, body, secret)
+        delivered = self._send(subscription, batch_id, body, secret, events or 0)
         full = events is not None and events >= subscription.max_events
         if not (delivered and full and last is not None):
             return None
@@ -213,7 +213,12 @@ class BatchSender:
         return Pending(taken, reached if not taken else taken[-1].position, more=False)
 
     def _send(
-        self, subscription: Subscription, batch_id: str, body: bytes, secret: str | None
+        self,
+        subscription: Subscription,
+        batch_id: str,
+        body: bytes,
+        secret: str | None,
+        events: int,
     ) -> bool:
         """POST the batch (no transaction open), then record the outcome; whether it was a 2xx."""
         started_at = self.app.now()
@@ -255,6 +260,10 @@ class BatchSender:
                     at=now,
                     retry_at=now + delay,
                 )
+        if self.app.metrics is not None:
+            self.app.metrics.observe_subscription_batch(
+                subscription.name, result.status, events=events, acknowledged=delivered and current
+            )
         if not current:
             logger.info(
                 "subscription %s: batch %s was superseded while it was sent (%s)",

@@ -13,9 +13,10 @@ from flask.testing import FlaskClient
 
 from routemaster.api import create_app
 from routemaster.api.auth import token_cache
-from routemaster.app import App
+from routemaster.app import App, Settings
 from routemaster.auth.admin import create_token
 from routemaster.config import load_config
+from routemaster.metrics import Metrics
 from tests.api.conftest import CONFIG_PATH
 from tests.api.helpers import body
 from tests.api.openapi_check import CheckedClient
@@ -204,3 +205,33 @@ def test_every_subscription_endpoint_needs_the_admin_scope(
     for method, path, payload in calls:
         answered = client.open(path, method=method, json=payload, headers=admin)
         assert answered.status_code < 300, (method, path, answered.data)
+
+
+def test_lag_is_a_gauge_per_subscription_in_metrics(db_engine: sa.Engine) -> None:
+    flask_app = create_app(
+        App(
+            config=load_config([CONFIG_PATH]),
+            db=db_engine,
+            settings=Settings(label_gauges_interval=0),
+            metrics=Metrics(),
+        )
+    )
+    client = flask_app.test_client()
+    client.put("/subscriptions/orders", json={"url": PUBLIC})
+    client.post(LABELS + "/a", json={"metadata": {}})
+    client.post(LABELS + "/b", json={"metadata": {}})
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'routemaster_subscription_pending{subscription="orders"} 2.0' in text
+    assert 'routemaster_subscription_failures_in_a_row{subscription="orders"} 0.0' in text
+    assert 'routemaster_subscription_oldest_pending_seconds{subscription="orders"}' in text
+
+
+def test_the_console_lists_subscriptions_and_their_lag(client: FlaskClient) -> None:
+    client.put("/subscriptions/orders", json={"url": PUBLIC})
+    client.post(LABELS + "/a", json={"metadata": {}})
+    page = client.get("/console/subscriptions")
+    assert page.status_code == 200
+    html = page.get_data(as_text=True)
+    assert 'data-subscription="orders"' in html and PUBLIC in html
+    assert '<td class="n">1</td>' in html  # pending
+    assert 'href="/console/subscriptions"' in client.get("/console/").get_data(as_text=True)

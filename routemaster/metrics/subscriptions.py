@@ -1,0 +1,97 @@
+"""Gauges per push subscription: its lag behind the changes stream, and its failures.
+
+``routemaster_subscription_pending`` (changes after the cursor that it
+takes), ``routemaster_subscription_oldest_pending_seconds`` (the age of the
+oldest of those, 0 when none) and ``routemaster_subscription_failures_in_a_row``,
+labelled by ``subscription``. Counted at most every ``interval`` seconds per
+process (a lag is counted over the history index from the cursor, so a
+subscription far behind costs in proportion), never once per scrape.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from routemaster.db import subscriptions as store
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SubscriptionLag:
+    name: str
+    pending: int
+    oldest_seconds: float
+    failures_in_a_row: int
+
+
+def subscription_lags(engine: sa.Engine) -> list[SubscriptionLag]:
+    """Every subscription's lag, read now."""
+    now = datetime.datetime.now(datetime.UTC)
+    lags = []
+    with engine.connect() as conn:
+        for subscription in store.all_subscriptions(conn):
+            lag = store.lag(conn, subscription)
+            oldest = lag.oldest_pending_at
+            lags.append(
+                SubscriptionLag(
+                    subscription.name,
+                    lag.pending,
+                    max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0,
+                    subscription.failures_in_a_row,
+                )
+            )
+    return lags
+
+
+class SubscriptionGauges(Collector):
+    def __init__(
+        self, engine: sa.Engine, *, interval: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._engine = engine
+        self._interval = interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._taken: tuple[float, list[SubscriptionLag]] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        lags = self.lags()
+        families = (
+            ("routemaster_subscription_pending", "Changes after the cursor.", "pending"),
+            (
+                "routemaster_subscription_oldest_pending_seconds",
+                "Age of the oldest change not yet acknowledged (0: none).",
+                "oldest_seconds",
+            ),
+            (
+                "routemaster_subscription_failures_in_a_row",
+                "Failed sends of the batch in flight.",
+                "failures_in_a_row",
+            ),
+        )
+        for name, documentation, field in families:
+            family = GaugeMetricFamily(name, documentation, labels=["subscription"])
+            for lag in lags:
+                family.add_metric([lag.name], getattr(lag, field))
+            yield family
+
+    def lags(self) -> list[SubscriptionLag]:
+        with self._lock:
+            if self._taken is not None and self._clock() - self._taken[0] < self._interval:
+                return self._taken[1]
+            try:
+                fresh = subscription_lags(self._engine)
+            except sa.exc.SQLAlchemyError as error:
+                logger.warning("subscription gauges not refreshed: %s", type(error).__name__)
+                return self._taken[1] if self._taken else []
+            self._taken = (self._clock(), fresh)
+            return fresh
