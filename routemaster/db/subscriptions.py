@@ -219,7 +219,8 @@ def lag(conn: sa.Connection, subscription: Subscription) -> Lag:
 
 _LOOK = sa.text(
     """
-    SELECT (SELECT max(id) FROM history) AS last_change,
+    SELECT EXISTS (SELECT 1 FROM subscriptions) AS any,
+           (SELECT max(id) FROM history) AS last_change,
            (SELECT count(*) FROM history WHERE xact_id >= CAST(:horizon AS xid8)) AS in_doubt,
            (SELECT min(due_at) FROM subscriptions
             WHERE lease_until IS NULL OR lease_until <= :now) AS next_due
@@ -310,6 +311,7 @@ class Look:
     differs from the last look, a subscription may have new events.
     """
 
+    any: bool  # whether there is any subscription at all
     stream: tuple[int | None, int]
     next_due: datetime.datetime | None
 
@@ -317,7 +319,7 @@ class Look:
 def look(conn: sa.Connection, *, now: datetime.datetime) -> Look:
     horizon = current_position(conn)
     row = conn.execute(_LOOK, {"now": now, "horizon": str(horizon.xact)}).one()
-    return Look((row.last_change, int(row.in_doubt)), row.next_due)
+    return Look(row.any, (row.last_change, int(row.in_doubt)), row.next_due)
 
 
 def claim_subscriptions(

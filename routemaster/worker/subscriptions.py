@@ -69,6 +69,7 @@ class SubscriptionSender:
         self._seen: tuple[int | None, int] | None = None
         self._thread: threading.Thread | None = None
         self._failing = False
+        self._any = False
 
     @property
     def in_flight(self) -> int:
@@ -106,7 +107,8 @@ class SubscriptionSender:
                 self.app.hooks.exception("the subscription sender failed")
                 logger.exception("the subscription sender failed")
                 self._wake.wait(self.app.settings.poll_interval)
-            self._wake.wait(poll)
+            # With no subscription at all, look again only every poll interval (1 s).
+            self._wake.wait(poll if self._any else self.app.settings.poll_interval)
             self._wake.clear()
 
     def round(self) -> int:
@@ -114,6 +116,7 @@ class SubscriptionSender:
         now = self.app.now()
         with self.app.db.connect() as conn:
             seen = store.look(conn, now=now)
+        self._any = seen.any
         news = seen.stream != self._seen
         due = seen.next_due is not None and seen.next_due <= now
         free = self.size - self.in_flight
