@@ -250,7 +250,7 @@ _CUT = sa.text(
     """
     UPDATE subscriptions
     SET batch_id = :batch_id, batch_last_xact = :last_xact, batch_last_id = :last_id,
-        batch_events = :events, batch_body = :body
+        batch_events = :events, batch_body = :body, lease_until = :lease_until
     WHERE name = :name AND lease_token = :token AND batch_id IS NULL
       AND cursor_xact = :cursor_xact AND cursor_id = :cursor_id
     """
@@ -359,8 +359,12 @@ def cut_batch(
     last: Position,
     events: int,
     body: bytes,
+    lease_until: datetime.datetime,
 ) -> bool:
-    """Record the batch about to be sent; ``False`` if the lease or the cursor changed meanwhile."""
+    """Record the batch about to be sent, renewing the lease for its send.
+
+    ``False`` if the lease or the cursor changed meanwhile (nothing is written).
+    """
     return (
         conn.execute(
             _CUT,
@@ -372,6 +376,7 @@ def cut_batch(
                 "last_id": last.id,
                 "events": events,
                 "body": body,
+                "lease_until": lease_until,
                 "cursor_xact": subscription.acknowledged.xact,
                 "cursor_id": subscription.acknowledged.id,
             },

@@ -106,6 +106,7 @@ class BatchSender:
         self.environ = environ
         self.seam = seam
         settings = app.settings
+        self.lease = datetime.timedelta(seconds=settings.subscription_lease)
         self.policy = RetryPolicy(
             initial_delay=datetime.timedelta(seconds=settings.subscription_backoff),
             max_delay=datetime.timedelta(seconds=settings.subscription_max_backoff),
@@ -188,7 +189,13 @@ class BatchSender:
         last = pending.changes[-1].position
         with self.app.db.begin() as conn:
             stored = store.cut_batch(
-                conn, subscription, batch_id=batch_id, last=last, events=len(events), body=body
+                conn,
+                subscription,
+                batch_id=batch_id,
+                last=last,
+                events=len(events),
+                body=body,
+                lease_until=now + self.lease,
             )
         return (batch_id, body, len(events), last) if stored else None
 

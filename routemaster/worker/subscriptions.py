@@ -77,6 +77,15 @@ class SubscriptionSender:
             return len(self._in_flight)
 
     def start(self) -> None:
+        settings = self.app.settings
+        if settings.subscription_lease <= settings.subscription_timeout:
+            logger.warning(
+                "ROUTEMASTER_SUBSCRIPTION_LEASE (%g s) is not longer than "
+                "ROUTEMASTER_SUBSCRIPTION_TIMEOUT (%g s): a slow subscriber may get a batch "
+                "from two workers at once",
+                settings.subscription_lease,
+                settings.subscription_timeout,
+            )
         self._thread = threading.Thread(target=self._run, name="routemaster-subscriptions")
         self._thread.daemon = True
         self._thread.start()
