@@ -221,7 +221,8 @@ _LOOK = sa.text(
     """
     SELECT EXISTS (SELECT 1 FROM subscriptions) AS any,
            (SELECT max(id) FROM history) AS last_change,
-           (SELECT count(*) FROM history WHERE xact_id >= CAST(:horizon AS xid8)) AS in_doubt,
+           (SELECT count(*) FROM history
+            WHERE xact_id >= pg_snapshot_xmin(pg_current_snapshot())) AS in_doubt,
            (SELECT min(due_at) FROM subscriptions
             WHERE lease_until IS NULL OR lease_until <= :now) AS next_due
     """
@@ -306,9 +307,11 @@ _RELEASE = sa.text(
 class Look:
     """What a sender's cheap poll sees: whether the stream grew, the soonest due subscription.
 
-    ``stream`` is the newest history id and the number of changes not yet
-    readable (written by transactions the stream still waits for): when either
-    differs from the last look, a subscription may have new events.
+    ``stream`` is the newest history id and the number of changes that may
+    not be readable yet (written by transactions at or after the oldest one
+    still running): when either differs from the last look, a subscription
+    may have new events. A hint only: every subscription is also looked at
+    again a second after it found nothing.
     """
 
     any: bool  # whether there is any subscription at all
@@ -317,8 +320,7 @@ class Look:
 
 
 def look(conn: sa.Connection, *, now: datetime.datetime) -> Look:
-    horizon = current_position(conn)
-    row = conn.execute(_LOOK, {"now": now, "horizon": str(horizon.xact)}).one()
+    row = conn.execute(_LOOK, {"now": now}).one()
     return Look(row.any, (row.last_change, int(row.in_doubt)), row.next_due)
 
 

@@ -7,6 +7,7 @@ their real loop in threads (several at once where sharing matters).
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import hmac
 import itertools
@@ -22,6 +23,7 @@ import sqlalchemy as sa
 
 from routemaster import labels
 from routemaster.app import App
+from routemaster.db import labels as label_store
 from routemaster.db import subscriptions as store
 from routemaster.db.changes import Position, current_position
 from routemaster.db.subscriptions import Settings, Subscription
@@ -160,6 +162,24 @@ def test_order_and_completeness_across_concurrent_writers(app: App, stub: StubSe
     for batch in names:  # each writer's labels arrive in the order it made them
         mine = [e["label"] for e in found if e["label"] in batch]
         assert mine == batch
+
+
+def test_a_transaction_that_commits_late_is_not_skipped(app: App, stub: StubServer) -> None:
+    subscribe(app, stub, max_events=10)
+    with running(app), app.db.connect() as slow:
+        transaction = slow.begin()
+        slow.execute(sa.text("SELECT pg_current_xact_id()"))  # takes its id now: before a, b
+        looked_after = app.now()
+        create(app, "a", "b")  # committed after it started, before it commits
+        # the sender looked on the news, found nothing readable, and set itself to look again
+        wait_until(lambda: shown(app).due_at > looked_after + datetime.timedelta(seconds=0.5), 10)
+        assert delivered_labels(stub) == []  # the stream waits for the open transaction
+        label_store.insert(slow, "m", "late", {}, state="start", now=app.now(), due=False)
+        transaction.commit()
+        wait_until(lambda: len(delivered_labels(stub)) == 3, 10)
+    assert delivered_labels(stub) == ["late", "a", "b"]  # stream order: by transaction
+    found = positions(events(stub.received(HOOK)))
+    assert found == sorted(found)
 
 
 def test_a_subscriber_that_is_down_gets_the_same_batch_again_then_everything(
