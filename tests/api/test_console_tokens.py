@@ -110,3 +110,11 @@ def test_a_reading_token_has_no_buttons_and_revoking_it_signs_out(
     cache = token_cache(secured)
     assert cache is not None and cache.wait_until_current(10)
     assert client.get("/console/").status_code == 302
+
+
+def test_the_subscriptions_page_needs_admin(client: FlaskClient, db_engine: sa.Engine) -> None:
+    assert _sign_in(client, _secret(db_engine, "reader", "read")) in (302, 303)
+    assert client.get("/console/subscriptions").status_code == 403
+    assert "Subscriptions" not in client.get("/console/").get_data(as_text=True)
+    assert _sign_in(client, _secret(db_engine, "administrator", "read", "admin")) in (302, 303)
+    assert client.get("/console/subscriptions").status_code == 200
