@@ -36,6 +36,7 @@ from routemaster.config.model import (
     Trigger,
     WebhookHeaderRule,
 )
+from routemaster.config.receivers import compile_receivers
 from routemaster.config.source import ConfigPath
 from routemaster.config.validation import Checked
 
@@ -51,7 +52,13 @@ def compile_config(
         for plugin in document.get("plugins", {}).get("logging", [])
     )
     api = ApiConfig(**document.get("api", {}))
-    return Config(state_machines=machines, logging_plugins=plugins, api=api, sources=sources)
+    return Config(
+        state_machines=machines,
+        logging_plugins=plugins,
+        api=api,
+        sources=sources,
+        receivers=compile_receivers(document.get("receivers", [])),
+    )
 
 
 def _machine(name: str, machine: dict[str, Any], checked: Checked) -> StateMachine:

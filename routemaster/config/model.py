@@ -11,6 +11,7 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
+from routemaster.config.receivers import ReceiverPolicy
 from routemaster.exit_conditions import Program
 
 Path = tuple[str, ...]
@@ -189,6 +190,7 @@ class Config:
     logging_plugins: tuple[LoggingPlugin, ...] = ()
     api: ApiConfig = field(default_factory=ApiConfig)
     sources: tuple[str, ...] = ()  # the files it was loaded from, for messages
+    receivers: tuple[ReceiverPolicy, ...] = ()  # the ``receivers:`` rules, first match wins
 
     def get_machine(self, name: str) -> StateMachine:
         """The machine called ``name``; ``KeyError`` when there is none."""

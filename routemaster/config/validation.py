@@ -25,6 +25,7 @@ from routemaster.config.formats import (
 )
 from routemaster.config.model import Config, Gate
 from routemaster.config.patterns import pattern_problems
+from routemaster.config.receivers import receiver_problems
 from routemaster.config.source import ConfigPath, ScalarMark, SourceMap
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
 
@@ -55,6 +56,10 @@ def semantic_problems(document: Any, source: SourceMap, environ: Mapping[str, st
     plugins = document.get("plugins") if isinstance(document, dict) else None
     if isinstance(plugins, dict):
         checker.logging_plugins(plugins.get("logging"))
+    if isinstance(document, dict) and isinstance(machines, dict):
+        urls = [url for m in machines.values() if isinstance(m, dict) for url in _url_templates(m)]
+        for path, problem in receiver_problems(document.get("receivers"), urls):
+            checker.report(path, problem)
     return checked
 
 
