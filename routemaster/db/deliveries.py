@@ -104,6 +104,16 @@ _MATCHING = sa.text(
     """
 )
 
+# Among the latest ``:window`` calls only, so a log of successes is not read to its start.
+_RECENT_FAILURES = sa.text(
+    f"""
+    SELECT {_COLUMNS} FROM deliveries
+    WHERE outcome NOT IN ('delivered', 'accepted')
+      AND id > (SELECT COALESCE(max(id), 0) FROM deliveries) - :window
+    ORDER BY id DESC LIMIT :limit
+    """
+)
+
 _PRUNE = sa.text(
     """
     DELETE FROM deliveries WHERE id IN (
@@ -158,6 +168,12 @@ def matching(
             "limit": limit,
         },
     ).all()
+    return [Delivery(**row._mapping) for row in rows]
+
+
+def recent_failures(conn: sa.Connection, *, limit: int, window: int = 10_000) -> list[Delivery]:
+    """The latest calls that were not answered with success, among the last ``window``."""
+    rows = conn.execute(_RECENT_FAILURES, {"limit": limit, "window": window}).all()
     return [Delivery(**row._mapping) for row in rows]
 
 
