@@ -90,8 +90,8 @@ def all_deliveries() -> flask.Response:
     limit, before = _paging()
     with app.db.connect() as conn:
         rows = log.matching(conn, where, limit=limit + 1, before=before)
-    filters = {name: args[name] for name in ("kind", "outcome", "receiver", "since", "until")}
-    return _page(rows, limit, "/deliveries", {k: v for k, v in filters.items() if v})
+    names = ("kind", "outcome", "receiver", "since", "until")
+    return _page(rows, limit, "/deliveries", {name: args[name] for name in names if args.get(name)})
 
 
 def delivery_json(delivery: Delivery) -> dict[str, Any]:
