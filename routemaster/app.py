@@ -71,6 +71,8 @@ class Settings:
     subscription_poll: float = 0.02
     subscription_backoff: float = 1.0
     subscription_max_backoff: float = 600.0
+    # the delivery log keeps each outbound call this long (workers prune older ones)
+    delivery_retention: datetime.timedelta = datetime.timedelta(days=14)
 
 
 @dataclass

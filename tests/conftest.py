@@ -58,8 +58,8 @@ def db_engine(database_url: str) -> Iterator[sa.Engine]:
     with engine.begin() as conn:
         conn.execute(
             sa.text(
-                "TRUNCATE labels, history, trigger_occurrences, api_tokens, subscriptions"
-                " RESTART IDENTITY"
+                "TRUNCATE labels, history, trigger_occurrences, api_tokens, deliveries, "
+                "receivers, receiver_slots, subscriptions RESTART IDENTITY"
             )
         )
     yield engine

@@ -9,14 +9,14 @@ every re-send is the same request. A worker claims the row with a lease
 a worker should look at it next (a batch's delay, a backoff, a re-check).
 
 Revision ID: 0010
-Revises: 0006
+Revises: 0009 (0006 on its own branch; chained after 0009 since the merge of issue-22)
 Create Date: 2026-11-24
 """
 
 from alembic import op
 
 revision = "0010"
-down_revision = "0006"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

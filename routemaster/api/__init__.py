@@ -18,6 +18,7 @@ import flask
 from routemaster.api import (
     changes,
     console,
+    deliveries,
     errors,
     explanations,
     health,
@@ -26,6 +27,7 @@ from routemaster.api import (
     openapi,
     operations,
     plugins,
+    receivers,
     subscriptions,
 )
 from routemaster.api.auth import require_tokens
@@ -74,6 +76,8 @@ def create_app(app: App) -> flask.Flask:
         labels.blueprint,
         explanations.blueprint,
         operations.blueprint,
+        deliveries.blueprint,
+        receivers.blueprint,
         openapi.blueprint,
         plugins.blueprint,
         changes.blueprint,

@@ -13,6 +13,7 @@ from typing import Any
 import flask
 
 from routemaster import labels as label_core
+from routemaster.api.deliveries import delivery_json
 from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, live_label
@@ -21,6 +22,7 @@ from routemaster.app import App
 from routemaster.auth import READ
 from routemaster.config import describe_machine
 from routemaster.config.model import Action, StateMachine
+from routemaster.db import deliveries
 from routemaster.exit_conditions import FeedUnavailable
 from routemaster.machine import choose_next_state
 from routemaster.machine.triggers import what_evaluates
@@ -52,6 +54,7 @@ def explanation_of(app: App, machine: StateMachine, found: label_core.Label) -> 
         "last_error": found.last_error,
         "attempts": found.attempts,
         "due_at": isoformat(found.due_at),
+        "recent_deliveries": recent_deliveries(app, machine, found.name),
     }
     try:
         state = machine.get_state(found.state)
@@ -85,3 +88,11 @@ def explanation_of(app: App, machine: StateMachine, found: label_core.Label) -> 
             "so only an operator's move takes it on."
         )
     return body
+
+
+def recent_deliveries(app: App, machine: StateMachine, name: str) -> list[dict[str, Any]]:
+    """The label's last three outbound calls, newest first."""
+    with app.db.connect() as conn:
+        return [
+            delivery_json(row) for row in deliveries.of_label(conn, machine.name, name, limit=3)
+        ]

@@ -238,6 +238,7 @@ def label_history(sm: str, label: str) -> flask.Response:
         {
             "history": [
                 {
+                    "kind": entry.kind,
                     "old_state": entry.old_state,
                     "new_state": entry.new_state,
                     "created": isoformat(entry.created),

@@ -17,6 +17,7 @@ INTEGER: Schema = {"type": "integer"}
 BOOLEAN: Schema = {"type": "boolean"}
 ANY: Schema = {}
 TIME: Schema = {"type": ["string", "null"], "format": "date-time"}
+_TEXT_OR_NULL: Schema = {"type": ["string", "null"]}
 
 
 def ref(name: str) -> Schema:
@@ -184,6 +185,7 @@ SCHEMAS: dict[str, Schema] = {
             "history": array(
                 obj(
                     {
+                        "kind": {"enum": ["created", "moved", "deleted", "forced", "errored"]},
                         "old_state": {"type": ["string", "null"]},
                         "new_state": {
                             "type": ["string", "null"],
@@ -224,6 +226,7 @@ SCHEMAS: dict[str, Schema] = {
             ),
             "next_state_if_held": TEXT,
             "next_state_error": TEXT,
+            "recent_deliveries": array(ref("Delivery")),
         },
         optional=(
             "message",
@@ -236,6 +239,70 @@ SCHEMAS: dict[str, Schema] = {
         ),
     ),
     "Command": obj({"reason": {"type": ["string", "null"]}}, optional=("reason",), strict=False),
+    "Delivery": obj(
+        {
+            "id": INTEGER,
+            "kind": {"enum": ["webhook", "feed", "subscription"]},
+            "state_machine": _TEXT_OR_NULL,
+            "label": _TEXT_OR_NULL,
+            "state": _TEXT_OR_NULL,
+            "url": {"type": "string", "description": "Userinfo and query values redacted."},
+            "receiver": TEXT,
+            "attempt": {"type": ["integer", "null"]},
+            "trigger": {"enum": ["scheduled", "retry", "manual", "probe"]},
+            "started_at": TIME,
+            "duration_ms": INTEGER,
+            "status": {"type": ["integer", "null"], "description": "null: no answer."},
+            "outcome": {
+                "enum": [
+                    "delivered",
+                    "accepted",
+                    "failed",
+                    "gone",
+                    "timeout",
+                    "network",
+                    "throttled",
+                ]
+            },
+            "error": _TEXT_OR_NULL,
+            "response_excerpt": {
+                "type": ["string", "null"],
+                "description": "The first KiB of the answer's body, as text.",
+            },
+        }
+    ),
+    "DeliveryList": obj(
+        {
+            "deliveries": array(ref("Delivery")),
+            "next": {"type": ["string", "null"], "description": "The next page, if any."},
+        }
+    ),
+    "Receiver": obj(
+        {
+            "id": {"type": "string", "description": "URL-safe, from the origin."},
+            "origin": TEXT,
+            "state": {"enum": ["closed", "open", "half_open", "paused"]},
+            "in_flight": INTEGER,
+            "waiting": {"type": "integer", "description": "Labels due for it, not yet sent."},
+            "failures_in_a_row": INTEGER,
+            "last_success_at": TIME,
+            "last_failure_at": TIME,
+            "last_error": _TEXT_OR_NULL,
+            "open_until": TIME,
+            "max_in_flight": {"type": ["integer", "null"]},
+            "rate": _TEXT_OR_NULL,
+        }
+    ),
+    "ReceiverList": obj({"receivers": array(ref("Receiver"))}),
+    "RetryErrored": obj(
+        {
+            "since": {"type": "string", "format": "date-time"},
+            "until": {"type": "string", "format": "date-time"},
+            "reason": TEXT,
+        },
+        optional=("until", "reason"),
+    ),
+    "RetryCount": obj({"count": INTEGER}),
     "Move": obj(
         {"state": TEXT, "reason": {"type": ["string", "null"]}}, optional=("reason",), strict=False
     ),

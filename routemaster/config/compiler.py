@@ -37,6 +37,7 @@ from routemaster.config.model import (
     Trigger,
     WebhookHeaderRule,
 )
+from routemaster.config.receivers import compile_receivers
 from routemaster.config.source import ConfigPath
 from routemaster.config.validation import Checked
 
@@ -57,8 +58,9 @@ def compile_config(
         state_machines=machines,
         logging_plugins=plugins,
         api=api,
-        subscriptions=subscriptions,
         sources=sources,
+        receivers=compile_receivers(document.get("receivers", [])),
+        subscriptions=subscriptions,
     )
 
 

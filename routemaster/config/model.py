@@ -11,6 +11,7 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
+from routemaster.config.receivers import ReceiverPolicy
 from routemaster.exit_conditions import Program
 
 Path = tuple[str, ...]
@@ -199,6 +200,7 @@ class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     subscriptions: SubscriptionsConfig = field(default_factory=SubscriptionsConfig)
     sources: tuple[str, ...] = ()  # the files it was loaded from, for messages
+    receivers: tuple[ReceiverPolicy, ...] = ()  # the ``receivers:`` rules, first match wins
 
     def get_machine(self, name: str) -> StateMachine:
         """The machine called ``name``; ``KeyError`` when there is none."""

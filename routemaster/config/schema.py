@@ -14,6 +14,7 @@ from typing import Any
 import jsonschema
 
 from routemaster.config.errors import ConfigProblem
+from routemaster.config.receivers import SCHEMA as RECEIVERS_SCHEMA
 from routemaster.config.source import ConfigPath, SourceMap
 
 Schema = dict[str, Any]
@@ -195,6 +196,7 @@ SCHEMA: Schema = {
                     "authentication": {"enum": ["none", "tokens"]},
                 }
             ),
+            "receivers": RECEIVERS_SCHEMA,
             "subscriptions": _object({"allow": {"type": "array", "items": _TEXT}}),
         },
         required=("state_machines",),

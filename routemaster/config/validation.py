@@ -25,7 +25,9 @@ from routemaster.config.formats import (
 )
 from routemaster.config.model import Config, Gate
 from routemaster.config.patterns import pattern_problems
+from routemaster.config.receivers import receiver_problems
 from routemaster.config.source import ConfigPath, ScalarMark, SourceMap
+from routemaster.config.subscriptions import subscription_problems
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
 
 _STATE_NAME = re.compile(r"[A-Za-z0-9_]+")
@@ -55,12 +57,12 @@ def semantic_problems(document: Any, source: SourceMap, environ: Mapping[str, st
     plugins = document.get("plugins") if isinstance(document, dict) else None
     if isinstance(plugins, dict):
         checker.logging_plugins(plugins.get("logging"))
-    subscriptions = document.get("subscriptions") if isinstance(document, dict) else None
-    if isinstance(subscriptions, dict):
-        for index, pattern in enumerate(_list(subscriptions.get("allow"))):
-            if isinstance(pattern, str):
-                for problem in pattern_problems(pattern, ()):
-                    checker.report(("subscriptions", "allow", index), problem)
+    for path, problem in subscription_problems(document):
+        checker.report(path, problem)
+    if isinstance(document, dict) and isinstance(machines, dict):
+        urls = [url for m in machines.values() if isinstance(m, dict) for url in _url_templates(m)]
+        for path, problem in receiver_problems(document.get("receivers"), urls):
+            checker.report(path, problem)
     return checked
 
 

@@ -82,6 +82,20 @@ class HistoryEntry:
     created: datetime.datetime
     forced: bool
     reason: str | None
+    recorded_kind: str | None = None  # "errored"; None: what the states and forced say
+
+    @property
+    def kind(self) -> str:
+        """created, moved, deleted, forced or errored."""
+        if self.recorded_kind is not None:
+            return self.recorded_kind
+        if self.forced:
+            return "forced"
+        if self.old_state is None:
+            return "created"
+        if self.new_state is None:
+            return "deleted"
+        return "moved"
 
 
 @dataclass(frozen=True)
@@ -366,7 +380,7 @@ _SET_PAUSED = f"""
     """
 
 _HISTORY = """
-    SELECT id, old_state, new_state, created, forced, reason FROM history
+    SELECT id, old_state, new_state, created, forced, reason, kind FROM history
     WHERE state_machine = %(sm)s AND label = %(name)s ORDER BY id
     """
 

@@ -96,6 +96,9 @@ history = sa.Table(
     # the writing transaction: the changes stream orders by (xact_id, id) and
     # shows a row only once every transaction below it has finished
     sa.Column("xact_id", Xid8(), nullable=False, server_default=sa.text("pg_current_xact_id()")),
+    # NULL when the row's states and ``forced`` say what it was (created, moved,
+    # deleted, forced); "errored" when the label became errored (migration 0009)
+    sa.Column("kind", sa.Text, nullable=True),
 )
 
 sa.Index("history_by_label", history.c.label, postgresql_using="hash")
@@ -163,3 +166,58 @@ subscriptions = sa.Table(
 )
 
 sa.Index("subscriptions_due", subscriptions.c.due_at)
+deliveries = sa.Table(
+    "deliveries",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True),
+    sa.Column("kind", sa.Text, nullable=False),  # webhook, feed, subscription
+    sa.Column("state_machine", sa.Text, nullable=True),
+    sa.Column("label", sa.Text, nullable=True),
+    sa.Column("state", sa.Text, nullable=True),
+    sa.Column("url", sa.Text, nullable=False),  # userinfo and query values redacted
+    sa.Column("receiver", sa.Text, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=True),
+    sa.Column("trigger", sa.Text, nullable=False),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("duration_ms", sa.Integer, nullable=False),
+    sa.Column("status", sa.Integer, nullable=True),
+    sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("response_excerpt", sa.Text, nullable=True),
+)
+
+sa.Index(
+    "deliveries_by_label",
+    deliveries.c.state_machine,
+    sa.func.routemaster_label_key(deliveries.c.label),
+    deliveries.c.id,
+    postgresql_where=deliveries.c.label.isnot(None),
+)
+sa.Index("deliveries_by_started_at", deliveries.c.started_at)
+
+receivers = sa.Table(
+    "receivers",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("origin", sa.Text, nullable=False),
+    sa.Column("paused", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("circuit", sa.Text, nullable=False, server_default="closed"),
+    sa.Column("failures_in_a_row", sa.Integer, nullable=False, server_default="0"),
+    # open: no call before; half_open: the probe's lease
+    sa.Column("open_until", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("opened_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("not_before", sa.DateTime(timezone=True), nullable=True),  # Retry-After
+    sa.Column("rate_at", sa.DateTime(timezone=True), nullable=True),  # the rate's arrival time
+    sa.Column("last_success_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("last_failure_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+)
+
+receiver_slots = sa.Table(
+    "receiver_slots",
+    metadata,
+    sa.Column("receiver", sa.Text, primary_key=True),
+    sa.Column("worker", sa.Text, primary_key=True),
+    sa.Column("in_flight", sa.Integer, nullable=False),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+)

@@ -50,6 +50,10 @@ class OutboundError(Exception):
     """No usable answer (network error, deadline, refused URL); the message says which."""
 
 
+class OutboundTimeout(OutboundError):
+    """The deadline passed before a complete answer came."""
+
+
 @dataclass(frozen=True)
 class Answer:
     status: int
@@ -114,7 +118,7 @@ def send(
         if not complete:
             response.close()  # not read to its end: drop the connection, do not pool it
     except (requests.Timeout, urllib3.exceptions.TimeoutError, TimeoutError):
-        raise OutboundError(
+        raise OutboundTimeout(
             f"{method} {url} timed out: no complete answer within "
             f"{deadline - started:.3g} s (the total deadline)"
         ) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 from collections.abc import Callable
@@ -12,7 +13,14 @@ import requests
 
 from routemaster.config.model import StateMachine
 from routemaster.exit_conditions.context import FeedUnavailable
-from routemaster.http.client import DEFAULT_MAX_RESPONSE_BYTES, Answer, OutboundError, send
+from routemaster.http.calls import Call, excerpt, outcome_of, redact_url
+from routemaster.http.client import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    Answer,
+    OutboundError,
+    OutboundTimeout,
+    send,
+)
 from routemaster.http.headers import headers_for
 from routemaster.http.urls import origin, render_url
 from routemaster.limits import DEFAULT_MAX_DEPTH, JSONRejected, parse_json
@@ -37,6 +45,7 @@ def fetch_feed(
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     max_depth: int = DEFAULT_MAX_DEPTH,
     on_response: Callable[[Answer], None] | None = None,
+    on_call: Callable[[Call], None] | None = None,
 ) -> Any:
     """The decoded JSON body of ``feed_name`` for ``label``.
 
@@ -48,8 +57,74 @@ def fetch_feed(
     problem, so the evaluation decides nothing and the label stays in its
     gate to be retried: no answer in time, a non-2xx status, a body over
     ``max_response_bytes``, not JSON, or JSON nested deeper than ``max_depth``.
-    ``on_response`` is told of the final answer (the logging plugins' hook).
+    ``on_response`` is told of the final answer (the logging plugins' hook),
+    ``on_call`` of what the fetch came to, for the delivery log.
     """
+    if on_call is None:
+        return _fetch(
+            session,
+            machine,
+            feed_name,
+            label,
+            timeout,
+            observe,
+            max_response_bytes,
+            max_depth,
+            on_response,
+            {},
+        )
+    started_at = datetime.datetime.now(datetime.UTC)
+    started = time.monotonic()
+    seen: dict[str, Any] = {}
+    try:
+        value = _fetch(
+            session,
+            machine,
+            feed_name,
+            label,
+            timeout,
+            observe,
+            max_response_bytes,
+            max_depth,
+            on_response,
+            seen,
+        )
+    except FeedUnavailable as failure:
+        on_call(_call(seen, started_at, started, failure.reason))
+        raise
+    on_call(_call(seen, started_at, started, None))
+    return value
+
+
+def _call(
+    seen: dict[str, Any], started_at: datetime.datetime, started: float, error: str | None
+) -> Call:
+    answer: Answer | None = seen.get("answer")
+    url = redact_url(seen.get("url", ""))
+    if error is not None and seen.get("url"):
+        error = error.replace(seen["url"], url)
+    duration = round((time.monotonic() - started) * 1000)
+    if answer is None:
+        kind = "timeout" if seen.get("timeout") else "network"
+        return Call(url, started_at, duration, None, kind, error, None)
+    outcome = outcome_of(answer.status)
+    if error is not None and outcome == "delivered":
+        outcome = "failed"  # answered, but not with usable JSON
+    return Call(url, started_at, duration, answer.status, outcome, error, excerpt(answer.body))
+
+
+def _fetch(
+    session: requests.Session,
+    machine: StateMachine,
+    feed_name: str,
+    label: str,
+    timeout: float,
+    observe: FeedObserver | None,
+    max_response_bytes: int,
+    max_depth: int,
+    on_response: Callable[[Answer], None] | None,
+    seen: dict[str, Any],
+) -> Any:
     template = machine.feed(feed_name).url
     url = render_url(template, label=label, state_machine=machine.name)
     secrets = headers_for(machine, template)
@@ -58,6 +133,7 @@ def fetch_feed(
     deadline = started + timeout
     for _ in range(MAX_REDIRECTS + 1):
         headers = {"Accept": "application/json", **(secrets if _origin(url) == home else {})}
+        seen["url"] = url
         try:
             answer = send(
                 session,
@@ -68,9 +144,11 @@ def fetch_feed(
                 max_response_bytes=max_response_bytes,
             )
         except OutboundError as error:
+            seen["timeout"] = isinstance(error, OutboundTimeout)
             if observe is not None:
                 observe(url, None, time.monotonic() - started)
             raise _unavailable(machine, feed_name, label, url, str(error)) from None
+        seen["answer"] = answer
         if observe is not None:
             observe(url, answer.status, time.monotonic() - started)
         location = answer.headers.get("Location")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import datetime
 import enum
 import hashlib
 import hmac
@@ -15,7 +16,14 @@ from typing import Any
 import requests
 
 from routemaster.config.model import Action, StateMachine
-from routemaster.http.client import DEFAULT_MAX_RESPONSE_BYTES, Answer, OutboundError, send
+from routemaster.http.calls import Call, excerpt, outcome_of, redact_url, retry_after
+from routemaster.http.client import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    Answer,
+    OutboundError,
+    OutboundTimeout,
+    send,
+)
 from routemaster.http.headers import headers_for
 from routemaster.http.urls import render_url
 
@@ -32,6 +40,7 @@ class DeliveryResult:
     url: str
     status: int | None = None  # None when no response came back
     error: str | None = None  # for ``last_error``; None when delivered
+    call: Call | None = None  # what the delivery log keeps of it
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,7 @@ def deliver(
     timeout: float,
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     on_response: Callable[[Answer], None] | None = None,
+    started_at: datetime.datetime | None = None,
 ) -> DeliveryResult:
     """POST ``request`` once and classify the answer; never raises for HTTP trouble.
 
@@ -104,8 +114,11 @@ def deliver(
     The answer's body is read up to ``max_response_bytes`` and then dropped
     with the connection. Redirects are not followed: a 3xx is not a 2xx, so
     it is retried like any other failure, and the headers (secrets) of the
-    configured URL never travel to where it points.
+    configured URL never travel to where it points. ``started_at`` (default:
+    the system clock) dates the :class:`Call` the result carries.
     """
+    started_at = started_at or datetime.datetime.now(datetime.UTC)
+    started = time.monotonic()
     try:
         answer = send(
             session,
@@ -117,15 +130,39 @@ def deliver(
             max_response_bytes=max_response_bytes,
         )
     except OutboundError as failure:
-        return DeliveryResult(Outcome.FAILED, request.url, error=str(failure))
+        kind = "timeout" if isinstance(failure, OutboundTimeout) else "network"
+        call = Call(
+            redact_url(request.url),
+            started_at,
+            _ms_since(started),
+            None,
+            kind,
+            str(failure).replace(request.url, redact_url(request.url)),
+            None,
+        )
+        return DeliveryResult(Outcome.FAILED, request.url, error=str(failure), call=call)
     if on_response is not None:
         on_response(answer)
     status = answer.status
-    if 200 <= status < 300:
-        return DeliveryResult(Outcome.DELIVERED, request.url, status)
-    error = f"POST {request.url} returned status {status}"
-    if 300 <= status < 400:
-        error += f" (redirects are not followed; Location: {answer.headers.get('Location')})"
-    if status == 410:
-        return DeliveryResult(Outcome.GONE, request.url, status, error)
-    return DeliveryResult(Outcome.FAILED, request.url, status, error)
+    error: str | None = None
+    outcome = Outcome.DELIVERED
+    if not 200 <= status < 300:
+        error = f"POST {request.url} returned status {status}"
+        if 300 <= status < 400:
+            error += f" (redirects are not followed; Location: {answer.headers.get('Location')})"
+        outcome = Outcome.GONE if status == 410 else Outcome.FAILED
+    call = Call(
+        redact_url(request.url),
+        started_at,
+        _ms_since(started),
+        status,
+        outcome_of(status),
+        error and error.replace(request.url, redact_url(request.url)),
+        excerpt(answer.body),
+        retry_after(status, answer.headers, started_at),
+    )
+    return DeliveryResult(outcome, request.url, status, error, call)
+
+
+def _ms_since(started: float) -> int:
+    return round((time.monotonic() - started) * 1000)

@@ -6,7 +6,11 @@ from typing import Any
 
 from routemaster.app import App
 from routemaster.config.model import StateMachine
+from routemaster.config.receivers import origin_of, receiver_id
+from routemaster.db import deliveries
+from routemaster.db.deliveries import Delivery
 from routemaster.exit_conditions import FeedUnavailable
+from routemaster.http.calls import Call
 from routemaster.http.feeds import fetch_feed
 
 
@@ -45,6 +49,7 @@ class FeedFetcher:
                         max_response_bytes=self._app.settings.max_response_body,
                         max_depth=self._app.settings.max_json_depth,
                         on_response=log_response,
+                        on_call=self._recorder(feed),
                     )
             except FeedUnavailable as failure:
                 self._failures[feed] = failure
@@ -56,6 +61,31 @@ class FeedFetcher:
         if feed not in self._answers:
             raise FeedUnavailable(feed, "not fetched yet")
         return self._answers[feed]
+
+    def _recorder(self, feed: str) -> Any:
+        """Writes each fetch to the delivery log (its own statement, after the fetch)."""
+
+        def record(call: Call) -> None:
+            entry = Delivery(
+                kind="feed",
+                state_machine=self._machine.name,
+                label=self._label,
+                state=self._state,
+                url=call.url,
+                receiver=receiver_id(origin_of(self._machine.feed(feed).url)),
+                attempt=None,
+                trigger="scheduled",
+                started_at=call.started_at,
+                duration_ms=call.duration_ms,
+                status=call.status,
+                outcome=call.outcome,
+                error=call.error,
+                response_excerpt=call.excerpt,
+            )
+            with self._app.db.begin() as conn:
+                deliveries.record(conn, [entry])
+
+        return record
 
     def _observe(self, feed: str) -> Any:
         def observe(url: str, status: int | None, duration: float) -> None:

@@ -3,7 +3,8 @@
 Runs in the worker's thread pool with no transaction open during the HTTP
 call; the outcome is written afterwards only if the label is still in the
 entry that was claimed (``entry_id``), so an operator's move in the
-meantime wins.
+meantime wins. What the call came to goes to the delivery log and counts
+for or against its receiver (:mod:`routemaster.worker.receivers`).
 """
 
 from __future__ import annotations
@@ -14,20 +15,27 @@ import time
 
 from routemaster.app import App
 from routemaster.config.model import Action
-from routemaster.db import claims
+from routemaster.db import claims, deliveries, receivers
 from routemaster.db.claims import Claim
+from routemaster.db.errored import mark_errored
 from routemaster.http.webhooks import Outcome, build_request, deliver
+from routemaster.worker.receivers import Permit
+from routemaster.worker.recording import Recorder, webhook_delivery
 from routemaster.worker.retry import backoff
 
 logger = logging.getLogger(__name__)
 
 
-def deliver_claim(app: App, claim: Claim, rng: random.Random) -> bool:
+def deliver_claim(
+    app: App, claim: Claim, rng: random.Random, permit: Permit, recorder: Recorder
+) -> bool:
     """POST the claimed label's webhook; whether it was delivered.
 
-    A failure is recorded here (retry later, or errored); a success is left to
+    A failure is recorded here (retry later, or errored; a failed probe goes
+    back where it was in the queue, no attempt used); a success is left to
     the loop, which moves delivered labels on in batches
-    (:func:`routemaster.worker.evaluation.complete_deliveries`).
+    (:func:`routemaster.worker.evaluation.complete_deliveries`) and writes
+    their log entries (``recorder``).
     """
     machine = app.config.get_machine(claim.state_machine)
     action = machine.get_state(claim.state)
@@ -49,6 +57,7 @@ def deliver_claim(app: App, claim: Claim, rng: random.Random) -> bool:
             timeout=policy.timeout.total_seconds(),
             max_response_bytes=app.settings.max_response_body,
             on_response=log_response,
+            started_at=app.now(),
         )
     app.hooks.webhook_called(
         state_machine=claim.state_machine,
@@ -57,25 +66,52 @@ def deliver_claim(app: App, claim: Claim, rng: random.Random) -> bool:
         status=result.status,
         duration=time.monotonic() - started,
     )
+    assert result.call is not None
+    entry = webhook_delivery(claim, permit, result.call)
     where = f"{claim.state_machine}/{claim.name} in {claim.state} (attempt {claim.attempts})"
     if result.outcome is Outcome.DELIVERED:
         logger.debug("delivered %s: %s -> %s", where, request.url, result.status)
+        recorder.answered(entry)
         return True
     assert result.error is not None
-    if result.outcome is Outcome.GONE or claim.attempts >= policy.max_attempts:
-        error = f"{result.error} (attempt {claim.attempts} of {policy.max_attempts})"
-        logger.warning("errored %s: %s", where, error)
-        with app.db.begin() as conn:
-            claims.record_errored(conn, claim, error=error)
-        return False
-    delay = backoff(policy, claim.attempts, rng)
-    logger.info("retrying %s in %.1fs: %s", where, delay.total_seconds(), result.error)
+    now = app.now()
+    circuit = permit.receiver.policy.circuit
+    retry_after = result.call.retry_after
+    failure = receivers.Failure(
+        receiver=permit.receiver.id,
+        at=now,
+        error=result.error,
+        counted=result.call.receiver_failed,
+        probe=permit.probe and result.call.receiver_failed,
+        threshold=circuit.failures,
+        reopen_at=now + circuit.cooldown,
+        retry_until=None if retry_after is None else now + retry_after,
+    )
     with app.db.begin() as conn:
-        claims.record_retry(
-            conn,
-            claim,
-            due_at=app.now() + delay,
-            error=result.error,
-            worker_id=app.settings.worker_id,
-        )
+        deliveries.record(conn, [entry])
+        if result.call.receiver_failed:
+            receivers.failed(conn, failure)
+        else:  # it answered: the receiver is up, whatever it thought of this label
+            receivers.succeeded(conn, [permit.receiver.id], now=now)
+        if result.outcome is Outcome.GONE or (
+            not permit.probe and claim.attempts >= policy.max_attempts
+        ):
+            error = f"{result.error} (attempt {claim.attempts} of {policy.max_attempts})"
+            logger.warning("errored %s: %s", where, error)
+            mark_errored(conn, claim, error=error, now=now)
+        elif permit.probe:
+            logger.info("probe of %s failed: %s", permit.receiver.origin, result.error)
+            receivers.put_back(conn, claim, due_at=permit.was_due, worker_id=app.settings.worker_id)
+        else:
+            delay = backoff(policy, claim.attempts, rng)
+            if retry_after is not None:
+                delay = max(delay, retry_after)
+            logger.info("retrying %s in %.1fs: %s", where, delay.total_seconds(), result.error)
+            claims.record_retry(
+                conn,
+                claim,
+                due_at=now + delay,
+                error=result.error,
+                worker_id=app.settings.worker_id,
+            )
     return False

@@ -13,6 +13,7 @@ import logging
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import schedule
@@ -26,13 +27,18 @@ from routemaster.db.notifications import DueListener
 from routemaster.http.client import BoundedAdapter
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
+from routemaster.worker.receivers import Gatekeeper, Permit
+from routemaster.worker.recording import Recorder
 from routemaster.worker.slots import Slots
 from routemaster.worker.subscriptions import SubscriptionSender
 from routemaster.worker.triggers import ClockTriggers
+from routemaster.worker.upkeep import give_up_on_open_receivers, prune_deliveries
 
 logger = logging.getLogger(__name__)
 
 ZONE_REFRESH_SECONDS = 60
+PRUNE_SECONDS = 60
+GIVE_UP_SECONDS = 10
 OUTAGE_REMINDER_SECONDS = 60
 
 
@@ -45,6 +51,9 @@ class Worker:
         self._gate_states = _states_of_kind(app, Gate)
         self._slots = Slots(app.settings.delivery_concurrency, on_error=app.hooks.exception)
         self._outage = OutageLog()
+        self._gate = Gatekeeper(app, self._slots.size)
+        self._recorder = Recorder()
+        self._receiver_of: dict[tuple[str, str, int], str] = {}  # claims in flight
         self.triggers = ClockTriggers(app)
         self.subscriptions = SubscriptionSender(app, rng=self._rng)
         self._jobs = schedule.Scheduler()
@@ -54,6 +63,8 @@ class Worker:
         # A third of the lease: two renewals may fail before another worker could take over.
         renew_every = max(1, int(app.settings.lease.total_seconds() / 3))
         self._jobs.every(renew_every).seconds.do(self.renew_leases)
+        self._jobs.every(PRUNE_SECONDS).seconds.do(prune_deliveries, app)
+        self._jobs.every(GIVE_UP_SECONDS).seconds.do(give_up_on_open_receivers, app, self._gate)
         # Bounded: every webhook and feed call has one total deadline (routemaster.http).
         adapter = BoundedAdapter(pool_connections=self._slots.size, pool_maxsize=self._slots.size)
         app.http.mount("http://", adapter)
@@ -103,6 +114,7 @@ class Worker:
             self.subscriptions.stop()
             try:
                 self._complete(self._slots.take_done())
+                self._recorder.flush(self.app)
             except sa.exc.SQLAlchemyError:
                 logger.warning("could not record the last deliveries; they will be sent again")
             listener.close()
@@ -113,6 +125,7 @@ class Worker:
         if self.triggers.next_interval_at and self.app.now() >= self.triggers.next_interval_at:
             self.triggers.fire()
         completed = self._complete(self._slots.take_done())
+        self._recorder.flush(self.app)
         claimed = self._claim_deliveries()
         evaluated, waiting = evaluate_due_gates(
             self.app, self._gate_states, limit=self.app.settings.batch_size
@@ -137,24 +150,24 @@ class Worker:
         free = self._slots.free
         if free <= 0 or not self._action_states:
             return False
-        now = self.app.now()
-        with self.app.db.begin() as conn:
-            claimed = work.claim_actions(
-                conn,
-                self._action_states,
-                limit=free,
-                now=now,
-                lease_until=now + self.app.settings.lease,
-                worker_id=self.app.settings.worker_id,
-            )
-        for claim in claimed:
-            self._slots.submit(claim, self._deliver)
+        held = self._slots.held()
+        receiver_of = self._receiver_of
+        for entry in set(receiver_of) - {claim.entry for claim in held}:
+            del receiver_of[entry]
+        in_flight = Counter(receiver_of.values())
+        claimed = self._gate.claim(free, in_flight)
+        for claim, permit in claimed:
+            receiver_of[claim.entry] = permit.receiver.id
+            self._slots.submit(claim, self._delivery(permit))
         return bool(claimed)
 
-    def _deliver(self, claim: Claim) -> bool:
-        machine = self.app.config.get_machine(claim.state_machine)
-        with self.app.hooks.cron(machine, machine.get_state(claim.state), "process_action"):
-            return deliver_claim(self.app, claim, self._rng)
+    def _delivery(self, permit: Permit) -> Callable[[Claim], bool]:
+        def deliver(claim: Claim) -> bool:
+            machine = self.app.config.get_machine(claim.state_machine)
+            with self.app.hooks.cron(machine, machine.get_state(claim.state), "process_action"):
+                return deliver_claim(self.app, claim, self._rng, permit, self._recorder)
+
+        return deliver
 
     def _complete(self, delivered: list[Claim]) -> bool:
         """Move delivered labels on in one transaction; whether there were any."""
@@ -174,6 +187,8 @@ class Worker:
         until_job = self._jobs.idle_seconds
         if until_job is not None:
             timeout = min(timeout, max(until_job, 0.0))
+        if self._gate.wake_at is not None:  # a receiver's rate or cooldown: past means now
+            timeout = min(timeout, max((self._gate.wake_at - now).total_seconds(), 0.0))
         wakes = [self.triggers.next_interval_at]
         with self.app.db.connect() as conn:
             wakes.append(work.next_due_at(conn))

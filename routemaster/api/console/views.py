@@ -21,10 +21,13 @@ from routemaster.api.explanations import explanation_of
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import check_label_name
 from routemaster.api.paths import link
+from routemaster.api.receivers import receivers_json
 from routemaster.app import App
 from routemaster.config import describe_machine
 from routemaster.config.model import StateMachine
+from routemaster.db import deliveries
 from routemaster.db import labels as store
+from routemaster.db import receivers as receiver_rows
 from routemaster.db.changes import Snapshot, recent_changes, snapshot
 from routemaster.db.listings import count_labels, label_page
 
@@ -236,6 +239,7 @@ def label_page_view(sm: str, label: str) -> str:
         explanation=explanation,
         changes_url=machine_url(machine.name, "changes"),
         snapshot=seen,
+        deliveries_url=link("state-machines", machine.name, "labels", label, "deliveries"),
     )
 
 
@@ -261,6 +265,35 @@ def operate(sm: str, label: str, command: str) -> Response:
         return flask.redirect(_with(back, "problem", f"{label!r} cannot be changed."), 303)
     done = {"retry": "retried", "pause": "paused", "resume": "resumed", "move": "moved"}
     return flask.redirect(_with(back, "notice", f"{label!r} {done[command]}."), 303)
+
+
+@blueprint.get("/receivers")
+@endpoint(
+    OPEN, "The console: receivers, their circuits and recent failures", PAGES, tags=("console",)
+)
+def receivers_page() -> str:
+    app = routemaster_app()
+    with app.db.connect() as conn:
+        failures = deliveries.recent_failures(conn, limit=20)
+    return _render("receivers.html", receivers=receivers_json(app), failures=failures)
+
+
+@blueprint.post("/receivers/<name:receiver>/<command>")
+@endpoint(OPEN, "The console: pause or resume a receiver", BUTTON, tags=("console",))
+def operate_receiver(receiver: str, command: str) -> Response:
+    access.check_csrf()
+    if not flask.g.access.may("operate"):
+        raise Forbidden("This token may not operate receivers.")
+    if command not in ("pause", "resume"):
+        raise NotFound(f"No console command {command!r}.")
+    app = routemaster_app()
+    with app.db.begin() as conn:
+        changed = receiver_rows.set_paused(conn, receiver, paused=command == "pause")
+    if changed is None:
+        return flask.redirect(
+            _with("/console/receivers", "problem", f"No receiver {receiver!r}."), 303
+        )
+    return flask.redirect(_with("/console/receivers", "notice", f"{receiver} {command}d."), 303)
 
 
 @blueprint.route("/login", methods=["GET", "POST"])

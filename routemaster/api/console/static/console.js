@@ -33,7 +33,22 @@
     }
   }
 
+  function oneMoreErrored(machine, state) {
+    var cells = document.querySelectorAll("[data-errored-machine][data-errored-state]");
+    for (var i = 0; i < cells.length; i++) {
+      var cell = cells[i];
+      if (cell.getAttribute("data-errored-machine") === machine &&
+          cell.getAttribute("data-errored-state") === state) {
+        var target = cell.querySelector("a") || cell;
+        target.textContent = String(Number(target.textContent) + 1);
+      }
+    }
+  }
+
   function describe(change) {
+    if (change.kind === "errored") {
+      return "errored in " + change.new_state + ": " + change.reason;
+    }
     if (change.kind === "created") {
       return "created in " + change.new_state;
     }
@@ -89,8 +104,12 @@
       return;
     }
     var change = JSON.parse(event.data);
-    adjust(change.state_machine, change.old_state, -1);
-    adjust(change.state_machine, change.new_state, +1);
+    if (change.kind === "errored") {
+      oneMoreErrored(change.state_machine, change.new_state);
+    } else {
+      adjust(change.state_machine, change.old_state, -1);
+      adjust(change.state_machine, change.new_state, +1);
+    }
     prepend(change);
     if (body.getAttribute("data-label") === change.label &&
         body.getAttribute("data-machine") === change.state_machine) {

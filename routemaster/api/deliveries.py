@@ -1,0 +1,162 @@
+"""The delivery log: ``GET .../labels/{label}/deliveries`` and ``GET /deliveries``.
+
+Newest first, paged with ``limit`` and an opaque ``next`` link (the position
+of the last row shown; a page is an index range scan below it).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import flask
+from werkzeug.exceptions import BadRequest
+
+from routemaster import labels as label_core
+from routemaster.api.bodies import check_query
+from routemaster.api.endpoints import Query, Reply, endpoint
+from routemaster.api.extension import machine_or_404, routemaster_app
+from routemaster.api.labels import LABEL, check_label_name
+from routemaster.api.paths import link
+from routemaster.api.responses import isoformat, json_response
+from routemaster.auth import READ
+from routemaster.db import deliveries as log
+from routemaster.db.deliveries import Delivery, DeliveryFilter
+
+blueprint = flask.Blueprint("deliveries", __name__)
+
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+KINDS = ("webhook", "feed", "subscription")
+OUTCOMES = ("delivered", "accepted", "failed", "gone", "timeout", "network", "throttled")
+
+_PAGING = (
+    Query(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
+        f"Page size (default {DEFAULT_PAGE}).",
+    ),
+    Query("before", {"type": "string"}, "Where the page starts (opaque: from `next`)."),
+)
+
+
+@blueprint.get(LABEL + "/deliveries")
+@endpoint(
+    READ,
+    "A label's outbound calls (webhooks, feeds), newest first",
+    {200: Reply("DeliveryList"), 400: Reply("Error"), 404: Reply("Error")},
+    query=_PAGING,
+    tags=("deliveries",),
+)
+def label_deliveries(sm: str, label: str) -> flask.Response:
+    app = routemaster_app()
+    machine = machine_or_404(app, sm)
+    check_label_name(label)
+    check_query(("limit", "before"))
+    label_core.get_label(app, machine, label)  # 404 for a name never created
+    limit, before = _paging()
+    with app.db.connect() as conn:
+        rows = log.of_label(conn, machine.name, label, limit=limit + 1, before=before)
+    return _page(rows, limit, link("state-machines", machine.name, "labels", label, "deliveries"))
+
+
+@blueprint.get("/deliveries")
+@endpoint(
+    READ,
+    "Every outbound call, newest first, filtered",
+    {200: Reply("DeliveryList"), 400: Reply("Error")},
+    query=(
+        Query("kind", {"enum": list(KINDS)}, "Only calls of this kind."),
+        Query("outcome", {"enum": list(OUTCOMES)}, "Only calls with this outcome."),
+        Query("receiver", {"type": "string"}, "Only calls to this receiver (its id)."),
+        Query("since", {"type": "string", "format": "date-time"}, "Started at or after."),
+        Query("until", {"type": "string", "format": "date-time"}, "Started before."),
+        *_PAGING,
+    ),
+    tags=("deliveries",),
+)
+def all_deliveries() -> flask.Response:
+    app = routemaster_app()
+    check_query(("kind", "outcome", "receiver", "since", "until", "limit", "before"))
+    args = flask.request.args
+    where = DeliveryFilter(
+        kind=_one_of(args.get("kind"), "kind", KINDS),
+        outcome=_one_of(args.get("outcome"), "outcome", OUTCOMES),
+        receiver=args.get("receiver") or None,
+        since=parse_time(args.get("since"), "since"),
+        until=parse_time(args.get("until"), "until"),
+    )
+    limit, before = _paging()
+    with app.db.connect() as conn:
+        rows = log.matching(conn, where, limit=limit + 1, before=before)
+    names = ("kind", "outcome", "receiver", "since", "until")
+    return _page(rows, limit, "/deliveries", {name: args[name] for name in names if args.get(name)})
+
+
+def delivery_json(delivery: Delivery) -> dict[str, Any]:
+    return {
+        "id": delivery.id,
+        "kind": delivery.kind,
+        "state_machine": delivery.state_machine,
+        "label": delivery.label,
+        "state": delivery.state,
+        "url": delivery.url,
+        "receiver": delivery.receiver,
+        "attempt": delivery.attempt,
+        "trigger": delivery.trigger,
+        "started_at": isoformat(delivery.started_at),
+        "duration_ms": delivery.duration_ms,
+        "status": delivery.status,
+        "outcome": delivery.outcome,
+        "error": delivery.error,
+        "response_excerpt": delivery.response_excerpt,
+    }
+
+
+def parse_time(raw: str | None, name: str) -> datetime.datetime | None:
+    """An ISO 8601 time from the query or a body (UTC when it names no offset); 400 if not."""
+    if raw is None or raw == "":
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(raw)
+    except ValueError:
+        raise BadRequest(
+            f"{name} must be an ISO 8601 time, such as 2026-11-24T12:00:00Z."
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
+
+
+def _page(
+    rows: list[Delivery], limit: int, path: str, filters: dict[str, str] | None = None
+) -> flask.Response:
+    body: dict[str, Any] = {"deliveries": [delivery_json(row) for row in rows[:limit]]}
+    body["next"] = None
+    if len(rows) > limit:
+        query = {**(filters or {}), "limit": str(limit), "before": str(rows[limit - 1].id)}
+        body["next"] = path + "?" + urlencode(query, quote_via=quote)
+    return json_response(body)
+
+
+def _paging() -> tuple[int, int | None]:
+    args = flask.request.args
+    try:
+        limit = int(args.get("limit", DEFAULT_PAGE))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= MAX_PAGE:
+        raise BadRequest(f"limit must be an integer from 1 to {MAX_PAGE}.")
+    raw = args.get("before")
+    if raw is None:
+        return limit, None
+    if not raw.isdigit() or len(raw) > 18:
+        raise BadRequest("before must be a position from a `next` link.")
+    return limit, int(raw)
+
+
+def _one_of(raw: str | None, name: str, allowed: tuple[str, ...]) -> str | None:
+    if raw is None or raw == "":
+        return None
+    if raw not in allowed:
+        raise BadRequest(f"{name} must be one of: {', '.join(allowed)}.")
+    return raw

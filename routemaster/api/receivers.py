@@ -1,0 +1,162 @@
+"""Receivers: ``GET /receivers``, pausing and resuming one, retrying the labels it errored.
+
+A receiver is an origin outbound calls reach (``routemaster.config.origins``);
+its shared state (circuit, pause) is a row every worker reads before it
+claims work for it (``routemaster.db.receivers``).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import flask
+from werkzeug.exceptions import BadRequest, NotFound
+
+from routemaster.api.bodies import json_body
+from routemaster.api.deliveries import parse_time
+from routemaster.api.endpoints import Reply, endpoint
+from routemaster.api.extension import routemaster_app
+from routemaster.api.responses import isoformat, json_response
+from routemaster.app import App
+from routemaster.auth import OPERATE, READ
+from routemaster.config.origins import Receiver, configured_receivers
+from routemaster.config.receivers import policy_for
+from routemaster.db import receiver_labels, receivers
+from routemaster.db.receivers import ReceiverRow
+
+blueprint = flask.Blueprint("receivers", __name__)
+
+RECEIVER = "/receivers/<name:receiver>"
+REPLIES = {200: Reply("Receiver"), 404: Reply("Error")}
+
+
+@blueprint.get("/receivers")
+@endpoint(
+    READ,
+    "Every receiver: its circuit, calls in flight, labels waiting",
+    {200: Reply("ReceiverList")},
+    tags=("receivers",),
+)
+def list_receivers() -> flask.Response:
+    app = routemaster_app()
+    return json_response({"receivers": receivers_json(app)})
+
+
+@blueprint.post(RECEIVER + "/pause")
+@endpoint(
+    OPERATE,
+    "Pause a receiver: its deliveries wait (no attempts used) until it is resumed",
+    REPLIES,
+    tags=("receivers",),
+)
+def pause(receiver: str) -> flask.Response:
+    return _set_paused(receiver, paused=True)
+
+
+@blueprint.post(RECEIVER + "/resume")
+@endpoint(
+    OPERATE,
+    "Resume a paused receiver",
+    REPLIES,
+    tags=("receivers",),
+)
+def resume(receiver: str) -> flask.Response:
+    return _set_paused(receiver, paused=False)
+
+
+@blueprint.post(RECEIVER + "/retry-errored")
+@endpoint(
+    OPERATE,
+    "Retry every label errored against this receiver within a time window",
+    {200: Reply("RetryCount"), 400: Reply("Error"), 404: Reply("Error")},
+    body="RetryErrored",
+    tags=("receivers",),
+)
+def retry_errored(receiver: str) -> flask.Response:
+    """``{"since", "until"?}``: labels errored (last changed) in [since, until) are due again."""
+    app = routemaster_app()
+    known = _known(app, receiver)
+    body = json_body()
+    if not isinstance(body, dict):
+        raise BadRequest('The request body must be a JSON object: {"since": ISO-8601}.')
+    unknown = set(body) - {"since", "until", "reason"}
+    if unknown:
+        raise BadRequest(f"Unknown key {sorted(unknown)[0]!r} (expected since, until, reason).")
+    for key in ("since", "until", "reason"):
+        if body.get(key) is not None and not isinstance(body[key], str):
+            raise BadRequest(f'"{key}" must be a string.')
+    since = parse_time(body.get("since"), "since")
+    if since is None:
+        raise BadRequest('"since" is required: retry the labels errored since when?')
+    now = app.now()
+    until = parse_time(body.get("until"), "until") or now + datetime.timedelta(seconds=1)
+    reason = body.get("reason") or f"retry-errored for receiver {known.id}"
+    with app.db.begin() as conn:
+        count = receiver_labels.retry_errored(
+            conn, known.action_states, since=since, until=until, now=now, reason=reason
+        )
+    return json_response({"count": count})
+
+
+def receivers_json(app: App) -> list[dict[str, Any]]:
+    """Every receiver the configuration reaches, and any other with a row, by id."""
+    configured = configured_receivers(app.config)
+    now = app.now()
+    with app.db.connect() as conn:
+        rows = {row.id: row for row in receivers.all_receivers(conn)}
+        routes = [
+            (receiver.id, machine, state)
+            for receiver in configured.values()
+            for machine, state in receiver.action_states
+        ]
+        counts = receiver_labels.counts(conn, routes, now=now)
+    ids = sorted(set(configured) | set(rows))
+    return [
+        _receiver_json(ident, configured.get(ident), rows.get(ident), counts.get(ident, (0, 0)))
+        for ident in ids
+    ]
+
+
+def _set_paused(ident: str, *, paused: bool) -> flask.Response:
+    app = routemaster_app()
+    known = _known(app, ident)
+    with app.db.begin() as conn:
+        receivers.ensure(conn, [(known.id, known.origin)])
+        receivers.set_paused(conn, known.id, paused=paused)
+    found = next(entry for entry in receivers_json(app) if entry["id"] == known.id)
+    return json_response(found)
+
+
+def _known(app: App, ident: str) -> Receiver:
+    configured = configured_receivers(app.config)
+    if ident in configured:
+        return configured[ident]
+    with app.db.connect() as conn:
+        rows = receivers.some(conn, [ident])
+    if not rows:
+        raise NotFound(f"No receiver {ident!r} (GET /receivers lists them).")
+    return Receiver(
+        rows[0].id, rows[0].origin, policy_for(app.config.receivers, rows[0].origin), ()
+    )
+
+
+def _receiver_json(
+    ident: str, known: Receiver | None, row: ReceiverRow | None, counts: tuple[int, int]
+) -> dict[str, Any]:
+    waiting, in_flight = counts
+    policy = known.policy if known is not None else None
+    return {
+        "id": ident,
+        "origin": known.origin if known is not None else row.origin if row else ident,
+        "state": row.state if row is not None else "closed",
+        "in_flight": in_flight,
+        "waiting": waiting,
+        "failures_in_a_row": row.failures_in_a_row if row is not None else 0,
+        "last_success_at": isoformat(row.last_success_at) if row is not None else None,
+        "last_failure_at": isoformat(row.last_failure_at) if row is not None else None,
+        "last_error": row.last_error if row is not None else None,
+        "open_until": isoformat(row.open_until) if row is not None else None,
+        "max_in_flight": policy.max_in_flight if policy is not None else None,
+        "rate": str(policy.rate) if policy is not None and policy.rate is not None else None,
+    }

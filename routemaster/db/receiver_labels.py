@@ -1,0 +1,138 @@
+"""Receivers' labels: how many wait for each, retrying those errored against one, giving up.
+
+A receiver's labels are those in the action states whose webhooks reach it
+(its routes, from the configuration); none of these statements keeps a
+list of labels per receiver.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from routemaster.db.notifications import notify_due
+
+Route = tuple[str, str, str]
+"""(receiver id, state machine, action state): where an action's webhooks go."""
+
+_COUNTS = sa.text(
+    """
+    WITH routes AS (
+        SELECT * FROM unnest(CAST(:route_receivers AS text[]), CAST(:route_machines AS text[]),
+                             CAST(:route_states AS text[])) AS r(receiver, sm, state)
+    )
+    SELECT routes.receiver,
+           count(*) FILTER (WHERE labels.due_at <= :now) AS waiting,
+           count(*) FILTER (WHERE labels.lease_owner IS NOT NULL AND labels.due_at > :now)
+               AS in_flight
+    FROM routes JOIN labels ON labels.state_machine = routes.sm AND labels.state = routes.state
+    WHERE NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
+      AND labels.due_at IS NOT NULL
+    GROUP BY routes.receiver
+    """
+)
+
+_RETRY_ERRORED = sa.text(
+    """
+    WITH routes AS (
+        SELECT * FROM unnest(CAST(:route_machines AS text[]), CAST(:route_states AS text[]))
+                 AS r(sm, state)
+    ), retried AS (
+        UPDATE labels SET errored = false, attempts = 0, due_at = :now, lease_owner = NULL,
+                          updated_at = now()
+        WHERE errored AND NOT deleted AND (state_machine, state) IN (SELECT sm, state FROM routes)
+          AND updated_at >= :since AND updated_at < :until
+        RETURNING state_machine, name, state
+    )
+    INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
+    SELECT state_machine, name, state, state, :now, true, :reason FROM retried
+    """
+)
+
+_GIVE_UP = sa.text(
+    """
+    WITH routes AS (
+        SELECT * FROM unnest(CAST(:route_machines AS text[]), CAST(:route_states AS text[]))
+                 AS r(sm, state)
+    ), stale AS (
+        SELECT state_machine, name_key FROM labels
+        WHERE due_at < :cutoff AND NOT deleted AND NOT paused AND NOT errored
+          AND (state_machine, state) IN (SELECT sm, state FROM routes)
+        ORDER BY due_at LIMIT :batch
+        FOR UPDATE SKIP LOCKED
+    ), given_up AS (
+        UPDATE labels SET errored = true, due_at = NULL, last_error = :reason,
+                          lease_owner = NULL, updated_at = now()
+        FROM stale
+        WHERE labels.state_machine = stale.state_machine AND labels.name_key = stale.name_key
+        RETURNING labels.state_machine, labels.name, labels.state
+    )
+    INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason,
+                         kind)
+    SELECT state_machine, name, state, state, :now, false, :reason, 'errored' FROM given_up
+    """
+)
+
+
+def counts(
+    conn: sa.Connection, routes: Sequence[Route], *, now: datetime.datetime
+) -> dict[str, tuple[int, int]]:
+    """Per receiver: (labels waiting for it, calls in flight to it)."""
+    if not routes:
+        return {}
+    rows = conn.execute(_COUNTS, {**_routes(routes), "now": now}).all()
+    return {row.receiver: (int(row.waiting), int(row.in_flight)) for row in rows}
+
+
+def retry_errored(
+    conn: sa.Connection,
+    states: Sequence[tuple[str, str]],
+    *,
+    since: datetime.datetime,
+    until: datetime.datetime,
+    now: datetime.datetime,
+    reason: str,
+) -> int:
+    """Make due again every label errored in these states within [since, until): how many."""
+    if not states:
+        return 0
+    count = conn.execute(
+        _RETRY_ERRORED,
+        {**_pairs(states), "since": since, "until": until, "now": now, "reason": reason},
+    ).rowcount
+    if count:
+        notify_due(conn)
+    return count
+
+
+def give_up(
+    conn: sa.Connection,
+    states: Sequence[tuple[str, str]],
+    *,
+    cutoff: datetime.datetime,
+    now: datetime.datetime,
+    reason: str,
+    batch: int,
+) -> int:
+    """Error up to ``batch`` labels in these states due since before ``cutoff``: how many."""
+    if not states:
+        return 0
+    return conn.execute(
+        _GIVE_UP,
+        {**_pairs(states), "cutoff": cutoff, "now": now, "reason": reason, "batch": batch},
+    ).rowcount
+
+
+def _routes(routes: Sequence[Route]) -> dict[str, Any]:
+    return {
+        "route_receivers": [route[0] for route in routes],
+        "route_machines": [route[1] for route in routes],
+        "route_states": [route[2] for route in routes],
+    }
+
+
+def _pairs(states: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    return {"route_machines": [sm for sm, _ in states], "route_states": [s for _, s in states]}

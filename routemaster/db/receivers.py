@@ -1,0 +1,404 @@
+"""Receivers: the state every worker shares about each origin, and claiming work by receiver.
+
+One row per receiver: paused or not, its circuit (``closed``, ``open``,
+``half_open`` while one probe is out), consecutive failures, and when the
+next call may go: ``open_until`` (the circuit's cooldown, or a probe's
+lease), ``not_before`` (``Retry-After``), ``rate_at`` (the rate limiter's
+theoretical arrival time, advanced by one interval per call). Workers
+decide from these rows which receivers' due labels they may claim and how
+many; a label whose receiver may not be called is never claimed, so it
+waits without using an attempt.
+
+``receiver_slots`` holds how many calls each worker has in flight to a
+receiver with ``max_in_flight``; a row whose worker stopped renewing it
+(``expires_at`` passed) counts for nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from routemaster.db.claims import Claim
+from routemaster.db.keys import label_key
+from routemaster.db.notifications import notify_due
+
+Route = tuple[str, str, str]
+"""(receiver id, state machine, action state): where an action's webhooks go."""
+
+
+@dataclass(frozen=True)
+class ReceiverRow:
+    id: str
+    origin: str
+    paused: bool
+    circuit: str  # closed, open, half_open
+    failures_in_a_row: int
+    open_until: datetime.datetime | None
+    opened_at: datetime.datetime | None
+    not_before: datetime.datetime | None
+    rate_at: datetime.datetime | None
+    last_success_at: datetime.datetime | None
+    last_failure_at: datetime.datetime | None
+    last_error: str | None
+
+    @property
+    def state(self) -> str:
+        """What ``GET /receivers`` shows: ``paused``, or the circuit."""
+        return "paused" if self.paused else self.circuit
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """Up to ``limit`` due labels for one receiver; ``counted``: the claim uses an attempt."""
+
+    receiver: str
+    limit: int
+    counted: bool = True
+
+
+@dataclass(frozen=True)
+class ReceiverClaim:
+    claim: Claim
+    receiver: str
+    was_due: datetime.datetime  # put back here if the call must not count
+    last_error: str | None
+    counted: bool  # False: a probe, which uses no attempt
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A call that failed, as it counts against its receiver."""
+
+    receiver: str
+    at: datetime.datetime
+    error: str
+    counted: bool  # timeout, network, 5xx, 429: counts towards opening the circuit
+    probe: bool
+    threshold: int  # consecutive counted failures that open the circuit
+    reopen_at: datetime.datetime  # when an opened circuit lets a probe through
+    retry_until: datetime.datetime | None  # Retry-After
+
+
+_COLUMNS = (
+    "id, origin, paused, circuit, failures_in_a_row, open_until, opened_at, not_before, "
+    "rate_at, last_success_at, last_failure_at, last_error"
+)
+
+_ENSURE = sa.text(
+    """
+    INSERT INTO receivers (id, origin)
+    SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:origins AS text[]))
+    ON CONFLICT (id) DO NOTHING
+    """
+)
+
+_ALL = sa.text(f"SELECT {_COLUMNS} FROM receivers ORDER BY id")
+
+_SOME = sa.text(
+    f"SELECT {_COLUMNS} FROM receivers WHERE id = ANY(CAST(:ids AS text[])) ORDER BY id"
+)
+
+_LOCK = sa.text(
+    f"""
+    SELECT {_COLUMNS} FROM receivers WHERE id = ANY(CAST(:ids AS text[]))
+    ORDER BY id FOR UPDATE
+    """
+)
+
+_START_PROBE = sa.text(
+    """
+    UPDATE receivers SET circuit = 'half_open', open_until = :probe_until
+    WHERE id = :id AND NOT paused AND circuit IN ('open', 'half_open') AND open_until <= :now
+      AND (not_before IS NULL OR not_before <= :now)
+    RETURNING id
+    """
+)
+
+_NO_PROBE = sa.text(
+    """
+    UPDATE receivers SET circuit = 'open', open_until = :now
+    WHERE id = :id AND circuit = 'half_open'
+    """
+)
+
+_SET_RATE_AT = sa.text(
+    """
+    UPDATE receivers SET rate_at = given.rate_at
+    FROM unnest(CAST(:ids AS text[]), CAST(:rate_ats AS timestamptz[])) AS given(id, rate_at)
+    WHERE receivers.id = given.id
+    """
+)
+
+_MY_SLOTS = sa.text(
+    """
+    INSERT INTO receiver_slots (receiver, worker, in_flight, expires_at)
+    SELECT receiver, :me, in_flight, :expires_at
+    FROM unnest(CAST(:ids AS text[]), CAST(:counts AS integer[])) AS mine(receiver, in_flight)
+    ON CONFLICT (receiver, worker)
+    DO UPDATE SET in_flight = excluded.in_flight, expires_at = excluded.expires_at
+    """
+)
+
+_OTHERS_IN_FLIGHT = sa.text(
+    """
+    SELECT receiver, sum(in_flight) AS in_flight FROM receiver_slots
+    WHERE receiver = ANY(CAST(:ids AS text[])) AND worker <> :me AND expires_at > :now
+    GROUP BY receiver
+    """
+)
+
+# Per receiver, its oldest due labels up to its limit (each receiver's own LATERAL scan,
+# so a saturated receiver's backlog is never even read); then the oldest of those up to
+# the free slots. Rows locked but not chosen are released at commit, never leased.
+_CLAIM = sa.text(
+    """
+    WITH wanted AS (
+        SELECT * FROM unnest(CAST(:receivers AS text[]), CAST(:limits AS integer[]),
+                             CAST(:counted AS integer[])) AS w(receiver, lim, counted)
+    ), routes AS (
+        SELECT * FROM unnest(CAST(:route_receivers AS text[]), CAST(:route_machines AS text[]),
+                             CAST(:route_states AS text[])) AS r(receiver, sm, state)
+    ), due AS (
+        SELECT picked.state_machine, picked.name_key, picked.due_at, wanted.receiver,
+               wanted.counted
+        FROM wanted CROSS JOIN LATERAL (
+            SELECT state_machine, name_key, due_at FROM labels
+            WHERE due_at <= :now AND NOT deleted AND NOT paused AND NOT errored
+              AND (state_machine, state) IN (
+                  SELECT sm, state FROM routes WHERE routes.receiver = wanted.receiver)
+            ORDER BY due_at
+            LIMIT wanted.lim
+            FOR UPDATE SKIP LOCKED
+        ) AS picked
+    ), chosen AS (
+        SELECT * FROM due ORDER BY due_at LIMIT :free
+    )
+    UPDATE labels SET due_at = :lease_until, lease_owner = :me,
+                      attempts = labels.attempts + chosen.counted
+    FROM chosen
+    WHERE labels.state_machine = chosen.state_machine AND labels.name_key = chosen.name_key
+    RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
+              labels.entry_id, labels.attempts, chosen.receiver, chosen.due_at AS was_due,
+              labels.last_error, chosen.counted
+    """
+)
+
+_SUCCEEDED = sa.text(
+    """
+    UPDATE receivers SET failures_in_a_row = 0, circuit = 'closed', open_until = NULL,
+                         opened_at = NULL, last_success_at = :now
+    WHERE id = ANY(CAST(:ids AS text[]))
+      AND (failures_in_a_row > 0 OR circuit <> 'closed' OR last_success_at IS NULL
+           OR last_success_at < :stale)
+    """
+)
+
+# A probe's failure opens the circuit again; otherwise the counted failure that reaches
+# the threshold opens a closed one (SET expressions see the row as it was, locked).
+_OPENS = "(:probe OR (:counted = 1 AND circuit = 'closed' AND failures_in_a_row + 1 >= :threshold))"
+_FAILED = sa.text(
+    f"""
+    UPDATE receivers SET
+        failures_in_a_row = failures_in_a_row + :counted,
+        last_failure_at = :now, last_error = :error,
+        not_before = GREATEST(not_before, CAST(:retry_until AS timestamptz)),
+        circuit = CASE WHEN {_OPENS} THEN 'open' ELSE circuit END,
+        open_until = CASE WHEN {_OPENS}
+                          THEN GREATEST(CAST(:reopen_at AS timestamptz),
+                                        CAST(:retry_until AS timestamptz))
+                          ELSE open_until END,
+        opened_at = CASE WHEN {_OPENS} AND circuit = 'closed' THEN :now ELSE opened_at END
+    WHERE id = :id
+    RETURNING circuit
+    """
+)
+
+_PUT_BACK = sa.text(
+    """
+    UPDATE labels SET due_at = :due_at, lease_owner = NULL
+    WHERE state_machine = :sm AND name_key = :key AND name = :name AND entry_id = :entry_id
+      AND lease_owner = :me AND NOT deleted AND NOT errored
+    """
+)
+
+_SET_PAUSED = sa.text(f"UPDATE receivers SET paused = :paused WHERE id = :id RETURNING {_COLUMNS}")
+
+
+def ensure(conn: sa.Connection, receivers: Sequence[tuple[str, str]]) -> None:
+    """Make sure every (id, origin) has a row (a new receiver starts closed)."""
+    if receivers:
+        conn.execute(
+            _ENSURE,
+            {"ids": [ident for ident, _ in receivers], "origins": [o for _, o in receivers]},
+        )
+
+
+def all_receivers(conn: sa.Connection) -> list[ReceiverRow]:
+    return [ReceiverRow(**row._mapping) for row in conn.execute(_ALL).all()]
+
+
+def some(conn: sa.Connection, ids: Sequence[str], *, lock: bool = False) -> list[ReceiverRow]:
+    """The rows of ``ids`` (locked for this transaction when ``lock``)."""
+    if not ids:
+        return []
+    rows = conn.execute(_LOCK if lock else _SOME, {"ids": list(ids)}).all()
+    return [ReceiverRow(**row._mapping) for row in rows]
+
+
+def start_probe(
+    conn: sa.Connection, ident: str, *, now: datetime.datetime, probe_until: datetime.datetime
+) -> bool:
+    """Take the one probe of an open receiver whose cooldown is over; whether this caller got it."""
+    result = conn.execute(_START_PROBE, {"id": ident, "now": now, "probe_until": probe_until})
+    return result.rowcount == 1
+
+
+def no_probe(conn: sa.Connection, ident: str, *, now: datetime.datetime) -> None:
+    """Nothing was waiting to probe with: open again, ready for the next probe."""
+    conn.execute(_NO_PROBE, {"id": ident, "now": now})
+
+
+def set_rate_at(conn: sa.Connection, rate_ats: dict[str, datetime.datetime]) -> None:
+    if rate_ats:
+        conn.execute(_SET_RATE_AT, {"ids": list(rate_ats), "rate_ats": list(rate_ats.values())})
+
+
+def others_in_flight(
+    conn: sa.Connection,
+    mine: dict[str, int],
+    *,
+    worker_id: str,
+    now: datetime.datetime,
+    expires_at: datetime.datetime,
+) -> dict[str, int]:
+    """Record this worker's calls in flight per receiver; those of the other live workers."""
+    if not mine:
+        return {}
+    conn.execute(
+        _MY_SLOTS,
+        {
+            "ids": list(mine),
+            "counts": list(mine.values()),
+            "me": worker_id,
+            "expires_at": expires_at,
+        },
+    )
+    rows = conn.execute(_OTHERS_IN_FLIGHT, {"ids": list(mine), "me": worker_id, "now": now})
+    return {row.receiver: int(row.in_flight) for row in rows}
+
+
+def claim(
+    conn: sa.Connection,
+    wanted: Sequence[Wanted],
+    routes: Sequence[Route],
+    *,
+    free: int,
+    now: datetime.datetime,
+    lease_until: datetime.datetime,
+    worker_id: str,
+) -> list[ReceiverClaim]:
+    """Lease up to ``free`` due labels, oldest first, at most each receiver's limit from it."""
+    wanted = [want for want in wanted if want.limit > 0]
+    if free <= 0 or not wanted:
+        return []
+    rows = conn.execute(
+        _CLAIM,
+        {
+            "receivers": [want.receiver for want in wanted],
+            "limits": [want.limit for want in wanted],
+            "counted": [int(want.counted) for want in wanted],
+            **_routes(routes),
+            "free": free,
+            "now": now,
+            "lease_until": lease_until,
+            "me": worker_id,
+        },
+    ).all()
+    return [
+        ReceiverClaim(
+            Claim(
+                state_machine=row.state_machine,
+                name=row.name,
+                state=row.state,
+                metadata=row.metadata,
+                entry_id=row.entry_id,
+                attempts=row.attempts,
+            ),
+            row.receiver,
+            row.was_due,
+            row.last_error,
+            bool(row.counted),
+        )
+        for row in rows
+    ]
+
+
+def succeeded(conn: sa.Connection, ids: Sequence[str], *, now: datetime.datetime) -> None:
+    """Calls to ``ids`` were answered: their circuits close (written at most once a second)."""
+    if ids:
+        conn.execute(
+            _SUCCEEDED,
+            {"ids": list(ids), "now": now, "stale": now - datetime.timedelta(seconds=1)},
+        )
+
+
+def failed(conn: sa.Connection, failure: Failure) -> str | None:
+    """Count a failed call against its receiver; the circuit after it."""
+    row = conn.execute(
+        _FAILED,
+        {
+            "id": failure.receiver,
+            "counted": int(failure.counted),
+            "probe": failure.probe,
+            "threshold": failure.threshold,
+            "now": failure.at,
+            "error": failure.error,
+            "retry_until": failure.retry_until,
+            "reopen_at": failure.reopen_at,
+        },
+    ).first()
+    return None if row is None else str(row.circuit)
+
+
+def put_back(
+    conn: sa.Connection,
+    claim: Claim,
+    *,
+    due_at: datetime.datetime,
+    worker_id: str,
+) -> bool:
+    """Return a claimed label to the waiting labels, due at ``due_at``, with no attempt used."""
+    result = conn.execute(
+        _PUT_BACK,
+        {
+            "sm": claim.state_machine,
+            "name": claim.name,
+            "key": label_key(claim.name),
+            "entry_id": claim.entry_id,
+            "due_at": due_at,
+            "me": worker_id,
+        },
+    )
+    return result.rowcount == 1
+
+
+def set_paused(conn: sa.Connection, ident: str, *, paused: bool) -> ReceiverRow | None:
+    row = conn.execute(_SET_PAUSED, {"id": ident, "paused": paused}).first()
+    if row is None:
+        return None
+    if not paused:
+        notify_due(conn)
+    return ReceiverRow(**row._mapping)
+
+
+def _routes(routes: Sequence[Route]) -> dict[str, Any]:
+    return {
+        "route_receivers": [route[0] for route in routes],
+        "route_machines": [route[1] for route in routes],
+        "route_states": [route[2] for route in routes],
+    }

@@ -1,0 +1,173 @@
+"""Which due deliveries this worker may claim now, receiver by receiver.
+
+Each round the worker reads the receivers' shared rows and asks each for at
+most what it may take: nothing from a paused receiver, one whose
+``Retry-After`` has not passed, or one whose circuit is open (once its
+cooldown is over, one probe, which uses no attempt); for a receiver with a
+``rate``, what its rate allows now (the shared ``rate_at`` advances one
+interval per call, under the row's lock); with ``max_in_flight``, what the
+workers' calls in flight leave. And never more than this worker's share of
+its own slots, so that a slow receiver cannot take all of them. Labels a
+receiver may not take now are simply not claimed: they wait, attempts
+untouched, and the worker wakes when the earliest receiver opens up.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from routemaster.app import App
+from routemaster.config.origins import Receiver, configured_receivers
+from routemaster.db import receivers as shared
+from routemaster.db.claims import Claim
+from routemaster.db.receivers import ReceiverClaim, ReceiverRow, Wanted
+
+RATE_TOLERANCE = 0.1  # seconds of calls a rate lets go at once (at least one call)
+RATE_BATCH = 0.05  # seconds of calls worth waking up for when a rate holds work back
+
+
+@dataclass(frozen=True)
+class Permit:
+    """Why this worker may make the call: its receiver, and how the delivery log names it."""
+
+    receiver: Receiver
+    probe: bool
+    trigger: str  # scheduled, retry, manual, probe
+    was_due: datetime.datetime
+
+
+class Gatekeeper:
+    def __init__(self, app: App, slots: int) -> None:
+        self.app = app
+        self.receivers = configured_receivers(app.config)
+        self._calling = [r for r in self.receivers.values() if r.action_states]
+        self._routes = [
+            (receiver.id, machine, state)
+            for receiver in self._calling
+            for machine, state in receiver.action_states
+        ]
+        # With several receivers, none may hold more than half the slots: a slow one
+        # leaves the rest to the others.
+        self.share = slots if len(self._calling) <= 1 else max(1, slots // 2)
+        self.wake_at: datetime.datetime | None = None
+        self._ensured = False
+
+    def claim(self, free: int, held: Counter[str]) -> list[tuple[Claim, Permit]]:
+        """Lease due deliveries for up to ``free`` slots; ``held``: calls in flight per receiver."""
+        self.wake_at = None
+        if free <= 0 or not self._calling:
+            return []
+        now = self.app.now()
+        lease_until = now + self.app.settings.lease
+        worker_id = self.app.settings.worker_id
+        with self.app.db.begin() as conn:
+            if not self._ensured:
+                shared.ensure(conn, [(r.id, r.origin) for r in self.receivers.values()])
+                self._ensured = True
+            limited = [r.id for r in self._calling if r.policy.rate or r.policy.max_in_flight]
+            rows = {row.id: row for row in shared.some(conn, limited, lock=True)}
+            others_ids = [r.id for r in self._calling if r.id not in rows]
+            rows.update((row.id, row) for row in shared.some(conn, others_ids))
+            others = shared.others_in_flight(
+                conn,
+                {r.id: held[r.id] for r in self._calling if r.policy.max_in_flight},
+                worker_id=worker_id,
+                now=now,
+                expires_at=lease_until,
+            )
+            wanted: list[Wanted] = []
+            probes: set[str] = set()
+            for receiver in self._calling:
+                row = rows.get(receiver.id)
+                if row is None:
+                    continue
+                want = self._wanted(receiver, row, free, held, others, now)
+                if (
+                    want is None
+                    and row.circuit != "closed"
+                    and self._may_probe(row, now)
+                    and shared.start_probe(conn, receiver.id, now=now, probe_until=lease_until)
+                ):
+                    want = Wanted(receiver.id, 1, counted=False)
+                    probes.add(receiver.id)
+                if want is not None:
+                    wanted.append(want)
+            claimed = shared.claim(
+                conn,
+                wanted,
+                self._routes,
+                free=free,
+                now=now,
+                lease_until=lease_until,
+                worker_id=worker_id,
+            )
+            taken = Counter(item.receiver for item in claimed)
+            shared.set_rate_at(
+                conn,
+                {
+                    receiver.id: max(rows[receiver.id].rate_at or now, now)
+                    + datetime.timedelta(seconds=taken[receiver.id] * receiver.policy.rate.interval)
+                    for receiver in self._calling
+                    if receiver.policy.rate is not None and taken[receiver.id]
+                },
+            )
+            for ident in probes - set(taken):
+                shared.no_probe(conn, ident, now=now)
+        return [(item.claim, self._permit(item)) for item in claimed]
+
+    def _wanted(
+        self,
+        receiver: Receiver,
+        row: ReceiverRow,
+        free: int,
+        held: Counter[str],
+        others: dict[str, int],
+        now: datetime.datetime,
+    ) -> Wanted | None:
+        """How many of its due labels ``receiver`` may take now (None: none)."""
+        if row.paused:
+            return None
+        if row.not_before is not None and row.not_before > now:
+            self._wake(row.not_before)
+            return None
+        if row.circuit != "closed":
+            if row.open_until is not None and row.open_until > now:
+                self._wake(row.open_until)
+            return None
+        limit = min(free, self.share - held[receiver.id])
+        policy = receiver.policy
+        if policy.max_in_flight is not None:
+            others_hold = others.get(receiver.id, 0)
+            limit = min(limit, policy.max_in_flight - held[receiver.id] - others_hold)
+        if policy.rate is not None:
+            interval = policy.rate.interval
+            tolerance = max(interval, RATE_TOLERANCE)
+            behind = max(row.rate_at or now, now)
+            allowed = math.floor(((now - behind).total_seconds() + tolerance) / interval + 1e-9)
+            if allowed <= 0:
+                batch = max(1, math.floor(RATE_BATCH / interval))
+                self._wake(behind + datetime.timedelta(seconds=batch * interval - tolerance))
+                return None
+            limit = min(limit, allowed)
+        return Wanted(receiver.id, limit) if limit > 0 else None
+
+    @staticmethod
+    def _may_probe(row: ReceiverRow, now: datetime.datetime) -> bool:
+        return not row.paused and (row.open_until is None or row.open_until <= now)
+
+    def _wake(self, at: datetime.datetime) -> None:
+        if self.wake_at is None or at < self.wake_at:
+            self.wake_at = at
+
+    def _permit(self, item: ReceiverClaim) -> Permit:
+        attempts = item.claim.attempts
+        if not item.counted:
+            trigger = "probe"
+        elif attempts > 1:
+            trigger = "retry"
+        else:
+            trigger = "manual" if item.last_error is not None else "scheduled"
+        return Permit(self.receivers[item.receiver], not item.counted, trigger, item.was_due)

@@ -1,0 +1,106 @@
+"""A receiver's rate and max_in_flight hold across workers; an outage becomes a backlog."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Any
+
+import sqlalchemy as sa
+from flask.testing import FlaskClient
+
+from routemaster import labels
+from tests.stub_server import Reply, StubServer
+from tests.worker.conftest import MakeApp, running, wait_until
+from tests.worker.test_delivery_log import client_of
+
+RATED = """
+state_machines:
+  m:
+    states:
+      - action: notify
+        webhook: "{stub}/hook/<label>"
+        next: done
+      - gate: done
+        exit_condition: false
+receivers:
+  - match: '127\\.0\\.0\\.1'
+    rate: 100/s
+    max_in_flight: 6
+"""
+
+
+def test_a_rate_holds_across_two_workers(make_app: MakeApp, stub: StubServer) -> None:
+    first = make_app(RATED, delivery_concurrency=8)
+    second = make_app(RATED, delivery_concurrency=8)
+    machine = first.config.get_machine("m")
+    for i in range(600):
+        labels.create_label(first, machine, f"l{i:03}", {})
+    with ExitStack() as stack:
+        stack.enter_context(running(first))
+        stack.enter_context(running(second))
+        stub.wait_for(lambda: len(stub.received()) >= 500, timeout=20)
+    arrivals = sorted(request.at for request in stub.received())
+    window = arrivals[450] - arrivals[50]  # steady state: after the first burst
+    rate = 400 / window
+    assert 90 <= rate <= 110, f"{rate:.1f} calls/s"
+    assert stub.most_in_flight <= 6
+    with first.db.connect() as conn:  # both took part, each counting its calls in flight
+        workers = set(conn.execute(sa.text("SELECT worker FROM receiver_slots")).scalars())
+    assert workers == {first.settings.worker_id, second.settings.worker_id}
+
+
+DRILL = """
+state_machines:
+  m:
+    retry: {max_attempts: 3, initial_delay: 1s, max_delay: 2s}
+    states:
+      - action: notify
+        webhook: "{stub}/hook/<label>"
+        next: done
+      - gate: done
+        exit_condition: false
+receivers:
+  - match: '127\\.0\\.0\\.1'
+    circuit: {failures: 5, cooldown: 1s}
+"""
+
+
+def test_an_outage_becomes_a_backlog_drained_in_order(make_app: MakeApp, stub: StubServer) -> None:
+    """The receiver answers 503 for a while: nothing errors, nothing is delivered twice."""
+    names = [f"l{i:03}" for i in range(60)]
+    for name in names:
+        stub.script(f"/hook/{name}", Reply(503))
+    app = make_app(DRILL, delivery_concurrency=1)
+    client = client_of(app)
+    machine = app.config.get_machine("m")
+    with running(app):
+        for name in names:
+            labels.create_label(app, machine, name, {})
+        wait_until(
+            lambda: len([d for d in _deliveries(client) if d["trigger"] == "probe"]) >= 3,
+            15,
+            "three probes during the outage",
+        )
+        during = len(stub.received())
+        for name in names:
+            stub.script(f"/hook/{name}", Reply(200))
+        wait_until(
+            lambda: all(labels.get_label(app, machine, name).state == "done" for name in names),
+            20,
+            "drained",
+        )
+    assert not any(labels.get_label(app, machine, name).errored for name in names)
+    log = _deliveries(client)
+    assert during <= 5 + 1 + len([d for d in log if d["trigger"] == "probe"])
+    delivered = [d["label"] for d in reversed(log) if d["outcome"] == "delivered"]
+    assert sorted(delivered) == names  # each exactly once
+    failed_first = {
+        d["label"] for d in log if d["trigger"] == "scheduled" and d["outcome"] != "delivered"
+    }
+    waited = [name for name in delivered if name not in failed_first]
+    assert waited == sorted(waited)  # the backlog in the order it fell due
+
+
+def _deliveries(client: FlaskClient) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = client.get("/deliveries?limit=1000").get_json()["deliveries"]
+    return found
