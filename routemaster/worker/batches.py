@@ -28,7 +28,6 @@ import dataclasses
 import datetime
 import logging
 import random
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -55,28 +54,37 @@ SECRET_RECHECK = datetime.timedelta(seconds=5)  # the signing variable is missin
 MAX_BATCHES_PER_CLAIM = 50  # full batches sent in a row under one claim before letting go
 
 
-class ReceiverSeam:
-    """Where receivers (SPEC D4) take part: one call before each send, one in its record.
+@dataclass(frozen=True)
+class Hold:
+    """The receiver may not be called now: look again at ``until``."""
 
-    This default lets every batch go and records nothing; the delivery log
-    and the receivers' limits and circuit replace it.
+    until: datetime.datetime
+    reason: str
+
+
+class ReceiverSeam:
+    """Where receivers (SPEC D4) take part: asked before each send, told of its outcome.
+
+    :meth:`may_send` answers a :class:`Hold` or a permit (any object, handed
+    back to :meth:`record` and :meth:`finished`). This default lets every
+    batch go and records nothing; :mod:`routemaster.worker.subscription_receivers`
+    applies the receivers' limits and circuit and writes the delivery log.
     """
 
-    def may_send(self, app: App, subscription: Subscription) -> datetime.datetime | None:
-        """``None``: send now; else the time to look again (the receiver is open or throttled)."""
-        return None
+    def may_send(self, app: App, subscription: Subscription) -> Hold | object:
+        return self
 
     def record(
         self,
         conn: sa.Connection,
         subscription: Subscription,
-        *,
-        batch_id: str,
-        started_at: datetime.datetime,
-        duration_ms: int,
+        permit: object,
         result: DeliveryResult,
     ) -> None:
         """Called in the transaction that records the outcome (and moves the cursor on a 2xx)."""
+
+    def finished(self, permit: object) -> None:
+        """The send with ``permit`` is over, recorded or not."""
 
 
 @dataclass(frozen=True)
@@ -143,11 +151,14 @@ class BatchSender:
             if cut is None:
                 return None
             batch_id, body, events, last = cut
-        holdup = self.seam.may_send(self.app, subscription)
-        if holdup is not None:
-            self._wait(subscription, holdup)
+        permit = self.seam.may_send(self.app, subscription)
+        if isinstance(permit, Hold):
+            self._wait(subscription, permit.until, error=permit.reason)
             return None
-        delivered = self._send(subscription, batch_id, body, secret, events or 0)
+        try:
+            delivered = self._send(subscription, permit, batch_id, body, secret, events or 0)
+        finally:
+            self.seam.finished(permit)
         full = events is not None and events >= subscription.max_events
         if not (delivered and full and last is not None):
             return None
@@ -222,6 +233,7 @@ class BatchSender:
     def _send(
         self,
         subscription: Subscription,
+        permit: object,
         batch_id: str,
         body: bytes,
         secret: str | None,
@@ -236,29 +248,23 @@ class BatchSender:
             timestamp=int(started_at.timestamp()),
             secret=secret,
         )
-        started = time.monotonic()
         result = deliver(
             self.session,
             request,
             timeout=self.app.settings.subscription_timeout,
             max_response_bytes=self.app.settings.max_response_body,
+            started_at=started_at,
         )
-        duration_ms = int((time.monotonic() - started) * 1000)
         delivered = result.outcome is Outcome.DELIVERED
         now = self.app.now()
         with self.app.db.begin() as conn:
-            self.seam.record(
-                conn,
-                subscription,
-                batch_id=batch_id,
-                started_at=started_at,
-                duration_ms=duration_ms,
-                result=result,
-            )
+            self.seam.record(conn, subscription, permit, result)
             if delivered:
                 current = store.acknowledge(conn, subscription.name, batch_id, at=now)
             else:
                 delay = backoff(self.policy, subscription.failures_in_a_row + 1, self.rng)
+                if result.call is not None and result.call.retry_after is not None:
+                    delay = max(delay, result.call.retry_after)  # a 429 or 503 asked for more
                 current = store.record_failure(
                     conn,
                     subscription.name,

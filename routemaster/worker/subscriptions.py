@@ -33,6 +33,7 @@ from routemaster.db.subscriptions import Subscription
 from routemaster.http.guard import AddressPolicy
 from routemaster.http.subscriptions import subscription_session
 from routemaster.worker.batches import BatchSender, ReceiverSeam
+from routemaster.worker.subscription_receivers import SubscriptionReceivers
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class SubscriptionSender:
             self._session,
             rng=rng or random.Random(),
             environ=os.environ if environ is None else environ,
-            seam=seam or ReceiverSeam(),
+            seam=seam or SubscriptionReceivers(app),
         )
         self._pool = ThreadPoolExecutor(self.size, thread_name_prefix="routemaster-subscription")
         self._lock = threading.Lock()
