@@ -10,6 +10,8 @@ On a fresh database (created and dropped here, on the server of
 2. **One fast subscriber**: a subscription from before those labels
    (``max_events`` 100, ``batch_delay_ms`` 0), one ``routemaster cron``
    worker; events/s from its first batch's arrival to its last.
+   The backlog is the labels of step 1 plus ``--backlog`` more (20,000), made
+   through the label service in-process, so the drain is long enough to time.
 3. **20 subscribers** at once on the same backlog: events/s over all of them.
 4. **Latency** at ``batch_delay_ms`` 100: labels created through the API at a
    steady 100/s for ``--seconds`` while the worker follows; for each event,
@@ -112,6 +114,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--subscribers", type=int, default=20)
+    parser.add_argument("--backlog", type=int, default=20_000, help="more labels, made in-process")
     args = parser.parse_args()
     server = normalise_url(
         os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -167,9 +170,10 @@ def run(tmp: Path, url: str, args: argparse.Namespace) -> None:
         names = ["fast"] + [f"sub{i:02}" for i in range(args.subscribers)]
         for subscription in names:  # all from before the backlog; the worker is not running
             subscribe(api, subscription, receiver, max_events=100, batch_delay_ms=0)
-        created = create_flat_out(api, args.seconds)
-        rate = created / args.seconds
-        print(f"API create rate: {created} labels in {args.seconds:.0f} s = {rate:,.0f}/s")
+        made = create_flat_out(api, args.seconds)
+        rate = made / args.seconds
+        print(f"API create rate: {made} labels in {args.seconds:.0f} s = {rate:,.0f}/s")
+        created = made + create_backlog(tmp, url, args.backlog)
 
         # 2. one fast subscriber alone: the others are paused by pointing them at the end
         for subscription in names[1:]:
@@ -254,6 +258,29 @@ def create_flat_out(api: str, seconds: float, clients: int = 8) -> int:
     for thread in threads:
         thread.join()
     return sum(counts)
+
+
+def create_backlog(tmp: Path, url: str, count: int, threads: int = 4) -> int:
+    """``count`` more labels through the label service (no HTTP): a backlog to drain."""
+    from routemaster import labels
+    from routemaster.app import App
+    from routemaster.config import load_config
+
+    engine = create_engine(url)
+    app = App(config=load_config([tmp / "config.yaml"]), db=engine)
+    machine = app.config.get_machine("m")
+
+    def make(offset: int) -> None:
+        for index in range(offset, count, threads):
+            labels.create_label(app, machine, f"b{index}", {})
+
+    workers = [threading.Thread(target=make, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    engine.dispose()
+    return count
 
 
 def create_steady(api: str, *, per_second: int, seconds: float) -> dict[str, float]:

@@ -63,8 +63,11 @@ class SubscriptionReceivers(ReceiverSeam):
         now = app.now()
         lease = now + datetime.timedelta(seconds=app.settings.subscription_lease)
         with app.db.begin() as conn:
-            shared.ensure(conn, [(receiver.id, receiver.origin)])
-            [row] = shared.some(conn, [receiver.id], lock=True)
+            rows = shared.some(conn, [receiver.id], lock=True)
+            if not rows:  # its first call: a new receiver starts closed
+                shared.ensure(conn, [(receiver.id, receiver.origin)])
+                rows = shared.some(conn, [receiver.id], lock=True)
+            [row] = rows
             if row.paused:
                 return Hold(now + PAUSED_RECHECK, f"the receiver {receiver.origin} is paused")
             if row.not_before is not None and row.not_before > now:
