@@ -6,7 +6,9 @@ On a fresh database (created and dropped here, on the server of
 ``DATABASE_URL``, default postgres@127.0.0.1:5432):
 
 1. **API create rate**: ``routemaster serve`` (2 workers) and 8 client
-   threads creating labels as fast as they can for ``--seconds``.
+   threads creating labels as fast as they can for ``--seconds``, while a
+   ``routemaster cron`` worker sends them to a live subscriber (default
+   ``batch_delay_ms`` 500): how long after the last create it had them all.
 2. **One fast subscriber**: a subscription from before those labels
    (``max_events`` 100, ``batch_delay_ms`` 0), one ``routemaster cron``
    worker; events/s from its first batch's arrival to its last.
@@ -168,16 +170,30 @@ def run(tmp: Path, url: str, args: argparse.Namespace) -> None:
     try:
         wait_for(lambda: _answers(api), 30, "the API")
         names = ["fast"] + [f"sub{i:02}" for i in range(args.subscribers)]
-        for subscription in names:  # all from before the backlog; the worker is not running
-            subscribe(api, subscription, receiver, max_events=100, batch_delay_ms=0)
-        made = create_flat_out(api, args.seconds)
+
+        # 1. the API flat out, a live subscriber following it (default batch_delay_ms 500)
+        subscribe(api, "live", receiver, max_events=100)
+        worker = start(tmp, url, "cron", log="cron-live.log")
+        try:
+            time.sleep(2)  # the worker is up and following
+            made = create_flat_out(api, args.seconds)
+            ended = time.time()
+            wait_for(lambda: receiver.count("live") >= made, 120, "the live subscriber")
+        finally:
+            stop(worker)
+        with receiver.lock:
+            last = max(receiver.arrivals["live"].values())
         rate = made / args.seconds
         print(f"API create rate: {made} labels in {args.seconds:.0f} s = {rate:,.0f}/s")
+        print(
+            f"a live subscriber (max_events 100, batch_delay_ms 500) had every event "
+            f"{(last - ended) * 1000:.0f} ms after the last create answered"
+        )
+        requests.delete(f"{api}/subscriptions/live")
         created = made + create_backlog(tmp, url, args.backlog)
 
-        # 2. one fast subscriber alone: the others are paused by pointing them at the end
-        for subscription in names[1:]:
-            requests.delete(f"{api}/subscriptions/{subscription}")
+        # 2. one fast subscriber alone on the backlog
+        subscribe(api, "fast", receiver, max_events=100, batch_delay_ms=0, after="0-0")
         worker = start(tmp, url, "cron", log="cron1.log")
         try:
             wait_for(lambda: receiver.count("fast") >= created, 300, "the fast subscriber")

@@ -71,6 +71,7 @@ class SubscriptionSender:
         self._thread: threading.Thread | None = None
         self._failing = False
         self._any = False
+        self._next_due: datetime.datetime | None = None
 
     @property
     def in_flight(self) -> int:
@@ -117,8 +118,13 @@ class SubscriptionSender:
                 self.app.hooks.exception("the subscription sender failed")
                 logger.exception("the subscription sender failed")
                 self._wake.wait(self.app.settings.poll_interval)
-            # With no subscription at all, look again only every poll interval (1 s).
-            self._wake.wait(poll if self._any else self.app.settings.poll_interval)
+            # With no subscription at all, look again only every poll interval (1 s); else
+            # every poll, or sooner when a subscription falls due before it.
+            sleep = poll if self._any else self.app.settings.poll_interval
+            if self._next_due is not None:
+                until_due = (self._next_due - self.app.now()).total_seconds()
+                sleep = min(sleep, max(until_due, 0.001))
+            self._wake.wait(sleep)
             self._wake.clear()
 
     def round(self) -> int:
@@ -127,6 +133,9 @@ class SubscriptionSender:
         with self.app.db.connect() as conn:
             seen = store.look(conn, now=now)
         self._any = seen.any
+        self._next_due = (
+            seen.next_due if seen.next_due is not None and seen.next_due > now else None
+        )
         news = seen.stream != self._seen
         due = seen.next_due is not None and seen.next_due <= now
         free = self.size - self.in_flight
