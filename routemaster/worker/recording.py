@@ -40,6 +40,14 @@ def webhook_delivery(claim: Claim, permit: Permit, call: Call) -> Delivery:
     )
 
 
+def observe(app: App, delivery: Delivery) -> None:
+    """Count the call in the process's metrics (per receiver, kind and outcome)."""
+    if app.metrics is not None:
+        app.metrics.observe_call(
+            delivery.receiver, delivery.kind, delivery.outcome, delivery.duration_ms / 1000
+        )
+
+
 class Recorder:
     """Answered calls waiting to be written by the loop (slots add, the loop takes)."""
 
