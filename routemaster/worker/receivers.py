@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from routemaster.app import App
 from routemaster.config.origins import Receiver, configured_receivers
+from routemaster.config.receivers import Rate
 from routemaster.db import receivers as shared
 from routemaster.db.claims import Claim
 from routemaster.db.receivers import ReceiverClaim, ReceiverRow, Wanted
@@ -108,8 +109,9 @@ class Gatekeeper:
             shared.set_rate_at(
                 conn,
                 {
-                    receiver.id: max(rows[receiver.id].rate_at or now, now)
-                    + datetime.timedelta(seconds=taken[receiver.id] * receiver.policy.rate.interval)
+                    receiver.id: next_rate_at(
+                        receiver.policy.rate, rows[receiver.id].rate_at, now, taken[receiver.id]
+                    )
                     for receiver in self._calling
                     if receiver.policy.rate is not None and taken[receiver.id]
                 },
@@ -143,13 +145,9 @@ class Gatekeeper:
             others_hold = others.get(receiver.id, 0)
             limit = min(limit, policy.max_in_flight - held[receiver.id] - others_hold)
         if policy.rate is not None:
-            interval = policy.rate.interval
-            tolerance = max(interval, RATE_TOLERANCE)
-            behind = max(row.rate_at or now, now)
-            allowed = math.floor(((now - behind).total_seconds() + tolerance) / interval + 1e-9)
+            allowed, wake_at = rate_allows(policy.rate, row.rate_at, now)
             if allowed <= 0:
-                batch = max(1, math.floor(RATE_BATCH / interval))
-                self._wake(behind + datetime.timedelta(seconds=batch * interval - tolerance))
+                self._wake(wake_at)
                 return None
             limit = min(limit, allowed)
         return Wanted(receiver.id, limit) if limit > 0 else None
@@ -171,3 +169,27 @@ class Gatekeeper:
         else:
             trigger = "manual" if item.last_error is not None else "scheduled"
         return Permit(self.receivers[item.receiver], not item.counted, trigger, item.was_due)
+
+
+def rate_allows(
+    rate: Rate, rate_at: datetime.datetime | None, now: datetime.datetime
+) -> tuple[int, datetime.datetime]:
+    """How many calls ``rate`` lets go now, and (when none) when enough for a batch will.
+
+    ``rate_at`` is the rate's theoretical arrival time: each call moves it one
+    interval on, and calls may go while it is less than the tolerance ahead
+    of now. Over any window the calls are at most the rate plus the tolerance.
+    """
+    interval = rate.interval
+    tolerance = max(interval, RATE_TOLERANCE)
+    behind = max(rate_at or now, now)
+    allowed = math.floor(((now - behind).total_seconds() + tolerance) / interval + 1e-9)
+    batch = max(1, math.floor(RATE_BATCH / interval))
+    return allowed, behind + datetime.timedelta(seconds=batch * interval - tolerance)
+
+
+def next_rate_at(
+    rate: Rate, rate_at: datetime.datetime | None, now: datetime.datetime, calls: int
+) -> datetime.datetime:
+    """The rate's arrival time after ``calls`` more calls."""
+    return max(rate_at or now, now) + datetime.timedelta(seconds=calls * rate.interval)
