@@ -115,4 +115,5 @@ def deliver_claim(
                 error=result.error,
                 worker_id=app.settings.worker_id,
             )
+    recorder.failed()
     return False
