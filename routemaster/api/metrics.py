@@ -19,6 +19,7 @@ from routemaster.api.openapi import openapi_path
 from routemaster.app import App
 from routemaster.metrics import Metrics
 from routemaster.metrics.gauges import LabelGauges
+from routemaster.metrics.receivers import ReceiverGauges
 from routemaster.metrics.subscriptions import SubscriptionGauges
 
 blueprint = flask.Blueprint("metrics", __name__)
@@ -43,8 +44,11 @@ def instrument(flask_app: flask.Flask, app: App, metrics: Metrics) -> None:
         interval=app.settings.label_gauges_interval,
         directory=metrics.multiprocess_dir,
     )
+    receiver_gauges = ReceiverGauges(
+        app.db, app.config, interval=app.settings.label_gauges_interval
+    )
     lags = SubscriptionGauges(app.db, interval=app.settings.label_gauges_interval)
-    flask_app.extensions[EXPOSITION_KEY] = metrics.registry(gauges, lags)
+    flask_app.extensions[EXPOSITION_KEY] = metrics.registry(gauges, receiver_gauges, lags)
     templates: dict[str, str] = {}
 
     def finish(request: flask.Request, response: flask.Response) -> flask.Response:

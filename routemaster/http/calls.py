@@ -11,9 +11,20 @@ from __future__ import annotations
 
 import datetime
 import email.utils
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+
+import requests
+
+from routemaster.http.client import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    Answer,
+    OutboundError,
+    OutboundTimeout,
+    send,
+)
 
 EXCERPT_BYTES = 1024
 REDACTED = "REDACTED"
@@ -95,3 +106,56 @@ def retry_after(
             when = when.replace(tzinfo=datetime.UTC)
         wait = when - now
     return max(datetime.timedelta(0), min(wait, MAX_RETRY_AFTER))
+
+
+def send_logged(
+    session: requests.Session,
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    body: bytes | None,
+    timeout: float,
+    started_at: datetime.datetime,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+) -> tuple[Call, Answer | None]:
+    """One request (redirects not followed), and the :class:`Call` the delivery log keeps of it.
+
+    Never raises for HTTP trouble: no answer is a ``timeout`` or ``network`` call.
+    """
+    started = time.monotonic()
+    try:
+        answer = send(
+            session,
+            method,
+            url,
+            headers=headers,
+            body=body,
+            deadline=started + timeout,
+            max_response_bytes=max_response_bytes,
+        )
+    except OutboundError as failure:
+        kind = "timeout" if isinstance(failure, OutboundTimeout) else "network"
+        problem = str(failure).replace(url, redact_url(url))
+        return Call(redact_url(url), started_at, _ms(started), None, kind, problem, None), None
+    outcome = outcome_of(answer.status)
+    error = (
+        None
+        if outcome == "delivered"
+        else f"{method} {redact_url(url)} returned status {answer.status}"
+    )
+    call = Call(
+        redact_url(url),
+        started_at,
+        _ms(started),
+        answer.status,
+        outcome,
+        error,
+        excerpt(answer.body),
+        retry_after(answer.status, answer.headers, started_at),
+    )
+    return call, answer
+
+
+def _ms(started: float) -> int:
+    return round((time.monotonic() - started) * 1000)

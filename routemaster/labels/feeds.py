@@ -84,6 +84,10 @@ class FeedFetcher:
             )
             with self._app.db.begin() as conn:
                 deliveries.record(conn, [entry])
+            if self._app.metrics is not None:
+                self._app.metrics.observe_call(
+                    entry.receiver, entry.kind, entry.outcome, entry.duration_ms / 1000
+                )
 
         return record
 

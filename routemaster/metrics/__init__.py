@@ -116,6 +116,26 @@ class Metrics:
             registry=registry,
         )
 
+        self.receiver_calls = Counter(
+            "routemaster_receiver_calls",
+            "Outbound calls (the delivery log's entries) by receiver, kind and outcome "
+            "(delivered, accepted, failed, gone, timeout, network, throttled).",
+            ["receiver", "kind", "outcome"],
+            registry=registry,
+        )
+        self.receiver_seconds = Histogram(
+            "routemaster_receiver_call_duration_seconds",
+            "Time an outbound call to a receiver took, by receiver, kind and outcome.",
+            ["receiver", "kind", "outcome"],
+            buckets=CALL_BUCKETS,
+            registry=registry,
+        )
+
+    def observe_call(self, receiver: str, kind: str, outcome: str, seconds: float) -> None:
+        """One outbound call, as the delivery log records it."""
+        self.receiver_calls.labels(receiver, kind, outcome).inc()
+        self.receiver_seconds.labels(receiver, kind, outcome).observe(seconds)
+
     @classmethod
     def from_environment(cls) -> Metrics:
         """Multiprocess when ``PROMETHEUS_MULTIPROC_DIR`` is set (as ``serve`` does)."""

@@ -20,7 +20,7 @@ from routemaster.db.claims import Claim
 from routemaster.db.errored import mark_errored
 from routemaster.http.webhooks import Outcome, build_request, deliver
 from routemaster.worker.receivers import Permit
-from routemaster.worker.recording import Recorder, webhook_delivery
+from routemaster.worker.recording import Recorder, observe, webhook_delivery
 from routemaster.worker.retry import backoff
 
 logger = logging.getLogger(__name__)
@@ -68,6 +68,7 @@ def deliver_claim(
     )
     assert result.call is not None
     entry = webhook_delivery(claim, permit, result.call)
+    observe(app, entry)
     where = f"{claim.state_machine}/{claim.name} in {claim.state} (attempt {claim.attempts})"
     if result.outcome is Outcome.DELIVERED:
         logger.debug("delivered %s: %s -> %s", where, request.url, result.status)
@@ -114,4 +115,5 @@ def deliver_claim(
                 error=result.error,
                 worker_id=app.settings.worker_id,
             )
+    recorder.failed()
     return False

@@ -125,7 +125,6 @@ class Worker:
         if self.triggers.next_interval_at and self.app.now() >= self.triggers.next_interval_at:
             self.triggers.fire()
         completed = self._complete(self._slots.take_done())
-        self._recorder.flush(self.app)
         claimed = self._claim_deliveries()
         evaluated, waiting = evaluate_due_gates(
             self.app, self._gate_states, limit=self.app.settings.batch_size
@@ -149,13 +148,27 @@ class Worker:
         """Claim as many due deliveries as there are free slots (any free slot is used)."""
         free = self._slots.free
         if free <= 0 or not self._action_states:
+            self._recorder.flush(self.app, only_due=True)
             return False
         held = self._slots.held()
         receiver_of = self._receiver_of
         for entry in set(receiver_of) - {claim.entry for claim in held}:
             del receiver_of[entry]
         in_flight = Counter(receiver_of.values())
-        claimed = self._gate.claim(free, in_flight)
+        pending = self._recorder.take_due()
+        if self._recorder.take_failures():
+            self._gate.invalidate()
+        try:
+            claimed = self._gate.claim(
+                free,
+                in_flight,
+                lambda conn, now: self._recorder.write(
+                    conn, pending, now=now, answered=self._gate.answered
+                ),
+            )
+        except Exception:
+            self._recorder.restore(pending)
+            raise
         for claim, permit in claimed:
             receiver_of[claim.entry] = permit.receiver.id
             self._slots.submit(claim, self._delivery(permit))
@@ -189,6 +202,9 @@ class Worker:
             timeout = min(timeout, max(until_job, 0.0))
         if self._gate.wake_at is not None:  # a receiver's rate or cooldown: past means now
             timeout = min(timeout, max((self._gate.wake_at - now).total_seconds(), 0.0))
+        log_deadline = self._recorder.deadline()
+        if log_deadline is not None:  # the delivery log's pending entries
+            timeout = min(timeout, max(log_deadline - time.monotonic(), 0.0))
         wakes = [self.triggers.next_interval_at]
         with self.app.db.connect() as conn:
             wakes.append(work.next_due_at(conn))

@@ -16,17 +16,24 @@ from __future__ import annotations
 
 import datetime
 import math
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.origins import Receiver, configured_receivers
+from routemaster.config.receivers import Rate
 from routemaster.db import receivers as shared
 from routemaster.db.claims import Claim
 from routemaster.db.receivers import ReceiverClaim, ReceiverRow, Wanted
 
 RATE_TOLERANCE = 0.1  # seconds of calls a rate lets go at once (at least one call)
 RATE_BATCH = 0.05  # seconds of calls worth waking up for when a rate holds work back
+CLEAR_FOR = 0.25  # seconds the rows of unlimited receivers, all closed, are trusted unread
+SUCCESS_EVERY = datetime.timedelta(seconds=1)  # a closed receiver's last success, rewritten
 
 
 @dataclass(frozen=True)
@@ -54,23 +61,63 @@ class Gatekeeper:
         self.share = slots if len(self._calling) <= 1 else max(1, slots // 2)
         self.wake_at: datetime.datetime | None = None
         self._ensured = False
+        self._unlimited = [
+            r.id for r in self._calling if not (r.policy.rate or r.policy.max_in_flight)
+        ]
+        # The rows of the receivers without limits while every one is closed: re-read at
+        # most every CLEAR_FOR seconds, and at once after a failed call (invalidate).
+        self._clear: tuple[float, dict[str, ReceiverRow]] | None = None
+        self._known: dict[str, ReceiverRow] = {}
+        self._success_written: dict[str, datetime.datetime] = {}
 
-    def claim(self, free: int, held: Counter[str]) -> list[tuple[Claim, Permit]]:
-        """Lease due deliveries for up to ``free`` slots; ``held``: calls in flight per receiver."""
+    def invalidate(self) -> None:
+        """A call failed: read the receivers' rows again before the next claim."""
+        self._clear = None
+
+    def answered(self, ids: set[str], now: datetime.datetime) -> list[str]:
+        """Of receivers that just answered, those whose rows need the success written."""
+        due = []
+        for ident in sorted(ids):
+            row = self._known.get(ident)
+            written = self._success_written.get(ident)
+            if (
+                row is None
+                or row.circuit != "closed"
+                or row.failures_in_a_row
+                or written is None
+                or now - written >= SUCCESS_EVERY
+            ):
+                due.append(ident)
+                self._success_written[ident] = now
+        return due
+
+    def claim(
+        self,
+        free: int,
+        held: Counter[str],
+        first: Callable[[sa.Connection, datetime.datetime], None] | None = None,
+    ) -> list[tuple[Claim, Permit]]:
+        """Lease due deliveries for up to ``free`` slots; ``held``: calls in flight per receiver.
+
+        ``first`` runs at the start of the same transaction (the loop writes the
+        delivery log's pending entries there, saving a transaction per round).
+        """
         self.wake_at = None
-        if free <= 0 or not self._calling:
-            return []
         now = self.app.now()
         lease_until = now + self.app.settings.lease
         worker_id = self.app.settings.worker_id
         with self.app.db.begin() as conn:
+            if first is not None:
+                first(conn, now)
+            if free <= 0 or not self._calling:
+                return []
             if not self._ensured:
                 shared.ensure(conn, [(r.id, r.origin) for r in self.receivers.values()])
                 self._ensured = True
             limited = [r.id for r in self._calling if r.policy.rate or r.policy.max_in_flight]
             rows = {row.id: row for row in shared.some(conn, limited, lock=True)}
-            others_ids = [r.id for r in self._calling if r.id not in rows]
-            rows.update((row.id, row) for row in shared.some(conn, others_ids))
+            rows.update(self._unlimited_rows(conn, now))
+            self._known = rows
             others = shared.others_in_flight(
                 conn,
                 {r.id: held[r.id] for r in self._calling if r.policy.max_in_flight},
@@ -108,8 +155,9 @@ class Gatekeeper:
             shared.set_rate_at(
                 conn,
                 {
-                    receiver.id: max(rows[receiver.id].rate_at or now, now)
-                    + datetime.timedelta(seconds=taken[receiver.id] * receiver.policy.rate.interval)
+                    receiver.id: next_rate_at(
+                        receiver.policy.rate, rows[receiver.id].rate_at, now, taken[receiver.id]
+                    )
                     for receiver in self._calling
                     if receiver.policy.rate is not None and taken[receiver.id]
                 },
@@ -143,16 +191,28 @@ class Gatekeeper:
             others_hold = others.get(receiver.id, 0)
             limit = min(limit, policy.max_in_flight - held[receiver.id] - others_hold)
         if policy.rate is not None:
-            interval = policy.rate.interval
-            tolerance = max(interval, RATE_TOLERANCE)
-            behind = max(row.rate_at or now, now)
-            allowed = math.floor(((now - behind).total_seconds() + tolerance) / interval + 1e-9)
+            allowed, wake_at = rate_allows(policy.rate, row.rate_at, now)
             if allowed <= 0:
-                batch = max(1, math.floor(RATE_BATCH / interval))
-                self._wake(behind + datetime.timedelta(seconds=batch * interval - tolerance))
+                self._wake(wake_at)
                 return None
             limit = min(limit, allowed)
         return Wanted(receiver.id, limit) if limit > 0 else None
+
+    def _unlimited_rows(
+        self, conn: sa.Connection, now: datetime.datetime
+    ) -> dict[str, ReceiverRow]:
+        clear = self._clear
+        if clear is not None and time.monotonic() - clear[0] < CLEAR_FOR:
+            return clear[1]
+        rows = {row.id: row for row in shared.some(conn, self._unlimited)}
+        all_clear = all(
+            row.circuit == "closed"
+            and not row.paused
+            and (row.not_before is None or row.not_before <= now)
+            for row in rows.values()
+        )
+        self._clear = (time.monotonic(), rows) if all_clear else None
+        return rows
 
     @staticmethod
     def _may_probe(row: ReceiverRow, now: datetime.datetime) -> bool:
@@ -171,3 +231,27 @@ class Gatekeeper:
         else:
             trigger = "manual" if item.last_error is not None else "scheduled"
         return Permit(self.receivers[item.receiver], not item.counted, trigger, item.was_due)
+
+
+def rate_allows(
+    rate: Rate, rate_at: datetime.datetime | None, now: datetime.datetime
+) -> tuple[int, datetime.datetime]:
+    """How many calls ``rate`` lets go now, and (when none) when enough for a batch will.
+
+    ``rate_at`` is the rate's theoretical arrival time: each call moves it one
+    interval on, and calls may go while it is less than the tolerance ahead
+    of now. Over any window the calls are at most the rate plus the tolerance.
+    """
+    interval = rate.interval
+    tolerance = max(interval, RATE_TOLERANCE)
+    behind = max(rate_at or now, now)
+    allowed = math.floor(((now - behind).total_seconds() + tolerance) / interval + 1e-9)
+    batch = max(1, math.floor(RATE_BATCH / interval))
+    return allowed, behind + datetime.timedelta(seconds=batch * interval - tolerance)
+
+
+def next_rate_at(
+    rate: Rate, rate_at: datetime.datetime | None, now: datetime.datetime, calls: int
+) -> datetime.datetime:
+    """The rate's arrival time after ``calls`` more calls."""
+    return max(rate_at or now, now) + datetime.timedelta(seconds=calls * rate.interval)
