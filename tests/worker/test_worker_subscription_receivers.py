@@ -76,7 +76,7 @@ def test_an_open_circuit_holds_batches_until_a_probe_succeeds(
         wait_until(lambda: circuit(app, stub) == "open", 10)
         opened = len(stub.received(HOOK))
         assert opened == 2
-        wait_until(lambda: "circuit" in (shown(app).last_error or ""), 5)
+        wait_until(lambda: "waiting for the receiver" in (shown(app).last_error or ""), 5)
         wait_until(lambda: shown(app).last_success_at is not None, 10)
     probe = logged(app)[-1]
     assert (probe.trigger, probe.outcome) == ("probe", "delivered")
@@ -96,12 +96,25 @@ def test_a_paused_receiver_holds_batches(make_app: MakeApp, stub: StubServer) ->
         with app.db.begin() as conn:
             shared.set_paused(conn, receiver_row(app, stub).id, paused=True)
         create(app, "b")
-        wait_until(lambda: "paused" in (shown(app).last_error or ""), 10)
+        wait_until(lambda: "waiting for the receiver" in (shown(app).last_error or ""), 10)
         assert len(stub.received(HOOK)) == 1
         with app.db.begin() as conn:
             shared.set_paused(conn, receiver_row(app, stub).id, paused=False)
         wait_until(lambda: len(stub.received(HOOK)) == 2, 10)
     assert delivered_labels(stub) == ["a", "b"]
+
+
+def test_max_in_flight_counts_the_sends_of_every_subscription(
+    make_app: MakeApp, stub: StubServer
+) -> None:
+    stub.script(HOOK, Reply(200, delay=0.1))
+    app = make_app(CONFIG + "receivers:\n  - match: '127'\n    max_in_flight: 1\n", **FAST)
+    for name in ("s1", "s2", "s3"):
+        subscribe(app, stub, name, max_events=1)
+    create(app, "a", "b")
+    with running(app):
+        wait_until(lambda: len(stub.received(HOOK)) == 6, 20)
+    assert stub.most_in_flight == 1  # three subscriptions, one call at a time
 
 
 @pytest.mark.parametrize("rate", ["5/s"])
