@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 import flask
+import sqlalchemy as sa
 from werkzeug.exceptions import NotFound
 
 from routemaster.api.bodies import json_body
@@ -136,7 +137,7 @@ def set_cursor(name: str) -> flask.Response:
         return json_response(shown(conn, subscription))
 
 
-def shown(conn: Any, subscription: Subscription) -> dict[str, Any]:
+def shown(conn: sa.Connection, subscription: Subscription) -> dict[str, Any]:
     """A subscription as the API shows it: settings, cursor, lag, the batch in flight."""
     lag = store.lag(conn, subscription)
     in_flight = None
@@ -246,7 +247,7 @@ def _position(value: Any) -> Position:
     return position
 
 
-def _check_position(conn: Any, after: Position) -> None:
+def _check_position(conn: sa.Connection, after: Position) -> None:
     """A position ahead of the stream would skip changes not yet made: refused."""
     if after.xact > current_position(conn).xact:
         raise Invalid(f'"after": {after} is ahead of the changes stream.', "invalid_cursor")

@@ -219,7 +219,7 @@ def lag(conn: sa.Connection, subscription: Subscription) -> Lag:
 
 _LOOK = sa.text(
     """
-    SELECT EXISTS (SELECT 1 FROM subscriptions) AS any,
+    SELECT EXISTS (SELECT 1 FROM subscriptions) AS subscribed,
            (SELECT max(id) FROM history) AS last_change,
            (SELECT count(*) FROM history
             WHERE xact_id >= pg_snapshot_xmin(pg_current_snapshot())) AS in_doubt,
@@ -314,14 +314,14 @@ class Look:
     again a second after it found nothing.
     """
 
-    any: bool  # whether there is any subscription at all
+    subscribed: bool  # whether there is any subscription at all
     stream: tuple[int | None, int]
     next_due: datetime.datetime | None
 
 
 def look(conn: sa.Connection, *, now: datetime.datetime) -> Look:
     row = conn.execute(_LOOK, {"now": now}).one()
-    return Look(row.any, (row.last_change, int(row.in_doubt)), row.next_due)
+    return Look(row.subscribed, (row.last_change, int(row.in_doubt)), row.next_due)
 
 
 def claim_subscriptions(

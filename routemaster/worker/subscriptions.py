@@ -132,7 +132,7 @@ class SubscriptionSender:
         now = self.app.now()
         with self.app.db.connect() as conn:
             seen = store.look(conn, now=now)
-        self._any = seen.any
+        self._any = seen.subscribed
         self._next_due = (
             seen.next_due if seen.next_due is not None and seen.next_due > now else None
         )
