@@ -162,6 +162,10 @@ class SubscriptionSender:
     def _handle(self, subscription: Subscription) -> None:
         try:
             self._batches.handle(subscription)
+        except sa.exc.SQLAlchemyError as error:  # its lease runs out; another round sends it
+            logger.warning(
+                "subscription %s: the database failed: %s", subscription.name, type(error).__name__
+            )
         except Exception:
             message = f"subscription {subscription.name}: sending failed"
             logger.exception(message)
