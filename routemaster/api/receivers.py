@@ -119,13 +119,16 @@ def receivers_json(app: App) -> list[dict[str, Any]]:
 
 
 def _set_paused(ident: str, *, paused: bool) -> flask.Response:
-    app = routemaster_app()
+    return json_response(set_paused(routemaster_app(), ident, paused=paused))
+
+
+def set_paused(app: App, ident: str, *, paused: bool) -> dict[str, Any]:
+    """Pause or resume a receiver (404 if unknown); it as ``GET /receivers`` shows it."""
     known = _known(app, ident)
     with app.db.begin() as conn:
         receivers.ensure(conn, [(known.id, known.origin)])
         receivers.set_paused(conn, known.id, paused=paused)
-    found = next(entry for entry in receivers_json(app) if entry["id"] == known.id)
-    return json_response(found)
+    return next(entry for entry in receivers_json(app) if entry["id"] == known.id)
 
 
 def _known(app: App, ident: str) -> Receiver:

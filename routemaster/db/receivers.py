@@ -188,6 +188,26 @@ _CLAIM = sa.text(
     """
 )
 
+_CLAIM_PLAIN = sa.text(
+    """
+    WITH due AS (
+        SELECT state_machine, name_key, due_at FROM labels
+        WHERE due_at <= :now AND NOT deleted AND NOT paused AND NOT errored
+          AND (state_machine, state) IN (
+              SELECT * FROM unnest(CAST(:route_machines AS text[]),
+                                   CAST(:route_states AS text[])))
+        ORDER BY due_at
+        LIMIT :free
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE labels SET due_at = :lease_until, lease_owner = :me, attempts = labels.attempts + 1
+    FROM due
+    WHERE labels.state_machine = due.state_machine AND labels.name_key = due.name_key
+    RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
+              labels.entry_id, labels.attempts, due.due_at AS was_due, labels.last_error
+    """
+)
+
 _SUCCEEDED = sa.text(
     """
     UPDATE receivers SET failures_in_a_row = 0, circuit = 'closed', open_until = NULL,
@@ -302,10 +322,30 @@ def claim(
     lease_until: datetime.datetime,
     worker_id: str,
 ) -> list[ReceiverClaim]:
-    """Lease up to ``free`` due labels, oldest first, at most each receiver's limit from it."""
+    """Lease up to ``free`` due labels, oldest first, at most each receiver's limit from it.
+
+    When no receiver is limited below ``free`` (the common case), one plain
+    scan of the due labels of all their routes does, as cheap to plan as it gets.
+    """
     wanted = [want for want in wanted if want.limit > 0]
     if free <= 0 or not wanted:
         return []
+    if all(want.counted and want.limit >= free for want in wanted):
+        receiver_of = {(sm, state): receiver for receiver, sm, state in routes}
+        taken = {want.receiver for want in wanted}
+        pairs = [(sm, state) for receiver, sm, state in routes if receiver in taken]
+        params = {
+            "route_machines": [sm for sm, _ in pairs],
+            "route_states": [state for _, state in pairs],
+            "free": free,
+            "now": now,
+            "lease_until": lease_until,
+            "me": worker_id,
+        }
+        rows = conn.execute(_CLAIM_PLAIN, params).all()
+        return [
+            _claimed(row, receiver_of[(row.state_machine, row.state)], counted=True) for row in rows
+        ]
     rows = conn.execute(
         _CLAIM,
         {
@@ -319,23 +359,24 @@ def claim(
             "me": worker_id,
         },
     ).all()
-    return [
-        ReceiverClaim(
-            Claim(
-                state_machine=row.state_machine,
-                name=row.name,
-                state=row.state,
-                metadata=row.metadata,
-                entry_id=row.entry_id,
-                attempts=row.attempts,
-            ),
-            row.receiver,
-            row.was_due,
-            row.last_error,
-            bool(row.counted),
-        )
-        for row in rows
-    ]
+    return [_claimed(row, row.receiver, counted=bool(row.counted)) for row in rows]
+
+
+def _claimed(row: Any, receiver: str, *, counted: bool) -> ReceiverClaim:
+    return ReceiverClaim(
+        Claim(
+            state_machine=row.state_machine,
+            name=row.name,
+            state=row.state,
+            metadata=row.metadata,
+            entry_id=row.entry_id,
+            attempts=row.attempts,
+        ),
+        receiver,
+        row.was_due,
+        row.last_error,
+        counted,
+    )
 
 
 def succeeded(conn: sa.Connection, ids: Sequence[str], *, now: datetime.datetime) -> None:

@@ -21,13 +21,12 @@ from routemaster.api.explanations import explanation_of
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import check_label_name
 from routemaster.api.paths import link
-from routemaster.api.receivers import receivers_json
+from routemaster.api.receivers import receivers_json, set_paused
 from routemaster.app import App
 from routemaster.config import describe_machine
 from routemaster.config.model import StateMachine
 from routemaster.db import deliveries
 from routemaster.db import labels as store
-from routemaster.db import receivers as receiver_rows
 from routemaster.db.changes import Snapshot, recent_changes, snapshot
 from routemaster.db.listings import count_labels, label_page
 
@@ -286,10 +285,9 @@ def operate_receiver(receiver: str, command: str) -> Response:
         raise Forbidden("This token may not operate receivers.")
     if command not in ("pause", "resume"):
         raise NotFound(f"No console command {command!r}.")
-    app = routemaster_app()
-    with app.db.begin() as conn:
-        changed = receiver_rows.set_paused(conn, receiver, paused=command == "pause")
-    if changed is None:
+    try:
+        set_paused(routemaster_app(), receiver, paused=command == "pause")
+    except NotFound:
         return flask.redirect(
             _with("/console/receivers", "problem", f"No receiver {receiver!r}."), 303
         )
