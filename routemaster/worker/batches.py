@@ -28,6 +28,7 @@ import dataclasses
 import datetime
 import logging
 import random
+import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -107,8 +108,10 @@ class BatchSender:
         rng: random.Random,
         environ: Mapping[str, str],
         seam: ReceiverSeam,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.app = app
+        self.stopping = stopping or threading.Event()
         self.session = session
         self.rng = rng
         self.environ = environ
@@ -127,7 +130,7 @@ class BatchSender:
         try:
             for _ in range(MAX_BATCHES_PER_CLAIM):
                 following = self._once(subscription)
-                if following is None:
+                if following is None or self.stopping.is_set():
                     return
                 subscription = following
         finally:

@@ -55,17 +55,18 @@ class SubscriptionSender:
         self._session = subscription_session(
             AddressPolicy(app.config.subscriptions.allow), self.size
         )
+        self._stopping = threading.Event()
         self._batches = BatchSender(
             app,
             self._session,
             rng=rng or random.Random(),
             environ=os.environ if environ is None else environ,
             seam=seam or SubscriptionReceivers(app),
+            stopping=self._stopping,
         )
         self._pool = ThreadPoolExecutor(self.size, thread_name_prefix="routemaster-subscription")
         self._lock = threading.Lock()
         self._in_flight: set[str] = set()
-        self._stopping = threading.Event()
         self._wake = threading.Event()
         self._seen: tuple[int | None, int] | None = None
         self._thread: threading.Thread | None = None
