@@ -153,15 +153,10 @@ def main() -> None:
                 break
             time.sleep(0.5)
         finished = time.monotonic()
+        _stop(workers)  # so that they write the delivery log's last entries
         result = _report(receiver, engine, names, args, finished)
     finally:
-        for worker in workers:
-            worker.send_signal(signal.SIGTERM)
-        for worker in workers:
-            try:
-                worker.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+        _stop(workers)
         if engine is not None:
             engine.dispose()
         receiver.server.shutdown()
@@ -171,6 +166,17 @@ def main() -> None:
     out = ROOT / "bench" / "results" / "outage-drill.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def _stop(workers: list[subprocess.Popen[bytes]]) -> None:
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+    for worker in workers:
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
 
 
 def _report(

@@ -3,7 +3,9 @@
 For a gate: its exit condition evaluated now, clause by clause with the
 values it saw, its triggers, and where the label would go if the condition
 held. For an action: the delivery bookkeeping (attempts, errored, last error,
-when it is next due). Nothing here moves the label or writes anything.
+when it is next due), and its last three outbound calls. Nothing here moves
+the label or changes it (the feed calls it makes are in the delivery log, as
+every outbound call is).
 """
 
 from __future__ import annotations

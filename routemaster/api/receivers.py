@@ -74,7 +74,7 @@ def resume(receiver: str) -> flask.Response:
     tags=("receivers",),
 )
 def retry_errored(receiver: str) -> flask.Response:
-    """``{"since", "until"?}``: labels errored (last changed) in [since, until) are due again."""
+    """``{"since", "until"?}``: labels that became errored in [since, until) are due again."""
     app = routemaster_app()
     known = _known(app, receiver)
     body = json_body()

@@ -35,17 +35,33 @@ _COUNTS = sa.text(
     """
 )
 
+# When a label became errored: its ``errored`` history entry for its current entry into
+# the state (the hash index on ``history.label`` finds it), or for labels errored before
+# such entries were written, when the row last changed.
 _RETRY_ERRORED = sa.text(
     """
     WITH routes AS (
         SELECT * FROM unnest(CAST(:route_machines AS text[]), CAST(:route_states AS text[]))
                  AS r(sm, state)
+    ), errored AS (
+        SELECT labels.state_machine, labels.name_key,
+               COALESCE(
+                   (SELECT max(history.created) FROM history
+                    WHERE history.label = labels.name
+                      AND history.state_machine = labels.state_machine
+                      AND history.kind = 'errored' AND history.id > labels.entry_id),
+                   labels.updated_at) AS errored_at
+        FROM labels
+        WHERE labels.errored AND NOT labels.deleted
+          AND (labels.state_machine, labels.state) IN (SELECT sm, state FROM routes)
     ), retried AS (
         UPDATE labels SET errored = false, attempts = 0, due_at = :now, lease_owner = NULL,
                           updated_at = now()
-        WHERE errored AND NOT deleted AND (state_machine, state) IN (SELECT sm, state FROM routes)
-          AND updated_at >= :since AND updated_at < :until
-        RETURNING state_machine, name, state
+        FROM errored
+        WHERE labels.state_machine = errored.state_machine
+          AND labels.name_key = errored.name_key
+          AND errored.errored_at >= :since AND errored.errored_at < :until
+        RETURNING labels.state_machine, labels.name, labels.state
     )
     INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
     SELECT state_machine, name, state, state, :now, true, :reason FROM retried

@@ -111,13 +111,13 @@ class Gatekeeper:
                 first(conn, now)
             if free <= 0 or not self._calling:
                 return []
-            if not self._ensured:
+            if not self._ensured:  # again after a rollback: a receiver's row is missing
                 shared.ensure(conn, [(r.id, r.origin) for r in self.receivers.values()])
-                self._ensured = True
             limited = [r.id for r in self._calling if r.policy.rate or r.policy.max_in_flight]
             rows = {row.id: row for row in shared.some(conn, limited, lock=True)}
             rows.update(self._unlimited_rows(conn, now))
             self._known = rows
+            self._ensured = all(r.id in rows for r in self._calling)
             others = shared.others_in_flight(
                 conn,
                 {r.id: held[r.id] for r in self._calling if r.policy.max_in_flight},

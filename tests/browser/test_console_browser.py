@@ -138,3 +138,30 @@ def test_with_tokens_a_person_signs_in_and_sees_changes_live(
     _wait(browser, lambda b: "/console/login" in b.current_url)
     browser.get(f"{secured_service}/console/")
     assert "/console/login" in browser.current_url
+
+
+def test_a_label_becoming_errored_counts_live_and_its_receiver_is_listed(
+    browser: WebDriver, service: str, stub: StubServer, screenshot: Callable[[str], None]
+) -> None:
+    stub.script("/hook/late", Reply(410))
+    _create(service, "late")
+    browser.get(f"{service}/console/")
+    _wait(browser, lambda b: b.find_element(By.ID, "live").text == "live")
+    browser.execute_script("window.notReloaded = true;")
+
+    def errored_count(b: WebDriver) -> str:
+        selector = '[data-errored-machine="orders"][data-errored-state="notify"]'
+        return str(b.find_element(By.CSS_SELECTOR, selector).text)
+
+    assert errored_count(browser) == "0"
+    requests.patch(f"{service}{LABELS}/late", json={"metadata": {"paid": True}}, timeout=10)
+    _wait(browser, lambda b: errored_count(b) == "1")  # the errored event, on the stream
+    assert _count(browser, "notify") == "1"
+    assert browser.execute_script("return window.notReloaded;") is True
+
+    browser.get(f"{service}/console/receivers")
+    receiver = "http-127.0.0.1-" + stub.url("").rsplit(":", 1)[1]
+    row = browser.find_element(By.ID, f"receiver-{receiver}")
+    assert "closed" in row.text
+    assert "gone" in browser.find_element(By.TAG_NAME, "main").text  # its recent failure
+    screenshot("receivers")

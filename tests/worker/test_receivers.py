@@ -179,8 +179,9 @@ def test_retry_errored_requeues_labels_errored_in_the_window(
     with running(app):
         create(app, "a", "b")
         wait_until(lambda: label(app, "a").errored and label(app, "b").errored, 10, "errored")
-        later = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)).isoformat()
-        outside = client.post(f"/receivers/{ident}/retry-errored", json={"since": later})
+        since_errored = datetime.datetime.now(datetime.UTC).isoformat()
+        labels.update_metadata(app, app.config.get_machine("m"), "a", {"note": 1})  # not an error
+        outside = client.post(f"/receivers/{ident}/retry-errored", json={"since": since_errored})
         assert outside.get_json() == {"count": 0}
         assert client.post(f"/receivers/{ident}/retry-errored", json={}).status_code == 400
         retried = client.post(f"/receivers/{ident}/retry-errored", json={"since": before})
