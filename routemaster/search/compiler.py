@@ -144,4 +144,3 @@ def _walk(node: Node) -> Iterator[Node]:
             for each in child:
                 if isinstance(each, Node):
                     yield from _walk(each)
-

@@ -107,14 +107,13 @@ def is_jsonable(value: Any) -> bool:
 
 def json_text(value: Any, source: str, node: Node) -> str:
     """The JSON for a constant the database compares as the evaluator would, or a refusal."""
-    if isinstance(value, float):
-        if not math.isfinite(value) or abs(value) >= EXACT_FLOATS:
-            raise refuse(
-                f"A search compares numbers with a fraction only below {EXACT_FLOATS} "
-                "in magnitude; write the number as an integer",
-                source,
-                node,
-            )
+    if isinstance(value, float) and (not math.isfinite(value) or abs(value) >= EXACT_FLOATS):
+        raise refuse(
+            f"A search compares numbers with a fraction only below {EXACT_FLOATS} "
+            "in magnitude; write the number as an integer",
+            source,
+            node,
+        )
     if isinstance(value, str) and "\x00" in value:
         raise refuse("A search string cannot contain a NUL character", source, node)
     return json.dumps(value)
@@ -136,7 +135,7 @@ def json_type(sql: str) -> str:
 
 def json_string(sql: str) -> str:
     """The text of a JSON string, compared by code point whatever the database's collation."""
-    return f'(({sql}) #>> CAST(\'{{}}\' AS text[])) COLLATE "C"'
+    return f"(({sql}) #>> CAST('{{}}' AS text[])) COLLATE \"C\""
 
 
 def truth(operand: Operand) -> Cond:

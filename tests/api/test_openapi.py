@@ -79,6 +79,8 @@ def test_every_route_is_in_the_document(flask_app: flask.Flask) -> None:
         "after",
         "errored",
         "prefix",
+        "where",
+        "count",
     }
     stream = paths["/changes"]["get"]["responses"]["200"]["content"]
     assert list(stream) == ["text/event-stream"]
