@@ -24,6 +24,7 @@ from routemaster.db import claims as work
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.notifications import DueListener
 from routemaster.http.client import BoundedAdapter
+from routemaster.labels.bulk import run_batch as run_bulk_batch
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
 from routemaster.worker.slots import Slots
@@ -114,7 +115,9 @@ class Worker:
             self.app, self._gate_states, limit=self.app.settings.batch_size
         )
         self._evaluate(waiting)
-        return completed or claimed or evaluated > 0
+        # Bulk commands: one batch a round, so deliveries and gates are never kept waiting.
+        carried_out = run_bulk_batch(self.app, limit=self.app.settings.batch_size)
+        return completed or claimed or evaluated > 0 or carried_out > 0
 
     def renew_leases(self) -> None:
         """Keep every claim in flight leased, however long its receiver takes."""

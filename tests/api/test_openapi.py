@@ -64,6 +64,8 @@ def test_every_route_is_in_the_document(flask_app: flask.Flask) -> None:
         LABEL + "/pause": ["post"],
         LABEL + "/resume": ["post"],
         LABEL + "/move": ["post"],
+        "/state-machines/{sm}/bulk": ["post"],
+        "/bulk/{job}": ["get"],
         "/changes": ["get"],
         "/state-machines/{sm}/changes": ["get"],
         "/console/": ["get"],

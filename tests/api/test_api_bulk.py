@@ -1,0 +1,169 @@
+"""Bulk commands: dry runs, the safety checks, and the job the workers carry out.
+
+The workers' part is :func:`routemaster.labels.bulk.run_batch`, called here
+as the worker loop calls it each round.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from flask.testing import FlaskClient
+
+from routemaster.app import App
+from routemaster.labels.bulk import run_batch
+from tests.api.helpers import body
+
+LABELS = "/state-machines/user/labels"
+BULK = "/state-machines/user/bulk"
+
+
+def _create(client: FlaskClient, count: int, **metadata: Any) -> list[str]:
+    names = [f"u{index:03}" for index in range(count)]
+    for index, name in enumerate(names):
+        response = client.post(f"{LABELS}/{name}", json={"metadata": {"n": index, **metadata}})
+        assert response.status_code == 201
+    return names
+
+
+def _history(client: FlaskClient, name: str) -> list[dict[str, Any]]:
+    return body(client.get(f"{LABELS}/{name}/history"))["history"]  # type: ignore[no-any-return]
+
+
+def _error(app: App, names: list[str]) -> None:
+    with app.db.begin() as conn:  # what the worker writes when a delivery gives up
+        conn.execute(
+            sa.text("UPDATE labels SET errored = true, due_at = NULL WHERE name = ANY(:names)"),
+            {"names": names},
+        )
+
+
+def _finish(app: App, job: int, client: FlaskClient) -> dict[str, Any]:
+    for _ in range(100):
+        if run_batch(app, limit=7) == 0:
+            break
+    progress: dict[str, Any] = body(client.get(f"/bulk/{job}"))
+    return progress
+
+
+def test_a_dry_run_counts_and_samples_without_changing_anything(client: FlaskClient) -> None:
+    _create(client, 30)
+    response = client.post(
+        BULK, json={"command": "pause", "where": "metadata.n >= 5", "reason": "x", "dry_run": True}
+    )
+    assert response.status_code == 200
+    answer = body(response)
+    assert answer["count"] == 25
+    assert answer["sample"] == [f"u{index:03}" for index in range(5, 25)]
+    assert body(client.get(f"{LABELS}/u010"))["paused"] is False
+
+
+def test_a_real_run_needs_a_filter_and_expect(client: FlaskClient) -> None:
+    _create(client, 3)
+    no_filter = client.post(BULK, json={"command": "pause", "reason": "x", "expect": 3})
+    assert no_filter.status_code == 400
+    assert "filter" in body(no_filter)["message"]
+    no_expect = client.post(BULK, json={"command": "pause", "reason": "x", "state": "start"})
+    assert no_expect.status_code == 400
+    assert "expect" in body(no_expect)["message"]
+    no_reason = client.post(BULK, json={"command": "pause", "state": "start", "expect": 3})
+    assert no_reason.status_code == 400
+    bad = client.post(BULK, json={"command": "pause", "where": "metadata.n ==", "reason": "x"})
+    assert bad.status_code == 400
+    assert "Error on line 1" in body(bad)["message"]
+
+
+def test_an_expect_mismatch_is_409_with_the_count_and_does_nothing(
+    client: FlaskClient, app: App
+) -> None:
+    _create(client, 4)
+    response = client.post(
+        BULK, json={"command": "pause", "state": "start", "reason": "x", "expect": 3}
+    )
+    assert response.status_code == 409
+    assert body(response)["reason"] == "count_mismatch"
+    assert body(response)["count"] == 4
+    with app.db.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM bulk_jobs")).scalar_one() == 0
+    assert run_batch(app, limit=10) == 0
+    assert body(client.get(f"{LABELS}/u000"))["paused"] is False
+
+
+def test_bulk_retry_of_errored_labels_records_each_as_forced_with_the_reason(
+    client: FlaskClient, app: App
+) -> None:
+    names = _create(client, 20)
+    _error(app, names[:12])
+    request = {"command": "retry", "errored": True, "reason": "payment service back"}
+    assert body(client.post(BULK, json={**request, "dry_run": True}))["count"] == 12
+    accepted = client.post(BULK, json={**request, "expect": 12})
+    assert accepted.status_code == 202
+    job = body(accepted)
+    assert job["count"] == 12
+    client.post(f"{LABELS}/u003/retry")  # retried by hand meanwhile: no longer qualifies
+    progress = _finish(app, job["id"], client)
+    assert progress == {
+        "id": job["id"],
+        "command": "retry",
+        "state_machine": "user",
+        "total": 12,
+        "done": 11,
+        "skipped": 1,
+        "failed": 0,
+        "state": "finished",
+    }
+    for name in names[:12]:
+        assert body(client.get(f"{LABELS}/{name}"))["errored"] is False
+        reasons = [entry["reason"] for entry in _history(client, name) if entry["forced"]]
+        assert reasons == (["retried"] if name == "u003" else ["payment service back"])
+    assert all(entry["forced"] is False for entry in _history(client, "u015"))
+
+
+def test_the_set_of_labels_is_fixed_when_accepted_and_each_is_checked_again(
+    client: FlaskClient, app: App
+) -> None:
+    _create(client, 6)
+    accepted = client.post(
+        BULK, json={"command": "pause", "where": "metadata.n < 4", "reason": "hold", "expect": 4}
+    )
+    job = body(accepted)["id"]
+    client.patch(f"{LABELS}/u001", json={"metadata": {"n": 100}})  # no longer matches
+    _create_more = client.post(f"{LABELS}/late", json={"metadata": {"n": 0}})  # matches, late
+    assert _create_more.status_code == 201
+    progress = _finish(app, job, client)
+    assert (progress["total"], progress["done"], progress["skipped"]) == (4, 3, 1)
+    paused = {n: body(client.get(f"{LABELS}/{n}"))["paused"] for n in ("u000", "u001", "late")}
+    assert paused == {"u000": True, "u001": False, "late": False}
+
+
+def test_bulk_resume_of_paused_labels_and_bulk_move(client: FlaskClient, app: App) -> None:
+    names = _create(client, 5)
+    for name in names[:3]:
+        client.post(f"{LABELS}/{name}/pause")
+    resume = {"command": "resume", "where": "metadata.n >= 0", "reason": "incident over"}
+    assert body(client.post(BULK, json={**resume, "dry_run": True}))["count"] == 5
+    job = body(client.post(BULK, json={**resume, "expect": 5}))["id"]
+    progress = _finish(app, job, client)
+    assert (progress["done"], progress["skipped"]) == (3, 2)  # two were not paused
+    assert not any(body(client.get(f"{LABELS}/{n}"))["paused"] for n in names)
+    move = {"command": "move", "to": "done", "prefix": "u00", "reason": "closing", "expect": 5}
+    job = body(client.post(BULK, json=move))["id"]
+    assert _finish(app, job, client)["done"] == 5
+    last = _history(client, "u004")[-1]
+    assert (last["new_state"], last["forced"], last["reason"]) == ("done", True, "closing")
+
+
+def test_bulk_delete_and_the_move_destination_is_checked(client: FlaskClient, app: App) -> None:
+    _create(client, 3)
+    nowhere = {"command": "move", "to": "nowhere", "state": "start", "reason": "x", "expect": 3}
+    assert client.post(BULK, json=nowhere).status_code == 400
+    delete = {"command": "delete", "where": "metadata.n = 1", "reason": "gdpr", "expect": 1}
+    job = body(client.post(BULK, json=delete))["id"]
+    assert _finish(app, job, client)["done"] == 1
+    assert client.get(f"{LABELS}/u001").status_code == 410
+    assert [entry["reason"] for entry in _history(client, "u001")][-2:] == ["gdpr", "deleted"]
+
+
+def test_an_unknown_job_is_404(client: FlaskClient) -> None:
+    assert client.get("/bulk/12345").status_code == 404
