@@ -28,7 +28,7 @@ def cron(options: Options, metrics_bind: str | None) -> None:
     plugins = options.loggers(config)
     settings = settings_from_environment()
     url = database_url()
-    migrate_database(url)
+    migrate_database(url, config)  # and the search indexes the config names
     engine = create_engine(
         url,
         pool_size=5,

@@ -7,15 +7,20 @@ import sys
 import click
 
 from routemaster.cli.environment import database_url, late_config_option
-from routemaster.cli.options import migrate_database
+from routemaster.cli.options import Options, migrate_database
 from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable
 
 
 @click.command()
 @late_config_option
-def migrate() -> None:
-    """Bring the database to the current schema (serve and cron do this at start too)."""
-    migrate_database(database_url())
+@click.pass_obj
+def migrate(options: Options) -> None:
+    """Bring the database to the current schema (serve and cron do this at start too).
+
+    Given the configuration (-c), also build the indexes its ``search:`` paths need.
+    """
+    config = options.load() if options.config_paths else None
+    migrate_database(database_url(), config)
     click.echo("Database schema is current.")
 
 
