@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -96,6 +97,7 @@ def get_job(app: App, job: int) -> jobs.Job | None:
 def run_batch(app: App, *, limit: int) -> int:
     """Carry out up to ``limit`` pending labels of running jobs; how many were handled."""
     now = app.now()
+    handled: Counter[tuple[str, str, str]] = Counter()
     with app.db.begin() as conn:
         items = jobs.claim_items(conn, limit=limit)
         by_job: dict[int, list[jobs.Item]] = {}
@@ -107,6 +109,10 @@ def run_batch(app: App, *, limit: int) -> int:
             runner = _JobRunner(app, job, now)
             outcomes = [(item.name_key, runner.handle(conn, item.name)) for item in pending]
             jobs.record_outcomes(conn, job_id, outcomes, now=now)
+            handled.update((job.state_machine, job.command, outcome) for _, outcome in outcomes)
+    if app.metrics is not None:  # counted once committed
+        for labels, count in handled.items():
+            app.metrics.bulk_labels.labels(*labels).inc(count)
     return len(items)
 
 

@@ -13,6 +13,7 @@ from flask.testing import FlaskClient
 
 from routemaster.app import App
 from routemaster.labels.bulk import run_batch
+from routemaster.metrics import Metrics
 from tests.api.helpers import body
 
 LABELS = "/state-machines/user/labels"
@@ -167,3 +168,15 @@ def test_bulk_delete_and_the_move_destination_is_checked(client: FlaskClient, ap
 
 def test_an_unknown_job_is_404(client: FlaskClient) -> None:
     assert client.get("/bulk/12345").status_code == 404
+
+
+def test_bulk_outcomes_are_counted_in_the_metrics(client: FlaskClient, app: App) -> None:
+    app.metrics = Metrics()
+    _create(client, 3)
+    client.post(f"{LABELS}/u000/pause")
+    resume = {"command": "resume", "state": "start", "reason": "go", "expect": 3}
+    _finish(app, body(client.post(BULK, json=resume))["id"], client)
+    registry = app.metrics.registry()
+    for outcome, count in (("done", 1), ("skipped", 2)):
+        labels = {"state_machine": "user", "command": "resume", "outcome": outcome}
+        assert registry.get_sample_value("routemaster_bulk_labels_total", labels) == count
