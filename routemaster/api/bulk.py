@@ -51,11 +51,34 @@ def start_bulk(sm: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
     body = _body()
+    token = current_token()
+    command, search = bulk_request(app, machine, body)
+    if command.command == "delete" and token is not None and WRITE not in token.scopes:
+        raise Forbidden(f"The token {token.name!r} lacks the 'write' scope delete needs.")
+    if body.get("dry_run") is True:
+        return json_response(dry_run(app, search))
+    try:
+        job, count = run(app, command, search, body)
+    except CountMismatch as mismatch:
+        return json_response(
+            {
+                "message": f"{mismatch.count} labels match, not {body['expect']}: nothing done.",
+                "reason": "count_mismatch",
+                "count": mismatch.count,
+            },
+            409,
+        )
+    return json_response({"id": job, "count": count}, 202)
+
+
+def bulk_request(
+    app: App, machine: StateMachine, body: dict[str, Any]
+) -> tuple[BulkCommand, Search]:
+    """The command a body asks for and the labels it is for, or 400 saying what is wrong."""
+    unknown = sorted(set(body) - FIELDS)
+    if unknown:
+        raise BadRequest(f"Unknown field(s) {', '.join(unknown)} in a bulk command.")
     command = _command(machine, body)
-    if command.command == "delete":
-        token = current_token()
-        if token is not None and WRITE not in token.scopes:
-            raise Forbidden(f"The token {token.name!r} lacks the 'write' scope delete needs.")
     search = listing_search(
         app,
         machine,
@@ -64,8 +87,14 @@ def start_bulk(sm: str) -> flask.Response:
         errored=command.errored,
         prefix=command.prefix,
     )
-    if body.get("dry_run") is True:
-        return json_response(_dry_run(app, search))
+    return command, search
+
+
+def run(app: App, command: BulkCommand, search: Search, body: dict[str, Any]) -> tuple[int, int]:
+    """Accept a real run: ``(id, count)``; 400 without a filter or ``expect``.
+
+    Raises :class:`CountMismatch` when ``expect`` is not the count.
+    """
     if not any(body.get(name) not in (None, False, "") for name in FILTERS):
         raise BadRequest(
             "A bulk command needs at least one filter: where, state, errored or prefix."
@@ -73,18 +102,7 @@ def start_bulk(sm: str) -> flask.Response:
     expect = body.get("expect")
     if not isinstance(expect, int) or isinstance(expect, bool) or expect < 0:
         raise BadRequest('A bulk command needs "expect": the number of labels a dry run counted.')
-    try:
-        job, count = accept(app, search, command, expect=expect)
-    except CountMismatch as mismatch:
-        return json_response(
-            {
-                "message": f"{mismatch.count} labels match, not {expect}: nothing was done.",
-                "reason": "count_mismatch",
-                "count": mismatch.count,
-            },
-            409,
-        )
-    return json_response({"id": job, "count": count}, 202)
+    return accept(app, search, command, expect=expect)
 
 
 @blueprint.get("/bulk/<int:job>")
@@ -112,7 +130,8 @@ def bulk_progress(job: int) -> flask.Response:
     )
 
 
-def _dry_run(app: App, search: Search) -> dict[str, Any]:
+def dry_run(app: App, search: Search) -> dict[str, Any]:
+    """How many labels match now, and the first few of them."""
     with app.db.connect() as conn:
         sample = [name for name, _ in search_page(conn, search, after="", limit=SAMPLE_SIZE)]
         return {"count": search_count(conn, search), "sample": sample}
@@ -122,9 +141,6 @@ def _body() -> dict[str, Any]:
     body = json_body()
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
-    unknown = sorted(set(body) - FIELDS)
-    if unknown:
-        raise BadRequest(f"Unknown field(s) {', '.join(unknown)} in a bulk command.")
     return body
 
 

@@ -21,12 +21,14 @@ from routemaster.api.explanations import explanation_of
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import check_label_name
 from routemaster.api.paths import link
+from routemaster.api.search import listing_search, page_of_matches
 from routemaster.app import App
 from routemaster.config import describe_machine
 from routemaster.config.model import StateMachine
 from routemaster.db import labels as store
 from routemaster.db.changes import Snapshot, recent_changes, snapshot
 from routemaster.db.listings import count_labels, label_page
+from routemaster.labels.bulk import COMMANDS as BULK_COMMANDS
 
 blueprint = flask.Blueprint("console", __name__, url_prefix="/console", template_folder="templates")
 
@@ -178,39 +180,40 @@ def machine_page(sm: str) -> str:
 
 @blueprint.get("/machines/<name:sm>/labels")
 @endpoint(OPEN, "The console: a search for labels", PAGES, tags=("console",))
-def labels_page(sm: str) -> str:
+def labels_page(sm: str) -> str | tuple[str, int]:
+    """Labels by name prefix, state and errored, and by an expression (``where``)."""
     app = routemaster_app()
     machine = machine_or_404(app, sm)
     args = flask.request.args
     prefix, after = args.get("prefix", ""), args.get("after", "")
     state = args.get("state") or None
     errored = args.get("errored") == "true"
+    where = args.get("where") or None
     for value in (prefix, after, state or ""):
         if "\x00" in value or len(value) > 1024:
             raise BadRequest("Search terms must be under 1,024 characters, without NUL.")
-    rows = label_page(
-        app.db,
-        machine.name,
-        after=after,
-        limit=PAGE + 1,
-        state=state,
-        errored=errored,
-        prefix=prefix,
-    )
+    shown = {"machine": machine, "prefix": prefix, "state": state, "errored": errored}
+    try:
+        search = listing_search(app, machine, where, state=state, errored=errored, prefix=prefix)
+    except BadRequest as error:
+        page = _render("labels.html", **shown, where=where, rows=[], where_error=error.description)
+        return page, 400
+    rows = page_of_matches(app, search, after=after, limit=PAGE + 1)
     following = None
     if len(rows) > PAGE:
         query = {"prefix": prefix, "state": state or "", "after": rows[PAGE - 1][0]}
         if errored:
             query["errored"] = "true"
+        if where is not None:
+            query["where"] = where
         following = machine_url(machine.name, "labels") + "?" + urlencode(query, quote_via=quote)
     return _render(
         "labels.html",
-        machine=machine,
+        **shown,
+        where=where,
         rows=rows[:PAGE],
-        prefix=prefix,
-        state=state,
-        errored=errored,
         following=following,
+        commands=BULK_COMMANDS,
     )
 
 
