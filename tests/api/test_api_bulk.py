@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import flask
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
@@ -15,6 +16,9 @@ from routemaster.app import App
 from routemaster.labels.bulk import run_batch
 from routemaster.metrics import Metrics
 from tests.api.helpers import body
+from tests.api.test_auth import Bearer, bearer, secured
+
+__all__ = ["bearer", "secured"]  # fixtures shared with the authentication tests
 
 LABELS = "/state-machines/user/labels"
 BULK = "/state-machines/user/bulk"
@@ -180,3 +184,21 @@ def test_bulk_outcomes_are_counted_in_the_metrics(client: FlaskClient, app: App)
     for outcome, count in (("done", 1), ("skipped", 2)):
         labels = {"state_machine": "user", "command": "resume", "outcome": outcome}
         assert registry.get_sample_value("routemaster_bulk_labels_total", labels) == count
+
+
+def test_bulk_needs_operate_and_delete_needs_write_too(
+    secured: flask.Flask, bearer: Bearer
+) -> None:
+    client = secured.test_client()
+    writer = bearer("read", "write")
+    client.post(f"{LABELS}/ann", json={"metadata": {}}, headers=writer)
+    delete = {"command": "delete", "state": "start", "reason": "x", "dry_run": True}
+    assert client.post(BULK, json=delete, headers=writer).status_code == 403
+    operator = bearer("read", "operate")
+    refused = client.post(BULK, json=delete, headers=operator)
+    assert refused.status_code == 403
+    assert "write" in body(refused)["message"]
+    pause = {"command": "pause", "state": "start", "reason": "x", "dry_run": True}
+    assert body(client.post(BULK, json=pause, headers=operator))["count"] == 1
+    both = bearer("read", "write", "operate")
+    assert body(client.post(BULK, json=delete, headers=both))["count"] == 1
