@@ -40,13 +40,13 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from routemaster.api import create_app  # noqa: E402
-from routemaster.app import App, Settings  # noqa: E402
-from routemaster.config import load_config  # noqa: E402
-from routemaster.db.database import create_engine  # noqa: E402
-from routemaster.db.migrate import upgrade  # noqa: E402
-from routemaster.db.search_indexes import ensure_search_index  # noqa: E402
-from routemaster.labels.bulk import run_batch  # noqa: E402
+from routemaster.api import create_app
+from routemaster.app import App, Settings
+from routemaster.config import load_config
+from routemaster.db.database import create_engine
+from routemaster.db.migrate import upgrade
+from routemaster.db.search_indexes import ensure_search_index
+from routemaster.labels.bulk import run_batch
 
 CONFIG = """
 state_machines:
@@ -87,7 +87,9 @@ QUERIES = {
     "equality, unindexed": 'metadata.account = "c42"',
     "range, indexed": "metadata.total >= 995",
     "range, unindexed": "metadata.amount >= 995",
-    "stuck a day, range indexed": "metadata.total > 900 and 1d has passed since history.entered_state",
+    "stuck a day, range indexed": (
+        "metadata.total > 900 and 1d has passed since history.entered_state"
+    ),
 }
 
 
