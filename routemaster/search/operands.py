@@ -86,7 +86,9 @@ class Params:
         """A JSON-able constant as a ``jsonb`` parameter."""
         return f"CAST({self.bind(json_text(value, self.source, node))} AS jsonb)"
 
-    def text(self, value: str) -> str:
+    def text(self, value: str, node: Node) -> str:
+        if "\x00" in value:
+            raise self.refuse("A search string cannot contain a NUL character", node)
         return f"CAST({self.bind(value)} AS text)"
 
     def moment(self, value: datetime.datetime) -> str:

@@ -95,7 +95,7 @@ def contains(container: Operand, item: Operand, params: Params, node: Node) -> C
         if isinstance(container.value, str) and isinstance(item, Json):
             return Cond(
                 f"({json_type(item.sql)} = 'string'"
-                f" AND strpos({params.text(container.value)}, {json_string(item.sql)}) > 0)"
+                f" AND strpos({params.text(container.value, node)}, {json_string(item.sql)}) > 0)"
             )
         return FALSE
     if not isinstance(container, Json):
@@ -173,7 +173,7 @@ def _json_with_constant(op: str, left: Json, value: object, params: Params, node
     if isinstance(value, str):
         return Cond(
             f"({json_type(left.sql)} = 'string'"
-            f" AND {json_string(left.sql)} {op} {params.text(value)})"
+            f" AND {json_string(left.sql)} {op} {params.text(value, node)})"
         )
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return Cond(
