@@ -8,7 +8,9 @@ path, so every worker and ``routemaster migrate`` agree on it.
 
 They are built with ``CREATE INDEX CONCURRENTLY`` (writes go on meanwhile),
 which cannot run in a transaction, so this runs in autocommit, one index at
-a time under an advisory lock. A build that was interrupted leaves an
+a time under an advisory lock, and followed by ``ANALYZE labels`` so the
+planner has the statistics of the new expression at once (autovacuum would
+gather them only later). A build that was interrupted leaves an
 invalid index behind; it is dropped and built again. DDL takes no bound
 parameters: the machine name and the path are written as SQL string
 literals with their quotes doubled (and the configuration allows only
@@ -60,6 +62,9 @@ def ensure_search_index(engine: sa.Engine, machine: str, path: Sequence[str]) ->
                 conn.exec_driver_sql(_DROP.format(name=name))
             statement = _CREATE.format(name=name, path=_text_array(path), machine=_literal(machine))
             conn.exec_driver_sql(statement)
+            # The planner knows the expression's values only once ANALYZE has read them:
+            # without it, a page of a rare value may walk the whole machine in name order.
+            conn.exec_driver_sql("ANALYZE labels")
             return True
         finally:
             conn.exec_driver_sql("RESET statement_timeout")
