@@ -33,6 +33,7 @@ def indexed(db_engine: sa.Engine) -> Iterator[sa.Engine]:
     yield db_engine
     with db_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql(f"DROP INDEX IF EXISTS {index_name(MACHINE, PATH)}")
+        conn.exec_driver_sql(f"DROP STATISTICS IF EXISTS {index_name(MACHINE, PATH)}_values")
 
 
 def _plan(engine: sa.Engine, where: str, *, count: bool = False) -> str:
