@@ -8,7 +8,9 @@ by the gate evaluator on the label as it is now) and changed with the
 operator command's own code, recorded as forced with the job's reason, and
 the items' outcomes are written before the commit. A label that no longer
 qualifies (moved on, retried, resumed, deleted meanwhile) is skipped; one
-whose change fails is rolled back to its savepoint and counted failed.
+whose change fails in the database is counted failed: the batch is rolled
+back and run again with a savepoint per label, so only that label's change
+is undone.
 """
 
 from __future__ import annotations
@@ -95,7 +97,21 @@ def get_job(app: App, job: int) -> jobs.Job | None:
 
 
 def run_batch(app: App, *, limit: int) -> int:
-    """Carry out up to ``limit`` pending labels of running jobs; how many were handled."""
+    """Carry out up to ``limit`` pending labels of running jobs; how many were handled.
+
+    A batch runs without savepoints; if a label's change fails in the
+    database, the whole batch rolls back and runs again with a savepoint per
+    label, so that label alone is counted failed.
+    """
+    try:
+        return _batch(app, limit, careful=False)
+    except sa.exc.DBAPIError as error:
+        if error.connection_invalidated:
+            raise
+        return _batch(app, limit, careful=True)
+
+
+def _batch(app: App, limit: int, *, careful: bool) -> int:
     now = app.now()
     handled: Counter[tuple[str, str, str]] = Counter()
     with app.db.begin() as conn:
@@ -106,7 +122,7 @@ def run_batch(app: App, *, limit: int) -> int:
         for job_id, pending in by_job.items():
             job = jobs.get_job(conn, job_id)
             assert job is not None, "items belong to a job"
-            runner = _JobRunner(app, job, now)
+            runner = _JobRunner(app, job, now, careful=careful)
             outcomes = [(item.name_key, runner.handle(conn, item.name)) for item in pending]
             jobs.record_outcomes(conn, job_id, outcomes, now=now)
             handled.update((job.state_machine, job.command, outcome) for _, outcome in outcomes)
@@ -119,8 +135,9 @@ def run_batch(app: App, *, limit: int) -> int:
 class _JobRunner:
     """One job's commands within a batch: its machine and its expression, compiled once."""
 
-    def __init__(self, app: App, job: jobs.Job, now: datetime.datetime) -> None:
+    def __init__(self, app: App, job: jobs.Job, now: datetime.datetime, *, careful: bool) -> None:
         self.app = app
+        self.careful = careful
         self.job = job
         self.now = now
         self.arguments: Mapping[str, Any] = job.arguments
@@ -135,19 +152,25 @@ class _JobRunner:
         """``done``, ``skipped`` (no longer qualifies) or ``failed`` for one label."""
         if self.machine is None:
             return "failed"
+        if not self.careful:
+            return self._change(conn, self.machine, name)
         try:
             with conn.begin_nested():
-                label = store.lock(conn, self.machine.name, name)
-                if label is None or not self._qualifies(label):
-                    return "skipped"
-                self._apply(conn, self.machine, label)
-                return "done"
-        except InvalidOperation:
-            return "skipped"
+                return self._change(conn, self.machine, name)
         except sa.exc.DBAPIError as error:
             if error.connection_invalidated:
                 raise
             return "failed"
+
+    def _change(self, conn: sa.Connection, machine: StateMachine, name: str) -> str:
+        label = store.lock(conn, machine.name, name)
+        if label is None or not self._qualifies(label):
+            return "skipped"
+        try:
+            self._apply(conn, machine, label)
+        except InvalidOperation:  # raised before anything is written
+            return "skipped"
+        return "done"
 
     def _qualifies(self, label: Label) -> bool:
         arguments = self.arguments

@@ -202,3 +202,27 @@ def test_bulk_needs_operate_and_delete_needs_write_too(
     assert body(client.post(BULK, json=pause, headers=operator))["count"] == 1
     both = bearer("read", "write", "operate")
     assert body(client.post(BULK, json=delete, headers=both))["count"] == 1
+
+
+def test_a_label_whose_change_fails_is_counted_failed_and_the_others_done(
+    client: FlaskClient, app: App
+) -> None:
+    _create(client, 5)
+    refuse = (
+        "CREATE FUNCTION refuse_u002() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+        " IF NEW.label = 'u002' AND NEW.forced THEN RAISE EXCEPTION 'refused'; END IF;"
+        " RETURN NEW; END $$;"
+        " CREATE TRIGGER refuse_u002 BEFORE INSERT ON history"
+        " FOR EACH ROW EXECUTE FUNCTION refuse_u002()"
+    )
+    with app.db.begin() as conn:
+        conn.exec_driver_sql(refuse)
+    try:
+        pause = {"command": "pause", "state": "start", "reason": "hold", "expect": 5}
+        progress = _finish(app, body(client.post(BULK, json=pause))["id"], client)
+    finally:
+        with app.db.begin() as conn:
+            conn.exec_driver_sql("DROP TRIGGER refuse_u002 ON history; DROP FUNCTION refuse_u002()")
+    assert (progress["done"], progress["failed"], progress["state"]) == (4, 1, "finished")
+    paused = [body(client.get(f"{LABELS}/u{i:03}"))["paused"] for i in range(5)]
+    assert paused == [True, True, False, True, True]
