@@ -30,7 +30,7 @@ from routemaster.db import bulk as jobs
 from routemaster.db import labels as store
 from routemaster.db.labels import Label
 from routemaster.db.search import Search
-from routemaster.exit_conditions import Program, compile_condition
+from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
 from routemaster.labels.core import log_transition, position_of
 from routemaster.labels.errors import InvalidOperation
 from routemaster.labels.operations import move_locked, pause_locked, retry_locked
@@ -142,11 +142,13 @@ class _JobRunner:
         self.now = now
         self.arguments: Mapping[str, Any] = job.arguments
         where = self.arguments.get("where")
-        self.program: Program | None = compile_condition(where) if where is not None else None
+        self.program: Program | None = None
+        self.machine: StateMachine | None = None
         try:
-            self.machine: StateMachine | None = app.config.get_machine(job.state_machine)
-        except KeyError:  # the machine left the configuration since
-            self.machine = None
+            self.program = compile_condition(where) if where is not None else None
+            self.machine = app.config.get_machine(job.state_machine)
+        except (KeyError, ConditionSyntaxError):
+            pass  # the machine left the configuration, or the language changed: all fail
 
     def handle(self, conn: sa.Connection, name: str) -> str:
         """``done``, ``skipped`` (no longer qualifies) or ``failed`` for one label."""

@@ -6,6 +6,7 @@ as the worker loop calls it each round.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import flask
@@ -226,3 +227,18 @@ def test_a_label_whose_change_fails_is_counted_failed_and_the_others_done(
     assert (progress["done"], progress["failed"], progress["state"]) == (4, 1, "finished")
     paused = [body(client.get(f"{LABELS}/u{i:03}"))["paused"] for i in range(5)]
     assert paused == [True, True, False, True, True]
+
+
+def test_a_job_whose_machine_left_the_configuration_fails_its_labels(
+    client: FlaskClient, app: App
+) -> None:
+    _create(client, 2)
+    job = body(
+        client.post(BULK, json={"command": "pause", "state": "start", "reason": "x", "expect": 2})
+    )
+    without = dataclasses.replace(app.config, state_machines=(app.config.get_machine("empty"),))
+    later = App(config=without, db=app.db)
+    while run_batch(later, limit=10):
+        pass
+    progress = body(client.get(f"/bulk/{job['id']}"))
+    assert (progress["failed"], progress["done"], progress["state"]) == (2, 0, "finished")
