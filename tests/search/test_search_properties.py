@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from routemaster.db.search import Search, search_page
+from routemaster.db.search import Search, search_count, search_page
 from routemaster.exit_conditions import ConditionSyntaxError, Context, compile_condition
 from routemaster.search import compile_search
 
@@ -181,6 +181,7 @@ def _agrees(conn: sa.Connection, source: str, contexts: dict[str, Context]) -> N
     found = {name for name, _ in search_page(conn, search, after="", limit=1000)}
     expected = {name for name, context in contexts.items() if program.evaluate(context)}
     assert found == expected, (source, compiled.sql, compiled.params)
+    assert search_count(conn, search) == len(expected)
 
 
 @pytest.mark.filterwarnings("ignore")
