@@ -21,9 +21,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from routemaster.cli import cli
-from routemaster.cli.checks import stale_states
 from routemaster.cli.environment import settings_from_environment
-from routemaster.config import load_config
 from routemaster.server.application import WorkerConfig
 from tests.serving import free_port
 
@@ -147,12 +145,6 @@ def test_validate_passes_when_every_label_has_its_state(
     _insert_label(db_engine, "user", "a", "done")
     result = _run("-c", str(valid_config), "validate", env={"DATABASE_URL": database_url})
     assert result.exit_code == 0, result.output
-
-
-def test_stale_states_names_missing_machines_and_states(valid_config: Path) -> None:
-    config = load_config([valid_config])
-    present = [("user", "start"), ("user", "old"), ("other", "x")]
-    assert stale_states(config, present) == ["other.x", "user.old"]
 
 
 @pytest.fixture

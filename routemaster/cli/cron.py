@@ -5,10 +5,12 @@ from __future__ import annotations
 import click
 
 from routemaster.app import App
+from routemaster.cli.configuration import prepare_database
 from routemaster.cli.environment import database_url, late_config_option, settings_from_environment
 from routemaster.cli.metrics import worker_metrics
-from routemaster.cli.options import Options, migrate_database
+from routemaster.cli.options import Options
 from routemaster.db.database import create_engine
+from routemaster.db.versions import stamp_connections
 
 
 @click.command()
@@ -28,13 +30,14 @@ def cron(options: Options, metrics_bind: str | None) -> None:
     plugins = options.loggers(config)
     settings = settings_from_environment()
     url = database_url()
-    migrate_database(url)
+    versions = prepare_database(url, config)
     engine = create_engine(
         url,
         pool_size=5,
         max_overflow=settings.delivery_concurrency + 5,
         statement_timeout=settings.statement_timeout,
     )
+    stamp_connections(engine, versions)
     try:
         with worker_metrics(metrics_bind, plugins) as (metrics, loggers):
             app = App(config=config, db=engine, settings=settings, loggers=loggers)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import click
 
 from routemaster.app import App, Settings
+from routemaster.cli.configuration import prepare_database
 from routemaster.cli.environment import database_url, late_config_option, settings_from_environment
 from routemaster.cli.metrics import instrumented, multiprocess_directory
-from routemaster.cli.options import Options, migrate_database
+from routemaster.cli.options import Options
 from routemaster.db.database import create_engine
+from routemaster.db.versions import stamp_connections
 from routemaster.logging import wants_json
 from routemaster.server.application import WSGIApp, default_threads, run_server
 
@@ -71,7 +73,7 @@ def _serve(
     config = options.load()
     loggers = options.loggers(config)
     url = database_url()
-    migrate_database(url)
+    versions = prepare_database(url, config)
 
     worker_threads = threads or default_threads()
 
@@ -85,6 +87,7 @@ def _serve(
             max_overflow=4,
             statement_timeout=settings.statement_timeout,
         )
+        stamp_connections(engine, versions)
         app = App(config=config, db=engine, settings=settings, loggers=loggers)
         if metrics_dir is not None:
             app.metrics, app.loggers = instrumented(loggers, metrics_dir)

@@ -49,12 +49,20 @@ def set_paused(
 
 
 def force_move(
-    app: App, machine: StateMachine, name: str, destination: str, *, reason: str | None = None
+    app: App,
+    machine: StateMachine,
+    name: str,
+    destination: str,
+    *,
+    reason: str | None = None,
+    only_from: str | None = None,
 ) -> Label:
     """Move a label to ``destination`` regardless of conditions, marked as forced.
 
     The label enters the state like any other move: an action's webhook is
-    owed, and a gate with an entry trigger is evaluated at once.
+    owed, and a gate with an entry trigger is evaluated at once. With
+    ``only_from``, a label no longer in that state is left as it is (a
+    configuration migration applied twice moves nothing twice).
     """
     try:
         entered = machine.get_state(destination)
@@ -65,6 +73,8 @@ def force_move(
     now = app.now()
     with app.db.begin() as conn:
         label = _locked_live_label(conn, machine, name)
+        if only_from is not None and label.state != only_from:
+            return label
         forced = Moves(
             label,
             (destination,),

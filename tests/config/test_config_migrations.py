@@ -65,7 +65,9 @@ def test_to_must_be_a_state(
     problems: Callable[..., list[ConfigProblem]],
     line_of: Callable[..., int],
 ) -> None:
-    found, path = _problems(write, problems, "      - move:\n          from: old\n          to: gone\n")
+    found, path = _problems(
+        write, problems, "      - move:\n          from: old\n          to: gone\n"
+    )
     assert [(p.path, p.line) for p in found] == [
         ("state_machines.order.migrations.0.move.to", line_of(path, "to: gone"))
     ]
