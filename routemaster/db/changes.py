@@ -74,6 +74,7 @@ class Change:
     at: datetime.datetime
     forced: bool
     reason: str | None
+    version: int | None = None  # the machine version the writing process ran
 
     @property
     def kind(self) -> str:
@@ -127,13 +128,14 @@ def _change(row: sa.Row[Any]) -> Change:
         at=row.created,
         forced=row.forced,
         reason=row.reason,
+        version=row.version,
     )
 
 
 _RECENT = sa.text(
     """
     SELECT CAST(xact_id AS text) AS xact, id, state_machine, label, old_state, new_state,
-           created, forced, reason
+           created, forced, reason, version
     FROM history WHERE state_machine = :sm
     ORDER BY xact_id DESC, id DESC LIMIT :limit
     """
@@ -166,10 +168,10 @@ def _query(machine_filter: str) -> sa.TextClause:
         WITH {_HORIZON_CTE}
         SELECT CAST(horizon.xmin AS text) AS horizon, CAST(c.xact_id AS text) AS xact, c.id,
                c.state_machine, c.label, c.old_state, c.new_state, c.created, c.forced,
-               c.reason
+               c.reason, c.version
         FROM horizon LEFT JOIN LATERAL (
             SELECT xact_id, id, state_machine, label, old_state, new_state, created, forced,
-                   reason
+                   reason, version
             FROM history
             WHERE {machine_filter}(xact_id, id) > (CAST(:xact AS xid8), :id)
               AND xact_id < horizon.xmin

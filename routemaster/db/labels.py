@@ -82,6 +82,7 @@ class HistoryEntry:
     created: datetime.datetime
     forced: bool
     reason: str | None
+    version: int | None = None  # the machine version the writing process ran
 
 
 @dataclass(frozen=True)
@@ -366,7 +367,7 @@ _SET_PAUSED = f"""
     """
 
 _HISTORY = """
-    SELECT id, old_state, new_state, created, forced, reason FROM history
+    SELECT id, old_state, new_state, created, forced, reason, version FROM history
     WHERE state_machine = %(sm)s AND label = %(name)s ORDER BY id
     """
 

@@ -91,7 +91,9 @@ def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str,
         if label is None:
             deleted = store.is_deleted(conn, machine.name, name)
             raise LabelNotFound(name) if deleted is None else LabelDeleted(name)
-        if label.errored or not update_fires(machine.get_state(label.state), patch):
+        # A state this configuration lacks (a newer one's, in a rolling deploy): not evaluated.
+        known = any(state.name == label.state for state in machine.states)
+        if label.errored or not known or not update_fires(machine.get_state(label.state), patch):
             return label
         if label.paused:
             store.mark_due(conn, label.key, at=now)

@@ -49,13 +49,15 @@ def evaluate_due_gates(
 def complete_deliveries(app: App, delivered: Sequence[Claim]) -> list[Claim]:
     """Move delivered labels on, all in one transaction; those leased to read feeds.
 
-    Labels no longer in the delivered entry (an operator moved them) are left alone.
+    Labels no longer in the delivered entry (an operator moved them) are left alone, and
+    so are labels in a state this configuration lacks (renamed by a newer configuration
+    during a rolling deploy): a worker running that one moves them on.
     """
     if not delivered:
         return []
     with app.db.begin() as conn:
         locked = store.lock_entries(conn, [claim.entry for claim in delivered])
-        return _settle(conn, app, locked)
+        return _settle(conn, app, [label for label in locked if _known(app, label)])
 
 
 def evaluate_claim(app: App, claim: Claim) -> bool:
@@ -77,6 +79,14 @@ def evaluate_claim(app: App, claim: Claim) -> bool:
                 due_at=app.now() + app.settings.evaluation_retry_delay,
             )
     return False
+
+
+def _known(app: App, label: Label) -> bool:
+    try:
+        app.config.get_machine(label.state_machine).get_state(label.state)
+    except KeyError:
+        return False
+    return True
 
 
 def _settle(conn: sa.Connection, app: App, batch: Sequence[Label]) -> list[Claim]:

@@ -24,6 +24,7 @@ from routemaster.db import claims as work
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.notifications import DueListener
 from routemaster.http.client import BoundedAdapter
+from routemaster.labels.migrations import apply_migrations
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
 from routemaster.worker.slots import Slots
@@ -32,6 +33,7 @@ from routemaster.worker.triggers import ClockTriggers
 logger = logging.getLogger(__name__)
 
 ZONE_REFRESH_SECONDS = 60
+MIGRATIONS_SECONDS = 30  # configuration migrations re-applied (labels an older process moved)
 OUTAGE_REMINDER_SECONDS = 60
 
 
@@ -52,6 +54,8 @@ class Worker:
         # A third of the lease: two renewals may fail before another worker could take over.
         renew_every = max(1, int(app.settings.lease.total_seconds() / 3))
         self._jobs.every(renew_every).seconds.do(self.renew_leases)
+        if any(machine.migrations for machine in app.config.state_machines):
+            self._jobs.every(MIGRATIONS_SECONDS).seconds.do(self.apply_migrations)
         # Bounded: every webhook and feed call has one total deadline (routemaster.http).
         adapter = BoundedAdapter(pool_connections=self._slots.size, pool_maxsize=self._slots.size)
         app.http.mount("http://", adapter)
@@ -127,6 +131,10 @@ class Worker:
                     lease_until=self.app.now() + self.app.settings.lease,
                     worker_id=self.app.settings.worker_id,
                 )
+
+    def apply_migrations(self) -> None:
+        """Migrate labels found in a migrated state (see :mod:`routemaster.labels.migrations`)."""
+        apply_migrations(self.app, wait=False)
 
     def _claim_deliveries(self) -> bool:
         """Claim as many due deliveries as there are free slots (any free slot is used)."""
