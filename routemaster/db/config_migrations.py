@@ -54,7 +54,10 @@ def rename_batch(
 ) -> int:
     """Rename up to ``limit`` live labels from ``old`` to ``new``; how many were renamed.
 
-    Labels locked by another transaction are skipped: the next pass takes them.
+    Labels locked by another transaction, or leased by a worker (a delivery
+    in flight, perhaps by a worker running the previous configuration), are
+    skipped: the next pass takes those still there. So a webhook in flight
+    is finished by the worker that sent it and never sent again.
     """
     rows = fetch_all(
         conn,
@@ -64,9 +67,13 @@ def rename_batch(
     return len(rows)
 
 
-def names_in_state(conn: sa.Connection, machine: str, state: str, *, limit: int) -> list[str]:
-    """Up to ``limit`` live labels in ``state``, in index order."""
-    rows = fetch_all(conn, _NAMES_IN_STATE, {"sm": machine, "state": state, "limit": limit})
+def names_in_state(
+    conn: sa.Connection, machine: str, state: str, *, now: datetime.datetime, limit: int
+) -> list[str]:
+    """Up to ``limit`` live labels in ``state`` that no worker holds a lease on, in index order."""
+    rows = fetch_all(
+        conn, _NAMES_IN_STATE, {"sm": machine, "state": state, "now": now, "limit": limit}
+    )
     return [str(row[0]) for row in rows]
 
 
@@ -78,6 +85,7 @@ _RENAME = """
     WITH batch AS (
         SELECT state_machine, name_key FROM labels
         WHERE state_machine = %(sm)s AND state = %(old)s AND NOT deleted
+          AND (lease_owner IS NULL OR due_at IS NULL OR due_at <= %(now)s)
         ORDER BY name_key
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -95,6 +103,7 @@ _RENAME = """
 _NAMES_IN_STATE = """
     SELECT name FROM labels
     WHERE state_machine = %(sm)s AND state = %(state)s AND NOT deleted
+      AND (lease_owner IS NULL OR due_at IS NULL OR due_at <= %(now)s)
     ORDER BY name_key
     LIMIT %(limit)s
     """

@@ -97,7 +97,7 @@ def _migrate_machine(app: App, machine: StateMachine, batch: int) -> int:
             else:
                 with app.db.connect() as conn:
                     names = store.names_in_state(
-                        conn, machine.name, migration.from_state, limit=batch
+                        conn, machine.name, migration.from_state, now=app.now(), limit=batch
                     )
                 found = len(names)
                 done = sum(_move(app, machine, name, migration) for name in names)

@@ -33,7 +33,6 @@ from routemaster.worker.triggers import ClockTriggers
 logger = logging.getLogger(__name__)
 
 ZONE_REFRESH_SECONDS = 60
-MIGRATIONS_SECONDS = 30  # configuration migrations re-applied (labels an older process moved)
 OUTAGE_REMINDER_SECONDS = 60
 
 
@@ -55,7 +54,9 @@ class Worker:
         renew_every = max(1, int(app.settings.lease.total_seconds() / 3))
         self._jobs.every(renew_every).seconds.do(self.renew_leases)
         if any(machine.migrations for machine in app.config.state_machines):
-            self._jobs.every(MIGRATIONS_SECONDS).seconds.do(self.apply_migrations)
+            # Labels a process running the previous configuration moved into a migrated state.
+            every = app.settings.migrations_interval  # schedule takes fractions of seconds too
+            self._jobs.every(every).seconds.do(self.apply_migrations)  # type: ignore[arg-type]
         # Bounded: every webhook and feed call has one total deadline (routemaster.http).
         adapter = BoundedAdapter(pool_connections=self._slots.size, pool_maxsize=self._slots.size)
         app.http.mount("http://", adapter)
