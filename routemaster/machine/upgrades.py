@@ -12,7 +12,7 @@ configuration would ever move it again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,24 +88,42 @@ def plan_machine(
     applied: tuple[int, Definition] | None,
     counts: Mapping[str, int],
 ) -> MachinePlan:
-    new = describe_machine(machine)
+    """One configured machine against its last applied definition (``None``: never applied)."""
+    return compare_definitions(
+        describe_machine(machine),
+        applied[1] if applied else None,
+        machine.migrations,
+        counts,
+        applied_version=applied[0] if applied else None,
+    )
+
+
+def compare_definitions(
+    new: Definition,
+    old: Definition | None,
+    migrations: Sequence[Migration] = (),
+    counts: Mapping[str, int] | None = None,
+    *,
+    applied_version: int | None = None,
+) -> MachinePlan:
+    """What changes from definition ``old`` to ``new`` (the console compares two versions)."""
+    counts = counts or {}
     new_states = {state["name"]: state for state in new["states"]}
-    old = applied[1] if applied else None
     old_states = {state["name"]: state for state in old["states"]} if old else {}
-    migrations = {migration.from_state: migration for migration in machine.migrations}
+    by_source = {migration.from_state: migration for migration in migrations}
     renamed_to = {
         migration.to_state
-        for migration in machine.migrations
+        for migration in migrations
         if migration.kind == "rename" and migration.from_state in old_states
     }
     changes: list[StateChange] = []
     for name, state in new_states.items():
         labels = counts.get(name, 0)
         if name not in old_states:
-            if old is not None and name not in renamed_to:
-                changes.append(StateChange(name, "added", labels))
-            elif old is None:
+            if old is None:
                 changes.append(StateChange(name, "unchanged", labels))
+            elif name not in renamed_to:
+                changes.append(StateChange(name, "added", labels))
             continue
         aspects = _differences(old_states[name], state)
         changes.append(
@@ -116,7 +134,7 @@ def plan_machine(
     stranded: list[tuple[str, int]] = []
     for name in gone:
         labels = counts.get(name, 0)
-        migration: Migration | None = migrations.get(name)
+        migration = by_source.get(name)
         if migration is not None:
             change = "renamed" if migration.kind == "rename" else "moved"
             changes.append(StateChange(name, change, labels, migration.to_state))
@@ -124,14 +142,13 @@ def plan_machine(
         changes.append(StateChange(name, "removed", labels))
         if labels:
             stranded.append((name, labels))
-    status = "new" if old is None else _status(changes, old, new)
     return MachinePlan(
-        name=machine.name,
-        status=status,
-        applied_version=applied[0] if applied else None,
+        name=str(new["name"]),
+        status="new" if old is None else _status(changes, old, new),
+        applied_version=applied_version,
         states=tuple(changes),
         stranded=tuple(stranded),
-        feeds_changed=old is not None and old.get("feeds") != new["feeds"],
+        feeds_changed=old is not None and old.get("feeds") != new.get("feeds"),
     )
 
 
