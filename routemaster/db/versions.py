@@ -57,7 +57,13 @@ def record_version(conn: sa.Connection, machine: str, definition: Mapping[str, A
 
 
 def last_applied(conn: sa.Connection) -> dict[str, MachineVersion]:
-    """Per machine, the definition a process started with most recently."""
+    """Per machine, the definition a process started with most recently.
+
+    Empty on a database whose schema predates versions (not migrated yet).
+    """
+    exists = fetch_one(conn, _TABLE_EXISTS, {})
+    if not (exists and exists[0]):
+        return {}
     return {row[0]: MachineVersion(*row) for row in fetch_all(conn, _LAST_APPLIED, {})}
 
 
@@ -119,6 +125,8 @@ _RECORD = """
     )
     SELECT version FROM seen UNION ALL SELECT version FROM created
     """
+
+_TABLE_EXISTS = "SELECT to_regclass('machine_versions') IS NOT NULL"
 
 _LAST_APPLIED = f"""
     SELECT DISTINCT ON (machine) {_COLUMNS}

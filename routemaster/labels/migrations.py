@@ -104,6 +104,10 @@ def _migrate_machine(app: App, machine: StateMachine, batch: int) -> int:
             migrated += done
             if done:
                 logger.info("%s: %d labels migrated (%s)", machine.name, done, migration.reason)
+                if app.metrics is not None:
+                    app.metrics.migrated.labels(
+                        machine.name, migration.kind, migration.from_state, migration.to_state
+                    ).inc(done)
             if found < batch or not done:
                 break
     return migrated

@@ -10,6 +10,7 @@ from routemaster import labels
 from routemaster.app import App, utc_now
 from routemaster.db import labels as store
 from routemaster.labels.migrations import apply_migrations, record_configuration
+from routemaster.metrics import Metrics
 from tests.stub_server import Reply, StubServer
 from tests.worker.conftest import MakeApp, running, wait_until
 
@@ -122,13 +123,27 @@ def test_renaming_a_gate_keeps_when_labels_entered_it(make_app: MakeApp) -> None
         labels.create_label(old, old.config.get_machine("m"), name, {})
     before = _label(old, "a")
     record_configuration(new)
+    new.metrics = Metrics()
     assert apply_migrations(new, wait=True, batch=1) == 2  # in batches
+    migrated = {
+        "state_machine": "m",
+        "kind": "rename",
+        "from_state": "waiting",
+        "to_state": "holding",
+    }
+    assert (
+        new.metrics.registry().get_sample_value("routemaster_labels_migrated_total", migrated) == 2
+    )
     after = _label(new, "a")
     assert (after.state, after.entry_id, after.state_entered_at) == (
         "holding",
         before.entry_id,
         before.state_entered_at,
     )
+    # A process still on the old configuration updates a label it no longer knows the state
+    # of: the metadata is merged, the label is not evaluated (and nothing crashes).
+    untouched = labels.update_metadata(old, old.config.get_machine("m"), "b", {"go": True})
+    assert (untouched.state, untouched.metadata) == ("holding", {"go": True})
     moved = labels.update_metadata(new, new.config.get_machine("m"), "a", {"go": True})
     assert moved.state == "done"
     assert _history(new, "a") == [
