@@ -31,7 +31,8 @@ def prepare_database(url: str, config: Config) -> Versions:
     Returns the versions, for :func:`stamp_connections` on the process's engine.
     """
     migrate_database(url)
-    engine = create_engine(url, pool_size=1, max_overflow=1)
+    # One connection holds the lock; moves need one more (and one for a feed read after).
+    engine = create_engine(url, pool_size=2, max_overflow=2)
     app = App(config=config, db=engine)
     try:
         versions = record_configuration(app)
@@ -44,6 +45,7 @@ def prepare_database(url: str, config: Config) -> Versions:
     except sa.exc.SQLAlchemyError as error:
         raise unreachable(url, error) from None
     finally:
+        app.http.close()
         engine.dispose()
     if migrated:
         click.echo(f"Migrated {migrated} labels to the configuration.", err=True)

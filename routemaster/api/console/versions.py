@@ -26,17 +26,13 @@ def versions_page(sm: str) -> str:
         versions = versions_of(conn, machine.name, after=0, limit=SHOWN)
     by_number = {version.version: version for version in versions}
     args = flask.request.args
-    compared = None
+    compared, pair = None, None
     if "from" in args or "to" in args:
-        older, newer = _number(args.get("from")), _number(args.get("to"))
-        if older not in by_number or newer not in by_number:
-            raise NotFound(
-                f"{machine.name} has no version {older if older not in by_number else newer}."
-            )
-        compared = compare_definitions(by_number[newer].definition, by_number[older].definition)
-        compared_pair = (older, newer)
-    else:
-        compared_pair = None
+        pair = (_number(args.get("from")), _number(args.get("to")))
+        for number in pair:
+            if number not in by_number:
+                raise NotFound(f"{machine.name} has no version {number}.")
+        compared = compare_definitions(by_number[pair[1]].definition, by_number[pair[0]].definition)
     latest = versions[-1].version if versions else None
     return flask.render_template(
         "console/versions.html",
@@ -48,7 +44,7 @@ def versions_page(sm: str) -> str:
         machine=machine,
         versions=list(reversed(versions)),
         compared=compared,
-        compared_pair=compared_pair,
+        compared_pair=pair,
         default_from=(latest - 1) if latest and latest > 1 else latest,
         default_to=latest,
     )
