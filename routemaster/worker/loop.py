@@ -134,8 +134,17 @@ class Worker:
                 )
 
     def apply_migrations(self) -> None:
-        """Migrate labels found in a migrated state (see :mod:`routemaster.labels.migrations`)."""
-        apply_migrations(self.app, wait=False)
+        """Migrate labels found in a migrated state (see :mod:`routemaster.labels.migrations`).
+
+        A failure is logged and tried again next time: it must not stop the worker.
+        """
+        try:
+            apply_migrations(self.app, wait=False)
+        except sa.exc.SQLAlchemyError:
+            raise  # the database is away: the loop waits for it
+        except Exception:
+            logger.exception("applying the configuration's migrations failed")
+            self.app.hooks.exception("applying the configuration's migrations failed")
 
     def _claim_deliveries(self) -> bool:
         """Claim as many due deliveries as there are free slots (any free slot is used)."""
