@@ -7,11 +7,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests.waiting import wait_answering
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -61,15 +61,7 @@ def serving(
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/", timeout=2):
-                    break
-            except OSError:
-                if processes[0].poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        wait_answering(base + "/", processes[0])
         yield base
     finally:
         for process in processes:

@@ -17,9 +17,8 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import requests
 
 from tests.serving import free_port
 from tests.stub_server import Reply, StubServer, running_stub
+from tests.waiting import wait_until
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 PLUGINS = ("routemaster-prometheus", "routemaster-statsd", "routemaster-sentry")
@@ -67,14 +67,6 @@ class StatsdListener:
         self._stop.set()
         self._thread.join()
         self.sock.close()
-
-
-def _wait(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        time.sleep(0.05)
 
 
 def _sentry_events(sentry: StubServer) -> list[str]:
@@ -218,7 +210,7 @@ def test_published_plugins_see_requests_webhooks_feeds_cron_jobs_and_errors(
             except requests.ConnectionError:
                 return False
 
-        _wait(answers, "serve answering")
+        wait_until(answers, "serve answering", timeout=30)
         labels = f"{base}/state-machines/orders/labels"
         for name in ("a", "b"):
             assert session.post(f"{labels}/{name}", json={"metadata": {}}).status_code == 201
@@ -229,22 +221,24 @@ def test_published_plugins_see_requests_webhooks_feeds_cron_jobs_and_errors(
             states = [session.get(f"{labels}/{name}").json()["state"] for name in ("a", "b")]
             return states == ["done", "done"]
 
-        _wait(both_done, "a and b moved through the feed gate and the webhook")
+        wait_until(both_done, "a and b moved through the feed gate and the webhook", timeout=30)
         check = session.get(base + "/check-loggers")
         assert check.status_code == 500
         assert check.json() == {"message": "Internal server error."}
-        _wait(
+        wait_until(
             lambda: any("LoggerCheckError" in event for event in _sentry_events(sentry)),
             "the 500 of GET /check-loggers reaching Sentry",
+            timeout=30,
         )
         # statsd-python sends in packets of up to 1,432 bytes: enough traffic to send the above.
         bulk = f"{base}/state-machines/bulk/labels"
         for number in range(BULK):
             assert session.post(f"{bulk}/{number}", json={"metadata": {}}).status_code == 201
         bulk_hooks = [f"/bulk/{number}" for number in range(BULK)]
-        _wait(
+        wait_until(
             lambda: {request.path for request in stub.received()} >= set(bulk_hooks),
             "the bulk webhooks delivered",
+            timeout=30,
         )
         for _ in range(BULK):
             session.get(base + "/")

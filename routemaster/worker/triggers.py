@@ -117,6 +117,10 @@ class ClockTriggers:
             logger.info(
                 "trigger %s fired for %s: %d labels due", key, occurrence.isoformat(), count
             )
+        else:
+            logger.debug(
+                "trigger %s already handled by another worker: %s", key, occurrence.isoformat()
+            )
 
     def _retention(self) -> datetime.timedelta:
         intervals = [

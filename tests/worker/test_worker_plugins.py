@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import datetime
 import json
-import time
-from collections.abc import Callable
 
 from routemaster import labels
 from routemaster.app import App
 from tests.plugin_recorder import Broken, Recorder
 from tests.stub_server import Reply, StubServer
+from tests.waiting import wait_until
 from tests.worker.conftest import MakeApp, running
 
 CONFIG = """
@@ -31,13 +30,6 @@ state_machines:
 """
 
 
-def _wait(condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.02)
-
-
 def _state(app: App, name: str) -> str:
     return labels.get_label(app, app.config.get_machine("m"), name).state
 
@@ -51,7 +43,7 @@ def test_deliveries_feeds_and_jobs_are_wrapped_by_the_plugins(
     app.loggers = (Broken(), recorder)
     labels.create_label(app, app.config.get_machine("m"), "a", {})
     with running(app):
-        _wait(lambda: _state(app, "a") == "done", "a reaching done")
+        wait_until(lambda: _state(app, "a") == "done", "a reaching done")
     feed_url = stub.url("/stock/<label>")
     events = recorder.events
     # One delivery: the webhook call inside the job, its response told in between.
@@ -86,7 +78,7 @@ def test_an_unexpected_error_in_a_job_reaches_every_plugin(
     app.http.get_adapter = explode  # type: ignore[method-assign, assignment]
     labels.create_label(app, app.config.get_machine("m"), "a", {})
     with running(app):
-        _wait(lambda: bool(recorder.named("exception")), "the error reported")
+        wait_until(lambda: bool(recorder.named("exception")), "the error reported")
     assert ("webhook failed", "ZeroDivisionError") in recorder.events
     assert ("cron failed", "ZeroDivisionError") in recorder.events
     assert recorder.named("exception")[0] == (
