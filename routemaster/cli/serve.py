@@ -14,7 +14,12 @@ import sys
 import click
 
 from routemaster.app import App, Settings
-from routemaster.cli.environment import database_url, late_config_option, settings_from_environment
+from routemaster.cli.environment import (
+    database_url,
+    late_config_option,
+    settings_from_environment,
+    use_json_logs,
+)
 from routemaster.cli.metrics import instrumented, multiprocess_directory, wants_metrics_directory
 from routemaster.cli.options import Options, migrate_database
 from routemaster.db.database import create_engine
@@ -92,7 +97,12 @@ def _serve_with_worker(
     keep_alive: int | None,
 ) -> None:
     """The API and one worker as child processes, until a signal (or until one ends)."""
-    options.load()  # a config error is told once, before any process starts
+    config = options.load()  # a config error is told once, before any process starts
+    if any(  # this process builds no plugin: its own lines as JSON when the children's are
+        plugin.dotted_path == "routemaster.logging:PythonLogger" and dict(plugin.kwargs).get("json")
+        for plugin in config.logging_plugins
+    ):
+        use_json_logs()
     migrate_database(database_url())  # once, before two processes would both try
     command = [sys.executable, "-m", "routemaster"]
     for path in options.config_paths:

@@ -128,7 +128,12 @@ class _Tree:
                 logger.info("serve: the %s stopped (%s)", child.name, _describe(child.status))
         if self.failed:
             return 1
-        return 0 if all(child.status == 0 for child in self.children) else 1
+        return 0 if all(_stopped_cleanly(child.status) for child in self.children) else 1
+
+
+def _stopped_cleanly(status: int | None) -> bool:
+    """Exit 0, or ended by the stopping signal passed on (before it could set a handler)."""
+    return status == 0 or (status is not None and -status in STOPPING_SIGNALS)
 
 
 def _describe(status: int | None) -> str:
