@@ -174,3 +174,15 @@ def test_serve_exits_1_and_stops_the_api_when_its_worker_dies(
     assert [pid for pid in tree if _alive(pid)] == [], tree
     with pytest.raises(requests.ConnectionError):
         requests.get(base + "/", timeout=5)
+
+
+def test_sighup_reloads_the_api_and_leaves_the_worker_alone(
+    tmp_path: Path, database_url: str, stub: StubServer
+) -> None:
+    with _serving(tmp_path, database_url, stub) as (process, base, log):
+        [worker] = _workers(_descendants(process.pid))
+        process.send_signal(signal.SIGHUP)
+        wait_until(lambda: "Handling signal: hup" in log.read_text(), "gunicorn reloading")
+        wait_answering(base + "/", process)
+        assert process.poll() is None
+        assert _workers(_descendants(process.pid)) == [worker]  # the same worker, still running

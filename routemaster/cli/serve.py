@@ -105,8 +105,7 @@ def _serve_with_worker(
         use_json_logs()
     migrate_database(database_url())  # once, before two processes would both try
     command = [sys.executable, "-m", "routemaster"]
-    for path in options.config_paths:
-        command += ["-c", path]
+    command += [f"--config={path}" for path in options.config_paths]
     api = [*command, "serve", "--no-worker"]
     for option, value in (
         ("--bind", bind),
