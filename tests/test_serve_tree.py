@@ -130,6 +130,12 @@ def test_serve_alone_runs_one_worker_that_moves_labels_and_sigterm_stops_the_who
             timeout=20,
         )
         assert [request.path for request in stub.received()] == ["/hook/a%2Fb"]
+        # The worker's own metrics at the API's /metrics: one directory for the whole tree.
+        delivered = (
+            'routemaster_webhook_calls_total{outcome="success",'
+            'state="notify",state_machine="serve_tree"} 1.0'
+        )
+        assert delivered in requests.get(base + "/metrics", timeout=5).text.splitlines()
         wait_until(lambda: len(_descendants(process.pid)) >= 4, "gunicorn's 2 workers booted")
         tree = _descendants(process.pid)  # the API, its 2 workers, the worker
         process.send_signal(signal.SIGTERM)
