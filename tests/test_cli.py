@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from routemaster.cli import cli
 from routemaster.cli.environment import settings_from_environment
 from routemaster.server.application import WorkerConfig
 from tests.serving import free_port
+from tests.waiting import wait_answering, wait_until
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -225,16 +225,9 @@ def test_serve_answers_on_the_given_address(valid_config: Path, empty_database: 
         valid_config, empty_database, "serve", "-b", f"127.0.0.1:{port}", "--workers", "2"
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
-                    status, body = response.status, json.load(response)
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_answering(f"http://127.0.0.1:{port}/", process)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
+            status, body = response.status, json.load(response)
     finally:
         code, output = _stop(process, within=30)
     assert status == 200
@@ -248,12 +241,14 @@ def test_cron_migrates_runs_and_stops_on_sigterm(valid_config: Path, empty_datab
     process = _spawn(valid_config, empty_database, "cron")
     engine = sa.create_engine(empty_database, poolclass=sa.pool.NullPool)
     try:
-        deadline = time.monotonic() + 30
-        while "labels" not in sa.inspect(engine).get_table_names():
-            assert process.poll() is None, process.communicate()[0].decode()
-            assert time.monotonic() < deadline, "cron did not migrate the database"
-            time.sleep(0.1)
-        time.sleep(0.5)
+        wait_until(
+            lambda: "labels" in sa.inspect(engine).get_table_names(),
+            lambda: f"cron did not migrate the database: {process.poll()}",
+            timeout=30,
+        )
+        assert process.stdout is not None
+        while "started" not in (line := process.stdout.readline().decode()):
+            assert line, "cron ended before its worker started"
         assert process.poll() is None, process.communicate()[0].decode()
     finally:
         engine.dispose()
@@ -283,18 +278,10 @@ def test_serve_keeps_a_clients_connection_for_its_next_request_unless_told_not_t
         valid_config, empty_database, "serve", "-b", f"127.0.0.1:{port}", "--workers", "1", *options
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            try:
-                connection.request("GET", "/")
-                first = connection.getresponse()
-                break
-            except OSError:
-                connection.close()
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_answering(f"http://127.0.0.1:{port}/", process)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        connection.request("GET", "/")
+        first = connection.getresponse()
         first.read()
         socket_used = connection.sock
         connection.request("GET", "/state-machines")

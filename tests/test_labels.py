@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.config.model import StateMachine
 from tests.stub_server import StubServer
+from tests.waiting import run_together
 
 CONFIG = """
 state_machines:
@@ -261,17 +260,6 @@ def test_a_feed_that_is_down_keeps_the_update_and_marks_the_label_for_retry(
     assert label.metadata == {"ready": True, "approved": True, "check": 1}
     assert label.last_error is not None and "503" in label.last_error
     assert label.due_at is not None and label.due_at > app.now()
-
-
-def run_together(count: int, work: Callable[[int], object]) -> list[object]:
-    barrier = threading.Barrier(count)
-
-    def start(index: int) -> object:
-        barrier.wait()
-        return work(index)
-
-    with ThreadPoolExecutor(count) as pool:
-        return list(pool.map(start, range(count)))
 
 
 def test_concurrent_creates_have_exactly_one_winner(app: App, user: StateMachine) -> None:

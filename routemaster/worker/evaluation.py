@@ -8,10 +8,8 @@ next evaluation reads a feed is leased instead and handed to a delivery slot
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 
 import sqlalchemy as sa
 
@@ -33,8 +31,7 @@ def evaluate_due_gates(
     try:
         with app.db.begin() as conn:
             due = work.lock_due_gates(conn, gate_states, limit=limit, now=now)
-            with _jobs(app, due, "process_gate"):
-                return len(due), _settle(conn, app, due)
+            return len(due), _settle(conn, app, due)
     except sa.exc.SQLAlchemyError:
         raise  # the database is away: the loop waits for it
     except Exception:
@@ -63,10 +60,7 @@ def complete_deliveries(app: App, delivered: Sequence[Claim]) -> list[Claim]:
 def evaluate_claim(app: App, claim: Claim) -> bool:
     """A slot's job: evaluate one leased label, reading its feeds over HTTP."""
     try:
-        with _jobs(app, [claim], "process_gate"):
-            labels.advance_with_feeds(
-                app, claim.key, claim.entry_id, timeout=app.settings.feed_timeout
-            )
+        labels.advance_with_feeds(app, claim.key, claim.entry_id, timeout=app.settings.feed_timeout)
     except Exception as error:
         logger.exception("evaluating %s/%s failed", claim.state_machine, claim.name)
         app.hooks.exception(f"evaluating {claim.state_machine}/{claim.name} failed")
@@ -99,13 +93,3 @@ def _lease(conn: sa.Connection, app: App, waiting: Sequence[Label]) -> list[Clai
     return work.lease_gates(
         conn, waiting, lease_until=app.now() + app.settings.lease, worker_id=app.settings.worker_id
     )
-
-
-def _jobs(app: App, items: Sequence[Label | Claim], fn_name: str) -> AbstractContextManager[None]:
-    """The plugins' ``process_cron`` around work on these labels' states (one per state)."""
-    jobs = []
-    for item in items:
-        with contextlib.suppress(KeyError):  # a state the config no longer has: no job to name
-            machine = app.config.get_machine(item.state_machine)
-            jobs.append((machine, machine.get_state(item.state)))
-    return app.hooks.cron_batch(jobs, fn_name)

@@ -28,6 +28,7 @@ from routemaster.labels.migrations import apply_migrations
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
 from routemaster.worker.slots import Slots
+from routemaster.worker.sweeps import Minutely, Sweep
 from routemaster.worker.triggers import ClockTriggers
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,8 @@ class Worker:
         self._gate_states = _states_of_kind(app, Gate)
         self._slots = Slots(app.settings.delivery_concurrency, on_error=app.hooks.exception)
         self._outage = OutageLog()
-        self.triggers = ClockTriggers(app)
+        self.triggers = ClockTriggers(app, sweep=self._sweep_gate)
+        self.minutely = Minutely(app, self._sweep)
         self._jobs = schedule.Scheduler()
         # In this order, so that at start-up the zones are known before triggers fire.
         self._jobs.every(ZONE_REFRESH_SECONDS).seconds.do(self.triggers.refresh_zones)
@@ -113,6 +115,7 @@ class Worker:
         self._jobs.run_pending()
         if self.triggers.next_interval_at and self.app.now() >= self.triggers.next_interval_at:
             self.triggers.fire()
+        self.minutely.run_pending()
         completed = self._complete(self._slots.take_done())
         claimed = self._claim_deliveries()
         evaluated, waiting = evaluate_due_gates(
@@ -146,16 +149,29 @@ class Worker:
             logger.exception("applying the configuration's migrations failed")
             self.app.hooks.exception("applying the configuration's migrations failed")
 
-    def _claim_deliveries(self) -> bool:
+    def _sweep(self, sweep: Sweep) -> None:
+        """One of 1.x's minutely jobs (:mod:`~routemaster.worker.sweeps`)."""
+        if isinstance(sweep.state, Action):
+            self._claim_deliveries([sweep.key])
+        else:
+            self._sweep_gate(sweep.key)
+
+    def _sweep_gate(self, gate: StateKey) -> None:
+        """Evaluate one gate's due labels now (those reading feeds go to slots)."""
+        _, waiting = evaluate_due_gates(self.app, [gate], limit=self.app.settings.batch_size)
+        self._evaluate(waiting)
+
+    def _claim_deliveries(self, states: list[StateKey] | None = None) -> bool:
         """Claim as many due deliveries as there are free slots (any free slot is used)."""
+        states = self._action_states if states is None else states
         free = self._slots.free
-        if free <= 0 or not self._action_states:
+        if free <= 0 or not states:
             return False
         now = self.app.now()
         with self.app.db.begin() as conn:
             claimed = work.claim_actions(
                 conn,
-                self._action_states,
+                states,
                 limit=free,
                 now=now,
                 lease_until=now + self.app.settings.lease,
@@ -166,9 +182,7 @@ class Worker:
         return bool(claimed)
 
     def _deliver(self, claim: Claim) -> bool:
-        machine = self.app.config.get_machine(claim.state_machine)
-        with self.app.hooks.cron(machine, machine.get_state(claim.state), "process_action"):
-            return deliver_claim(self.app, claim, self._rng)
+        return deliver_claim(self.app, claim, self._rng)
 
     def _complete(self, delivered: list[Claim]) -> bool:
         """Move delivered labels on in one transaction; whether there were any."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import random
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +13,7 @@ import sqlalchemy as sa
 from routemaster.db import labels as store
 from routemaster.db.changes import START, Page, Position, read_changes
 from routemaster.db.moves import write_moves
+from tests.waiting import wait_until
 
 NOW = datetime.datetime(2026, 11, 22, 12, 0, tzinfo=datetime.UTC)
 
@@ -37,12 +37,12 @@ def _read_once_visible(
     The horizon is server-wide: another database's transaction that was
     running when ours committed holds our changes back until it ends.
     """
-    deadline = time.monotonic() + 20
-    while True:
+
+    def visible() -> Page | None:
         page = _read_all(engine, after, machine=machine)
-        if len(page.changes) >= count or time.monotonic() > deadline:
-            return page
-        time.sleep(0.01)
+        return page if len(page.changes) >= count else None
+
+    return wait_until(visible, f"{count} changes readable", timeout=20, every=0.01)
 
 
 def _history_ids(engine: sa.Engine) -> list[int]:

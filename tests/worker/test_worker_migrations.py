@@ -12,7 +12,8 @@ from routemaster.db import labels as store
 from routemaster.labels.migrations import apply_migrations, record_configuration
 from routemaster.metrics import Metrics
 from tests.stub_server import Reply, StubServer
-from tests.worker.conftest import MakeApp, running, wait_until
+from tests.waiting import wait_until
+from tests.worker.conftest import MakeApp, running
 
 OLD_ACTION = """
 state_machines:
@@ -73,8 +74,8 @@ def test_renaming_an_action_keeps_its_entry_and_sends_no_second_webhook(
     for name in ("slow", "failed"):
         labels.create_label(old, old.config.get_machine("m"), name, {})
     with running(old):
-        wait_until(lambda: len(stub.received()) == 2, 10, "both webhooks sent")
-        wait_until(lambda: _leased(old, "failed") == 0, 10, "retry recorded")
+        wait_until(lambda: len(stub.received()) == 2, "both webhooks sent", timeout=10)
+        wait_until(lambda: _leased(old, "failed") == 0, "retry recorded", timeout=10)
         failed = _label(old, "failed")
         # Applied while slow's webhook is in flight.
         assert record_configuration(new) == {"m": 1}
@@ -90,11 +91,11 @@ def test_renaming_an_action_keeps_its_entry_and_sends_no_second_webhook(
             "migration: rename ping -> notify",
         )
         # The in-flight delivery is finished by the worker that sent it.
-        wait_until(lambda: _label(old, "slow").state == "done", 10, "slow delivered")
+        wait_until(lambda: _label(old, "slow").state == "done", "slow delivered", timeout=10)
     assert apply_migrations(new, wait=True) == 0
     later = make_app(NEW_ACTION, clock=lambda: utc_now() + datetime.timedelta(seconds=60))
     with running(later):
-        wait_until(lambda: _label(new, "failed").state == "done", 10, "failed retried")
+        wait_until(lambda: _label(new, "failed").state == "done", "failed retried", timeout=10)
     assert len(stub.received("/ping/slow")) == 1
     assert _token(stub, "/ping/failed") == [str(failed.entry_id)] * 2  # the retry, not a resend
     assert [s for _, s, _, _ in _history(new, "slow")] == ["ping", "done"]
@@ -223,7 +224,7 @@ def test_moves_enter_the_target_as_a_forced_move_does(make_app: MakeApp, stub: S
     late = _label(new, "late")
     assert (late.state, late.due_at is not None) == ("notify", True)
     with running(new):
-        wait_until(lambda: _label(new, "late").state == "done", 10, "late delivered")
+        wait_until(lambda: _label(new, "late").state == "done", "late delivered", timeout=10)
     assert len(stub.received("/notify/late")) == 1
     history_rows = _count(new, "SELECT count(*) FROM history")
     assert apply_migrations(new, wait=True) == 0  # applied again: nothing changes

@@ -16,7 +16,7 @@ from routemaster import labels
 from routemaster.app import App
 from routemaster.config import load_config
 from tests.stub_server import Reply, StubServer
-from tests.worker.conftest import wait_until
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +82,7 @@ class Crons:
                 stderr=subprocess.STDOUT,
             )
         self.processes.append((process, log))
-        wait_until(lambda: "started" in log.read_text(), 30, f"{log} did not start")
+        wait_until(lambda: "started" in log.read_text(), f"{log} did not start", timeout=30)
         return log
 
     def alive(self) -> bool:
@@ -130,7 +130,7 @@ def test_old_and_new_workers_share_the_labels_and_each_webhook_goes_once(
     new_log = crons.start(new_config)
     for name in names:  # the old process moves labels into the state the new one renamed
         labels.update_metadata(old_api, machine, name, {"go": True})
-    wait_until(lambda: _states(db_engine) == {"done": 40}, 60, f"{_states(db_engine)}")
+    wait_until(lambda: _states(db_engine) == {"done": 40}, f"{_states(db_engine)}", timeout=60)
     assert crons.alive(), (old_log.read_text(), new_log.read_text())
     assert sorted(request.path for request in stub.received()) == sorted(
         f"/ping/{name}" for name in names
