@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -342,7 +343,7 @@ def test_an_update_racing_the_create_of_its_label_is_never_told_it_was_deleted(
     pairs, rounds = 16, 25
     outcomes: dict[str, int] = {}
 
-    def create_or_update(index: int) -> object:
+    def create_or_update(round_: int, index: int) -> object:
         name = f"race-{round_}-{index // 2}"
         if index % 2 == 0:
             return labels.create_label(app, user, name, {"created": True})
@@ -357,7 +358,8 @@ def test_an_update_racing_the_create_of_its_label_is_never_told_it_was_deleted(
 
     try:
         for round_ in range(rounds):
-            for outcome in run_together(2 * pairs, create_or_update)[1::2]:
+            results = run_together(2 * pairs, functools.partial(create_or_update, round_))
+            for outcome in results[1::2]:
                 outcomes[str(outcome)] = outcomes.get(str(outcome), 0) + 1
     finally:
         engine.dispose()

@@ -7,7 +7,14 @@ import pytest
 import sqlalchemy as sa
 
 from routemaster.db.database import create_engine
-from routemaster.db.statements import Prepared, fetch_all, fetch_one, run, single_statement
+from routemaster.db.statements import (
+    Prepared,
+    fetch_all,
+    fetch_one,
+    fetch_value,
+    run,
+    single_statement,
+)
 
 INSERT = "INSERT INTO trigger_occurrences (trigger_key, occurrence) VALUES "
 ROW = "(%(key)s, '2026-11-23T12:00:00Z')"
@@ -161,3 +168,28 @@ def test_errors_of_a_prepared_statement_are_sqlalchemys(db_engine: sa.Engine) ->
             fetch_one(conn, failing, {"x": "not a number"})
     with single_statement(db_engine) as conn:
         assert fetch_one(conn, failing, {"x": "7"}) == (7,)
+
+
+def test_a_connection_the_server_dropped_is_sqlalchemys_disconnect_and_is_replaced(
+    database_url: str,
+) -> None:
+    engine = create_engine(database_url, pool_size=2, max_overflow=0)
+    admin = sa.create_engine(database_url, poolclass=sa.pool.NullPool)
+    with pytest.raises(sa.exc.OperationalError) as failure, engine.connect() as conn:
+        pid = fetch_value(conn, "SELECT pg_backend_pid()")
+        with single_statement(admin) as other:  # the server ends it while it is in use
+            run(other, "SELECT pg_terminate_backend(%(pid)s)", {"pid": pid})
+        fetch_one(conn, "SELECT 1")
+    assert failure.value.connection_invalidated
+    admin.dispose()
+    with single_statement(engine) as conn:  # the next request gets a live connection
+        assert fetch_one(conn, "SELECT 2") == (2,)
+    engine.dispose()
+
+
+def test_an_errors_parameters_are_hidden_whatever_the_engine_says(database_url: str) -> None:
+    engine = sa.create_engine(database_url)  # SQLAlchemy's default would show them
+    with pytest.raises(sa.exc.DataError) as failure, engine.connect() as conn:
+        fetch_one(conn, "SELECT CAST(%(x)s AS integer)", {"x": "1.5"})
+    assert failure.value.hide_parameters  # (the server's own message may quote the statement)
+    engine.dispose()
