@@ -99,6 +99,28 @@ def test_listeners_of_sqlalchemys_execution_events_still_see_every_statement(
     assert _machines(db_engine) == ["a", "b"]
 
 
+def test_error_and_after_execution_listeners_are_called_too(db_engine: sa.Engine) -> None:
+    seen: list[str] = []
+
+    def after(conn: object, cursor: object, statement: str, *args: object) -> None:
+        seen.append("after " + statement)
+
+    def failed(context: sa.engine.ExceptionContext) -> None:
+        seen.append(f"failed {context.statement}")
+
+    sa.event.listen(db_engine, "after_cursor_execute", after)
+    sa.event.listen(db_engine, "handle_error", failed)
+    try:
+        with single_statement(db_engine) as conn:
+            fetch_one(conn, "SELECT 1")
+        sa.event.remove(db_engine, "after_cursor_execute", after)
+        with pytest.raises(sa.exc.DataError), single_statement(db_engine) as conn:
+            fetch_one(conn, "SELECT CAST(%(x)s AS integer)", {"x": "not a number"})
+    finally:
+        sa.event.remove(db_engine, "handle_error", failed)
+    assert seen == ["after SELECT 1", "failed SELECT CAST(%(x)s AS integer)"]
+
+
 # -- prepared statements ---------------------------------------------------------
 
 SELECT = Prepared(
