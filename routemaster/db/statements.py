@@ -125,7 +125,8 @@ def fetch_all(conn: sa.Connection, statement: Statement, params: Params = NO_PAR
 def fetch_value(conn: sa.Connection, statement: Statement, params: Params = NO_PARAMS) -> Any:
     """The first column of the first row (the statement must return a row)."""
     row = fetch_one(conn, statement, params)
-    assert row is not None, "the statement returns a row"
+    if row is None:
+        raise LookupError("the statement returned no row")
     return row[0]
 
 
@@ -244,5 +245,6 @@ def _raise_as_sqlalchemy(
         conn.engine.dispose()  # the server went away: every pooled connection is suspect
     elif not conn.in_transaction():
         # Outside a transaction SQLAlchemy knows of, end the one the driver began (as it would).
-        conn.connection.driver_connection.rollback()  # type: ignore[union-attr]
+        with contextlib.suppress(Exception):  # the failure above is what the caller must see
+            conn.connection.driver_connection.rollback()  # type: ignore[union-attr]
     raise wrapped from error

@@ -5,6 +5,7 @@ private names."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import pkgutil
 import re
@@ -14,7 +15,7 @@ import pytest
 
 import routemaster
 import routemaster.db
-from routemaster.db.labels import LABEL_COLUMNS
+from routemaster.db.labels import LABEL_COLUMNS, Label
 from routemaster.db.statements import Prepared
 
 PACKAGE = Path(routemaster.__file__).parent
@@ -54,6 +55,10 @@ def test_a_statement_has_the_drivers_named_parameters_only(name: str, sql: str) 
     assert not COLON_PARAMETER.search(sql), f"{name} has a :name parameter"
     assert "%s" not in sql, f"{name} has a positional parameter"
     assert "{" not in sql.replace("'{}'", ""), f"{name} looks like an unformatted template"
+
+
+def test_a_label_is_built_from_its_columns_in_that_order() -> None:
+    assert tuple(field.name for field in dataclasses.fields(Label)) == LABEL_COLUMNS
 
 
 @pytest.mark.parametrize(("name", "sql"), STATEMENTS, ids=[name for name, _ in STATEMENTS])
