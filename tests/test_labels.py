@@ -328,13 +328,15 @@ def test_a_forced_move_enters_the_state_like_any_other_move(app: App, user: Stat
     ]
 
 
-def test_an_update_racing_the_create_of_its_label_is_never_told_it_was_deleted(
-    make_app: Callable[..., App], database_url: str
+@pytest.mark.parametrize("change", ["update", "pause"])
+def test_a_change_racing_the_create_of_its_label_is_never_told_it_was_deleted(
+    make_app: Callable[..., App], database_url: str, change: str
 ) -> None:
-    """A PATCH sent with the create of the same label answers the label or "not found", never 410.
+    """A PATCH (or an operator's pause) sent with the create of the same label answers the
+    label or "not found", never 410.
 
-    Each round creates fresh labels while updating them at once, many pairs at
-    a time on their own connections, so some updates look for their label just
+    Each round creates fresh labels while changing them at once, many pairs at
+    a time on their own connections, so some changes look for their label just
     as its create commits.
     """
     engine = create_engine(database_url, pool_size=40, max_overflow=0)
@@ -348,13 +350,16 @@ def test_an_update_racing_the_create_of_its_label_is_never_told_it_was_deleted(
         if index % 2 == 0:
             return labels.create_label(app, user, name, {"created": True})
         try:
-            updated = labels.update_metadata(app, user, name, {"updated": True})
+            if change == "pause":
+                assert labels.set_paused(app, user, name, True).paused
+            else:
+                updated = labels.update_metadata(app, user, name, {"updated": True})
+                assert updated.metadata == {"created": True, "updated": True}
         except labels.LabelNotFound:
             return "not found"
         except labels.LabelDeleted:
             return "deleted"
-        assert updated.metadata == {"created": True, "updated": True}
-        return "updated"
+        return "changed"
 
     try:
         for round_ in range(rounds):
@@ -364,5 +369,5 @@ def test_an_update_racing_the_create_of_its_label_is_never_told_it_was_deleted(
     finally:
         engine.dispose()
     assert "deleted" not in outcomes, outcomes
-    assert outcomes.get("updated", 0) > 0, outcomes  # the updates did meet their labels
+    assert outcomes.get("changed", 0) > 0, outcomes  # the changes did meet their labels
     assert sum(outcomes.values()) == pairs * rounds
