@@ -192,20 +192,29 @@ def test_errors_of_a_prepared_statement_are_sqlalchemys(db_engine: sa.Engine) ->
         assert fetch_one(conn, failing, {"x": "7"}) == (7,)
 
 
-def test_a_connection_the_server_dropped_is_sqlalchemys_disconnect_and_is_replaced(
+def test_a_server_that_dropped_its_connections_costs_one_failure_not_one_per_connection(
     database_url: str,
 ) -> None:
-    engine = create_engine(database_url, pool_size=2, max_overflow=0)
+    # Idle connections are not pinged here, so only the pool's invalidation saves the others.
+    engine = create_engine(database_url, pool_size=3, max_overflow=0, idle_ping_after=3600)
     admin = sa.create_engine(database_url, poolclass=sa.pool.NullPool)
+    with engine.connect() as first, engine.connect() as second:  # two idle ones in the pool
+        pids = [fetch_value(first, "SELECT pg_backend_pid()")]
+        pids.append(fetch_value(second, "SELECT pg_backend_pid()"))
     with pytest.raises(sa.exc.OperationalError) as failure, engine.connect() as conn:
-        pid = fetch_value(conn, "SELECT pg_backend_pid()")
-        with single_statement(admin) as other:  # the server ends it while it is in use
-            run(other, "SELECT pg_terminate_backend(%(pid)s)", {"pid": pid})
+        pids.append(fetch_value(conn, "SELECT pg_backend_pid()"))
+        with single_statement(admin) as other:  # as a server restart would, mid-use
+            run(
+                other,
+                "SELECT pg_terminate_backend(pid) FROM unnest(%(pids)s) AS pid",
+                {"pids": pids},
+            )
         fetch_one(conn, "SELECT 1")
     assert failure.value.connection_invalidated
     admin.dispose()
-    with single_statement(engine) as conn:  # the next request gets a live connection
-        assert fetch_one(conn, "SELECT 2") == (2,)
+    for _ in range(3):  # every later request gets a live connection
+        with single_statement(engine) as conn:
+            assert fetch_one(conn, "SELECT 2") == (2,)
     engine.dispose()
 
 
