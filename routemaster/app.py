@@ -62,6 +62,7 @@ class Settings:
     metrics: bool = True  # Prometheus metrics (GET /metrics, cron --metrics-bind)
     label_gauges_interval: float = 5.0  # seconds; label counts for /metrics at most this often
     token_use_interval: float = 30.0  # seconds; tokens' last use is written this often
+    migrations_interval: float = 30.0  # seconds; workers re-apply the config's migrations
 
 
 @dataclass

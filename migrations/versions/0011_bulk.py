@@ -14,14 +14,14 @@ array (deep equality, a missing item being null), or a key of an object.
 Searches call it (routemaster/search/rules.py).
 
 Revision ID: 0011
-Revises: 0006
+Revises: 0008 (0010 once the lead chains 0009 and 0010 before it)
 Create Date: 2026-11-24
 """
 
 from alembic import op
 
 revision = "0011"
-down_revision = "0006"
+down_revision = "0008"  # the lead re-chains it to "0010" when merging
 branch_labels = None
 depends_on = None
 

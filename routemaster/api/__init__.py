@@ -27,6 +27,7 @@ from routemaster.api import (
     openapi,
     operations,
     plugins,
+    versions,
 )
 from routemaster.api.auth import require_tokens
 from routemaster.api.console.access import TOKEN_CHECK_KEY, console_token_check
@@ -71,6 +72,7 @@ def create_app(app: App) -> flask.Flask:
     blueprints = [
         health.blueprint,
         machines.blueprint,
+        versions.blueprint,
         labels.blueprint,
         explanations.blueprint,
         operations.blueprint,

@@ -264,6 +264,7 @@ def label_history(sm: str, label: str) -> flask.Response:
                     "created": isoformat(entry.created),
                     "forced": entry.forced,
                     "reason": entry.reason,
+                    "version": entry.version,
                 }
                 for entry in entries
             ]

@@ -82,6 +82,11 @@ _MACHINE_STATE = obj(
     }
 )
 
+_VERSION_NUMBER: Schema = {
+    "type": ["integer", "null"],
+    "description": "The machine version the change was made under (null: not recorded).",
+}
+
 _CLAUSE = obj(
     {
         "text": TEXT,
@@ -136,6 +141,25 @@ SCHEMAS: dict[str, Schema] = {
             "changes": {**TEXT, "description": "Its changes stream."},
         }
     ),
+    "Versions": obj(
+        {
+            "versions": array(
+                obj(
+                    {
+                        "version": INTEGER,
+                        "applied_at": TIME,
+                        "digest": {**TEXT, "description": "SHA-256 of the definition's JSON."},
+                        "definition": {
+                            "type": "object",
+                            "description": "The machine as GET /state-machines/{sm} shows it"
+                            " (without label counts); no header values or secrets.",
+                        },
+                    }
+                )
+            ),
+            "next": {"type": ["string", "null"], "description": "The next page, or null."},
+        }
+    ),
     "LabelList": obj(
         {
             "labels": array(obj({"name": TEXT, "state": TEXT})),
@@ -170,6 +194,7 @@ SCHEMAS: dict[str, Schema] = {
                         "created": TIME,
                         "forced": BOOLEAN,
                         "reason": {"type": ["string", "null"]},
+                        "version": _VERSION_NUMBER,
                     }
                 )
             )

@@ -70,6 +70,7 @@ def encode(change: Change) -> bytes:
         "at": change.at.isoformat(),
         "forced": change.forced,
         "reason": change.reason,
+        "version": change.version,
     }
     payload = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     return f"id: {change.position}\ndata: {payload}\n\n".encode()

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from routemaster.cli.configuration import prepare_database
 from routemaster.cli.environment import database_url, late_config_option
 from routemaster.cli.options import Options, migrate_database
 from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable
@@ -15,13 +16,15 @@ from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable
 @late_config_option
 @click.pass_obj
 def migrate(options: Options) -> None:
-    """Bring the database to the current schema (serve and cron do this at start too).
-
-    Given the configuration (-c), also build the indexes its ``search:`` paths need.
-    """
-    config = options.load() if options.config_paths else None
-    migrate_database(database_url(), config)
-    click.echo("Database schema is current.")
+    """Bring the database to the current schema; with -c, also record the configuration's
+    versions, apply its migrations to the labels and build the indexes its ``search:``
+    paths need (serve and cron do this at start too)."""
+    if not options.config_paths:
+        migrate_database(database_url())
+        click.echo("Database schema is current.")
+        return
+    prepare_database(database_url(), options.load())
+    click.echo("Database schema and labels are current.")
 
 
 @click.group()

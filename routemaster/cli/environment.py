@@ -50,6 +50,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "max_streams": (1, 100_000),
     "label_gauges_interval": (0, 3_600),  # 0: counted at every scrape
     "token_use_interval": (0.01, 86_400),
+    "migrations_interval": (0.1, 86_400),
 }
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 import sys
 
 import click
@@ -15,10 +14,7 @@ from routemaster.config.model import Config
 from routemaster.db.database import DatabaseURLError, create_engine, safe_url, url_from_environment
 from routemaster.db.errors import describe_failure
 from routemaster.db.migrate import upgrade
-from routemaster.db.search_indexes import ensure_search_index
 from routemaster.logging import BaseLogger, PluginError, load_plugins, wants_json
-
-logger = logging.getLogger(__name__)
 
 
 def named_database_url() -> str | None:
@@ -35,21 +31,14 @@ def unreachable(url: str, error: BaseException) -> click.ClickException:
     return click.ClickException(f"cannot use the database at {safe_url(url)}: {detail}")
 
 
-def migrate_database(url: str, config: Config | None = None) -> None:
+def migrate_database(url: str) -> None:
     """Migrate, or exit with one line saying why the database could not be used.
 
-    No statement timeout here: a migration may legitimately take long. With
-    a configuration, the indexes its machines' ``search:`` paths need are
-    built too (concurrently: labels can be written meanwhile).
+    No statement timeout here: a migration may legitimately take long.
     """
     engine = create_engine(url, pool_size=1, max_overflow=0)
     try:
         upgrade(engine)
-        for machine in config.state_machines if config is not None else ():
-            for path in machine.search:
-                if ensure_search_index(engine, machine.name, path):
-                    shown = ".".join(path)
-                    logger.info("built the search index of %s metadata.%s", machine.name, shown)
     except sa.exc.SQLAlchemyError as error:
         raise unreachable(url, error) from None
     finally:

@@ -135,6 +135,14 @@ _STATE = _tagged(
         ),
     },
 )
+_MIGRATION_STATES = _object({"from": _NAME, "to": _NAME}, required=("from", "to"))
+_MIGRATION = _tagged(
+    "a migration: a mapping with a 'rename' or a 'move' key",
+    {
+        "rename": _object({"rename": _MIGRATION_STATES}, required=("rename",)),
+        "move": _object({"move": _MIGRATION_STATES}, required=("move",)),
+    },
+)
 _MACHINE = _object(
     {
         "feeds": {
@@ -169,6 +177,7 @@ _MACHINE = _object(
                 "uniqueItems": "each search path once",
             },
         },
+        "migrations": {"type": "array", "items": _MIGRATION},
         "retry": _RETRY,
         "signing_secret": _NAME,
         "signing_secret_env": _NAME,

@@ -96,6 +96,8 @@ history = sa.Table(
     # the writing transaction: the changes stream orders by (xact_id, id) and
     # shows a row only once every transaction below it has finished
     sa.Column("xact_id", Xid8(), nullable=False, server_default=sa.text("pg_current_xact_id()")),
+    # the machine version the writing process ran (set by a trigger: migration 0008)
+    sa.Column("version", sa.Integer, nullable=True),
 )
 
 sa.Index("history_by_label", history.c.label, postgresql_using="hash")
@@ -126,6 +128,22 @@ api_tokens = sa.Table(
         "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
     ),
     sa.Column("last_used_at", sa.DateTime(timezone=True), nullable=True),
+)
+
+machine_versions = sa.Table(
+    "machine_versions",
+    metadata,
+    sa.Column("machine", sa.Text, primary_key=True),
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("digest", sa.Text, nullable=False),
+    sa.Column("definition", postgresql.JSONB, nullable=False),
+    sa.Column(
+        "applied_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.Column(
+        "last_applied_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.UniqueConstraint("machine", "digest", name="machine_versions_digest"),
 )
 
 # Bulk commands (migration 0011): a job, and the labels it was accepted for.

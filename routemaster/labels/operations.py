@@ -69,16 +69,26 @@ def pause_locked(
 
 
 def force_move(
-    app: App, machine: StateMachine, name: str, destination: str, *, reason: str | None = None
+    app: App,
+    machine: StateMachine,
+    name: str,
+    destination: str,
+    *,
+    reason: str | None = None,
+    only_from: str | None = None,
 ) -> Label:
     """Move a label to ``destination`` regardless of conditions, marked as forced.
 
     The label enters the state like any other move: an action's webhook is
-    owed, and a gate with an entry trigger is evaluated at once.
+    owed, and a gate with an entry trigger is evaluated at once. With
+    ``only_from``, a label no longer in that state is left as it is (a
+    configuration migration applied twice moves nothing twice).
     """
     now = app.now()
     with app.db.begin() as conn:
         label = _locked_live_label(conn, machine, name)
+        if only_from is not None and label.state != only_from:
+            return label
         label, plan = move_locked(conn, app, machine, label, destination, now=now, reason=reason)
     if plan is None:
         return label

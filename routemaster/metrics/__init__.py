@@ -75,6 +75,12 @@ class Metrics:
             ["state_machine", "from_state", "to_state"],
             registry=registry,
         )
+        self.migrated = Counter(
+            "routemaster_labels_migrated",
+            "Labels taken out of a renamed or removed state by the configuration's migrations.",
+            ["state_machine", "kind", "from_state", "to_state"],
+            registry=registry,
+        )
         self.webhook_calls = Counter(
             "routemaster_webhook_calls",
             "Action webhook deliveries by outcome (success, gone, failure, error).",

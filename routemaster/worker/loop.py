@@ -25,9 +25,11 @@ from routemaster.db.claims import Claim, StateKey
 from routemaster.db.notifications import DueListener
 from routemaster.http.client import BoundedAdapter
 from routemaster.labels.bulk import run_batch as run_bulk_batch
+from routemaster.labels.migrations import apply_migrations
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
 from routemaster.worker.slots import Slots
+from routemaster.worker.sweeps import Minutely, Sweep
 from routemaster.worker.triggers import ClockTriggers
 
 logger = logging.getLogger(__name__)
@@ -45,7 +47,8 @@ class Worker:
         self._gate_states = _states_of_kind(app, Gate)
         self._slots = Slots(app.settings.delivery_concurrency, on_error=app.hooks.exception)
         self._outage = OutageLog()
-        self.triggers = ClockTriggers(app)
+        self.triggers = ClockTriggers(app, sweep=self._sweep_gate)
+        self.minutely = Minutely(app, self._sweep)
         self._jobs = schedule.Scheduler()
         # In this order, so that at start-up the zones are known before triggers fire.
         self._jobs.every(ZONE_REFRESH_SECONDS).seconds.do(self.triggers.refresh_zones)
@@ -53,6 +56,10 @@ class Worker:
         # A third of the lease: two renewals may fail before another worker could take over.
         renew_every = max(1, int(app.settings.lease.total_seconds() / 3))
         self._jobs.every(renew_every).seconds.do(self.renew_leases)
+        if any(machine.migrations for machine in app.config.state_machines):
+            # Labels a process running the previous configuration moved into a migrated state.
+            every = app.settings.migrations_interval  # schedule takes fractions of seconds too
+            self._jobs.every(every).seconds.do(self.apply_migrations)  # type: ignore[arg-type]
         # Bounded: every webhook and feed call has one total deadline (routemaster.http).
         adapter = BoundedAdapter(pool_connections=self._slots.size, pool_maxsize=self._slots.size)
         app.http.mount("http://", adapter)
@@ -109,6 +116,7 @@ class Worker:
         self._jobs.run_pending()
         if self.triggers.next_interval_at and self.app.now() >= self.triggers.next_interval_at:
             self.triggers.fire()
+        self.minutely.run_pending()
         completed = self._complete(self._slots.take_done())
         claimed = self._claim_deliveries()
         evaluated, waiting = evaluate_due_gates(
@@ -131,16 +139,42 @@ class Worker:
                     worker_id=self.app.settings.worker_id,
                 )
 
-    def _claim_deliveries(self) -> bool:
+    def apply_migrations(self) -> None:
+        """Migrate labels found in a migrated state (see :mod:`routemaster.labels.migrations`).
+
+        A failure is logged and tried again next time: it must not stop the worker.
+        """
+        try:
+            apply_migrations(self.app, wait=False)
+        except sa.exc.SQLAlchemyError:
+            raise  # the database is away: the loop waits for it
+        except Exception:
+            logger.exception("applying the configuration's migrations failed")
+            self.app.hooks.exception("applying the configuration's migrations failed")
+
+    def _sweep(self, sweep: Sweep) -> None:
+        """One of 1.x's minutely jobs (:mod:`~routemaster.worker.sweeps`)."""
+        if isinstance(sweep.state, Action):
+            self._claim_deliveries([sweep.key])
+        else:
+            self._sweep_gate(sweep.key)
+
+    def _sweep_gate(self, gate: StateKey) -> None:
+        """Evaluate one gate's due labels now (those reading feeds go to slots)."""
+        _, waiting = evaluate_due_gates(self.app, [gate], limit=self.app.settings.batch_size)
+        self._evaluate(waiting)
+
+    def _claim_deliveries(self, states: list[StateKey] | None = None) -> bool:
         """Claim as many due deliveries as there are free slots (any free slot is used)."""
+        states = self._action_states if states is None else states
         free = self._slots.free
-        if free <= 0 or not self._action_states:
+        if free <= 0 or not states:
             return False
         now = self.app.now()
         with self.app.db.begin() as conn:
             claimed = work.claim_actions(
                 conn,
-                self._action_states,
+                states,
                 limit=free,
                 now=now,
                 lease_until=now + self.app.settings.lease,
@@ -151,9 +185,7 @@ class Worker:
         return bool(claimed)
 
     def _deliver(self, claim: Claim) -> bool:
-        machine = self.app.config.get_machine(claim.state_machine)
-        with self.app.hooks.cron(machine, machine.get_state(claim.state), "process_action"):
-            return deliver_claim(self.app, claim, self._rng)
+        return deliver_claim(self.app, claim, self._rng)
 
     def _complete(self, delivered: list[Claim]) -> bool:
         """Move delivered labels on in one transaction; whether there were any."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -19,6 +18,7 @@ from tests.api.conftest import CONFIG_PATH
 from tests.api.tcp_proxy import TcpProxy
 from tests.serving import serving
 from tests.sse import EventStream
+from tests.waiting import wait_until
 
 LABELS = "/state-machines/user/labels"
 
@@ -244,10 +244,11 @@ def test_open_streams_ride_out_a_database_outage(database_url: str, db_engine: s
             down = requests.post(f"{base}{LABELS}/lost", json={"metadata": {}}, timeout=10)
             assert down.status_code == 503
             proxy.start()
-            deadline = time.monotonic() + 20
-            while requests.get(f"{base}/", timeout=10).status_code != 200:
-                assert time.monotonic() < deadline, "the API did not come back"
-                time.sleep(0.05)
+            wait_until(
+                lambda: requests.get(f"{base}/", timeout=10).status_code == 200,
+                "the API back",
+                timeout=20,
+            )
             _post(base, "after")
             assert stream.next_event().data["label"] == "after"
     finally:
