@@ -15,38 +15,57 @@ ignores a partial index's expression statistics, and without any it guesses
 (a page of a rare value then walked a million labels in name order instead
 of using the index); ``ANALYZE labels`` gathers them at once.
 
-DDL takes no bound parameters: the machine name and the path are written as
-SQL string literals with their quotes doubled (and the configuration allows
-only letters, digits, ``_`` and ``-`` in a search path).
+The machine name and the path are ordinary ``%(name)s`` parameters: the
+driver writes them into the statement as quoted literals (it formats every
+statement on the client; DDL takes no server-side parameters), and that is
+the text the planner matches a search's condition against. An index's name
+is an identifier, which no parameter can be: the DDL statements are
+templates with one ``{name}`` slot, filled only with :func:`index_name`'s
+``labels_search_`` and hex digits (``tests/db/test_statement_text.py``
+lists these templates by name).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-_LOCK = 2024_11_24  # serialises index builds across processes
+from routemaster.db.statements import fetch_one, fetch_value, run
 
-_VALIDITY = sa.text(
-    """
+SEARCH_INDEX_LOCK = 2024_11_24
+"""The advisory lock that serialises index builds across processes."""
+
+_NAME = re.compile(r"labels_search_[0-9a-f]{24}(_values)?")
+
+_LOCK = "SELECT pg_advisory_lock(%(key)s)"
+_UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
+_NO_TIMEOUT = "SET statement_timeout = 0"  # a build may take minutes
+_DEFAULT_TIMEOUT = "RESET statement_timeout"
+_ANALYZE = "ANALYZE labels"
+
+_VALIDITY = """
     SELECT index.indisvalid FROM pg_index AS index
     JOIN pg_class AS class ON class.oid = index.indexrelid
-    WHERE class.relname = :name
+    WHERE class.relname = %(name)s
     """
-)
 
-_CREATE = (
-    "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON labels ((metadata #> {path}))"
-    " WHERE state_machine = {machine} AND NOT deleted"
-)
+_HAS_STATISTICS = "SELECT count(*) FROM pg_statistic_ext WHERE stxname = %(name)s"
 
-_DROP = "DROP INDEX CONCURRENTLY IF EXISTS {name}"
+# Templates: complete DDL but for the {name} slot (an identifier; see the module's docstring).
+_CREATE_INDEX = """
+    CREATE INDEX CONCURRENTLY IF NOT EXISTS {name}
+    ON labels ((metadata #> CAST(%(path)s AS text[])))
+    WHERE state_machine = %(machine)s AND NOT deleted
+    """
 
-_HAS_STATISTICS = sa.text("SELECT count(*) FROM pg_statistic_ext WHERE stxname = :name")
+_DROP_INDEX = "DROP INDEX CONCURRENTLY IF EXISTS {name}"
 
-_CREATE_STATISTICS = "CREATE STATISTICS IF NOT EXISTS {name} ON (metadata #> {path}) FROM labels"
+_CREATE_STATISTICS = """
+    CREATE STATISTICS IF NOT EXISTS {name} ON (metadata #> CAST(%(path)s AS text[])) FROM labels
+    """
 
 
 def index_name(machine: str, path: Sequence[str]) -> str:
@@ -62,33 +81,33 @@ def ensure_search_index(engine: sa.Engine, machine: str, path: Sequence[str]) ->
     """
     name = index_name(machine, path)
     statistics = f"{name}_values"
-    array = _text_array(path)
+    params = {"path": list(path), "machine": machine}
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(sa.text("SELECT pg_advisory_lock(:lock)"), {"lock": _LOCK})
-        conn.exec_driver_sql("SET statement_timeout = 0")  # a build may take minutes
+        run(conn, _LOCK, {"key": SEARCH_INDEX_LOCK})
+        run(conn, _NO_TIMEOUT)
         try:
             built = False
-            if not conn.execute(_HAS_STATISTICS, {"name": statistics}).scalar_one():
-                conn.exec_driver_sql(_CREATE_STATISTICS.format(name=statistics, path=array))
+            if not fetch_value(conn, _HAS_STATISTICS, {"name": statistics}):
+                run(conn, _named(_CREATE_STATISTICS, statistics), params)
                 built = True
-            valid = conn.execute(_VALIDITY, {"name": name}).scalar_one_or_none()
+            row = fetch_one(conn, _VALIDITY, {"name": name})
+            valid = None if row is None else row[0]
             if valid is not True:
-                if valid is False:
-                    conn.exec_driver_sql(_DROP.format(name=name))
-                machine_literal = _literal(machine)
-                conn.exec_driver_sql(_CREATE.format(name=name, path=array, machine=machine_literal))
+                if valid is False:  # an interrupted build: dropped and built again
+                    run(conn, _named(_DROP_INDEX, name))
+                run(conn, _named(_CREATE_INDEX, name), params)
                 built = True
             if built:
-                conn.exec_driver_sql("ANALYZE labels")
+                run(conn, _ANALYZE)
             return built
         finally:
-            conn.exec_driver_sql("RESET statement_timeout")
-            conn.execute(sa.text("SELECT pg_advisory_unlock(:lock)"), {"lock": _LOCK})
+            if not conn.invalidated:
+                run(conn, _DEFAULT_TIMEOUT)
+                run(conn, _UNLOCK, {"key": SEARCH_INDEX_LOCK})
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _text_array(path: Sequence[str]) -> str:
-    return "CAST(ARRAY[" + ", ".join(_literal(segment) for segment in path) + "] AS text[])"
+def _named(template: str, name: str) -> str:
+    """``template`` with its ``{name}`` slot filled: only ever one of :func:`index_name`'s."""
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"not a search index name: {name!r}")
+    return template.replace("{name}", name)

@@ -2,7 +2,8 @@
 
 ``compile_search(source, now)`` parses with the gate language's own parser
 (so a mistake gets the same caret message), then turns the tree into one
-boolean SQL expression with bound parameters that selects exactly the labels
+boolean SQL expression with bound parameters (``%(w0)s``, ...; run by
+:mod:`routemaster.db.search`) that selects exactly the labels
 for which the gate evaluator would say true at ``now``.
 """
 

@@ -13,8 +13,9 @@ is one of four kinds:
   used as a value).
 
 SQL text here is made only of fixed fragments and bound parameters
-(:class:`Params`): no value or path from the expression is ever written into
-the text.
+(:class:`Params`, in the driver's ``%(name)s`` style the store's statements
+use): no value or path from the expression is ever written into the text,
+and no fragment has a literal ``%`` (it would have to be written ``%%``).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def boolean(value: bool) -> Cond:
 
 @dataclass
 class Params:
-    """The bound parameters of one compiled search: ``:w0``, ``:w1``, ..."""
+    """The bound parameters of one compiled search: ``%(w0)s``, ``%(w1)s``, ..."""
 
     source: str
     values: dict[str, Any] = field(default_factory=dict)
@@ -76,7 +77,7 @@ class Params:
     def bind(self, value: Any) -> str:
         name = f"w{len(self.values)}"
         self.values[name] = value
-        return f":{name}"
+        return f"%({name})s"
 
     def path(self, segments: tuple[str, ...]) -> str:
         """``metadata`` at ``segments``: the same text an index on the path is built on."""

@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from routemaster.db.search import Search, matches
+from routemaster.db.search import Search, count_statement, page_statement
 from routemaster.db.search_indexes import ensure_search_index, index_name
+from routemaster.db.statements import fetch_all
 from routemaster.search import compile_search
 
 MACHINE = "it's"  # a quote in the name: DDL writes it as a literal
@@ -37,14 +38,12 @@ def indexed(db_engine: sa.Engine) -> Iterator[sa.Engine]:
 
 
 def _plan(engine: sa.Engine, where: str, *, count: bool = False) -> str:
+    """The plan of the very statement a page (or a count) of ``where`` runs."""
     compiled = compile_search(where, datetime.datetime.now(datetime.UTC))
-    condition, params = matches(Search(MACHINE, compiled.sql, compiled.params))
-    select = "count(*)" if count else "name"
+    search = Search(MACHINE, compiled.sql, compiled.params)
+    sql, params = count_statement(search) if count else page_statement(search, after="", limit=50)
     with engine.connect() as conn:
-        rows = conn.execute(
-            sa.text(f"EXPLAIN SELECT {select} FROM labels WHERE {condition}"), params
-        )
-        return "\n".join(row[0] for row in rows)
+        return "\n".join(row[0] for row in fetch_all(conn, f"EXPLAIN {sql}", params))
 
 
 def test_the_index_is_built_once_and_named_from_machine_and_path(indexed: sa.Engine) -> None:

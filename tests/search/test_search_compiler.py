@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import re
 
 import pytest
 
@@ -26,6 +27,9 @@ def test_no_value_or_path_is_written_into_the_sql(source: str) -> None:
     compiled = compile_search(source, NOW)
     assert "zz" not in compiled.sql
     assert "DROP" not in compiled.sql and "pg_sleep" not in compiled.sql
+    # The driver formats the statement: its only % are the condition's own parameters.
+    assert "%" not in re.sub(r"%\(w\d+\)s", "", compiled.sql)
+    assert set(re.findall(r"%\((\w+)\)s", compiled.sql)) == set(compiled.params)
     assert any("zz" in str(value) for value in compiled.params.values())
 
 

@@ -11,7 +11,8 @@ from routemaster.app import App
 from routemaster.db.search import Search
 from routemaster.labels.bulk import BulkCommand, accept, get_job
 from routemaster.search import compile_search
-from tests.worker.conftest import WorkersFor, wait_until
+from tests.waiting import wait_until
+from tests.worker.conftest import WorkersFor
 
 CONFIG = """
 state_machines:
@@ -70,17 +71,17 @@ def test_a_worker_killed_mid_batch_loses_its_batch_and_the_next_finishes_it_once
         holder.execute(sa.text("BEGIN"))
         holder.execute(sa.text("SELECT 1 FROM labels WHERE name = 'o010' FOR UPDATE"))
         doomed = workers.start(batch_size=50)
-        wait_until(lambda: _waiting_on_a_lock(app), 20, "the worker never reached o010")
+        wait_until(lambda: _waiting_on_a_lock(app), "the worker never reached o010", timeout=20)
         doomed.send_signal(signal.SIGKILL)
         doomed.wait(timeout=10)
         holder.execute(sa.text("ROLLBACK"))
     # The killed worker's transaction is rolled back: nothing of its batch happened.
-    wait_until(lambda: not _waiting_on_a_lock(app), 20, "the dead worker's query lingers")
+    wait_until(lambda: not _waiting_on_a_lock(app), "the dead worker's query lingers", timeout=20)
     progress = get_job(app, job)
     assert progress is not None and progress.done == 0
     assert _forced_entries(app) == {}
     workers.start(batch_size=50)
-    wait_until(lambda: _finished(app, job), 30, "the job did not finish")
+    wait_until(lambda: _finished(app, job), "the job did not finish", timeout=30)
     final = get_job(app, job)
     assert final is not None
     assert (final.total, final.done, final.skipped, final.failed) == (COUNT, COUNT, 0, 0)
@@ -99,7 +100,7 @@ def test_two_workers_share_a_bulk_job_without_touching_a_label_twice(
     job = _pause_all(app)
     workers.start(batch_size=7)
     workers.start(batch_size=7)
-    wait_until(lambda: _finished(app, job), 30, "the job did not finish")
+    wait_until(lambda: _finished(app, job), "the job did not finish", timeout=30)
     final = get_job(app, job)
     assert final is not None and final.done == COUNT
     entries = _forced_entries(app)

@@ -18,7 +18,7 @@ from werkzeug.wrappers import Response
 
 from routemaster.api.bulk import FILTERS, bulk_request, dry_run, run
 from routemaster.api.console import access
-from routemaster.api.console.views import BUTTON, PAGES, _render, blueprint, machine_url
+from routemaster.api.console.views import BUTTON, PAGES, blueprint, machine_url, render_page
 from routemaster.api.endpoints import OPEN, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.labels.bulk import CountMismatch, get_job
@@ -46,7 +46,7 @@ def bulk(sm: str) -> Response | str:
     if "expect" not in body:
         counted = dry_run(app, search)
         fields = {key: value for key, value in flask.request.form.items() if key in _FORM_FIELDS}
-        return _render(
+        return render_page(
             "bulk_confirm.html",
             machine=machine,
             command=command,
@@ -70,7 +70,7 @@ def bulk_progress(job: int) -> str:
     if found is None:
         raise NotFound(f"There is no bulk command {job}.")
     back = machine_url(found.state_machine, "labels")
-    return _render("bulk.html", job=found, back=back, machine=None)
+    return render_page("bulk.html", job=found, back=back, machine=None)
 
 
 def _body(form: Any) -> dict[str, Any]:

@@ -144,7 +144,7 @@ def index() -> str:
         for machine in app.config.state_machines:
             counts = count_labels(conn, machine.name)
             machines.append((machine, counts))
-    return _render(
+    return render_page(
         "index.html",
         machines=machines,
         changes_url="/console/changes",
@@ -164,7 +164,7 @@ def machine_page(sm: str) -> str:
         recent = recent_changes(conn, machine.name, limit=30)
         errored = label_page(conn, machine.name, after="", limit=21, errored=True)
     described = describe_machine(machine)
-    return _render(
+    return render_page(
         "machine.html",
         machine=machine,
         graph=layout(described),
@@ -196,7 +196,9 @@ def labels_page(sm: str) -> str | tuple[str, int]:
     try:
         search = listing_search(app, machine, where, state=state, errored=errored, prefix=prefix)
     except BadRequest as error:
-        page = _render("labels.html", **shown, where=where, rows=[], where_error=error.description)
+        page = render_page(
+            "labels.html", **shown, where=where, rows=[], where_error=error.description
+        )
         return page, 400
     rows = page_of_matches(app, search, after=after, limit=PAGE + 1)
     following = None
@@ -207,7 +209,7 @@ def labels_page(sm: str) -> str | tuple[str, int]:
         if where is not None:
             query["where"] = where
         following = machine_url(machine.name, "labels") + "?" + urlencode(query, quote_via=quote)
-    return _render(
+    return render_page(
         "labels.html",
         **shown,
         where=where,
@@ -230,7 +232,7 @@ def label_page_view(sm: str, label: str) -> str:
     if found is None:
         raise NotFound(f"No label {label!r} in {machine.name}.")
     explanation = None if found.deleted else explanation_of(app, machine, found)
-    return _render(
+    return render_page(
         "label.html",
         machine=machine,
         label=found,
@@ -274,12 +276,12 @@ def login() -> Response | str | tuple[str, int]:
     check = access.token_check()
     target = _back_to(flask.request.values.get("next"), "/console/")
     if flask.request.method == "GET" or check is None:
-        return _render("login.html", enabled=check is not None, target=target, failed=False)
+        return render_page("login.html", enabled=check is not None, target=target, failed=False)
     access.check_csrf()
     secret = flask.request.form.get("token", "").strip()
     scopes = check(secret) if secret else None
     if scopes is None or "read" not in scopes:
-        return _render("login.html", enabled=True, target=target, failed=True), 401
+        return render_page("login.html", enabled=True, target=target, failed=True), 401
     response = flask.redirect(target, 303)
     access.sign_in(response, secret)
     return response
@@ -304,7 +306,8 @@ def _run(app: App, machine: StateMachine, label: str, command: str, reason: str 
         label_core.force_move(app, machine, label, destination, reason=reason)
 
 
-def _render(template: str, **context: Any) -> str:
+def render_page(template: str, **context: Any) -> str:
+    """A console page: ``template`` with what every page shows (access, notices, snapshot)."""
     seen: Snapshot | None = context.pop("snapshot", None)
     return flask.render_template(
         f"console/{template}",
