@@ -198,7 +198,7 @@ def test_with_tokens_label_requests_get_401_and_403_and_are_counted(
             response = client.open(f"{LABELS}/a", method=method, headers=headers, **kwargs)
             return response.status_code
 
-        body = {"json": {"metadata": {}}}
+        body: dict[str, Any] = {"json": {"metadata": {}}}
         assert send("POST", None, **body) == 401
         assert send("POST", "nope", **body) == 401
         assert send("POST", reader.secret, **body) == 403
