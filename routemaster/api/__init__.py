@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import flask
@@ -45,10 +45,26 @@ class RoutemasterFlask(flask.Flask):
     documented hooks (the token check, the request metrics).
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._synchronous: dict[Callable[..., Any], Callable[..., Any]] = {}
+
     def wsgi_app(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         environ[STARTED] = time.perf_counter()  # for the request metrics
         rewrite_path_info(environ)
         return super().wsgi_app(environ, start_response)
+
+    def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """Flask's answer, kept per function (Flask's documented override point).
+
+        Flask asks again for the view and for every hook on every request,
+        each time inspecting whether the function is a coroutine function.
+        Only registered views, hooks and handlers come here: a bounded set.
+        """
+        known = self._synchronous.get(func)
+        if known is None:
+            known = self._synchronous[func] = super().ensure_sync(func)
+        return known
 
 
 def create_app(app: App) -> flask.Flask:

@@ -33,7 +33,8 @@ def require_tokens(flask_app: flask.Flask, app: App) -> TokenCache:
     flask_app.extensions[CACHE_KEY] = cache
 
     def check() -> flask.Response | None:
-        return check_token(flask_app, cache, flask.request)
+        request = flask.request._get_current_object()  # type: ignore[attr-defined]
+        return check_token(flask_app, cache, request)
 
     flask_app.before_request(check)
     cache.start()  # listening from the start, so `token revoke` hears from this process

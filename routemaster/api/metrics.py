@@ -45,7 +45,7 @@ def instrument(flask_app: flask.Flask, app: App, metrics: Metrics) -> None:
     templates: dict[str, str] = {}
 
     def finish(response: flask.Response) -> flask.Response:
-        request = flask.request
+        request = flask.request._get_current_object()  # type: ignore[attr-defined]
         started = request.environ.get(STARTED)
         if started is None:
             return response
