@@ -1,6 +1,8 @@
 # routemaster: the wheel built from this checkout, installed on a slim Python,
-# run as an unprivileged user. `docker run IMAGE` serves the API on port 2017;
-# `docker run IMAGE cron` runs the worker, `docker run IMAGE migrate` migrates.
+# run as an unprivileged user. `docker run IMAGE` runs `serve`: the API on port
+# 2017 and one worker, as 1.x's serve did. `docker run IMAGE serve --no-worker`
+# runs the API alone, `docker run IMAGE cron` a worker (any number), and
+# `docker run IMAGE migrate` migrates. serve stops both on SIGTERM (docker stop).
 # The configuration is /etc/routemaster/config.yaml (mount yours there); the
 # database is DATABASE_URL (or DB_HOST, DB_PORT, DB_NAME, DB_USER, DB_PASS).
 FROM python:3.11-slim AS build

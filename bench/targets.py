@@ -259,9 +259,14 @@ class Project(Target):
             self.wrk_env = {"ROUTEMASTER_BENCH_TOKEN": secret}
 
     def commands(self) -> list[tuple[str, list[str], dict[str, str]]]:
-        # The Procfile's two lines, with only the bind address changed.
+        # The API alone and a worker (the Procfile's scale-apart lines), only the bind changed:
+        # serve's CPU per request stays the API's, as in every earlier figure.
         return [
-            ("serve", self._cli("serve", "-b", f"127.0.0.1:{self.port}"), self._env()),
+            (
+                "serve",
+                self._cli("serve", "--no-worker", "-b", f"127.0.0.1:{self.port}"),
+                self._env(),
+            ),
             ("cron", self._cli("cron"), self._env()),
         ]
 

@@ -73,6 +73,7 @@ class Settings:
     subscription_max_backoff: float = 600.0
     # the delivery log keeps each outbound call this long (workers prune older ones)
     delivery_retention: datetime.timedelta = datetime.timedelta(days=14)
+    migrations_interval: float = 30.0  # seconds; workers re-apply the config's migrations
 
 
 @dataclass

@@ -101,19 +101,8 @@ class Hooks:
 
     @contextlib.contextmanager
     def cron(self, machine: StateMachine, state: State, fn_name: str) -> Iterator[None]:
-        """Around one piece of worker work on ``state``: 1.x's ``process_cron``."""
+        """Around one of 1.x's jobs on ``state``: ``process_cron`` (routemaster.worker.sweeps)."""
         with self._around("process_cron", machine, state, fn_name):
-            yield
-
-    @contextlib.contextmanager
-    def cron_batch(
-        self, jobs: Sequence[tuple[StateMachine, State]], fn_name: str
-    ) -> Iterator[None]:
-        """Around work on several states at once: one ``process_cron`` per state, nested."""
-        with contextlib.ExitStack() as stack:
-            distinct = {(machine.name, state.name): (machine, state) for machine, state in jobs}
-            for machine, state in distinct.values():
-                stack.enter_context(self.cron(machine, state, fn_name))
             yield
 
     @contextlib.contextmanager

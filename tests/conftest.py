@@ -51,18 +51,27 @@ def database_url() -> Iterator[str]:
     admin.dispose()
 
 
+_EMPTY_TABLES = sa.text(
+    "TRUNCATE labels, history, trigger_occurrences, api_tokens, machine_versions,"
+    " bulk_items, bulk_jobs, deliveries, receivers, receiver_slots, subscriptions"
+    " RESTART IDENTITY"
+)
+
+
 @pytest.fixture
 def db_engine(database_url: str) -> Iterator[sa.Engine]:
-    """An engine on the test database, with every table emptied before the test."""
+    """An engine on the test database, with every table emptied before the test and after it.
+
+    After it too: ``serve`` and ``cron`` refuse to start while labels sit in
+    states their configuration lacks, so no test may leave labels behind for
+    a later test's processes (which may run another configuration).
+    """
     engine = create_engine(database_url)
     with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "TRUNCATE labels, history, trigger_occurrences, api_tokens, deliveries, "
-                "receivers, receiver_slots, subscriptions RESTART IDENTITY"
-            )
-        )
+        conn.execute(_EMPTY_TABLES)
     yield engine
+    with engine.begin() as conn:
+        conn.execute(_EMPTY_TABLES)
     engine.dispose()
 
 

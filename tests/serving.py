@@ -1,4 +1,4 @@
-"""The real service in a subprocess: ``routemaster serve`` (and ``cron``) on a free port."""
+"""The real service in a subprocess: ``routemaster serve`` on a free port."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests.waiting import wait_answering
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -32,7 +32,11 @@ def serving(
     with_worker: bool = False,
     layers: Sequence[Path] = (),
 ) -> Iterator[str]:
-    """``serve`` (and, with ``with_worker``, ``cron``) until the block ends; yields the base URL."""
+    """``serve`` until the block ends; yields the base URL.
+
+    Without ``with_worker``, ``serve --no-worker``: the API alone, so labels stay where
+    the API leaves them. With it, ``serve`` as a 1.x deployment runs it: the API and its worker.
+    """
     port = free_port()
     environment = {key: value for key, value in os.environ.items() if not key.startswith("DB_")}
     environment.update(env or {})
@@ -40,45 +44,24 @@ def serving(
     command = [sys.executable, "-m", "routemaster", "-c", str(config)]
     for layer in layers:
         command += ["-c", str(layer)]
-    processes = [
-        subprocess.Popen(
-            [*command, "serve", "-b", f"127.0.0.1:{port}", *args],
-            cwd=REPOSITORY,
-            env=environment,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-    ]
-    if with_worker:
-        processes.append(
-            subprocess.Popen(
-                [*command, "cron"],
-                cwd=REPOSITORY,
-                env=environment,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
+    command += ["serve", "-b", f"127.0.0.1:{port}", *args]
+    if not with_worker:
+        command.append("--no-worker")
+    process = subprocess.Popen(
+        command,
+        cwd=REPOSITORY,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/", timeout=2):
-                    break
-            except OSError:
-                if processes[0].poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        wait_answering(base + "/", process)
         yield base
     finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            if process.stderr is not None:
-                process.stderr.close()
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.waiting import wait_until
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -122,11 +124,7 @@ class StubServer:
 
     def wait_for(self, condition: Callable[[], bool], timeout: float = 10.0) -> None:
         """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"not met in {timeout}s ({len(self.requests)} requests)")
-            time.sleep(0.02)
+        wait_until(condition, lambda: f"{len(self.requests)} requests received", timeout=timeout)
 
 
 def running_stub() -> Iterator[StubServer]:

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -21,11 +20,10 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from routemaster.cli import cli
-from routemaster.cli.checks import stale_states
 from routemaster.cli.environment import settings_from_environment
-from routemaster.config import load_config
 from routemaster.server.application import WorkerConfig
 from tests.serving import free_port
+from tests.waiting import wait_answering, wait_until
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -149,12 +147,6 @@ def test_validate_passes_when_every_label_has_its_state(
     assert result.exit_code == 0, result.output
 
 
-def test_stale_states_names_missing_machines_and_states(valid_config: Path) -> None:
-    config = load_config([valid_config])
-    present = [("user", "start"), ("user", "old"), ("other", "x")]
-    assert stale_states(config, present) == ["other.x", "user.old"]
-
-
 @pytest.fixture
 def empty_database(database_url: str) -> Iterator[str]:
     """A database with no tables at all, on the test server."""
@@ -233,16 +225,9 @@ def test_serve_answers_on_the_given_address(valid_config: Path, empty_database: 
         valid_config, empty_database, "serve", "-b", f"127.0.0.1:{port}", "--workers", "2"
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
-                    status, body = response.status, json.load(response)
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_answering(f"http://127.0.0.1:{port}/", process)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
+            status, body = response.status, json.load(response)
     finally:
         code, output = _stop(process, within=30)
     assert status == 200
@@ -256,12 +241,15 @@ def test_cron_migrates_runs_and_stops_on_sigterm(valid_config: Path, empty_datab
     process = _spawn(valid_config, empty_database, "cron")
     engine = sa.create_engine(empty_database, poolclass=sa.pool.NullPool)
     try:
-        deadline = time.monotonic() + 30
-        while "labels" not in sa.inspect(engine).get_table_names():
-            assert process.poll() is None, process.communicate()[0].decode()
-            assert time.monotonic() < deadline, "cron did not migrate the database"
-            time.sleep(0.1)
-        time.sleep(0.5)
+        wait_until(
+            lambda: "labels" in sa.inspect(engine).get_table_names(),
+            lambda: f"cron did not migrate the database: {process.poll()}",
+            timeout=30,
+        )
+        assert process.stdout is not None
+        # The worker's own line (a migration's description may say "started" too).
+        while " started: " not in (line := process.stdout.readline().decode()):
+            assert line, "cron ended before its worker started"
         assert process.poll() is None, process.communicate()[0].decode()
     finally:
         engine.dispose()
@@ -291,18 +279,10 @@ def test_serve_keeps_a_clients_connection_for_its_next_request_unless_told_not_t
         valid_config, empty_database, "serve", "-b", f"127.0.0.1:{port}", "--workers", "1", *options
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            try:
-                connection.request("GET", "/")
-                first = connection.getresponse()
-                break
-            except OSError:
-                connection.close()
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_answering(f"http://127.0.0.1:{port}/", process)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        connection.request("GET", "/")
+        first = connection.getresponse()
         first.read()
         socket_used = connection.sock
         connection.request("GET", "/state-machines")

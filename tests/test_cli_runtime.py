@@ -10,14 +10,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.serving import free_port
 from tests.test_cli import VALID
+from tests.waiting import wait_answering
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 DATABASE_VARIABLES = ("DATABASE_URL", "DB_HOST", "DB_NAME", "DB_USER", "DB_PORT", "DB_PASS")
@@ -151,18 +150,12 @@ def test_json_logs_are_pure_json_lines(tmp_path: Path, database_url: str) -> Non
             text=True,
         )
         try:
-            deadline = time.monotonic() + 30
             if args[0] == "serve":
-                while True:
-                    try:
-                        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).close()
-                        break
-                    except OSError:
-                        assert process.poll() is None and time.monotonic() < deadline
-                        time.sleep(0.1)
+                wait_answering(f"http://127.0.0.1:{port}/", process)
             else:
                 assert process.stdout is not None
-                while "started" not in (line := process.stdout.readline()):
+                # The worker's line (a migration's description may say "started" too).
+                while " started: " not in (line := process.stdout.readline()):
                     assert line, "cron ended before it started"
                     first_lines.append(line)
                 first_lines.append(line)

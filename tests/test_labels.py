@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
+import functools
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,9 @@ from routemaster import labels
 from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.config.model import StateMachine
+from routemaster.db.database import create_engine
 from tests.stub_server import StubServer
+from tests.waiting import run_together
 
 CONFIG = """
 state_machines:
@@ -263,17 +264,6 @@ def test_a_feed_that_is_down_keeps_the_update_and_marks_the_label_for_retry(
     assert label.due_at is not None and label.due_at > app.now()
 
 
-def run_together(count: int, work: Callable[[int], object]) -> list[object]:
-    barrier = threading.Barrier(count)
-
-    def start(index: int) -> object:
-        barrier.wait()
-        return work(index)
-
-    with ThreadPoolExecutor(count) as pool:
-        return list(pool.map(start, range(count)))
-
-
 def test_concurrent_creates_have_exactly_one_winner(app: App, user: StateMachine) -> None:
     def create(index: int) -> object:
         try:
@@ -324,3 +314,48 @@ def test_a_forced_move_enters_the_state_like_any_other_move(app: App, user: Stat
         ("start", "review", True),
         ("review", "notify", False),
     ]
+
+
+@pytest.mark.parametrize("change", ["update", "pause"])
+def test_a_change_racing_the_create_of_its_label_is_never_told_it_was_deleted(
+    make_app: Callable[..., App], database_url: str, change: str
+) -> None:
+    """A PATCH (or an operator's pause) sent with the create of the same label answers the
+    label or "not found", never 410.
+
+    Each round creates fresh labels while changing them at once, many pairs at
+    a time on their own connections, so some changes look for their label just
+    as its create commits.
+    """
+    engine = create_engine(database_url, pool_size=40, max_overflow=0)
+    app = dataclasses.replace(make_app(), db=engine)
+    user = app.config.get_machine("user")
+    pairs, rounds = 16, 25
+    outcomes: dict[str, int] = {}
+
+    def create_or_update(round_: int, index: int) -> object:
+        name = f"race-{round_}-{index // 2}"
+        if index % 2 == 0:
+            return labels.create_label(app, user, name, {"created": True})
+        try:
+            if change == "pause":
+                assert labels.set_paused(app, user, name, True).paused
+            else:
+                updated = labels.update_metadata(app, user, name, {"updated": True})
+                assert updated.metadata == {"created": True, "updated": True}
+        except labels.LabelNotFound:
+            return "not found"
+        except labels.LabelDeleted:
+            return "deleted"
+        return "changed"
+
+    try:
+        for round_ in range(rounds):
+            results = run_together(2 * pairs, functools.partial(create_or_update, round_))
+            for outcome in results[1::2]:
+                outcomes[str(outcome)] = outcomes.get(str(outcome), 0) + 1
+    finally:
+        engine.dispose()
+    assert "deleted" not in outcomes, outcomes
+    assert outcomes.get("changed", 0) > 0, outcomes  # the changes did meet their labels
+    assert sum(outcomes.values()) == pairs * rounds

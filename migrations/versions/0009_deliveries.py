@@ -26,7 +26,7 @@ Create Date: 2026-11-24
 from alembic import op
 
 revision = "0009"
-down_revision = "0006"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

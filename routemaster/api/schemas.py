@@ -83,6 +83,11 @@ _MACHINE_STATE = obj(
     }
 )
 
+_VERSION_NUMBER: Schema = {
+    "type": ["integer", "null"],
+    "description": "The machine version the change was made under (null: not recorded).",
+}
+
 _CLAUSE = obj(
     {
         "text": TEXT,
@@ -159,6 +164,25 @@ SCHEMAS: dict[str, Schema] = {
             "changes": {**TEXT, "description": "Its changes stream."},
         }
     ),
+    "Versions": obj(
+        {
+            "versions": array(
+                obj(
+                    {
+                        "version": INTEGER,
+                        "applied_at": TIME,
+                        "digest": {**TEXT, "description": "SHA-256 of the definition's JSON."},
+                        "definition": {
+                            "type": "object",
+                            "description": "The machine as GET /state-machines/{sm} shows it"
+                            " (without label counts); no header values or secrets.",
+                        },
+                    }
+                )
+            ),
+            "next": {"type": ["string", "null"], "description": "The next page, or null."},
+        }
+    ),
     "LabelList": obj(
         {
             "labels": array(obj({"name": TEXT, "state": TEXT})),
@@ -194,6 +218,7 @@ SCHEMAS: dict[str, Schema] = {
                         "created": TIME,
                         "forced": BOOLEAN,
                         "reason": {"type": ["string", "null"]},
+                        "version": _VERSION_NUMBER,
                     }
                 )
             )
@@ -237,6 +262,38 @@ SCHEMAS: dict[str, Schema] = {
             "next_state_if_held",
             "next_state_error",
         ),
+    ),
+    "LabelCount": obj({"count": {**INTEGER, "description": "Live labels matching the filters."}}),
+    "LabelListOrCount": {"anyOf": [ref("LabelList"), ref("LabelCount")]},
+    "Bulk": obj(
+        {
+            "command": {"enum": ["retry", "pause", "resume", "move", "delete"]},
+            "where": TEXT,
+            "state": TEXT,
+            "errored": BOOLEAN,
+            "prefix": TEXT,
+            "to": TEXT,
+            "until": {**TEXT, "description": "Not supported yet (400)."},
+            "reason": TEXT,
+            "dry_run": BOOLEAN,
+            "expect": INTEGER,
+        },
+        optional=("where", "state", "errored", "prefix", "to", "until", "dry_run", "expect"),
+    ),
+    "BulkDryRun": obj({"count": INTEGER, "sample": array(TEXT)}),
+    "BulkAccepted": obj({"id": INTEGER, "count": INTEGER}),
+    "BulkMismatch": obj({"message": TEXT, "reason": {"const": "count_mismatch"}, "count": INTEGER}),
+    "BulkJob": obj(
+        {
+            "id": INTEGER,
+            "command": TEXT,
+            "state_machine": TEXT,
+            "total": INTEGER,
+            "done": INTEGER,
+            "skipped": INTEGER,
+            "failed": INTEGER,
+            "state": {"enum": ["running", "finished"]},
+        }
     ),
     "Command": obj({"reason": {"type": ["string", "null"]}}, optional=("reason",), strict=False),
     "Delivery": obj(

@@ -16,6 +16,7 @@ from routemaster.cli.checks import validate
 from routemaster.cli.cron import cron
 from routemaster.cli.database import db, migrate
 from routemaster.cli.options import Options
+from routemaster.cli.plan import plan
 from routemaster.cli.serve import serve
 from routemaster.cli.tokens import token
 
@@ -40,7 +41,7 @@ def cli(ctx: click.Context, config_paths: tuple[str, ...]) -> None:
     )
 
 
-for command in (serve, cron, validate, migrate, db, token):
+for command in (serve, cron, validate, plan, migrate, db, token):
     cli.add_command(command)
 
 

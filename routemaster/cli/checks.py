@@ -1,33 +1,25 @@
-"""``routemaster validate``: the configuration, and whether the database's labels fit it."""
+"""``routemaster validate``: the configuration, and whether the database's labels fit it.
+
+Labels fit when none would be stranded: the check ``plan``, ``serve`` and ``cron`` make.
+"""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 
 import click
 import sqlalchemy as sa
 
+from routemaster.app import App
 from routemaster.cli.environment import late_config_option
 from routemaster.cli.options import Options, load_plugins_of, named_database_url
 from routemaster.config import config_warnings
 from routemaster.config.model import Config
 from routemaster.db.database import safe_url
 from routemaster.db.errors import describe_failure
-from routemaster.db.listings import states_in_use
+from routemaster.labels.migrations import current_plan
 from routemaster.logging import PluginError
-
-
-def stale_states(config: Config, present: Sequence[tuple[str, str]]) -> list[str]:
-    """``machine.state`` for each (machine, state) holding labels that the config lacks."""
-    known = {
-        machine.name: {state.name for state in machine.states} for machine in config.state_machines
-    }
-    return [
-        f"{machine}.{state}"
-        for machine, state in sorted(present)
-        if state not in known.get(machine, set())
-    ]
+from routemaster.machine.upgrades import ConfigPlan, stranded_message
 
 
 @click.command()
@@ -45,24 +37,20 @@ def validate(options: Options) -> None:
         click.echo(f"warning: {warning}", err=True)
     url = named_database_url()
     if url:
-        present = _label_states(url)
-        if isinstance(present, str):
-            click.echo(f"warning: {present}; labels not checked", err=True)
-        else:
-            stale = stale_states(config, present)
-            if stale:
-                click.echo(
-                    "Labels sit in states the config no longer has: " + ", ".join(stale), err=True
-                )
-                sys.exit(1)
+        plan = _plan(url, config)
+        if isinstance(plan, str):
+            click.echo(f"warning: {plan}; labels not checked", err=True)
+        elif plan.strands_labels:
+            click.echo(stranded_message(plan), err=True)
+            sys.exit(1)
     click.echo(f"Config valid: {len(config.state_machines)} state machines")
 
 
-def _label_states(url: str) -> list[tuple[str, str]] | str:
-    """The (machine, state) pairs holding labels, or why they could not be read."""
+def _plan(url: str, config: Config) -> ConfigPlan | str:
+    """What the config changes for the database's labels, or why they could not be read."""
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool, connect_args={"connect_timeout": 5})
     try:
-        return states_in_use(engine)
+        return current_plan(App(config=config, db=engine))
     except sa.exc.SQLAlchemyError as error:
         return f"database at {safe_url(url)} not usable ({describe_failure(error).detail})"
     finally:

@@ -6,17 +6,25 @@ import sys
 
 import click
 
+from routemaster.cli.configuration import prepare_database
 from routemaster.cli.environment import database_url, late_config_option
-from routemaster.cli.options import migrate_database
+from routemaster.cli.options import Options, migrate_database
 from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable
 
 
 @click.command()
 @late_config_option
-def migrate() -> None:
-    """Bring the database to the current schema (serve and cron do this at start too)."""
-    migrate_database(database_url())
-    click.echo("Database schema is current.")
+@click.pass_obj
+def migrate(options: Options) -> None:
+    """Bring the database to the current schema; with -c, also record the configuration's
+    versions, apply its migrations to the labels and build the indexes its ``search:``
+    paths need (serve and cron do this at start too)."""
+    if not options.config_paths:
+        migrate_database(database_url())
+        click.echo("Database schema is current.")
+        return
+    prepare_database(database_url(), options.load())
+    click.echo("Database schema and labels are current.")
 
 
 @click.group()

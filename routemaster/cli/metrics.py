@@ -24,15 +24,32 @@ if TYPE_CHECKING:
     from routemaster.metrics import Metrics
 
 MULTIPROCESS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+# What 1.x's routemaster-prometheus reads (and empties whenever a process builds it).
+PLUGIN_VARIABLE = "prometheus_multiproc_dir"
+
+
+def wants_metrics_directory(metrics: bool) -> bool:
+    """Our metrics are on, or a 1.x prometheus plugin is set up: values then live in our directory.
+
+    prometheus-client writes to ``PROMETHEUS_MULTIPROC_DIR`` before the
+    plugin's ``prometheus_multiproc_dir``, so the directory the plugin empties
+    each time a process (an API, the worker) builds it holds no live values.
+    """
+    return metrics or PLUGIN_VARIABLE in os.environ
 
 
 @contextmanager
-def multiprocess_directory(enabled: bool) -> Iterator[str | None]:
-    """A fresh directory for every gunicorn worker's values, removed afterwards.
+def multiprocess_directory(enabled: bool, given: str | None = None) -> Iterator[str | None]:
+    """A fresh directory for every process's values (gunicorn's workers, serve's worker).
 
-    Removed only by the process that made it: gunicorn's workers are forks
-    that unwind through the same code when they exit.
+    Removed afterwards only by the process that made it: gunicorn's workers
+    are forks that unwind through the same code when they exit. ``given``: a
+    directory a parent ``serve`` made (and removes).
     """
+    if given is not None:
+        os.environ[MULTIPROCESS_VARIABLE] = given
+        yield given
+        return
     if not enabled:
         yield None
         return

@@ -1,16 +1,33 @@
-"""``routemaster serve``: the HTTP API under gunicorn."""
+"""``routemaster serve``: the HTTP API under gunicorn, and one worker beside it (as 1.x ran them).
+
+``serve`` starts ``serve --no-worker`` (the API) and ``cron`` (the worker) as
+child processes and watches them (:mod:`routemaster.server.supervisor`);
+``serve --no-worker`` runs gunicorn in this process. Both children share
+one metrics directory made here, so the API's ``/metrics`` shows the
+worker's values too.
+"""
 
 from __future__ import annotations
+
+import sys
 
 import click
 
 from routemaster.app import App, Settings
-from routemaster.cli.environment import database_url, late_config_option, settings_from_environment
-from routemaster.cli.metrics import instrumented, multiprocess_directory
-from routemaster.cli.options import Options, migrate_database
+from routemaster.cli.configuration import prepare_database
+from routemaster.cli.environment import (
+    database_url,
+    late_config_option,
+    settings_from_environment,
+    use_json_logs,
+)
+from routemaster.cli.metrics import instrumented, multiprocess_directory, wants_metrics_directory
+from routemaster.cli.options import Options
 from routemaster.db.database import create_engine
+from routemaster.db.versions import stamp_connections
 from routemaster.logging import wants_json
 from routemaster.server.application import WSGIApp, default_threads, run_server
+from routemaster.server.supervisor import Child, supervise
 
 
 @click.command()
@@ -43,6 +60,14 @@ from routemaster.server.application import WSGIApp, default_threads, run_server
     "(default $WEB_KEEPALIVE, else 2); 0: one request per connection, on gunicorn's "
     "sync worker when there is one thread.",
 )
+@click.option(
+    "--no-worker",
+    "no_worker",
+    is_flag=True,
+    help="Run the API only, for deployments that run their workers with `cron` "
+    "(by default serve also runs one worker, whatever --workers says).",
+)
+@click.option("--metrics-dir", "given_metrics_dir", default=None, hidden=True)
 @late_config_option
 @click.pass_obj
 def serve(
@@ -51,12 +76,54 @@ def serve(
     workers: int | None,
     threads: int | None,
     keep_alive: int | None,
+    no_worker: bool,
+    given_metrics_dir: str | None,
 ) -> None:
-    """Run the HTTP API under gunicorn."""
+    """Run the HTTP API under gunicorn, and one worker (unless --no-worker)."""
     settings = settings_from_environment()
+    if not no_worker:
+        _serve_with_worker(options, settings, bind, workers, threads, keep_alive)
+        return
     # Before anything (a logging plugin, say) imports prometheus_client.
-    with multiprocess_directory(settings.metrics) as metrics_dir:
+    wanted = wants_metrics_directory(settings.metrics)
+    with multiprocess_directory(wanted, given=given_metrics_dir) as metrics_dir:
         _serve(options, settings, metrics_dir, bind, workers, threads, keep_alive)
+
+
+def _serve_with_worker(
+    options: Options,
+    settings: Settings,
+    bind: str | None,
+    workers: int | None,
+    threads: int | None,
+    keep_alive: int | None,
+) -> None:
+    """The API and one worker as child processes, until a signal (or until one ends)."""
+    config = options.load()  # a config error is told once, before any process starts
+    if any(  # this process builds no plugin: its own lines as JSON when the children's are
+        plugin.dotted_path == "routemaster.logging:PythonLogger" and dict(plugin.kwargs).get("json")
+        for plugin in config.logging_plugins
+    ):
+        use_json_logs()
+    prepare_database(database_url(), config)  # once, before two processes would both try
+    command = [sys.executable, "-m", "routemaster"]
+    command += [f"--config={path}" for path in options.config_paths]
+    api = [*command, "serve", "--no-worker"]
+    for option, value in (
+        ("--bind", bind),
+        ("--workers", workers),
+        ("--threads", threads),
+        ("--keep-alive", keep_alive),
+    ):
+        if value is not None:
+            api += [option, str(value)]
+    worker = [*command, "cron"]
+    with multiprocess_directory(wants_metrics_directory(settings.metrics)) as metrics_dir:
+        if metrics_dir is not None:
+            api += ["--metrics-dir", metrics_dir]
+            worker += ["--metrics-dir", metrics_dir]
+        code = supervise([Child("API", api, takes_api_signals=True), Child("worker", worker)])
+    sys.exit(code)
 
 
 def _serve(
@@ -71,7 +138,7 @@ def _serve(
     config = options.load()
     loggers = options.loggers(config)
     url = database_url()
-    migrate_database(url)
+    versions = prepare_database(url, config)
 
     worker_threads = threads or default_threads()
 
@@ -85,8 +152,9 @@ def _serve(
             max_overflow=4,
             statement_timeout=settings.statement_timeout,
         )
+        stamp_connections(engine, versions)
         app = App(config=config, db=engine, settings=settings, loggers=loggers)
-        if metrics_dir is not None:
+        if metrics_dir is not None and settings.metrics:
             app.metrics, app.loggers = instrumented(loggers, metrics_dir)
         return create_app(app)
 

@@ -24,6 +24,7 @@ from routemaster.config.model import (
     LoggingPlugin,
     MetadataTimezone,
     MetadataTrigger,
+    Migration,
     NamedTimezone,
     NextStates,
     NoNext,
@@ -80,6 +81,13 @@ def _machine(name: str, machine: dict[str, Any], checked: Checked) -> StateMachi
         ),
         retry=retry,
         signing_secret=checked.secrets.get(name),
+        search=tuple(tuple(path.split(".")[1:]) for path in machine.get("search", [])),
+        migrations=tuple(
+            Migration(kind, entry[kind]["from"], entry[kind]["to"])
+            for entry in machine.get("migrations", [])
+            for kind in ("rename", "move")
+            if kind in entry
+        ),
     )
 
 

@@ -139,6 +139,25 @@ class WebhookHeaderRule:
 
 
 @dataclass(frozen=True)
+class Migration:
+    """What happens to labels found in a state the machine no longer has (``migrations:``).
+
+    ``rename``: the label keeps its entry (entered time, attempts, due time,
+    idempotency token) under the new name. ``move``: it enters ``to_state``
+    as a forced move does.
+    """
+
+    kind: str  # "rename" or "move"
+    from_state: str  # not a state of the machine
+    to_state: str  # a state of the machine
+
+    @property
+    def reason(self) -> str:
+        """The reason recorded in each migrated label's history."""
+        return f"migration: {self.kind} {self.from_state} -> {self.to_state}"
+
+
+@dataclass(frozen=True)
 class StateMachine:
     name: str
     states: tuple[State, ...]  # the first is where new labels start
@@ -146,6 +165,9 @@ class StateMachine:
     webhooks: tuple[WebhookHeaderRule, ...] = ()
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     signing_secret: str | None = None  # HMAC-SHA256 webhook signing when set
+    # metadata paths (without "metadata") that searches compare often: each gets an index
+    search: tuple[tuple[str, ...], ...] = ()
+    migrations: tuple[Migration, ...] = ()
 
     def get_state(self, name: str) -> State:
         """The state called ``name``; ``KeyError`` when the machine has none."""

@@ -136,6 +136,14 @@ _STATE = _tagged(
         ),
     },
 )
+_MIGRATION_STATES = _object({"from": _NAME, "to": _NAME}, required=("from", "to"))
+_MIGRATION = _tagged(
+    "a migration: a mapping with a 'rename' or a 'move' key",
+    {
+        "rename": _object({"rename": _MIGRATION_STATES}, required=("rename",)),
+        "move": _object({"move": _MIGRATION_STATES}, required=("move",)),
+    },
+)
 _MACHINE = _object(
     {
         "feeds": {
@@ -153,6 +161,24 @@ _MACHINE = _object(
             ),
         },
         "states": {"type": "array", "minItems": 1, "items": _STATE},
+        "search": {
+            "type": "array",
+            "maxItems": 32,
+            "uniqueItems": True,
+            "items": {
+                "type": "string",
+                "pattern": r"^metadata(\.[A-Za-z0-9_][A-Za-z0-9_-]*)+$",
+                "x-messages": {
+                    "type": "expected a metadata path to index, such as metadata.customer.id",
+                    "pattern": "expected a metadata path to index, such as metadata.customer.id",
+                },
+            },
+            "x-messages": {
+                "maxItems": "at most 32 search paths per state machine",
+                "uniqueItems": "each search path once",
+            },
+        },
+        "migrations": {"type": "array", "items": _MIGRATION},
         "retry": _RETRY,
         "signing_secret": _NAME,
         "signing_secret_env": _NAME,

@@ -23,6 +23,7 @@ from routemaster.config.formats import (
     same_value,
     split_path,
 )
+from routemaster.config.migrations import migration_problems
 from routemaster.config.model import Config, Gate
 from routemaster.config.patterns import pattern_problems
 from routemaster.config.receivers import receiver_problems
@@ -129,6 +130,10 @@ class _Checker:
                     edges[name_of_state].add(target)
         if not dangling:  # else unreachable states would only echo the unknown destination
             self.connected(path, states, names, edges)
+        for where, message in migration_problems(
+            (*path, "migrations"), machine.get("migrations"), names
+        ):
+            self.report(where, message)
 
     def feeds(self, path: ConfigPath, feeds: list[Any]) -> set[str]:
         first: dict[str, int] = {}

@@ -5,5 +5,6 @@ history), :mod:`~routemaster.db.claims` (the worker's due work, leases and
 outcomes), :mod:`~routemaster.db.occurrences` (clock-trigger occurrences),
 :mod:`~routemaster.db.listings` (read-only listings, counts, health ping),
 :mod:`~routemaster.db.notifications` (``LISTEN``/``NOTIFY``). Functions take an
-open connection, so the caller decides what one transaction holds.
+open connection, so the caller decides what one transaction holds. Every
+statement is written and run one way: :mod:`~routemaster.db.statements`.
 """

@@ -29,9 +29,10 @@ from __future__ import annotations
 import datetime
 import re
 from dataclasses import dataclass
-from typing import Any
 
 import sqlalchemy as sa
+
+from routemaster.db.statements import Row, fetch_all, fetch_value
 
 _POSITION = re.compile(r"(\d{1,19})-(\d{1,19})")
 
@@ -75,6 +76,7 @@ class Change:
     forced: bool
     reason: str | None
     recorded_kind: str | None = None  # "errored"; None: what the states and forced say
+    version: int | None = None  # the machine version the writing process ran
 
     @property
     def kind(self) -> str:
@@ -105,10 +107,9 @@ def read_changes(conn: sa.Connection, after: Position, *, machine: str | None, l
     advances, and readers that have caught up share one cursor.
     """
     params = {"xact": str(after.xact), "id": after.id, "limit": limit, "sm": machine}
-    query = _ALL if machine is None else _ONE_MACHINE
-    rows = conn.execute(query, params).all()
-    horizon = int(rows[0].horizon)
-    changes = [_change(row) for row in rows if row.id is not None]
+    rows = fetch_all(conn, _CHANGES, params)
+    horizon = int(rows[0][0])
+    changes = [_change(row[1:]) for row in rows if row[2] is not None]
     if len(changes) >= limit:
         return Page(changes, changes[-1].position)
     return Page(changes, max(after, Position(horizon, 0)))
@@ -116,40 +117,45 @@ def read_changes(conn: sa.Connection, after: Position, *, machine: str | None, l
 
 def recent_changes(conn: sa.Connection, machine: str, *, limit: int) -> list[Change]:
     """The machine's latest ``limit`` changes that ``conn`` can see, newest first."""
-    rows = conn.execute(_RECENT, {"sm": machine, "limit": limit}).all()
+    rows = fetch_all(conn, _RECENT, {"sm": machine, "limit": limit})
     return [_change(row) for row in rows]
 
 
-def _change(row: sa.Row[Any]) -> Change:
+def _change(row: Row) -> Change:
+    """A change from a row of (xact, id, state_machine, label, old and new state, created,
+    forced, reason, kind, version)."""
+    (xact, id_, state_machine, label, old_state, new_state, created, forced, reason, kind,
+     version) = row
     return Change(
-        position=Position(int(row.xact), row.id),
-        state_machine=row.state_machine,
-        label=row.label,
-        old_state=row.old_state,
-        new_state=row.new_state,
-        at=row.created,
-        forced=row.forced,
-        reason=row.reason,
-        recorded_kind=row.kind,
+        position=Position(int(xact), id_),
+        state_machine=state_machine,
+        label=label,
+        old_state=old_state,
+        new_state=new_state,
+        at=created,
+        forced=forced,
+        reason=reason,
+        recorded_kind=kind,
+        version=version,
     )
 
 
-_RECENT = sa.text(
+_RECENT = """
+    SELECT CAST(xact_id AS text), id, state_machine, label, old_state, new_state, created,
+           forced, reason, kind, version
+    FROM history WHERE state_machine = %(sm)s
+    ORDER BY xact_id DESC, id DESC LIMIT %(limit)s
     """
-    SELECT CAST(xact_id AS text) AS xact, id, state_machine, label, old_state, new_state,
-           created, forced, reason, kind
-    FROM history WHERE state_machine = :sm
-    ORDER BY xact_id DESC, id DESC LIMIT :limit
-    """
-)
 
-
-# The oldest transaction of this database still running when the statement's
-# snapshot was taken (or the snapshot's xmax when there is none): every
-# transaction below it that wrote here has finished, and the statement's
-# snapshot sees all of those that committed.
-_HORIZON_CTE = """
-    snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s),
+# The horizon first: the oldest transaction of this database still running when the
+# statement's snapshot was taken (or the snapshot's xmax when there is none). Every
+# transaction below it that wrote here has finished, and the statement's snapshot sees all
+# of those that committed. Then up to ``limit`` changes after the position, below the
+# horizon (of one machine when ``sm`` is given; PostgreSQL drops the test of a NULL ``sm``
+# while planning, so each case has the plan of its own index). With no change to return,
+# the one row holds the horizon and NULLs.
+_CHANGES = """
+    WITH snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s),
     horizon AS MATERIALIZED (
         SELECT LEAST(
             pg_snapshot_xmax(snap.s),
@@ -161,40 +167,27 @@ _HORIZON_CTE = """
         AS xmin
         FROM snap
     )
-"""
-
-
-def _query(machine_filter: str) -> sa.TextClause:
-    return sa.text(
-        f"""
-        WITH {_HORIZON_CTE}
-        SELECT CAST(horizon.xmin AS text) AS horizon, CAST(c.xact_id AS text) AS xact, c.id,
-               c.state_machine, c.label, c.old_state, c.new_state, c.created, c.forced,
-               c.reason, c.kind
-        FROM horizon LEFT JOIN LATERAL (
-            SELECT xact_id, id, state_machine, label, old_state, new_state, created, forced,
-                   reason, kind
-            FROM history
-            WHERE {machine_filter}(xact_id, id) > (CAST(:xact AS xid8), :id)
-              AND xact_id < horizon.xmin
-            ORDER BY xact_id, id
-            LIMIT :limit
-        ) AS c ON true
-        ORDER BY c.xact_id, c.id
-        """
-    )
-
-
-_ALL = _query("")
-_ONE_MACHINE = _query("state_machine = :sm AND ")
+    SELECT CAST(horizon.xmin AS text), CAST(c.xact_id AS text), c.id, c.state_machine,
+           c.label, c.old_state, c.new_state, c.created, c.forced, c.reason, c.kind,
+           c.version
+    FROM horizon LEFT JOIN LATERAL (
+        SELECT xact_id, id, state_machine, label, old_state, new_state, created, forced, reason,
+               kind, version
+        FROM history
+        WHERE (CAST(%(sm)s AS text) IS NULL OR state_machine = %(sm)s)
+          AND (xact_id, id) > (CAST(%(xact)s AS xid8), %(id)s)
+          AND xact_id < horizon.xmin
+        ORDER BY xact_id, id
+        LIMIT %(limit)s
+    ) AS c ON true
+    ORDER BY c.xact_id, c.id
+    """
 
 
 def current_position(conn: sa.Connection) -> Position:
     """The horizon as a position: a stream started here shows changes from about now on."""
-    return Position(int(conn.execute(_HORIZON).scalar_one()), 0)
-
-
-_HORIZON = sa.text(f"WITH {_HORIZON_CTE} SELECT CAST(xmin AS text) FROM horizon")
+    params = {"xact": "0", "id": 0, "limit": 0, "sm": None}
+    return Position(int(fetch_value(conn, _CHANGES, params)), 0)
 
 
 @dataclass(frozen=True)
@@ -222,9 +215,9 @@ class Snapshot:
 
 def snapshot(conn: sa.Connection) -> Snapshot:
     """The snapshot of ``conn``'s transaction (use REPEATABLE READ to read more in it)."""
-    text = str(conn.execute(_SNAPSHOT).scalar_one())
+    text = str(fetch_value(conn, _SNAPSHOT))
     xmin, xmax, running = text.split(":")
     return Snapshot(int(xmin), int(xmax), tuple(int(x) for x in running.split(",") if x))
 
 
-_SNAPSHOT = sa.text("SELECT CAST(pg_current_snapshot() AS text)")
+_SNAPSHOT = "SELECT CAST(pg_current_snapshot() AS text)"

@@ -17,8 +17,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.keys import label_key, label_keys
-from routemaster.db.labels import _COLUMNS, LIVE, Label, LabelKey, _keys, _label
+from routemaster.db.keys import label_key, label_key_arrays, label_keys
+from routemaster.db.labels import Label, LabelKey, label_from_row
+from routemaster.db.statements import fetch_all, fetch_one, run
 
 StateKey = tuple[str, str]
 """(state machine, state)."""
@@ -56,7 +57,8 @@ def claim_actions(
     """Lease up to ``limit`` due labels sitting in action states, oldest first."""
     if limit <= 0 or not action_states:
         return []
-    rows = conn.execute(
+    rows = fetch_all(
+        conn,
         _CLAIM_ACTIONS,
         {
             "now": now,
@@ -65,8 +67,8 @@ def claim_actions(
             "me": worker_id,
             **_states(action_states),
         },
-    ).all()
-    return [Claim(**row._mapping) for row in rows]
+    )
+    return [Claim(*row) for row in rows]
 
 
 def lock_due_gates(
@@ -80,8 +82,8 @@ def lock_due_gates(
     """
     if limit <= 0 or not gate_states:
         return []
-    rows = conn.execute(_LOCK_GATES, {"now": now, "limit": limit, **_states(gate_states)}).all()
-    return [_label(row) for row in rows]
+    rows = fetch_all(conn, _LOCK_GATES, {"now": now, "limit": limit, **_states(gate_states)})
+    return [label_from_row(row) for row in rows]
 
 
 def lease_gates(
@@ -90,11 +92,16 @@ def lease_gates(
     """Lease already-locked gate labels whose evaluation must fetch feeds over HTTP."""
     if not labels:
         return []
-    rows = conn.execute(
+    rows = fetch_all(
+        conn,
         _LEASE,
-        {"lease_until": lease_until, "me": worker_id, **_keys(label.key for label in labels)},
-    ).all()
-    return [Claim(**row._mapping) for row in rows]
+        {
+            "lease_until": lease_until,
+            "me": worker_id,
+            **label_key_arrays(label.key for label in labels),
+        },
+    )
+    return [Claim(*row) for row in rows]
 
 
 def extend_leases(
@@ -108,7 +115,8 @@ def extend_leases(
     claims = list(claims)
     if claims:
         names = [claim.name for claim in claims]
-        conn.execute(
+        run(
+            conn,
             _EXTEND_LEASES,
             {
                 "lease_until": lease_until,
@@ -125,7 +133,8 @@ def record_retry(
     conn: sa.Connection, claim: Claim, *, due_at: datetime.datetime, error: str, worker_id: str
 ) -> bool:
     """A failed attempt: due again at ``due_at``, unless the label moved or was re-claimed."""
-    result = conn.execute(
+    updated = run(
+        conn,
         _RECORD_RETRY,
         {
             "sm": claim.state_machine,
@@ -137,12 +146,13 @@ def record_retry(
             "me": worker_id,
         },
     )
-    return result.rowcount == 1
+    return updated == 1
 
 
 def record_errored(conn: sa.Connection, claim: Claim, *, error: str) -> bool:
     """Give up: the label stays in its action, visibly errored, until an operator retries it."""
-    result = conn.execute(
+    updated = run(
+        conn,
         _RECORD_ERRORED,
         {
             "sm": claim.state_machine,
@@ -152,7 +162,7 @@ def record_errored(conn: sa.Connection, claim: Claim, *, error: str) -> bool:
             "error": error,
         },
     )
-    return result.rowcount == 1
+    return updated == 1
 
 
 def mark_gate_due(
@@ -173,126 +183,119 @@ def mark_gate_due(
     """
     params: dict[str, Any] = {"sm": state_machine, "state": state, "now": now}
     if zone_path is None:
-        return conn.execute(_MARK_GATE_DUE, params).rowcount
+        return run(conn, _MARK_GATE_DUE, params)
     params.update(path=list(zone_path), zone=zone)
-    return conn.execute(_MARK_GATE_DUE_IN_ZONE, params).rowcount
+    return run(conn, _MARK_GATE_DUE_IN_ZONE, params)
 
 
 def zones_in_gate(
     conn: sa.Connection, state_machine: str, state: str, path: Sequence[str]
 ) -> list[str]:
     """The distinct values at metadata ``path`` among labels in the gate."""
-    rows = conn.execute(
-        _ZONES_IN_GATE, {"sm": state_machine, "state": state, "path": list(path)}
-    ).all()
-    return [row.zone for row in rows]
+    params = {"sm": state_machine, "state": state, "path": list(path)}
+    rows = fetch_all(conn, _ZONES_IN_GATE, params)
+    return [row[0] for row in rows]
 
 
 def next_due_at(conn: sa.Connection) -> datetime.datetime | None:
     """When the earliest live label falls due (leases expiring included)."""
-    result: datetime.datetime | None = conn.execute(_NEXT_DUE).scalar()
-    return result
+    row = fetch_one(conn, _NEXT_DUE)
+    return None if row is None else row[0]
 
 
 def _states(pairs: Sequence[StateKey]) -> dict[str, list[str]]:
     return {"machines": [machine for machine, _ in pairs], "states": [state for _, state in pairs]}
 
 
-_IN_STATES = (
-    "(state_machine, state) IN (SELECT * FROM unnest(CAST(:machines AS text[]), "
-    "CAST(:states AS text[])))"
-)
-_CLAIMABLE = f"due_at <= :now AND {LIVE} AND {_IN_STATES}"
-_CLAIM_COLUMNS = (
-    "labels.state_machine, labels.name, labels.state, labels.metadata, labels.entry_id, "
-    "labels.attempts"
-)
+# Claimable: due, live, and in one of the (machine, state) pairs given as two arrays.
 
-_CLAIM_ACTIONS = sa.text(
-    f"""
+_CLAIM_ACTIONS = """
     WITH due AS (
         SELECT state_machine, name_key FROM labels
-        WHERE {_CLAIMABLE}
+        WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
+          AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                              CAST(%(states)s AS text[])))
         ORDER BY due_at
-        LIMIT :limit
+        LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     )
-    UPDATE labels SET due_at = :lease_until, lease_owner = :me, attempts = labels.attempts + 1
+    UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
+                      attempts = labels.attempts + 1
     FROM due
     WHERE labels.state_machine = due.state_machine AND labels.name_key = due.name_key
-    RETURNING {_CLAIM_COLUMNS}
+    RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
+              labels.entry_id, labels.attempts
     """
-)
 
-_LOCK_GATES = sa.text(
-    f"""
-    SELECT {_COLUMNS} FROM labels
-    WHERE {_CLAIMABLE}
+_LOCK_GATES = """
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+    FROM labels
+    WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
     ORDER BY due_at
-    LIMIT :limit
+    LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
     """
-)
 
-_LEASE = sa.text(
-    f"""
-    UPDATE labels SET due_at = :lease_until, lease_owner = :me, attempts = labels.attempts + 1
-    FROM unnest(CAST(:machines AS text[]), CAST(:keys AS bytea[]), CAST(:names AS text[]))
-         AS leased(sm, key, name)
+_LEASE = """
+    UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
+                      attempts = labels.attempts + 1
+    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
+                CAST(%(names)s AS text[])) AS leased(sm, key, name)
     WHERE labels.state_machine = leased.sm AND labels.name_key = leased.key
       AND labels.name = leased.name
-    RETURNING {_CLAIM_COLUMNS}
+    RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
+              labels.entry_id, labels.attempts
     """
-)
 
-_EXTEND_LEASES = sa.text(
-    """
-    UPDATE labels SET due_at = :lease_until
-    FROM unnest(CAST(:machines AS text[]), CAST(:keys AS bytea[]), CAST(:names AS text[]),
-                CAST(:entries AS bigint[])) AS held(sm, key, name, entry_id)
+_EXTEND_LEASES = """
+    UPDATE labels SET due_at = %(lease_until)s
+    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
+                CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]))
+         AS held(sm, key, name, entry_id)
     WHERE labels.state_machine = held.sm AND labels.name_key = held.key
       AND labels.name = held.name
-      AND labels.entry_id = held.entry_id AND labels.lease_owner = :me
+      AND labels.entry_id = held.entry_id AND labels.lease_owner = %(me)s
     """
-)
 
-_RECORD_RETRY = sa.text(
+_RECORD_RETRY = """
+    UPDATE labels SET due_at = %(due_at)s, last_error = %(error)s, lease_owner = NULL
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+      AND entry_id = %(entry_id)s AND lease_owner = %(me)s AND NOT deleted AND NOT errored
     """
-    UPDATE labels SET due_at = :due_at, last_error = :error, lease_owner = NULL
-    WHERE state_machine = :sm AND name_key = :key AND name = :name AND entry_id = :entry_id
-      AND lease_owner = :me AND NOT deleted AND NOT errored
-    """
-)
 
-_RECORD_ERRORED = sa.text(
-    """
-    UPDATE labels SET errored = true, due_at = NULL, last_error = :error, lease_owner = NULL,
+_RECORD_ERRORED = """
+    UPDATE labels SET errored = true, due_at = NULL, last_error = %(error)s, lease_owner = NULL,
                       updated_at = now()
-    WHERE state_machine = :sm AND name_key = :key AND name = :name AND entry_id = :entry_id
-      AND NOT deleted
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+      AND entry_id = %(entry_id)s AND NOT deleted
     """
-)
 
-_GATE_LABELS = (
-    "state_machine = :sm AND state = :state AND NOT deleted AND NOT errored"
-    " AND lease_owner IS NULL AND (due_at IS NULL OR due_at > :now)"
-)
+# A gate's labels that a clock trigger makes due: not deleted or errored, not leased to a
+# worker, and not due already.
 
-_MARK_GATE_DUE = sa.text(f"UPDATE labels SET due_at = :now WHERE {_GATE_LABELS}")
-
-_MARK_GATE_DUE_IN_ZONE = sa.text(
-    f"""
-    UPDATE labels SET due_at = :now
-    WHERE {_GATE_LABELS} AND metadata #>> CAST(:path AS text[]) = :zone
+_MARK_GATE_DUE = """
+    UPDATE labels SET due_at = %(now)s
+    WHERE state_machine = %(sm)s AND state = %(state)s AND NOT deleted AND NOT errored
+      AND lease_owner IS NULL AND (due_at IS NULL OR due_at > %(now)s)
     """
-)
 
-_ZONES_IN_GATE = sa.text(
+_MARK_GATE_DUE_IN_ZONE = """
+    UPDATE labels SET due_at = %(now)s
+    WHERE state_machine = %(sm)s AND state = %(state)s AND NOT deleted AND NOT errored
+      AND lease_owner IS NULL AND (due_at IS NULL OR due_at > %(now)s)
+      AND metadata #>> CAST(%(path)s AS text[]) = %(zone)s
     """
-    SELECT DISTINCT metadata #>> CAST(:path AS text[]) AS zone FROM labels
-    WHERE state_machine = :sm AND state = :state AND NOT deleted
-      AND metadata #>> CAST(:path AS text[]) IS NOT NULL
-    """
-)
 
-_NEXT_DUE = sa.text(f"SELECT min(due_at) FROM labels WHERE due_at IS NOT NULL AND {LIVE}")
+_ZONES_IN_GATE = """
+    SELECT DISTINCT metadata #>> CAST(%(path)s AS text[]) FROM labels
+    WHERE state_machine = %(sm)s AND state = %(state)s AND NOT deleted
+      AND metadata #>> CAST(%(path)s AS text[]) IS NOT NULL
+    """
+
+_NEXT_DUE = """
+    SELECT min(due_at) FROM labels
+    WHERE due_at IS NOT NULL AND NOT deleted AND NOT paused AND NOT errored
+    """

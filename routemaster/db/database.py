@@ -11,6 +11,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from routemaster.db.statements import run_on_driver
+
+_PING = "SELECT 1"
+
 
 class DatabaseURLError(ValueError):
     """The configured database URL cannot be used; the message never holds the password."""
@@ -136,9 +140,7 @@ def _ping_connections_idle_for(engine: sa.Engine, seconds: float) -> None:
         if idle_since is None or time.monotonic() - idle_since < seconds:
             return
         try:
-            cursor = dbapi_connection.cursor()
-            cursor.execute("SELECT 1")
-            cursor.close()
+            run_on_driver(dbapi_connection, _PING)
             dbapi_connection.rollback()
         except Exception as error:
             # The pool throws this connection away and checks out another.

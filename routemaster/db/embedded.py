@@ -43,7 +43,11 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
+from routemaster.db.statements import fetch_one, run
+
 DATABASE = "routemaster"
+_DATABASE_EXISTS = "SELECT 1 FROM pg_database WHERE datname = 'routemaster'"
+_CREATE_DATABASE = "CREATE DATABASE routemaster"  # in autocommit: not in a transaction
 SUPERUSER = "postgres"
 START_TIMEOUT = 60  # seconds pg_ctl waits for the server to accept connections
 
@@ -284,7 +288,7 @@ class EmbeddedPostgres:
                         f"{result.stderr}\n{self._log_tail()}"
                     )
                 started = True
-            self._ensure_database(DATABASE)
+            self._ensure_database()
         return started
 
     def stop(self) -> bool:
@@ -371,17 +375,14 @@ class EmbeddedPostgres:
         if os_user is not None:
             os.chown(self.socket_dir, os_user.uid, os_user.gid)
 
-    def _ensure_database(self, name: str) -> None:
+    def _ensure_database(self) -> None:
         engine = sa.create_engine(
             self.url("postgres"), poolclass=sa.pool.NullPool, isolation_level="AUTOCOMMIT"
         )
         try:
             with engine.connect() as connection:
-                exists = connection.execute(
-                    sa.text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": name}
-                ).first()
-                if exists is None:
-                    connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
+                if fetch_one(connection, _DATABASE_EXISTS) is None:
+                    run(connection, _CREATE_DATABASE)
         finally:
             engine.dispose()
 

@@ -22,6 +22,7 @@ def change_data(change: Change) -> dict[str, Any]:
         "at": change.at.isoformat(),
         "forced": change.forced,
         "reason": change.reason,
+        "version": change.version,
     }
 
 

@@ -11,18 +11,19 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-_LABELS = sa.text(
-    "SELECT state_machine, state, count(*) FROM labels WHERE NOT deleted GROUP BY 1, 2"
-)
-_ERRORED = sa.text(
-    "SELECT state_machine, state, count(*) FROM labels WHERE errored AND NOT deleted GROUP BY 1, 2"
-)
-_DUE = sa.text(
+from routemaster.db.statements import fetch_all
+
+_LABELS = "SELECT state_machine, state, count(*) FROM labels WHERE NOT deleted GROUP BY 1, 2"
+
+_ERRORED = """
+    SELECT state_machine, state, count(*) FROM labels
+    WHERE errored AND NOT deleted GROUP BY 1, 2
     """
+
+_DUE = """
     SELECT state_machine, state, count(*) FROM labels
     WHERE due_at <= now() AND NOT deleted GROUP BY 1, 2
     """
-)
 
 StateCounts = dict[tuple[str, str], int]
 
@@ -37,7 +38,7 @@ class LabelCounts:
 def label_counts_by_state(engine: sa.Engine) -> LabelCounts:
     with engine.connect() as conn:
 
-        def counts(query: sa.TextClause) -> StateCounts:
-            return {(machine, state): n for machine, state, n in conn.execute(query)}
+        def counts(query: str) -> StateCounts:
+            return {(machine, state): n for machine, state, n in fetch_all(conn, query)}
 
         return LabelCounts(labels=counts(_LABELS), due=counts(_DUE), errored=counts(_ERRORED))

@@ -20,6 +20,8 @@ sharing their first :data:`WHOLE` bytes sort among themselves by hash.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
+from typing import Any
 
 WHOLE = 1024
 """The most bytes of UTF-8 a key keeps as they are (migration 0006 has the same number)."""
@@ -38,6 +40,19 @@ def label_key(name: str) -> bytes:
 
 def label_keys(names: list[str]) -> list[bytes]:
     return [label_key(name) for name in names]
+
+
+def label_key_arrays(labels: Iterable[tuple[str, str]]) -> dict[str, list[Any]]:
+    """Labels, (machine, name) each, as the arrays statements unnest.
+
+    ``machines``, ``names`` and their ``keys``, in the order given.
+    """
+    machines: list[str] = []
+    names: list[str] = []
+    for machine, name in labels:
+        machines.append(machine)
+        names.append(name)
+    return {"machines": machines, "names": names, "keys": label_keys(names)}
 
 
 def prefix_bounds(prefix: str) -> tuple[bytes, bytes]:

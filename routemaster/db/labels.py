@@ -16,9 +16,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.keys import label_key, label_keys
+from routemaster.db.keys import label_key, label_key_arrays, label_keys
 from routemaster.db.notifications import notify_due
-from routemaster.db.statements import Prepared, fetch_all, fetch_one, run
+from routemaster.db.statements import Prepared, Row, fetch_all, fetch_one, run
 
 LabelKey = tuple[str, str]
 """(state machine, label name)."""
@@ -40,11 +40,7 @@ LABEL_COLUMNS = (
     "created_at",
     "updated_at",
 )
-_COLUMNS = ", ".join(LABEL_COLUMNS)
-_LABELS_COLUMNS = ", ".join(f"labels.{column}" for column in LABEL_COLUMNS)
-
-LIVE = "NOT deleted AND NOT paused AND NOT errored"
-"""A label the machine may move: the one spelling of it in SQL."""
+"""A label row's columns, in the order every statement that returns labels lists them."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +92,7 @@ class HistoryEntry:
         if self.new_state is None:
             return "deleted"
         return "moved"
+    version: int | None = None  # the machine version the writing process ran
 
 
 @dataclass(frozen=True)
@@ -109,23 +106,9 @@ class Moves:
     reason: str | None = None
 
 
-def _label(row: sa.Row[Any]) -> Label:
-    return Label(**row._mapping)
-
-
-def _from_tuple(row: tuple[Any, ...]) -> Label:
-    """A label from a driver row holding the columns in ``LABEL_COLUMNS`` order."""
+def label_from_row(row: Row) -> Label:
+    """A label from a row holding the columns in :data:`LABEL_COLUMNS` order."""
     return Label(*row)
-
-
-def _keys(keys: Iterable[LabelKey]) -> dict[str, list[Any]]:
-    """Labels as the arrays the statements unnest: machines, names and their index keys."""
-    machines: list[str] = []
-    names: list[str] = []
-    for machine, name in keys:
-        machines.append(machine)
-        names.append(name)
-    return {"machines": machines, "names": names, "keys": label_keys(names)}
 
 
 def _one(state_machine: str, name: str) -> dict[str, Any]:
@@ -158,18 +141,18 @@ def insert(
     )
     if row is not None and due:
         notify_due(conn)
-    return None if row is None else _from_tuple(row)
+    return None if row is None else label_from_row(row)
 
 
 def get(conn: sa.Connection, state_machine: str, name: str) -> Label | None:
     row = fetch_one(conn, _PREPARED_SELECT, _one(state_machine, name))
-    return None if row is None else _from_tuple(row)
+    return None if row is None else label_from_row(row)
 
 
 def lock(conn: sa.Connection, state_machine: str, name: str) -> Label | None:
     """The label, row-locked until the transaction ends."""
     row = fetch_one(conn, _SELECT_FOR_UPDATE, _one(state_machine, name))
-    return None if row is None else _from_tuple(row)
+    return None if row is None else label_from_row(row)
 
 
 def lock_entries(conn: sa.Connection, entries: Sequence[tuple[str, str, int]]) -> list[Label]:
@@ -187,7 +170,7 @@ def lock_entries(conn: sa.Connection, entries: Sequence[tuple[str, str, int]]) -
             "entries": [entry_id for _, _, entry_id in entries],
         },
     )
-    return [_from_tuple(row) for row in rows]
+    return [label_from_row(row) for row in rows]
 
 
 def merge_metadata(
@@ -200,7 +183,7 @@ def merge_metadata(
     row = fetch_one(
         conn, _MERGE_METADATA, {**_one(state_machine, name), "patch": json.dumps(patch)}
     )
-    return None if row is None else _from_tuple(row)
+    return None if row is None else label_from_row(row)
 
 
 def is_deleted(conn: sa.Connection, state_machine: str, name: str) -> bool | None:
@@ -211,7 +194,7 @@ def is_deleted(conn: sa.Connection, state_machine: str, name: str) -> bool | Non
 
 def clear_due(conn: sa.Connection, keys: Iterable[LabelKey]) -> None:
     """Nothing more to do for these labels until a trigger or an update makes them due."""
-    params = _keys(keys)
+    params = label_key_arrays(keys)
     if params["names"]:
         run(conn, _CLEAR_DUE, params)
 
@@ -270,13 +253,13 @@ def make_retryable(conn: sa.Connection, label: Label, *, now: datetime.datetime)
     row = fetch_one(conn, _RETRY, {**_one(*label.key), "now": now})
     assert row is not None, "the label is locked by the caller"
     notify_due(conn)
-    return _from_tuple(row)
+    return label_from_row(row)
 
 
 def set_paused(conn: sa.Connection, label: Label, paused: bool) -> Label:
     row = fetch_one(conn, _SET_PAUSED, {**_one(*label.key), "paused": paused})
     assert row is not None, "the label is locked by the caller"
-    updated = _from_tuple(row)
+    updated = label_from_row(row)
     if not paused and updated.due_at is not None:
         notify_due(conn)
     return updated
@@ -287,48 +270,69 @@ def history(conn: sa.Connection, state_machine: str, name: str) -> list[HistoryE
     return [HistoryEntry(*row) for row in rows]
 
 
-_ONE = "state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s"
-"""One label, found through the primary key (``name_key``) and checked by its full name."""
+# One label is found through the primary key (``name_key``) and checked by its full name.
 
-_INSERT = f"""
+_INSERT = """
     WITH created AS (
         INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, entry_id,
                             due_at, created_at, updated_at)
         VALUES (%(sm)s, %(name)s, CAST(%(metadata)s AS jsonb), %(state)s, %(now)s,
                 nextval(pg_get_serial_sequence('history', 'id')), %(due_at)s, %(now)s, %(now)s)
         ON CONFLICT (state_machine, name_key) DO NOTHING
-        RETURNING {_COLUMNS}
+        RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
+                  previous_state, deleted, paused, errored, last_error, attempts, due_at,
+                  created_at, updated_at
     ), entry AS (
         INSERT INTO history (id, state_machine, label, old_state, new_state, created)
         SELECT entry_id, state_machine, name, NULL, state, state_entered_at FROM created
     )
-    SELECT {_COLUMNS} FROM created
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+    FROM created
     """
 
-_SELECT = f"SELECT {_COLUMNS} FROM labels WHERE {_ONE}"
+_SELECT = """
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+    FROM labels
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    """
 
-_SELECT_FOR_UPDATE = f"SELECT {_COLUMNS} FROM labels WHERE {_ONE} FOR UPDATE"
+_SELECT_FOR_UPDATE = """
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+    FROM labels
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    FOR UPDATE
+    """
 
-_LOCK_ENTRIES = f"""
-    SELECT {_LABELS_COLUMNS}
+_LOCK_ENTRIES = """
+    SELECT labels.state_machine, labels.name, labels.metadata, labels.state,
+           labels.state_entered_at, labels.entry_id, labels.previous_state, labels.deleted,
+           labels.paused, labels.errored, labels.last_error, labels.attempts, labels.due_at,
+           labels.created_at, labels.updated_at
     FROM labels JOIN unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
                             CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]))
                      AS wanted(sm, key, name, entry_id)
       ON labels.state_machine = wanted.sm AND labels.name_key = wanted.key
          AND labels.name = wanted.name AND labels.entry_id = wanted.entry_id
-    WHERE {LIVE}
+    WHERE NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
     ORDER BY labels.state_machine, labels.name_key
     FOR UPDATE OF labels
     """
 
-_MERGE_METADATA = f"""
+_MERGE_METADATA = """
     UPDATE labels SET metadata = routemaster_deep_merge(metadata, CAST(%(patch)s AS jsonb)),
                       updated_at = now()
-    WHERE {_ONE} AND NOT deleted
-    RETURNING {_COLUMNS}
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s AND NOT deleted
+    RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+              deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
     """
 
-_IS_DELETED = f"SELECT deleted FROM labels WHERE {_ONE}"
+_IS_DELETED = """
+    SELECT deleted FROM labels
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    """
 
 _CLEAR_DUE = """
     UPDATE labels SET due_at = NULL, attempts = 0, last_error = NULL, lease_owner = NULL
@@ -338,22 +342,22 @@ _CLEAR_DUE = """
       AND labels.name = done.name
     """
 
-_MARK_DUE = f"""
+_MARK_DUE = """
     UPDATE labels SET due_at = LEAST(COALESCE(due_at, %(at)s), %(at)s)
-    WHERE {_ONE}
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
     """
 
-_EVALUATION_FAILED = f"""
+_EVALUATION_FAILED = """
     UPDATE labels SET due_at = %(due_at)s, last_error = %(error)s, lease_owner = NULL
-    WHERE {_ONE} AND NOT deleted
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s AND NOT deleted
       AND (CAST(%(entry_id)s AS bigint) IS NULL OR entry_id = %(entry_id)s)
     """
 
-_DELETE = f"""
+_DELETE = """
     WITH deleted AS (
-        UPDATE labels SET deleted = true, metadata = '{{}}'::jsonb, due_at = NULL,
+        UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
                           lease_owner = NULL, updated_at = now()
-        WHERE {_ONE} AND NOT deleted
+        WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s AND NOT deleted
         RETURNING state_machine, name, state
     )
     INSERT INTO history (state_machine, label, old_state, new_state, created, reason)
@@ -366,21 +370,23 @@ _RECORD_FORCED = """
     VALUES (%(sm)s, %(name)s, %(state)s, %(state)s, %(now)s, true, %(reason)s)
     """
 
-_RETRY = f"""
+_RETRY = """
     UPDATE labels SET errored = false, attempts = 0, due_at = %(now)s, lease_owner = NULL,
                       updated_at = now()
-    WHERE {_ONE}
-    RETURNING {_COLUMNS}
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+              deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
     """
 
-_SET_PAUSED = f"""
+_SET_PAUSED = """
     UPDATE labels SET paused = %(paused)s, lease_owner = NULL, updated_at = now()
-    WHERE {_ONE}
-    RETURNING {_COLUMNS}
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+              deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
     """
 
 _HISTORY = """
-    SELECT id, old_state, new_state, created, forced, reason, kind FROM history
+    SELECT id, old_state, new_state, created, forced, reason, kind, version FROM history
     WHERE state_machine = %(sm)s AND label = %(name)s ORDER BY id
     """
 

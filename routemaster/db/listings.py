@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from routemaster.db.keys import label_key, prefix_bounds
+from routemaster.db.statements import fetch_all, fetch_one
 
 
 class StateCount(NamedTuple):
@@ -23,55 +24,45 @@ class StateCount(NamedTuple):
     errored: int
 
 
-_PAGE = sa.text(
-    """
+_PAGE = """
     SELECT name, state FROM labels
-    WHERE state_machine = :sm AND NOT deleted AND name_key > :after
-    ORDER BY name_key LIMIT :limit
+    WHERE state_machine = %(sm)s AND NOT deleted AND name_key > %(after)s
+    ORDER BY name_key LIMIT %(limit)s
     """
-)
 
-_PAGE_IN_STATE = sa.text(
-    """
+_PAGE_IN_STATE = """
     SELECT name, state FROM labels
-    WHERE state_machine = :sm AND state = :state AND NOT deleted AND name_key > :after
-    ORDER BY name_key LIMIT :limit
+    WHERE state_machine = %(sm)s AND state = %(state)s AND NOT deleted AND name_key > %(after)s
+    ORDER BY name_key LIMIT %(limit)s
     """
-)
 
-_PAGE_ERRORED = sa.text(
-    """
+_PAGE_ERRORED = """
     SELECT name, state FROM labels
-    WHERE state_machine = :sm AND errored AND NOT deleted AND name_key > :after
-      AND (CAST(:state AS text) IS NULL OR state = :state)
-      AND name_key BETWEEN :lowest AND :highest AND starts_with(name, :prefix)
-    ORDER BY name_key LIMIT :limit
+    WHERE state_machine = %(sm)s AND errored AND NOT deleted AND name_key > %(after)s
+      AND (CAST(%(state)s AS text) IS NULL OR state = %(state)s)
+      AND name_key BETWEEN %(lowest)s AND %(highest)s AND starts_with(name, %(prefix)s)
+    ORDER BY name_key LIMIT %(limit)s
     """
-)
 
 # Every key from ``lowest`` to ``highest`` starts with the prefix's first 1,024 bytes:
 # one range of the primary key, then ``starts_with`` for the (rare) longer prefixes.
-_PAGE_PREFIX = sa.text(
-    """
+_PAGE_PREFIX = """
     SELECT name, state FROM labels
-    WHERE state_machine = :sm AND NOT deleted AND name_key > :after
-      AND name_key BETWEEN :lowest AND :highest AND starts_with(name, :prefix)
-      AND (CAST(:state AS text) IS NULL OR state = :state)
-    ORDER BY name_key LIMIT :limit
+    WHERE state_machine = %(sm)s AND NOT deleted AND name_key > %(after)s
+      AND name_key BETWEEN %(lowest)s AND %(highest)s AND starts_with(name, %(prefix)s)
+      AND (CAST(%(state)s AS text) IS NULL OR state = %(state)s)
+    ORDER BY name_key LIMIT %(limit)s
     """
-)
 
-_PING = sa.text("SELECT 1")
+_PING = "SELECT 1"
 
-_STATES_IN_USE = sa.text("SELECT DISTINCT state_machine, state FROM labels WHERE NOT deleted")
+_STATES_IN_USE = "SELECT DISTINCT state_machine, state FROM labels WHERE NOT deleted"
 
-_COUNTS = sa.text(
-    """
-    SELECT state, count(*) AS labels, count(*) FILTER (WHERE errored) AS errored FROM labels
-    WHERE state_machine = :sm AND NOT deleted
+_COUNTS = """
+    SELECT state, count(*), count(*) FILTER (WHERE errored) FROM labels
+    WHERE state_machine = %(sm)s AND NOT deleted
     GROUP BY state
     """
-)
 
 
 def label_page(
@@ -102,7 +93,7 @@ def label_page(
         query = _PAGE_IN_STATE
     opened = source.connect() if isinstance(source, sa.Engine) else contextlib.nullcontext(source)
     with opened as connection:
-        return [(name, label_state) for name, label_state in connection.execute(query, params)]
+        return [(name, label_state) for name, label_state in fetch_all(connection, query, params)]
 
 
 def label_counts(engine: sa.Engine, machine: str) -> dict[str, StateCount]:
@@ -117,18 +108,18 @@ def label_counts(engine: sa.Engine, machine: str) -> dict[str, StateCount]:
 def count_labels(conn: sa.Connection, machine: str) -> dict[str, StateCount]:
     """:func:`label_counts` in the caller's transaction (and snapshot)."""
     return {
-        row.state: StateCount(row.labels, row.errored)
-        for row in conn.execute(_COUNTS, {"sm": machine})
+        state: StateCount(labels, errored)
+        for state, labels, errored in fetch_all(conn, _COUNTS, {"sm": machine})
     }
 
 
 def ping(engine: sa.Engine) -> None:
     """Raise ``sqlalchemy.exc.SQLAlchemyError`` unless the database answers."""
     with engine.connect() as connection:
-        connection.execute(_PING)
+        fetch_one(connection, _PING)
 
 
 def states_in_use(engine: sa.Engine) -> list[tuple[str, str]]:
     """Every (machine, state) holding live labels."""
     with engine.connect() as connection:
-        return [(row.state_machine, row.state) for row in connection.execute(_STATES_IN_USE)]
+        return [(machine, state) for machine, state in fetch_all(connection, _STATES_IN_USE)]

@@ -9,6 +9,11 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config as AlembicConfig
 
+from routemaster.db.statements import fetch_one
+
+# Held until the migrating transaction ends: one process migrates at a time.
+_MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(2017)"
+
 
 def migrations_dir() -> Path:
     """Where the migrations are: ``routemaster.migrations`` once installed (wheel or editable).
@@ -39,6 +44,6 @@ def upgrade(engine: sa.Engine, revision: str = "head") -> None:
     """
     config = alembic_config()
     with engine.begin() as connection:
-        connection.execute(sa.text("SELECT pg_advisory_xact_lock(2017)"))
+        fetch_one(connection, _MIGRATION_LOCK)
         config.attributes["connection"] = connection
         command.upgrade(config, revision)

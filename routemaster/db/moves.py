@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.db.keys import label_key
-from routemaster.db.labels import _LABELS_COLUMNS, Label, Moves, _from_tuple
+from routemaster.db.labels import Label, Moves, label_from_row
 from routemaster.db.notifications import notify_due
 from routemaster.db.statements import fetch_all, fetch_one
 
@@ -53,7 +53,7 @@ def write_moves(
     rows = fetch_all(conn, _MOVE_MANY, {"now": now, **history, **finals})
     if any(due_at is not None for due_at in finals["f_due_at"]):
         notify_due(conn)
-    by_key = {(row[0], row[1]): _from_tuple(row) for row in rows}
+    by_key = {(row[0], row[1]): label_from_row(row) for row in rows}
     return [by_key[move.label.key] for move in moves]
 
 
@@ -82,12 +82,12 @@ def _write_one_move(conn: sa.Connection, move: Moves, *, now: datetime.datetime)
         notify_due(conn)
     if row is None:
         raise KeyError(label.key)
-    return _from_tuple(row)
+    return label_from_row(row)
 
 
 # History ids follow the ORDER BY of the INSERT's SELECT, so each label's
 # highest new id is its last move: that row becomes its entry.
-_MOVE_MANY = f"""
+_MOVE_MANY = """
     WITH moves AS (
         SELECT m.*, ordinality AS seq
         FROM unnest(CAST(%(m_sm)s AS text[]), CAST(%(m_name)s AS text[]),
@@ -116,10 +116,13 @@ _MOVE_MANY = f"""
         ON finals.state_machine = latest.state_machine AND finals.name = latest.label
     WHERE labels.state_machine = finals.state_machine AND labels.name_key = finals.key
       AND labels.name = finals.name
-    RETURNING {_LABELS_COLUMNS}
+    RETURNING labels.state_machine, labels.name, labels.metadata, labels.state,
+              labels.state_entered_at, labels.entry_id, labels.previous_state, labels.deleted,
+              labels.paused, labels.errored, labels.last_error, labels.attempts, labels.due_at,
+              labels.created_at, labels.updated_at
     """
 
-_MOVE_ONE = f"""
+_MOVE_ONE = """
     WITH entry AS (
         INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
         VALUES (%(sm)s, %(name)s, %(old)s, %(new)s, %(now)s, %(forced)s, %(reason)s)
@@ -132,5 +135,8 @@ _MOVE_ONE = f"""
         attempts = 0, errored = false, last_error = NULL, lease_owner = NULL
     FROM entry
     WHERE labels.state_machine = %(sm)s AND labels.name_key = %(key)s AND labels.name = %(name)s
-    RETURNING {_LABELS_COLUMNS}
+    RETURNING labels.state_machine, labels.name, labels.metadata, labels.state,
+              labels.state_entered_at, labels.entry_id, labels.previous_state, labels.deleted,
+              labels.paused, labels.errored, labels.last_error, labels.attempts, labels.due_at,
+              labels.created_at, labels.updated_at
     """

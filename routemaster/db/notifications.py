@@ -13,13 +13,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.statements import run
+from routemaster.db.statements import run, run_on_driver
 
 logger = logging.getLogger(__name__)
 
 DUE_CHANNEL = "routemaster_due"
 
-_NOTIFY_DUE = f"NOTIFY {DUE_CHANNEL}"
+_NOTIFY_DUE = "NOTIFY routemaster_due"
+
+_LISTEN_DUE = "LISTEN routemaster_due"
 
 
 def notify_due(conn: sa.Connection) -> None:
@@ -79,7 +81,6 @@ class DueListener:
             assert connection is not None
             proxy.detach()  # its session state (LISTEN, autocommit) must not go back to the pool
             connection.autocommit = True
-            with connection.cursor() as cursor:
-                cursor.execute(f"LISTEN {DUE_CHANNEL}")
+            run_on_driver(connection, _LISTEN_DUE)
             self._proxy, self._connection = proxy, connection
         return self._connection

@@ -10,23 +10,22 @@ import datetime
 
 import sqlalchemy as sa
 
+from routemaster.db.statements import run
+
 
 def record_occurrence(conn: sa.Connection, trigger_key: str, occurrence: datetime.datetime) -> bool:
     """Whether this call is the first, across all workers, to handle the occurrence."""
-    result = conn.execute(_RECORD_OCCURRENCE, {"key": trigger_key, "occurrence": occurrence})
-    return result.rowcount == 1
+    return run(conn, _RECORD_OCCURRENCE, {"key": trigger_key, "occurrence": occurrence}) == 1
 
 
 def forget_occurrences(conn: sa.Connection, before: datetime.datetime) -> None:
     """Old occurrences can never be computed again, so their rows only take space."""
-    conn.execute(_FORGET_OCCURRENCES, {"before": before})
+    run(conn, _FORGET_OCCURRENCES, {"before": before})
 
 
-_RECORD_OCCURRENCE = sa.text(
-    """
-    INSERT INTO trigger_occurrences (trigger_key, occurrence) VALUES (:key, :occurrence)
+_RECORD_OCCURRENCE = """
+    INSERT INTO trigger_occurrences (trigger_key, occurrence) VALUES (%(key)s, %(occurrence)s)
     ON CONFLICT DO NOTHING
     """
-)
 
-_FORGET_OCCURRENCES = sa.text("DELETE FROM trigger_occurrences WHERE occurrence < :before")
+_FORGET_OCCURRENCES = "DELETE FROM trigger_occurrences WHERE occurrence < %(before)s"

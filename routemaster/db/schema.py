@@ -96,6 +96,8 @@ history = sa.Table(
     # the writing transaction: the changes stream orders by (xact_id, id) and
     # shows a row only once every transaction below it has finished
     sa.Column("xact_id", Xid8(), nullable=False, server_default=sa.text("pg_current_xact_id()")),
+    # the machine version the writing process ran (set by a trigger: migration 0008)
+    sa.Column("version", sa.Integer, nullable=True),
     # NULL when the row's states and ``forced`` say what it was (created, moved,
     # deleted, forced); "errored" when the label became errored (migration 0009)
     sa.Column("kind", sa.Text, nullable=True),
@@ -131,41 +133,22 @@ api_tokens = sa.Table(
     sa.Column("last_used_at", sa.DateTime(timezone=True), nullable=True),
 )
 
-subscriptions = sa.Table(
-    "subscriptions",
+machine_versions = sa.Table(
+    "machine_versions",
     metadata,
-    sa.Column("name", sa.Text, primary_key=True),
-    sa.Column("url", sa.Text, nullable=False),
-    sa.Column("state_machines", postgresql.ARRAY(sa.Text), nullable=True),  # null: every machine
-    sa.Column("max_events", sa.Integer, nullable=False),
-    sa.Column("batch_delay_ms", sa.Integer, nullable=False),
-    sa.Column("signing_secret_env", sa.Text, nullable=True),  # the variable's name, never its value
-    # the changes-stream position every change up to which was acknowledged
-    sa.Column("cursor_xact", sa.BigInteger, nullable=False),
-    sa.Column("cursor_id", sa.BigInteger, nullable=False),
-    # the one batch in flight: its webhook-id, its last event's position, its exact body
-    sa.Column("batch_id", sa.Text, nullable=True),
-    sa.Column("batch_last_xact", sa.BigInteger, nullable=True),
-    sa.Column("batch_last_id", sa.BigInteger, nullable=True),
-    sa.Column("batch_events", sa.Integer, nullable=True),
-    sa.Column("batch_body", postgresql.BYTEA, nullable=True),
-    # worker bookkeeping: when to look next, and the claim of the worker looking now
-    sa.Column("due_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
-    sa.Column("lease_token", sa.Text, nullable=True),
-    sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
-    sa.Column("failures_in_a_row", sa.Integer, nullable=False, server_default="0"),
-    sa.Column("last_attempt_at", sa.DateTime(timezone=True), nullable=True),
-    sa.Column("last_success_at", sa.DateTime(timezone=True), nullable=True),
-    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("machine", sa.Text, primary_key=True),
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("digest", sa.Text, nullable=False),
+    sa.Column("definition", postgresql.JSONB, nullable=False),
     sa.Column(
-        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+        "applied_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
     ),
     sa.Column(
-        "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+        "last_applied_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
     ),
+    sa.UniqueConstraint("machine", "digest", name="machine_versions_digest"),
 )
 
-sa.Index("subscriptions_due", subscriptions.c.due_at)
 deliveries = sa.Table(
     "deliveries",
     metadata,
@@ -220,4 +203,84 @@ receiver_slots = sa.Table(
     sa.Column("worker", sa.Text, primary_key=True),
     sa.Column("in_flight", sa.Integer, nullable=False),
     sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+subscriptions = sa.Table(
+    "subscriptions",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("state_machines", postgresql.ARRAY(sa.Text), nullable=True),  # null: every machine
+    sa.Column("max_events", sa.Integer, nullable=False),
+    sa.Column("batch_delay_ms", sa.Integer, nullable=False),
+    sa.Column("signing_secret_env", sa.Text, nullable=True),  # the variable's name, never its value
+    # the changes-stream position every change up to which was acknowledged
+    sa.Column("cursor_xact", sa.BigInteger, nullable=False),
+    sa.Column("cursor_id", sa.BigInteger, nullable=False),
+    # the one batch in flight: its webhook-id, its last event's position, its exact body
+    sa.Column("batch_id", sa.Text, nullable=True),
+    sa.Column("batch_last_xact", sa.BigInteger, nullable=True),
+    sa.Column("batch_last_id", sa.BigInteger, nullable=True),
+    sa.Column("batch_events", sa.Integer, nullable=True),
+    sa.Column("batch_body", postgresql.BYTEA, nullable=True),
+    # worker bookkeeping: when to look next, and the claim of the worker looking now
+    sa.Column("due_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column("lease_token", sa.Text, nullable=True),
+    sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("failures_in_a_row", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_attempt_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("last_success_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.Column(
+        "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+)
+
+sa.Index("subscriptions_due", subscriptions.c.due_at)
+
+# Bulk commands (migration 0011): a job, and the labels it was accepted for.
+bulk_jobs = sa.Table(
+    "bulk_jobs",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(always=False), primary_key=True),
+    sa.Column("state_machine", sa.Text, nullable=False),
+    sa.Column("command", sa.Text, nullable=False),
+    # the filters and the command's own arguments (``to``), as accepted
+    sa.Column("arguments", postgresql.JSONB, nullable=False, server_default="{}"),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("total", sa.Integer, nullable=False),
+    sa.Column("done", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("skipped", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("failed", sa.Integer, nullable=False, server_default="0"),
+    sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+)
+
+sa.Index("bulk_jobs_running", bulk_jobs.c.id, postgresql_where=bulk_jobs.c.finished_at.is_(None))
+
+bulk_items = sa.Table(
+    "bulk_items",
+    metadata,
+    sa.Column(
+        "job_id",
+        sa.BigInteger,
+        sa.ForeignKey("bulk_jobs.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("name_key", postgresql.BYTEA, primary_key=True),
+    sa.Column("name", sa.Text, nullable=False),
+    # NULL until a worker has handled the label: "done", "skipped" or "failed"
+    sa.Column("outcome", sa.Text, nullable=True),
+)
+
+sa.Index(
+    "bulk_items_pending",
+    bulk_items.c.job_id,
+    bulk_items.c.name_key,
+    postgresql_where=bulk_items.c.outcome.is_(None),
 )

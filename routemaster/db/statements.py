@@ -1,21 +1,43 @@
-"""Running the service's hottest statements on the driver's cursor, and one-statement transactions.
+"""How every statement of the service is written and run.
+
+**Written** as a module-level constant holding the complete SQL, with the
+driver's named parameters (``%(name)s``; a literal ``%`` is written ``%%``),
+in the module of the rows it reads or writes. A statement that varies is a
+few complete constants, one per variant, never fragments put together.
+The one exception is a search: its condition is compiled at request time
+(:mod:`routemaster.db.search` says how its templates keep one slot for it).
+A statement that returns labels lists their columns in
+:data:`~routemaster.db.labels.LABEL_COLUMNS` order (``tests/db`` checks).
+
+**Run** by :func:`fetch_one`, :func:`fetch_all`, :func:`fetch_value` or
+:func:`run` on a pooled ``sqlalchemy.Connection``, inside whatever
+transaction the caller opened (or in autocommit: :func:`single_statement`).
 
 Every API request runs one to three statements. Through SQLAlchemy's
-``Connection.execute`` each costs an execution context and a result object
-whose column metadata is rebuilt from the cursor every time (a textual
-statement has no cached result map): about two thirds of a label read's
-Python time in the profile (docs/performance.md). These helpers hand the
-SQL and its parameters straight to the psycopg2 cursor of the same pooled
-connection, inside the same transaction, and return plain tuples.
+``Connection.exec_driver_sql`` each costs an execution context and a result
+object whose column metadata is rebuilt from the cursor every time (a
+textual statement has no cached result map): a quarter of a label read's
+CPU (docs/performance.md). So the runner hands the SQL and its parameters
+to a cursor of the same pooled connection's driver connection
+(``Connection.connection.driver_connection``) and returns plain tuples.
+Only public SQLAlchemy API is used:
 
-When anything listens to the engine's execution events (an APM's or a
-test's ``before_cursor_execute``), the statements go through SQLAlchemy as
-before, so the listeners see every one.
-
-Failures still go through SQLAlchemy's handling (``_handle_dbapi_exception``,
-the one thing ``Connection.execute`` would have done with them): the
-caller sees the same ``sqlalchemy.exc`` classes, parameters stay hidden as
-the engine says, and a connection the server dropped invalidates the pool.
+- a driver failure becomes the ``sqlalchemy.exc`` exception
+  ``exec_driver_sql`` would raise (``DBAPIError.instance``, parameters
+  always hidden: they are label metadata). A failure the dialect calls a
+  disconnect (``Dialect.is_disconnect``) invalidates the connection
+  (``Connection.invalidate``) and empties the engine's pool
+  (``Engine.dispose``), as SQLAlchemy does, so the next checkout connects
+  afresh; any other failure outside a transaction SQLAlchemy began is
+  rolled back, as ``exec_driver_sql`` would;
+- when anything listens to the connection's execution events (an APM's or
+  a test's ``before_cursor_execute``, a ``handle_error`` hook), statements
+  go through ``exec_driver_sql`` instead, so the listeners see every one.
+  Whether anything listens is read from the event collections SQLAlchemy
+  keeps on ``Engine.dispatch`` and ``Dialect.dispatch`` (:func:`_observed`:
+  not underscore-named, but not in SQLAlchemy's reference either; the one
+  such use, and tests/db/test_statements.py fails if it ever stops noticing
+  a listener, at both ends of the supported range).
 
 :func:`single_statement` is for work that is one statement: it runs in
 autocommit, so PostgreSQL makes that statement its own transaction and the
@@ -34,25 +56,40 @@ SQL from then on.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, cast
+from types import MappingProxyType
+from typing import Any, Literal, NoReturn, cast
 
 import sqlalchemy as sa
 
 Params = Mapping[str, Any]
+Row = tuple[Any, ...]
+
+NO_PARAMS: Params = MappingProxyType({})
+"""Parameters of a statement that has none (``%%`` still means ``%`` in it)."""
 
 _PARAMETER = re.compile(r"%\((\w+)\)s")
 _PREPARED_KEY = "routemaster.prepared"  # in the pool's per-connection info: names prepared there
 # What the server says when a prepared statement is missing or already there: a pooler between.
 _POOLER_CODES = frozenset({"26000", "42P05"})  # invalid_sql_statement_name, duplicate_pstatement
+# The connection events that see a statement run through SQLAlchemy.
+_EXECUTION_EVENTS = (
+    "before_execute",
+    "after_execute",
+    "before_cursor_execute",
+    "after_cursor_execute",
+)
+
+_Want = Literal["one", "all", "count"]
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A hot statement (psycopg2 ``%(name)s`` parameters) to prepare once per connection."""
+    """A hot statement to prepare once per connection; ``sql`` is written as any other."""
 
     name: str
     sql: str
@@ -74,69 +111,36 @@ class Prepared:
         object.__setattr__(self, "prepare_and_execute", f"PREPARE {self.name} AS {body}; {execute}")
 
 
-def _text_for(conn: sa.Connection, dbapi: Any, statement: str | Prepared) -> str:
-    """What to send for ``statement`` on this connection now."""
-    if isinstance(statement, str):
-        return statement
-    info = conn.connection.info
-    prepared: set[str] | None = info.setdefault(_PREPARED_KEY, set())
-    if prepared is None or not dbapi.autocommit:
-        # In a transaction a failed EXECUTE would abort it: prepared only in autocommit.
-        return statement.sql
-    if statement.name in prepared:
-        return statement.execute
-    prepared.add(statement.name)
-    return statement.prepare_and_execute
+Statement = str | Prepared
 
 
-def fetch_one(conn: sa.Connection, sql: str | Prepared, params: Params) -> tuple[Any, ...] | None:
-    """The first row of ``sql`` (psycopg2 ``%(name)s`` parameters), or ``None``."""
-    plain = sql if isinstance(sql, str) else sql.sql
-    if conn._has_events or conn.engine._has_events:
-        return cast(tuple[Any, ...] | None, conn.exec_driver_sql(plain, params).first())
-    dbapi = conn.connection.dbapi_connection
-    cursor = dbapi.cursor()  # type: ignore[union-attr]
-    text = _text_for(conn, dbapi, sql)
-    try:
-        try:
-            cursor.execute(text, params)
-        except Exception as error:
-            if text == plain or getattr(error, "pgcode", None) not in _POOLER_CODES:
-                raise
-            conn.connection.info[_PREPARED_KEY] = None  # plain SQL on this connection from now on
-            cursor.execute(plain, params)
-        row: tuple[Any, ...] | None = cursor.fetchone()
-    except Exception as error:
-        conn._handle_dbapi_exception(error, plain, params, cursor, None)
-    cursor.close()
-    return row
+def fetch_one(conn: sa.Connection, statement: Statement, params: Params = NO_PARAMS) -> Row | None:
+    """The first row of ``statement``, or ``None``."""
+    return cast(Row | None, _run(conn, statement, params, "one"))
 
 
-def fetch_all(conn: sa.Connection, sql: str, params: Params) -> list[tuple[Any, ...]]:
-    """Every row of ``sql``."""
-    if conn._has_events or conn.engine._has_events:
-        return cast(list[tuple[Any, ...]], conn.exec_driver_sql(sql, params).all())
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    try:
-        cursor.execute(sql, params)
-        rows = cast(list[tuple[Any, ...]], cursor.fetchall())
-    except Exception as error:
-        conn._handle_dbapi_exception(error, sql, params, cursor, None)
-    cursor.close()
-    return rows
+def fetch_all(conn: sa.Connection, statement: Statement, params: Params = NO_PARAMS) -> list[Row]:
+    """Every row of ``statement``."""
+    return cast(list[Row], _run(conn, statement, params, "all"))
 
 
-def run(conn: sa.Connection, sql: str, params: Params | None = None) -> None:
-    """Execute ``sql`` for its effect."""
-    if conn._has_events or conn.engine._has_events:
-        conn.exec_driver_sql(sql, params)
-        return
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    try:
-        cursor.execute(sql, params)
-    except Exception as error:
-        conn._handle_dbapi_exception(error, sql, params, cursor, None)
-    cursor.close()
+def fetch_value(conn: sa.Connection, statement: Statement, params: Params = NO_PARAMS) -> Any:
+    """The first column of the first row (the statement must return a row)."""
+    row = fetch_one(conn, statement, params)
+    if row is None:
+        raise LookupError("the statement returned no row")
+    return row[0]
+
+
+def run(conn: sa.Connection, statement: Statement, params: Params = NO_PARAMS) -> int:
+    """Execute ``statement`` for its effect; how many rows it affected."""
+    return cast(int, _run(conn, statement, params, "count"))
+
+
+def run_on_driver(connection: Any, statement: str, params: Params = NO_PARAMS) -> None:
+    """Run ``statement`` on a bare driver connection: a ``LISTEN`` one, or the pool's ping."""
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
 
 
 @contextmanager
@@ -147,10 +151,102 @@ def single_statement(engine: sa.Engine) -> Iterator[sa.Connection]:
     separately. The connection goes back to the pool in its usual mode.
     """
     with engine.connect() as conn:
-        dbapi = conn.connection.dbapi_connection
-        dbapi.autocommit = True  # type: ignore[union-attr]
+        driver = conn.connection.driver_connection
+        driver.autocommit = True  # type: ignore[union-attr]
         try:
             yield conn
         finally:
-            if not conn.invalidated and not dbapi.closed:  # type: ignore[union-attr]
-                dbapi.autocommit = False  # type: ignore[union-attr]
+            if not conn.invalidated and not driver.closed:  # type: ignore[union-attr]
+                driver.autocommit = False  # type: ignore[union-attr]
+
+
+def _run(conn: sa.Connection, statement: Statement, params: Params, want: _Want) -> Any:
+    plain = statement if isinstance(statement, str) else statement.sql
+    if _observed(conn):
+        result = conn.exec_driver_sql(plain, dict(params))
+        if want == "count":
+            return result.rowcount
+        if want == "all":
+            return [tuple(row) for row in result]
+        first = result.first()
+        return None if first is None else tuple(first)
+    driver: Any = conn.connection.driver_connection
+    cursor = driver.cursor()
+    text = _text_for(conn, driver, statement)
+    try:
+        try:
+            cursor.execute(text, params)
+        except Exception as error:
+            if text == plain or getattr(error, "pgcode", None) not in _POOLER_CODES:
+                raise
+            conn.connection.info[_PREPARED_KEY] = None  # plain SQL on this connection from now on
+            cursor.execute(plain, params)
+        if want == "count":
+            outcome: Any = cursor.rowcount
+        elif want == "all":
+            outcome = cursor.fetchall()
+        else:
+            outcome = cursor.fetchone()
+    except Exception as error:
+        _raise_as_sqlalchemy(conn, error, plain, params, cursor)
+    cursor.close()
+    return outcome
+
+
+def _text_for(conn: sa.Connection, driver: Any, statement: Statement) -> str:
+    """What to send for ``statement`` on this connection now."""
+    if isinstance(statement, str):
+        return statement
+    info = conn.connection.info
+    prepared: set[str] | None = info.setdefault(_PREPARED_KEY, set())
+    if prepared is None or not driver.autocommit:
+        # In a transaction a failed EXECUTE would abort it: prepared only in autocommit.
+        return statement.sql
+    if statement.name in prepared:
+        return statement.execute
+    prepared.add(statement.name)
+    return statement.prepare_and_execute
+
+
+def _observed(conn: sa.Connection) -> bool:
+    """Whether anything listens to the engine's execution events or its errors.
+
+    Listeners of the engine and of the ``Engine`` class (an APM, a test) are
+    seen; about a microsecond per statement.
+    """
+    events = conn.engine.dispatch
+    for name in _EXECUTION_EVENTS:
+        if getattr(events, name):
+            return True
+    return bool(conn.dialect.dispatch.handle_error)
+
+
+def _raise_as_sqlalchemy(
+    conn: sa.Connection, error: Exception, sql: str, params: Params, cursor: Any
+) -> NoReturn:
+    """Raise what ``exec_driver_sql`` would raise for ``error``; drop a connection that died."""
+    dbapi_error = conn.dialect.loaded_dbapi.Error
+    disconnect = isinstance(error, dbapi_error) and conn.dialect.is_disconnect(
+        error, conn.connection.driver_connection, cursor
+    )
+    with contextlib.suppress(Exception):  # a dead connection's cursor may refuse to close
+        cursor.close()
+    if not isinstance(error, dbapi_error):
+        raise error
+    wrapped = sa.exc.DBAPIError.instance(
+        sql,
+        dict(params),
+        error,
+        dbapi_error,
+        hide_parameters=True,
+        connection_invalidated=disconnect,
+        dialect=conn.dialect,
+    )
+    if disconnect:
+        conn.invalidate(wrapped)
+        conn.engine.dispose()  # the server went away: every pooled connection is suspect
+    elif not conn.in_transaction():
+        # Outside a transaction SQLAlchemy knows of, end the one the driver began (as it would).
+        with contextlib.suppress(Exception):  # the failure above is what the caller must see
+            conn.connection.driver_connection.rollback()  # type: ignore[union-attr]
+    raise wrapped from error

@@ -16,6 +16,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run, run_on_driver
+
 CHANGED_CHANNEL = "routemaster_tokens"
 ACK_CHANNEL = "routemaster_tokens_ack"
 LISTENER_NAME = "routemaster token cache"
@@ -36,89 +38,89 @@ class TokenExists(Exception):
     """``token create`` with a name that is already taken."""
 
 
-_INSERT = sa.text(
-    """
+_INSERT = """
     INSERT INTO api_tokens (name, key_id, secret_hash, scopes)
-    VALUES (:name, :key_id, :secret_hash, :scopes)
+    VALUES (%(name)s, %(key_id)s, %(secret_hash)s, %(scopes)s)
     ON CONFLICT (name) DO NOTHING
     """
-)
 
-_DELETE = sa.text("DELETE FROM api_tokens WHERE name = :name")
+_DELETE = "DELETE FROM api_tokens WHERE name = %(name)s"
 
-_ALL = sa.text(
-    """
+_ALL = """
     SELECT name, key_id, secret_hash, scopes, created_at, last_used_at
     FROM api_tokens ORDER BY name
     """
-)
 
-_RECORD_USE = sa.text(
-    """
+_RECORD_USE = """
     UPDATE api_tokens SET last_used_at = greatest(last_used_at, used.at)
-    FROM (SELECT unnest(CAST(:key_ids AS text[])) AS key_id,
-                 unnest(CAST(:times AS timestamptz[])) AS at) AS used
+    FROM (SELECT unnest(CAST(%(key_ids)s AS text[])) AS key_id,
+                 unnest(CAST(%(times)s AS timestamptz[])) AS at) AS used
     WHERE api_tokens.key_id = used.key_id
     """
-)
 
-_NOTIFY_CHANGED = sa.text(f"SELECT pg_notify('{CHANGED_CHANNEL}', :change)")
+_NOTIFY_CHANGED = "SELECT pg_notify('routemaster_tokens', %(change)s)"
 
-_NOTIFY_ACK = f"SELECT pg_notify('{ACK_CHANNEL}', %s)"
+_NOTIFY_ACK = "SELECT pg_notify('routemaster_tokens_ack', %(change)s)"
 
-_LISTENERS = sa.text(
-    """
+_LISTEN = {
+    CHANGED_CHANNEL: "LISTEN routemaster_tokens",
+    ACK_CHANNEL: "LISTEN routemaster_tokens_ack",
+}
+
+_SET_NAME = "SET application_name = %(name)s"
+
+_LISTENERS = """
     SELECT count(*) FROM pg_stat_activity
-    WHERE application_name = :name AND datname = current_database()
+    WHERE application_name = %(name)s AND datname = current_database()
     """
-)
 
 
 def insert_token(
     conn: sa.Connection, *, name: str, key_id: str, secret_hash: str, scopes: Iterable[str]
 ) -> None:
     """Store a new token; :class:`TokenExists` when the name is taken."""
-    inserted = conn.execute(
+    inserted = run(
+        conn,
         _INSERT,
         {"name": name, "key_id": key_id, "secret_hash": secret_hash, "scopes": sorted(scopes)},
     )
-    if inserted.rowcount == 0:
+    if inserted == 0:
         raise TokenExists(name)
 
 
 def delete_token(conn: sa.Connection, name: str) -> bool:
     """Forget the token called ``name``; whether there was one."""
-    return conn.execute(_DELETE, {"name": name}).rowcount > 0
+    return run(conn, _DELETE, {"name": name}) > 0
 
 
 def all_tokens(conn: sa.Connection) -> list[StoredToken]:
     return [
         StoredToken(
-            name=row.name,
-            key_id=row.key_id,
-            secret_hash=row.secret_hash,
-            scopes=frozenset(row.scopes),
-            created_at=row.created_at,
-            last_used_at=row.last_used_at,
+            name=name,
+            key_id=key_id,
+            secret_hash=secret_hash,
+            scopes=frozenset(scopes),
+            created_at=created_at,
+            last_used_at=last_used_at,
         )
-        for row in conn.execute(_ALL)
+        for name, key_id, secret_hash, scopes, created_at, last_used_at in fetch_all(conn, _ALL)
     ]
 
 
 def record_use(conn: sa.Connection, used: Mapping[str, datetime.datetime]) -> None:
     """One statement for a batch of uses: key id -> when it was last seen."""
     if used:
-        conn.execute(_RECORD_USE, {"key_ids": list(used), "times": list(used.values())})
+        run(conn, _RECORD_USE, {"key_ids": list(used), "times": list(used.values())})
 
 
 def notify_changed(conn: sa.Connection, change: str) -> None:
     """Tell every listening API process, when this transaction commits, to reload."""
-    conn.execute(_NOTIFY_CHANGED, {"change": change})
+    fetch_one(conn, _NOTIFY_CHANGED, {"change": change})
 
 
 def count_listeners(conn: sa.Connection) -> int:
     """API processes listening for token changes on this database now."""
-    return int(conn.execute(_LISTENERS, {"name": LISTENER_NAME}).scalar_one())
+    return int(fetch_value(conn, _LISTENERS, {"name": LISTENER_NAME}))
 
 
 class ChangeListener:
@@ -135,10 +137,9 @@ class ChangeListener:
             connection: Any = self._proxy.driver_connection
             self._proxy.detach()  # LISTEN and autocommit must not go back to the pool
             connection.autocommit = True
-            with connection.cursor() as cursor:
-                cursor.execute(f"LISTEN {channel}")
-                if name is not None:
-                    cursor.execute("SET application_name = %s", (name,))
+            run_on_driver(connection, _LISTEN[channel])
+            if name is not None:
+                run_on_driver(connection, _SET_NAME, {"name": name})
         except Exception:
             self.close()
             raise
@@ -156,9 +157,8 @@ class ChangeListener:
 
     def acknowledge(self, changes: Iterable[str]) -> None:
         """Answer each change on :data:`ACK_CHANNEL`."""
-        with self._connection.cursor() as cursor:
-            for change in changes:
-                cursor.execute(_NOTIFY_ACK, (change,))
+        for change in changes:
+            run_on_driver(self._connection, _NOTIFY_ACK, {"change": change})
 
     def close(self) -> None:
         self._proxy.close()

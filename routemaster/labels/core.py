@@ -87,17 +87,40 @@ def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str,
     """
     now = app.now()
     with app.db.begin() as conn:
-        label = store.merge_metadata(conn, machine.name, name, patch)
-        if label is None:
-            deleted = store.is_deleted(conn, machine.name, name)
-            raise LabelNotFound(name) if deleted is None else LabelDeleted(name)
-        if label.errored or not update_fires(machine.get_state(label.state), patch):
+        label = _merged(conn, machine, name, patch)
+        # A state this configuration lacks (a newer one's, in a rolling deploy): not evaluated.
+        known = any(state.name == label.state for state in machine.states)
+        if label.errored or not known or not update_fires(machine.get_state(label.state), patch):
             return label
         if label.paused:
             store.mark_due(conn, label.key, at=now)
             return label
         label, plan = advance_locked(conn, app, machine, label, now=now)
     return finish_in_request(app, machine, label, plan)
+
+
+def _merged(conn: sa.Connection, machine: StateMachine, name: str, patch: dict[str, Any]) -> Label:
+    """The label with ``patch`` merged in; ``LabelNotFound`` or ``LabelDeleted`` if it cannot be.
+
+    Each statement reads its own snapshot (READ COMMITTED), so when the merge
+    finds no live label, the look that says why can see a label whose create
+    committed in between: there and not deleted. The merge saw no label at
+    all then, and is run again, in a newer snapshot. If that one finds
+    nothing either, the label was deleted since (only a delete hides a label
+    from the merge, and a deleted label stays deleted).
+    """
+    label = store.merge_metadata(conn, machine.name, name, patch)
+    if label is not None:
+        return label
+    deleted = store.is_deleted(conn, machine.name, name)
+    if deleted is None:
+        raise LabelNotFound(name)
+    if deleted:
+        raise LabelDeleted(name)
+    label = store.merge_metadata(conn, machine.name, name, patch)
+    if label is None:
+        raise LabelDeleted(name)
+    return label
 
 
 def delete_label(app: App, machine: StateMachine, name: str) -> None:

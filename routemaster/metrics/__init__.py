@@ -75,6 +75,12 @@ class Metrics:
             ["state_machine", "from_state", "to_state"],
             registry=registry,
         )
+        self.migrated = Counter(
+            "routemaster_labels_migrated",
+            "Labels taken out of a renamed or removed state by the configuration's migrations.",
+            ["state_machine", "kind", "from_state", "to_state"],
+            registry=registry,
+        )
         self.webhook_calls = Counter(
             "routemaster_webhook_calls",
             "Action webhook deliveries by outcome (success, gone, failure, error).",
@@ -135,6 +141,13 @@ class Metrics:
         """One outbound call, as the delivery log records it."""
         self.receiver_calls.labels(receiver, kind, outcome).inc()
         self.receiver_seconds.labels(receiver, kind, outcome).observe(seconds)
+
+        self.bulk_labels = Counter(
+            "routemaster_bulk_labels",
+            "Labels handled by bulk commands, by outcome (done, skipped, failed).",
+            ["state_machine", "command", "outcome"],
+            registry=registry,
+        )
 
     @classmethod
     def from_environment(cls) -> Metrics:

@@ -8,10 +8,8 @@ next evaluation reads a feed is leased instead and handed to a delivery slot
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 
 import sqlalchemy as sa
 
@@ -33,8 +31,7 @@ def evaluate_due_gates(
     try:
         with app.db.begin() as conn:
             due = work.lock_due_gates(conn, gate_states, limit=limit, now=now)
-            with _jobs(app, due, "process_gate"):
-                return len(due), _settle(conn, app, due)
+            return len(due), _settle(conn, app, due)
     except sa.exc.SQLAlchemyError:
         raise  # the database is away: the loop waits for it
     except Exception:
@@ -49,22 +46,21 @@ def evaluate_due_gates(
 def complete_deliveries(app: App, delivered: Sequence[Claim]) -> list[Claim]:
     """Move delivered labels on, all in one transaction; those leased to read feeds.
 
-    Labels no longer in the delivered entry (an operator moved them) are left alone.
+    Labels no longer in the delivered entry (an operator moved them) are left alone, and
+    so are labels in a state this configuration lacks (renamed by a newer configuration
+    during a rolling deploy): a worker running that one moves them on.
     """
     if not delivered:
         return []
     with app.db.begin() as conn:
         locked = store.lock_entries(conn, [claim.entry for claim in delivered])
-        return _settle(conn, app, locked)
+        return _settle(conn, app, [label for label in locked if _known(app, label)])
 
 
 def evaluate_claim(app: App, claim: Claim) -> bool:
     """A slot's job: evaluate one leased label, reading its feeds over HTTP."""
     try:
-        with _jobs(app, [claim], "process_gate"):
-            labels.advance_with_feeds(
-                app, claim.key, claim.entry_id, timeout=app.settings.feed_timeout
-            )
+        labels.advance_with_feeds(app, claim.key, claim.entry_id, timeout=app.settings.feed_timeout)
     except Exception as error:
         logger.exception("evaluating %s/%s failed", claim.state_machine, claim.name)
         app.hooks.exception(f"evaluating {claim.state_machine}/{claim.name} failed")
@@ -79,6 +75,14 @@ def evaluate_claim(app: App, claim: Claim) -> bool:
     return False
 
 
+def _known(app: App, label: Label) -> bool:
+    try:
+        app.config.get_machine(label.state_machine).get_state(label.state)
+    except KeyError:
+        return False
+    return True
+
+
 def _settle(conn: sa.Connection, app: App, batch: Sequence[Label]) -> list[Claim]:
     settled = labels.settle_batch(conn, app, batch, now=app.now())
     store.clear_due(conn, settled.unmoved)
@@ -89,13 +93,3 @@ def _lease(conn: sa.Connection, app: App, waiting: Sequence[Label]) -> list[Clai
     return work.lease_gates(
         conn, waiting, lease_until=app.now() + app.settings.lease, worker_id=app.settings.worker_id
     )
-
-
-def _jobs(app: App, items: Sequence[Label | Claim], fn_name: str) -> AbstractContextManager[None]:
-    """The plugins' ``process_cron`` around work on these labels' states (one per state)."""
-    jobs = []
-    for item in items:
-        with contextlib.suppress(KeyError):  # a state the config no longer has: no job to name
-            machine = app.config.get_machine(item.state_machine)
-            jobs.append((machine, machine.get_state(item.state)))
-    return app.hooks.cron_batch(jobs, fn_name)

@@ -25,12 +25,15 @@ from routemaster.db import claims as work
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.notifications import DueListener
 from routemaster.http.client import BoundedAdapter
+from routemaster.labels.bulk import run_batch as run_bulk_batch
+from routemaster.labels.migrations import apply_migrations
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
 from routemaster.worker.receivers import Gatekeeper, Permit
 from routemaster.worker.recording import Recorder
 from routemaster.worker.slots import Slots
 from routemaster.worker.subscriptions import SubscriptionSender
+from routemaster.worker.sweeps import Minutely, Sweep
 from routemaster.worker.triggers import ClockTriggers
 from routemaster.worker.upkeep import give_up_on_open_receivers, prune_deliveries
 
@@ -54,7 +57,8 @@ class Worker:
         self._gate = Gatekeeper(app, self._slots.size)
         self._recorder = Recorder()
         self._receiver_of: dict[tuple[str, str, int], str] = {}  # claims in flight
-        self.triggers = ClockTriggers(app)
+        self.triggers = ClockTriggers(app, sweep=self._sweep_gate)
+        self.minutely = Minutely(app, self._sweep)
         self.subscriptions = SubscriptionSender(app, rng=self._rng)
         self._jobs = schedule.Scheduler()
         # In this order, so that at start-up the zones are known before triggers fire.
@@ -65,6 +69,10 @@ class Worker:
         self._jobs.every(renew_every).seconds.do(self.renew_leases)
         self._jobs.every(PRUNE_SECONDS).seconds.do(prune_deliveries, app)
         self._jobs.every(GIVE_UP_SECONDS).seconds.do(give_up_on_open_receivers, app, self._gate)
+        if any(machine.migrations for machine in app.config.state_machines):
+            # Labels a process running the previous configuration moved into a migrated state.
+            every = app.settings.migrations_interval  # schedule takes fractions of seconds too
+            self._jobs.every(every).seconds.do(self.apply_migrations)  # type: ignore[arg-type]
         # Bounded: every webhook and feed call has one total deadline (routemaster.http).
         adapter = BoundedAdapter(pool_connections=self._slots.size, pool_maxsize=self._slots.size)
         app.http.mount("http://", adapter)
@@ -124,13 +132,16 @@ class Worker:
         self._jobs.run_pending()
         if self.triggers.next_interval_at and self.app.now() >= self.triggers.next_interval_at:
             self.triggers.fire()
+        self.minutely.run_pending()
         completed = self._complete(self._slots.take_done())
         claimed = self._claim_deliveries()
         evaluated, waiting = evaluate_due_gates(
             self.app, self._gate_states, limit=self.app.settings.batch_size
         )
         self._evaluate(waiting)
-        return completed or claimed or evaluated > 0
+        # Bulk commands: one batch a round, so deliveries and gates are never kept waiting.
+        carried_out = run_bulk_batch(self.app, limit=self.app.settings.batch_size)
+        return completed or claimed or evaluated > 0 or carried_out > 0
 
     def renew_leases(self) -> None:
         """Keep every claim in flight leased, however long its receiver takes."""
@@ -144,10 +155,36 @@ class Worker:
                     worker_id=self.app.settings.worker_id,
                 )
 
-    def _claim_deliveries(self) -> bool:
+    def apply_migrations(self) -> None:
+        """Migrate labels found in a migrated state (see :mod:`routemaster.labels.migrations`).
+
+        A failure is logged and tried again next time: it must not stop the worker.
+        """
+        try:
+            apply_migrations(self.app, wait=False)
+        except sa.exc.SQLAlchemyError:
+            raise  # the database is away: the loop waits for it
+        except Exception:
+            logger.exception("applying the configuration's migrations failed")
+            self.app.hooks.exception("applying the configuration's migrations failed")
+
+    def _sweep(self, sweep: Sweep) -> None:
+        """One of 1.x's minutely jobs (:mod:`~routemaster.worker.sweeps`)."""
+        if isinstance(sweep.state, Action):
+            self._claim_deliveries([sweep.key])
+        else:
+            self._sweep_gate(sweep.key)
+
+    def _sweep_gate(self, gate: StateKey) -> None:
+        """Evaluate one gate's due labels now (those reading feeds go to slots)."""
+        _, waiting = evaluate_due_gates(self.app, [gate], limit=self.app.settings.batch_size)
+        self._evaluate(waiting)
+
+    def _claim_deliveries(self, states: list[StateKey] | None = None) -> bool:
         """Claim as many due deliveries as there are free slots (any free slot is used)."""
+        states = self._action_states if states is None else states
         free = self._slots.free
-        if free <= 0 or not self._action_states:
+        if free <= 0 or not states:
             self._recorder.flush(self.app, only_due=True)
             return False
         held = self._slots.held()
@@ -165,6 +202,7 @@ class Worker:
                 lambda conn, now: self._recorder.write(
                     conn, pending, now=now, answered=self._gate.answered
                 ),
+                states=None if states is self._action_states else states,
             )
         except Exception:
             self._recorder.restore(pending)
@@ -176,9 +214,7 @@ class Worker:
 
     def _delivery(self, permit: Permit) -> Callable[[Claim], bool]:
         def deliver(claim: Claim) -> bool:
-            machine = self.app.config.get_machine(claim.state_machine)
-            with self.app.hooks.cron(machine, machine.get_state(claim.state), "process_action"):
-                return deliver_claim(self.app, claim, self._rng, permit, self._recorder)
+            return deliver_claim(self.app, claim, self._rng, permit, self._recorder)
 
         return deliver
 

@@ -18,7 +18,7 @@ import datetime
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -27,7 +27,7 @@ from routemaster.app import App
 from routemaster.config.origins import Receiver, configured_receivers
 from routemaster.config.receivers import Rate
 from routemaster.db import receivers as shared
-from routemaster.db.claims import Claim
+from routemaster.db.claims import Claim, StateKey
 from routemaster.db.receivers import ReceiverClaim, ReceiverRow, Wanted
 
 RATE_TOLERANCE = 0.1  # seconds of calls a rate lets go at once (at least one call)
@@ -96,12 +96,20 @@ class Gatekeeper:
         free: int,
         held: Counter[str],
         first: Callable[[sa.Connection, datetime.datetime], None] | None = None,
+        *,
+        states: Collection[StateKey] | None = None,
     ) -> list[tuple[Claim, Permit]]:
         """Lease due deliveries for up to ``free`` slots; ``held``: calls in flight per receiver.
 
         ``first`` runs at the start of the same transaction (the loop writes the
         delivery log's pending entries there, saving a transaction per round).
+        ``states``: only these action states (a minutely sweep's one); None: all.
         """
+        routes, calling = self._routes, self._calling
+        if states is not None:
+            routes = [route for route in routes if (route[1], route[2]) in states]
+            callers = {route[0] for route in routes}
+            calling = [receiver for receiver in calling if receiver.id in callers]
         self.wake_at = None
         now = self.app.now()
         lease_until = now + self.app.settings.lease
@@ -109,25 +117,25 @@ class Gatekeeper:
         with self.app.db.begin() as conn:
             if first is not None:
                 first(conn, now)
-            if free <= 0 or not self._calling:
+            if free <= 0 or not calling:
                 return []
             if not self._ensured:  # again after a rollback: a receiver's row is missing
                 shared.ensure(conn, [(r.id, r.origin) for r in self.receivers.values()])
-            limited = [r.id for r in self._calling if r.policy.rate or r.policy.max_in_flight]
+            limited = [r.id for r in calling if r.policy.rate or r.policy.max_in_flight]
             rows = {row.id: row for row in shared.some(conn, limited, lock=True)}
             rows.update(self._unlimited_rows(conn, now))
             self._known = rows
-            self._ensured = all(r.id in rows for r in self._calling)
+            self._ensured = all(r.id in rows for r in calling)
             others = shared.others_in_flight(
                 conn,
-                {r.id: held[r.id] for r in self._calling if r.policy.max_in_flight},
+                {r.id: held[r.id] for r in calling if r.policy.max_in_flight},
                 worker_id=worker_id,
                 now=now,
                 expires_at=lease_until,
             )
             wanted: list[Wanted] = []
             probes: set[str] = set()
-            for receiver in self._calling:
+            for receiver in calling:
                 row = rows.get(receiver.id)
                 if row is None:
                     continue
@@ -145,7 +153,7 @@ class Gatekeeper:
             claimed = shared.claim(
                 conn,
                 wanted,
-                self._routes,
+                routes,
                 free=free,
                 now=now,
                 lease_until=lease_until,
@@ -158,7 +166,7 @@ class Gatekeeper:
                     receiver.id: next_rate_at(
                         receiver.policy.rate, rows[receiver.id].rate_at, now, taken[receiver.id]
                     )
-                    for receiver in self._calling
+                    for receiver in calling
                     if receiver.policy.rate is not None and taken[receiver.id]
                 },
             )

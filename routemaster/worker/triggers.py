@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+from collections.abc import Callable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from routemaster.app import App
@@ -21,6 +22,7 @@ from routemaster.config.model import (
     TimeTrigger,
 )
 from routemaster.db import claims, occurrences
+from routemaster.db.claims import StateKey
 from routemaster.db.notifications import notify_due
 from routemaster.machine.clock import (
     ScheduledTrigger,
@@ -28,6 +30,7 @@ from routemaster.machine.clock import (
     interval_occurrence,
     scheduled_triggers,
 )
+from routemaster.worker.sweeps import PROCESS_GATE
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +40,10 @@ MIN_OCCURRENCE_RETENTION = datetime.timedelta(days=7)
 class ClockTriggers:
     """The config's clock triggers, the occurrences this worker has handled, the zones in use."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, sweep: Callable[[StateKey], None] | None = None) -> None:
+        """``sweep``: evaluates a gate's due labels; run after each occurrence handled here."""
         self._app = app
+        self._sweep = sweep
         self.triggers = list(scheduled_triggers(app.config))
         self._fixed_zones = {  # resolved once: the system zone is read from disk
             s.key: fixed_zone(s.trigger.timezone)
@@ -100,6 +105,21 @@ class ClockTriggers:
         """``zone`` (metadata path, zone name) limits the occurrence to labels in that zone."""
         if occurrence is None or self._handled.get(key) == occurrence:
             return
+        machine = scheduled.machine
+        # 1.x's job for this trigger (routemaster.worker.sweeps): the firing and its evaluation.
+        with self._app.hooks.cron(machine, machine.get_state(scheduled.state), PROCESS_GATE):
+            self._record(scheduled, key, occurrence, zone)
+            if self._sweep is not None:
+                self._sweep((machine.name, scheduled.state))
+
+    def _record(
+        self,
+        scheduled: ScheduledTrigger,
+        key: str,
+        occurrence: datetime.datetime,
+        zone: tuple[tuple[str, ...], str] | None,
+    ) -> None:
+        """Record the occurrence; the first worker to do so marks the gate's labels due."""
         with self._app.db.begin() as conn:
             first = occurrences.record_occurrence(conn, key, occurrence)
             if first:
@@ -116,6 +136,10 @@ class ClockTriggers:
         if first:
             logger.info(
                 "trigger %s fired for %s: %d labels due", key, occurrence.isoformat(), count
+            )
+        else:
+            logger.debug(
+                "trigger %s already handled by another worker: %s", key, occurrence.isoformat()
             )
 
     def _retention(self) -> datetime.timedelta:

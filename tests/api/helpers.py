@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import requests
 from werkzeug.test import TestResponse
+
+from tests.waiting import wait_answering
 
 
 def body(response: TestResponse) -> Any:
@@ -22,15 +22,7 @@ def body(response: TestResponse) -> Any:
 def answering(process: subprocess.Popen[bytes], base: str, *, timeout: float) -> Iterator[str]:
     """``base`` once the server process answers ``GET /``; the process is stopped afterwards."""
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                requests.get(base + "/", timeout=2)
-                break
-            except requests.ConnectionError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-                time.sleep(0.1)
+        wait_answering(base + "/", process, timeout=timeout)
         yield base
     finally:
         process.terminate()

@@ -8,6 +8,8 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from importlib.util import find_spec
+from pathlib import Path
 
 import flask
 import pytest
@@ -19,6 +21,7 @@ from tests.api.conftest import CONFIG_PATH
 from tests.api.tcp_proxy import TcpProxy
 from tests.serving import serving
 from tests.sse import EventStream
+from tests.waiting import wait_until
 
 LABELS = "/state-machines/user/labels"
 
@@ -244,11 +247,36 @@ def test_open_streams_ride_out_a_database_outage(database_url: str, db_engine: s
             down = requests.post(f"{base}{LABELS}/lost", json={"metadata": {}}, timeout=10)
             assert down.status_code == 503
             proxy.start()
-            deadline = time.monotonic() + 20
-            while requests.get(f"{base}/", timeout=10).status_code != 200:
-                assert time.monotonic() < deadline, "the API did not come back"
-                time.sleep(0.05)
+            wait_until(
+                lambda: requests.get(f"{base}/", timeout=10).status_code == 200,
+                "the API back",
+                timeout=20,
+            )
             _post(base, "after")
             assert stream.next_event().data["label"] == "after"
     finally:
         proxy.stop()
+
+
+def test_streams_leave_the_worker_free_with_a_1x_request_plugin_loaded(
+    tmp_path: Path, database_url: str, db_engine: sa.Engine
+) -> None:
+    """routemaster-prometheus wraps every request (process_request_started/finished), as in 1.x:
+    one request worker, 20 open streams, and ordinary requests are still answered at once."""
+    assert find_spec("routemaster_prometheus"), "./scripts/test installs the published plugins"
+    layer = tmp_path / "plugins.yaml"
+    layer.write_text("plugins:\n  logging:\n    - class: routemaster_prometheus:PrometheusLogger\n")
+    (tmp_path / "prometheus").mkdir()
+    settings = {"prometheus_multiproc_dir": str(tmp_path / "prometheus")}
+    with (
+        serving(CONFIG_PATH, database_url, "--workers", "1", layers=[layer], env=settings) as base,
+        ExitStack() as streams,
+    ):
+        open_streams = [streams.enter_context(EventStream(base, "/changes")) for _ in range(20)]
+        assert {stream.status for stream in open_streams} == {200}
+        for _ in range(5):
+            started = time.monotonic()
+            assert requests.get(f"{base}/state-machines", timeout=5).status_code == 200
+            assert time.monotonic() - started < 1
+        _post(base, "seen")
+        assert {stream.next_event().data["label"] for stream in open_streams} == {"seen"}

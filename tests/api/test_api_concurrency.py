@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import flask
 
 from tests.api.helpers import body
+from tests.waiting import run_together
 
 URL = "/state-machines/user/labels/contended"
-
-
-def run_together(count: int, work: Callable[[int], int]) -> list[int]:
-    """Run ``work(i)`` in ``count`` threads released at the same moment."""
-    barrier = threading.Barrier(count)
-
-    def start(index: int) -> int:
-        barrier.wait()
-        return work(index)
-
-    with ThreadPoolExecutor(count) as pool:
-        return list(pool.map(start, range(count)))
 
 
 def test_twenty_concurrent_creates_give_one_201_and_the_rest_409(flask_app: flask.Flask) -> None:

@@ -9,8 +9,7 @@ worker delivers to a stub webhook server on 127.0.0.1.
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -23,6 +22,7 @@ from routemaster.db.keys import label_key
 from tests.serving import serving
 from tests.sse import EventStream
 from tests.stub_server import Reply, StubServer, running_stub
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -77,13 +77,6 @@ def base(served: str, db_engine: sa.Engine) -> str:
 
 def url(base: str, name: str, *parts: str) -> str:
     return "/".join([f"{base}{LABELS}/{quote(name, safe='')}", *parts])
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.05)
 
 
 def label(session: requests.Session, base: str, name: str) -> dict[str, Any]:
@@ -160,19 +153,27 @@ def test_every_operation_works_for_names_too_long_for_a_btree_entry(
         # A metadata trigger moves it into the action; the receiver says 410: errored.
         moved = session.patch(url(base, errored), json={"metadata": {"go": True}}, timeout=10)
         assert moved.json()["state"] == "hook"
-        wait_until(lambda: label(session, base, errored)["errored"], "errored after a 410")
+        wait_until(
+            lambda: label(session, base, errored)["errored"], "errored after a 410", timeout=20
+        )
         assert listed(session, base, errored="true") == [errored]
         assert paged(session, base, errored="true", state="hook") == [errored]
         retried = session.post(url(base, errored, "retry"), json={}, timeout=10)
         assert retried.status_code == 200, retried.text[:200]
-        wait_until(lambda: label(session, base, errored)["state"] == "waiting", "delivered")
+        wait_until(
+            lambda: label(session, base, errored)["state"] == "waiting", "delivered", timeout=20
+        )
         delivered = stub.received(hook[errored])
         assert len(delivered) == 2
         assert unquote(delivered[-1].path.removeprefix("/hook/")) == errored
         # The interval trigger evaluates the gate on the clock.
         session.patch(url(base, errored), json={"metadata": {"tick": True}}, timeout=10)
         assert label(session, base, errored)["state"] == "waiting"
-        wait_until(lambda: label(session, base, errored)["state"] == "done", "moved by the clock")
+        wait_until(
+            lambda: label(session, base, errored)["state"] == "done",
+            "moved by the clock",
+            timeout=20,
+        )
 
         # Paused, it is not moved; resumed, it is; then an operator moves it.
         pausing = session.post(url(base, paused, "pause"), json={"reason": paused}, timeout=10)
@@ -181,7 +182,11 @@ def test_every_operation_works_for_names_too_long_for_a_btree_entry(
         assert held.json()["state"] == "start"
         resumed = session.post(url(base, paused, "resume"), json={}, timeout=10)
         assert resumed.status_code == 200
-        wait_until(lambda: label(session, base, paused)["state"] == "waiting", "resumed, delivered")
+        wait_until(
+            lambda: label(session, base, paused)["state"] == "waiting",
+            "resumed, delivered",
+            timeout=20,
+        )
         assert unquote(stub.received(hook[paused])[-1].path.removeprefix("/hook/")) == paused
         forced = session.post(
             url(base, paused, "move"), json={"state": "done", "reason": "by hand"}, timeout=10

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.openapi_check import check_response
 from tests.serving import free_port
+from tests.waiting import wait_answering, wait_until
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -84,16 +85,9 @@ class Service:
             )
         self.servers.append((process, log))
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, log.read_text()
-            try:
-                if requests.get(base + "/", timeout=2).status_code == 200:
-                    return base
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+        wait_answering(base + "/", process)
+        assert requests.get(base + "/", timeout=2).status_code == 200, log.read_text()
+        return base
 
     def stop(self) -> str:
         """SIGTERM every server; their output."""
@@ -139,10 +133,9 @@ def test_a_revoked_token_stops_at_once_in_every_api_process(
     service: Service, fresh_database: str
 ) -> None:
     first, second = service.serve(workers=1), service.serve(workers=1)
-    deadline = time.monotonic() + 20
-    while _listeners(fresh_database) < 2:  # each process's cache is listening
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_until(
+        lambda: _listeners(fresh_database) >= 2, "each process's cache listening", timeout=20
+    )
     created = service.command("token", "create", "ci", "--scope", "read", "--scope", "write")
     assert created.returncode == 0, created.stderr
     secret = created.stdout.strip()
@@ -178,10 +171,17 @@ def test_last_use_shows_in_the_token_list(service: Service) -> None:
     assert "never" in service.command("token", "list").stdout
     headers = {"Authorization": f"Bearer {secret}"}
     assert requests.get(base + "/state-machines", headers=headers, timeout=5).ok
-    deadline = time.monotonic() + 20
-    while "never" in (listed := service.command("token", "list").stdout):
-        assert time.monotonic() < deadline, listed
-        time.sleep(0.2)
+
+    def used() -> str:
+        listed = service.command("token", "list").stdout
+        return "" if "never" in listed else listed
+
+    listed = wait_until(
+        used,
+        "the last use listed",
+        timeout=20,
+        every=0.2,
+    )
     assert listed.splitlines()[0].split() == ["NAME", "SCOPES", "CREATED", "LAST", "USED"]
 
 

@@ -19,6 +19,7 @@ import pytest
 import requests
 
 from tests.serving import free_port
+from tests.waiting import wait_answering
 
 HERE = Path(__file__).parent
 REPOSITORY = HERE.parents[1]
@@ -38,15 +39,7 @@ def served(database_url: str) -> Iterator[tuple[str, int]]:
         command, cwd=REPOSITORY, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                requests.get(f"http://127.0.0.1:{port}/", timeout=2)
-                break
-            except requests.ConnectionError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-                time.sleep(0.1)
+        wait_answering(f"http://127.0.0.1:{port}/", process)
         yield "127.0.0.1", port
     finally:
         process.terminate()

@@ -165,3 +165,23 @@ def test_a_label_becoming_errored_counts_live_and_its_receiver_is_listed(
     assert "closed" in row.text
     assert "gone" in browser.find_element(By.TAG_NAME, "main").text  # its recent failure
     screenshot("receivers")
+def test_the_versions_page_lists_versions_and_compares_two(
+    browser: WebDriver, service: str, db_engine: sa.Engine, screenshot: Callable[[str], None]
+) -> None:
+    with db_engine.begin() as conn:  # a second version: the first with one more state
+        conn.execute(
+            sa.text(
+                "INSERT INTO machine_versions (machine, version, digest, definition)"
+                " SELECT machine, 2, 'second', jsonb_set(definition, '{states}',"
+                ' definition->\'states\' || \'[{"name": "archived", "kind": "gate"}]\')'
+                " FROM machine_versions WHERE machine = 'orders' AND version = 1"
+            )
+        )
+    browser.get(f"{service}/console/machines/orders")
+    browser.find_element(By.LINK_TEXT, "Versions of this machine").click()
+    _wait(browser, lambda b: "Compare" in b.page_source)
+    browser.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+    _wait(browser, lambda b: "From version 1 to version 2" in b.page_source)
+    rows = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "table.diff tbody tr")]
+    assert rows == ["archived added"]
+    screenshot("versions")

@@ -5,15 +5,17 @@ from __future__ import annotations
 import datetime
 import random
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
 
+from routemaster.db import changes
 from routemaster.db import labels as store
 from routemaster.db.changes import START, Page, Position, read_changes
 from routemaster.db.moves import write_moves
+from routemaster.db.statements import fetch_all
+from tests.waiting import wait_until
 
 NOW = datetime.datetime(2026, 11, 22, 12, 0, tzinfo=datetime.UTC)
 
@@ -37,12 +39,12 @@ def _read_once_visible(
     The horizon is server-wide: another database's transaction that was
     running when ours committed holds our changes back until it ends.
     """
-    deadline = time.monotonic() + 20
-    while True:
+
+    def visible() -> Page | None:
         page = _read_all(engine, after, machine=machine)
-        if len(page.changes) >= count or time.monotonic() > deadline:
-            return page
-        time.sleep(0.01)
+        return page if len(page.changes) >= count else None
+
+    return wait_until(visible, f"{count} changes readable", timeout=20, every=0.01)
 
 
 def _history_ids(engine: sa.Engine) -> list[int]:
@@ -231,3 +233,17 @@ def test_a_long_transaction_in_another_database_holds_nothing_back(
             other.rollback()
     finally:
         elsewhere.dispose()
+
+
+@pytest.mark.parametrize(
+    ("machine", "index"),
+    [(None, "history_by_position"), ("m", "history_by_machine_position")],
+)
+def test_the_read_with_or_without_a_machine_has_its_own_indexs_plan(
+    db_engine: sa.Engine, machine: str | None, index: str
+) -> None:
+    params = {"xact": "0", "id": 0, "limit": 100, "sm": machine}
+    with db_engine.connect() as conn:
+        plan = "\n".join(row[0] for row in fetch_all(conn, "EXPLAIN " + changes._CHANGES, params))
+    assert index in plan, plan
+    assert ("state_machine = " in plan) == (machine is not None), plan  # NULL: no test at all

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from routemaster.db import labels as store
-from routemaster.db.keys import WHOLE, label_key, prefix_bounds
+from routemaster.db.keys import WHOLE, label_key, label_key_arrays, prefix_bounds
 from routemaster.db.listings import label_page
 from routemaster.db.statements import fetch_all
 
@@ -224,7 +224,7 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
     from routemaster.db import claims, moves
 
     one = {"sm": "m", "name": FOUR_BYTES, "key": label_key(FOUR_BYTES)}
-    arrays = {**store._keys([("m", FOUR_BYTES), ("m", "n7")]), "entries": [1, 7]}
+    arrays = {**label_key_arrays([("m", FOUR_BYTES), ("m", "n7")]), "entries": [1, 7]}
     move = {"old": "a", "new": "b", "forced": False, "reason": None, "due_at": None, "now": NOW}
     batch = {
         "now": NOW,
@@ -247,12 +247,7 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
             plan(conn, moves._MOVE_ONE, {**one, **move}),
             plan(conn, moves._MOVE_MANY, batch),
             *(
-                "\n".join(
-                    row[0]
-                    for row in conn.execute(
-                        sa.text("EXPLAIN " + query.text), {**one, **arrays, **worker}
-                    )
-                )
+                plan(conn, query, {**one, **arrays, **worker})
                 for query in (
                     claims._LEASE,
                     claims._EXTEND_LEASES,
@@ -273,9 +268,8 @@ def test_pages_are_index_range_scans(many_labels: sa.Engine) -> None:
     common = {"sm": "m", "after": label_key("n1"), "limit": 50}
     with many_labels.connect() as conn:
 
-        def explain(query: sa.TextClause, **params: Any) -> str:
-            rows = conn.execute(sa.text("EXPLAIN " + query.text), {**common, **params})
-            return "\n".join(row[0] for row in rows)
+        def explain(query: str, **params: Any) -> str:
+            return plan(conn, query, {**common, **params})
 
         for explained in (
             explain(listings._PAGE),

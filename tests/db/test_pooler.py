@@ -13,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,6 +25,7 @@ from routemaster.db import labels as store
 from routemaster.db.database import create_engine
 from routemaster.db.statements import single_statement
 from tests.serving import free_port
+from tests.waiting import wait_until
 
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 
@@ -66,20 +66,22 @@ logfile = {folder / "pgbouncer.log"}
         shutil.chown(folder, "postgres")  # its log file
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 10
-        while True:
+
+        def listening() -> bool:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
             except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    process.kill()
-                    why = process.communicate()[1].decode(errors="replace")
-                    log = folder / "pgbouncer.log"
-                    pytest.fail(
-                        f"pgbouncer did not start: {why} {log.read_text() if log.exists() else ''}"
-                    )
-                time.sleep(0.05)
+                return False
+            return True
+
+        def why() -> str:
+            process.kill()
+            errors = process.communicate()[1].decode(errors="replace")
+            log = folder / "pgbouncer.log"
+            return f"pgbouncer started: {errors} {log.read_text() if log.exists() else ''}"
+
+        wait_until(lambda: listening() or process.poll() is not None, why, timeout=10, every=0.05)
+        assert process.poll() is None, why()
         yield target.set(host="127.0.0.1", port=port, database="pooled").render_as_string(
             hide_password=False
         )

@@ -7,7 +7,14 @@ import pytest
 import sqlalchemy as sa
 
 from routemaster.db.database import create_engine
-from routemaster.db.statements import Prepared, fetch_all, fetch_one, run, single_statement
+from routemaster.db.statements import (
+    Prepared,
+    fetch_all,
+    fetch_one,
+    fetch_value,
+    run,
+    single_statement,
+)
 
 INSERT = "INSERT INTO trigger_occurrences (trigger_key, occurrence) VALUES "
 ROW = "(%(key)s, '2026-11-23T12:00:00Z')"
@@ -92,6 +99,28 @@ def test_listeners_of_sqlalchemys_execution_events_still_see_every_statement(
     assert _machines(db_engine) == ["a", "b"]
 
 
+def test_error_and_after_execution_listeners_are_called_too(db_engine: sa.Engine) -> None:
+    seen: list[str] = []
+
+    def after(conn: object, cursor: object, statement: str, *args: object) -> None:
+        seen.append("after " + statement)
+
+    def failed(context: sa.engine.ExceptionContext) -> None:
+        seen.append(f"failed {context.statement}")
+
+    sa.event.listen(db_engine, "after_cursor_execute", after)
+    sa.event.listen(db_engine, "handle_error", failed)
+    try:
+        with single_statement(db_engine) as conn:
+            fetch_one(conn, "SELECT 1")
+        sa.event.remove(db_engine, "after_cursor_execute", after)
+        with pytest.raises(sa.exc.DataError), single_statement(db_engine) as conn:
+            fetch_one(conn, "SELECT CAST(%(x)s AS integer)", {"x": "not a number"})
+    finally:
+        sa.event.remove(db_engine, "handle_error", failed)
+    assert seen == ["after SELECT 1", "failed SELECT CAST(%(x)s AS integer)"]
+
+
 # -- prepared statements ---------------------------------------------------------
 
 SELECT = Prepared(
@@ -161,3 +190,37 @@ def test_errors_of_a_prepared_statement_are_sqlalchemys(db_engine: sa.Engine) ->
             fetch_one(conn, failing, {"x": "not a number"})
     with single_statement(db_engine) as conn:
         assert fetch_one(conn, failing, {"x": "7"}) == (7,)
+
+
+def test_a_server_that_dropped_its_connections_costs_one_failure_not_one_per_connection(
+    database_url: str,
+) -> None:
+    # Idle connections are not pinged here, so only the pool's invalidation saves the others.
+    engine = create_engine(database_url, pool_size=3, max_overflow=0, idle_ping_after=3600)
+    admin = sa.create_engine(database_url, poolclass=sa.pool.NullPool)
+    with engine.connect() as first, engine.connect() as second:  # two idle ones in the pool
+        pids = [fetch_value(first, "SELECT pg_backend_pid()")]
+        pids.append(fetch_value(second, "SELECT pg_backend_pid()"))
+    with pytest.raises(sa.exc.OperationalError) as failure, engine.connect() as conn:
+        pids.append(fetch_value(conn, "SELECT pg_backend_pid()"))
+        with single_statement(admin) as other:  # as a server restart would, mid-use
+            run(
+                other,
+                "SELECT pg_terminate_backend(pid) FROM unnest(%(pids)s) AS pid",
+                {"pids": pids},
+            )
+        fetch_one(conn, "SELECT 1")
+    assert failure.value.connection_invalidated
+    admin.dispose()
+    for _ in range(3):  # every later request gets a live connection
+        with single_statement(engine) as conn:
+            assert fetch_one(conn, "SELECT 2") == (2,)
+    engine.dispose()
+
+
+def test_an_errors_parameters_are_hidden_whatever_the_engine_says(database_url: str) -> None:
+    engine = sa.create_engine(database_url)  # SQLAlchemy's default would show them
+    with pytest.raises(sa.exc.DataError) as failure, engine.connect() as conn:
+        fetch_one(conn, "SELECT CAST(%(x)s AS integer)", {"x": "1.5"})
+    assert failure.value.hide_parameters  # (the server's own message may quote the statement)
+    engine.dispose()

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,8 +18,10 @@ import sqlalchemy as sa
 
 from routemaster.app import App, Settings
 from routemaster.config import load_config
+from routemaster.db.notifications import DueListener
 from routemaster.worker import Worker
 from tests.stub_server import StubServer
+from tests.waiting import wait_until
 
 MakeApp = Callable[..., App]
 
@@ -63,7 +64,7 @@ def make_app(tmp_path: Path, db_engine: sa.Engine, stub: StubServer) -> Iterator
 def running(app: App) -> Iterator[Worker]:
     """A worker running its real loop in a thread, stopped (gracefully) afterwards."""
     worker = Worker(app)
-    thread = threading.Thread(target=worker.run, daemon=True)
+    thread = threading.Thread(target=worker.run, name=_thread_name(worker), daemon=True)
     thread.start()
     try:
         yield worker
@@ -71,6 +72,25 @@ def running(app: App) -> Iterator[Worker]:
         worker.stop()
         thread.join(timeout=15)
         assert not thread.is_alive(), "the worker did not stop"
+
+
+def _thread_name(worker: Worker) -> str:
+    return f"worker-{id(worker)}"
+
+
+def wait_asleep(worker: Worker, timeout: float = 10) -> None:
+    """Until a :func:`running` worker's loop sleeps in its wait for work (``LISTEN``, slots)."""
+    [thread] = [t for t in threading.enumerate() if t.name == _thread_name(worker)]
+
+    def asleep() -> bool:
+        frame = sys._current_frames().get(thread.ident or 0)
+        while frame is not None:
+            if frame.f_code is DueListener.wait.__code__:
+                return True
+            frame = frame.f_back
+        return False
+
+    wait_until(asleep, "the worker asleep in its wait", timeout=timeout)
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,10 +131,11 @@ class Workers:
         return [path.read_text() for path in sorted(self.tmp_path.glob("worker*.log"))]
 
     def wait_started(self, timeout: float = 20) -> None:
-        deadline = time.monotonic() + timeout
-        while sum("started" in log for log in self.logs()) < len(self.processes):
-            assert time.monotonic() < deadline, self.logs()
-            time.sleep(0.05)
+        wait_until(
+            lambda: sum("started" in log for log in self.logs()) == len(self.processes),
+            self.logs,
+            timeout=timeout,
+        )
 
     def stop_all(self) -> None:
         for process in self.processes:
@@ -148,10 +169,3 @@ def workers_for(
     yield make
     for workers in started:
         workers.stop_all()
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, message: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, message
-        time.sleep(0.05)

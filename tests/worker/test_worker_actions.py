@@ -13,7 +13,8 @@ import pytest
 from routemaster import labels
 from routemaster.app import App
 from tests.stub_server import Reply, StubServer
-from tests.worker.conftest import MakeApp, running
+from tests.waiting import wait_until
+from tests.worker.conftest import MakeApp, running, wait_asleep
 
 CONFIG = """
 state_machines:
@@ -45,11 +46,19 @@ def state_of(app: App, name: str) -> labels.Label:
 
 
 def wait_for_state(app: App, name: str, state: str, timeout: float = 10) -> labels.Label:
-    deadline = time.monotonic() + timeout
-    while (label := state_of(app, name)).state != state:
-        assert time.monotonic() < deadline, f"{name} stuck in {label.state}: {label}"
-        time.sleep(0.02)
-    return label
+    def reached() -> labels.Label | None:
+        label = state_of(app, name)
+        return label if label.state == state else None
+
+    return wait_until(reached, lambda: f"{name} in {state}: {state_of(app, name)}", timeout=timeout)
+
+
+def wait_errored(app: App, name: str, timeout: float = 5) -> labels.Label:
+    def errored() -> labels.Label | None:
+        label = state_of(app, name)
+        return label if label.errored else None
+
+    return wait_until(errored, lambda: f"{name} errored: {state_of(app, name)}", timeout=timeout)
 
 
 def notify_entries(app: App, name: str) -> list[int]:
@@ -61,8 +70,8 @@ def test_delivered_promptly_with_the_entry_as_idempotency_token(
     make_app: MakeApp, stub: StubServer
 ) -> None:
     app = make_app(CONFIG, poll_interval=5.0)
-    with running(app):
-        time.sleep(0.3)  # let the worker settle into waiting
+    with running(app) as worker:
+        wait_asleep(worker)
         started = time.monotonic()
         enter_action(app, "a/b")
         stub.wait_for(lambda: len(stub.received()) == 1, timeout=5)
@@ -121,10 +130,7 @@ def test_errored_after_max_attempts(make_app: MakeApp, stub: StubServer) -> None
     with running(app):
         enter_action(app, "x")
         stub.wait_for(lambda: len(stub.received()) == 2, timeout=10)
-        deadline = time.monotonic() + 5
-        while not (label := state_of(app, "x")).errored:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        label = wait_errored(app, "x")
     assert len(stub.received()) == 2
     assert label.state == "notify"
     assert label.due_at is None  # errored: no third attempt is scheduled
@@ -142,10 +148,7 @@ def test_action_retry_overrides_the_machine(make_app: MakeApp, stub: StubServer)
     with running(app):
         enter_action(app, "x")
         stub.wait_for(lambda: len(stub.received()) == 1)
-        deadline = time.monotonic() + 5
-        while not state_of(app, "x").errored:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_errored(app, "x")
     assert len(stub.received()) == 1
 
 
@@ -155,10 +158,7 @@ def test_410_errors_at_once(make_app: MakeApp, stub: StubServer) -> None:
     with running(app):
         enter_action(app, "x")
         stub.wait_for(lambda: len(stub.received()) == 1)
-        deadline = time.monotonic() + 5
-        while not (label := state_of(app, "x")).errored:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        label = wait_errored(app, "x")
     assert len(stub.received()) == 1
     assert label.state == "notify"
     assert label.due_at is None  # errored: no retry is scheduled

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from routemaster.api import create_app
 from routemaster.app import App
 from tests.stub_server import Reply, StubServer
+from tests.waiting import wait_until
 from tests.worker.conftest import MakeApp, running
 from tests.worker.test_worker_actions import CONFIG, enter_action, state_of
 
@@ -19,10 +19,7 @@ def _errored(app: App, names: list[str]) -> None:
     with running(app):
         for name in names:
             enter_action(app, name)
-        deadline = time.monotonic() + 10
-        while not all(state_of(app, name).errored for name in names):
-            assert time.monotonic() < deadline, "labels not errored in time"
-            time.sleep(0.02)
+        wait_until(lambda: all(state_of(app, name).errored for name in names), "labels errored")
 
 
 def _json(response: Any) -> Any:

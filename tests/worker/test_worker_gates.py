@@ -8,7 +8,6 @@ and zones are tested at exact moments.
 from __future__ import annotations
 
 import datetime
-import time
 
 import pytest
 import sqlalchemy as sa
@@ -17,6 +16,7 @@ from routemaster import labels
 from routemaster.app import App
 from routemaster.worker import Worker
 from tests.stub_server import Reply, StubServer
+from tests.waiting import wait_until
 from tests.worker.conftest import FakeClock, MakeApp, running
 
 UTC = datetime.UTC
@@ -59,10 +59,7 @@ def one_round(worker: Worker) -> None:
     worker.triggers.fire()
     while worker.work_once():
         pass
-    deadline = time.monotonic() + 10
-    while worker.in_flight:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(lambda: not worker.in_flight, "the slots' evaluations done")
     while worker.work_once():  # what the slots finished
         pass
 
@@ -75,10 +72,10 @@ def test_interval_trigger_evaluates_every_label_in_the_gate(make_app: MakeApp) -
         labels.update_metadata(app, machine, f"l{i}", {"ready": True})  # no metadata trigger
     assert set(states(app).values()) == {"start"}
     with running(app):
-        deadline = time.monotonic() + 10
-        while sum(state == "done" for state in states(app).values()) < 20:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(
+            lambda: sum(state == "done" for state in states(app).values()) >= 20,
+            lambda: states(app),
+        )
     assert states(app) == {f"l{i}": "done" if i % 2 == 0 else "start" for i in range(40)}
 
 
@@ -230,10 +227,7 @@ state_machines:
     labels.create_label(app, machine, "x", {"skip": True})
     labels.create_label(app, machine, "y", {"skip": False})
     with running(app):
-        deadline = time.monotonic() + 10
-        while states(app) != {"x": "done", "y": "check"}:
-            assert time.monotonic() < deadline, states(app)
-            time.sleep(0.05)
+        wait_until(lambda: states(app) == {"x": "done", "y": "check"}, lambda: states(app))
 
 
 def test_metadata_sent_while_paused_is_evaluated_on_resume(make_app: MakeApp) -> None:

@@ -15,7 +15,8 @@ from routemaster import labels
 from routemaster.app import App
 from routemaster.worker.loop import OutageLog
 from tests.stub_server import Reply, StubServer
-from tests.worker.conftest import MakeApp, WorkersFor, running, wait_until
+from tests.waiting import wait_until
+from tests.worker.conftest import MakeApp, WorkersFor, running
 
 CONFIG = """
 state_machines:
@@ -57,7 +58,7 @@ def test_a_hanging_receiver_does_not_hold_up_healthy_deliveries(
         stub.wait_for(lambda: all(stub.received(f"/hook/{name}") for name in healthy))
         # All of them went out while the hanging receivers still held their slots.
         assert stub.in_flight == 3
-        wait_until(lambda: all(state(app, name) == "done" for name in healthy), timeout=10)
+        wait_until(lambda: all(state(app, name) == "done" for name in healthy), "healthy done")
         assert {state(app, name) for name in hanging} == {"notify"}
 
 
@@ -98,7 +99,7 @@ def test_a_slow_delivery_is_not_sent_again_while_in_flight_past_the_lease(
         create(first, "slow")
         stub.wait_for(lambda: stub.in_flight == 1)
         with running(second):
-            wait_until(lambda: state(first, "slow") == "done", timeout=20)
+            wait_until(lambda: state(first, "slow") == "done", "delivered once", timeout=20)
     assert len(stub.received("/hook/slow")) == 1
 
 

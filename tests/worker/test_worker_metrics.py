@@ -6,9 +6,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -19,6 +19,7 @@ from routemaster.app import App
 from routemaster.config import load_config
 from tests.serving import free_port
 from tests.stub_server import StubServer
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,13 +84,14 @@ def test_the_worker_serves_its_metrics_on_the_given_port(
             ("routemaster_transitions_total", ("from_state", "notify"), ("to_state", "check")),
             ("routemaster_transitions_total", ("from_state", "check"), ("to_state", "end")),
         }
-        deadline = time.monotonic() + 30
-        while True:
+        seen: dict[Any, float] = {}
+
+        def all_counted() -> dict[Any, float] | None:
             assert process.poll() is None, log.read_text()
             try:
-                samples = _samples(url)
+                seen.update(samples := _samples(url))
             except OSError:
-                samples = {}
+                return None
             found = {
                 want
                 for want in wanted
@@ -98,10 +100,11 @@ def test_the_worker_serves_its_metrics_on_the_given_port(
                 and set(want[1:]) <= set(label_set)
                 and samples[(name, label_set)] == 1
             }
-            if found == wanted:
-                break
-            assert time.monotonic() < deadline, (wanted - found, sorted(samples), log.read_text())
-            time.sleep(0.1)
+            return samples if found == wanted else None
+
+        samples = wait_until(
+            all_counted, lambda: (wanted, sorted(seen), log.read_text()), timeout=30, every=0.1
+        )
         durations = [
             value
             for (name, label_set), value in samples.items()

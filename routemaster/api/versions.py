@@ -1,0 +1,78 @@
+"""A machine's versions: each distinct definition a process started with, oldest first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flask
+from werkzeug.exceptions import BadRequest
+
+from routemaster.api.bodies import check_query
+from routemaster.api.endpoints import Query, Reply, endpoint
+from routemaster.api.extension import machine_or_404, routemaster_app
+from routemaster.api.paths import link
+from routemaster.api.responses import isoformat, json_response
+from routemaster.auth import READ
+from routemaster.db.versions import MachineVersion, versions_of
+
+MAX_PAGE = 1_000
+DEFAULT_PAGE = 100
+
+blueprint = flask.Blueprint("versions", __name__)
+
+
+@blueprint.get("/state-machines/<name:sm>/versions")
+@endpoint(
+    READ,
+    "A machine's versions: each distinct definition processes started with",
+    {200: Reply("Versions"), 400: Reply("Error"), 404: Reply("Error")},
+    query=(
+        Query(
+            "limit",
+            {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
+            f"Page size (default {DEFAULT_PAGE}).",
+        ),
+        Query(
+            "after", {"type": "integer", "minimum": 0}, "Start after this version (from `next`)."
+        ),
+    ),
+    tags=("machines",),
+)
+def list_versions(sm: str) -> flask.Response:
+    """Oldest first; ``next`` links the following page, null on the last."""
+    app = routemaster_app()
+    machine = machine_or_404(app, sm)
+    check_query(("limit", "after"))
+    limit = _number(flask.request.args.get("limit"), "limit", DEFAULT_PAGE, 1, MAX_PAGE)
+    after = _number(flask.request.args.get("after"), "after", 0, 0, 2**31 - 1)
+    with app.db.connect() as conn:
+        found = versions_of(conn, machine.name, after=after, limit=limit + 1)
+    body: dict[str, Any] = {"versions": [version_body(version) for version in found[:limit]]}
+    body["next"] = (
+        link("state-machines", machine.name, "versions")
+        + f"?limit={limit}&after={found[limit - 1].version}"
+        if len(found) > limit
+        else None
+    )
+    return json_response(body)
+
+
+def version_body(version: MachineVersion) -> dict[str, Any]:
+    return {
+        "version": version.version,
+        "applied_at": isoformat(version.applied_at),
+        "digest": version.digest,
+        "definition": version.definition,
+    }
+
+
+def _number(raw: str | None, name: str, default: int, low: int, high: int) -> int:
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be an integer from {low} to {high}.")
+    return value

@@ -1,0 +1,109 @@
+"""The configuration's ``migrations:`` in the store: the lock that serialises them, and batches.
+
+A rename is one statement per batch: the labels change state's name and
+nothing else (entry, entered time, attempts, due time, lease, errored all
+kept), and each gets a forced history row. A move is an entry into a new
+state, so the label service does it one label at a time
+(:func:`names_in_state` finds them).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import sqlalchemy as sa
+
+from routemaster.db.statements import fetch_all, fetch_one, run
+
+CONFIG_LOCK = 2021
+"""The advisory lock held while versions are recorded and migrations applied (schema: 2017)."""
+
+
+@contextmanager
+def config_lock(engine: sa.Engine, *, wait: bool) -> Iterator[bool]:
+    """Hold the configuration lock on a connection of its own; yields whether it is held.
+
+    ``wait=False`` gives up at once when another process holds it.
+    """
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        if wait:
+            run(conn, _LOCK, {"key": CONFIG_LOCK})
+            held = True
+        else:
+            row = fetch_one(conn, _TRY_LOCK, {"key": CONFIG_LOCK})
+            held = bool(row and row[0])
+        try:
+            yield held
+        finally:
+            if held and not conn.invalidated:
+                run(conn, _UNLOCK, {"key": CONFIG_LOCK})
+
+
+def rename_batch(
+    conn: sa.Connection,
+    machine: str,
+    old: str,
+    new: str,
+    *,
+    reason: str,
+    now: datetime.datetime,
+    limit: int,
+) -> int:
+    """Rename up to ``limit`` live labels from ``old`` to ``new``; how many were renamed.
+
+    Labels locked by another transaction, or leased by a worker (a delivery
+    in flight, perhaps by a worker running the previous configuration), are
+    skipped: the next pass takes those still there. So a webhook in flight
+    is finished by the worker that sent it and never sent again.
+    """
+    rows = fetch_all(
+        conn,
+        _RENAME,
+        {"sm": machine, "old": old, "new": new, "reason": reason, "now": now, "limit": limit},
+    )
+    return len(rows)
+
+
+def names_in_state(
+    conn: sa.Connection, machine: str, state: str, *, now: datetime.datetime, limit: int
+) -> list[str]:
+    """Up to ``limit`` live labels in ``state`` that no worker holds a lease on, in index order."""
+    rows = fetch_all(
+        conn, _NAMES_IN_STATE, {"sm": machine, "state": state, "now": now, "limit": limit}
+    )
+    return [str(row[0]) for row in rows]
+
+
+_LOCK = "SELECT pg_advisory_lock(%(key)s)"
+_TRY_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
+_UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
+
+_RENAME = """
+    WITH batch AS (
+        SELECT state_machine, name_key FROM labels
+        WHERE state_machine = %(sm)s AND state = %(old)s AND NOT deleted
+          AND (lease_owner IS NULL OR due_at IS NULL OR due_at <= %(now)s)
+        ORDER BY name_key
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ), renamed AS (
+        UPDATE labels SET state = %(new)s, updated_at = now()
+        FROM batch
+        WHERE labels.state_machine = batch.state_machine AND labels.name_key = batch.name_key
+        RETURNING labels.state_machine, labels.name
+    )
+    INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
+    SELECT state_machine, name, %(old)s, %(new)s, %(now)s, true, %(reason)s FROM renamed
+    RETURNING id
+    """
+
+_NAMES_IN_STATE = """
+    SELECT name FROM labels
+    WHERE state_machine = %(sm)s AND state = %(state)s AND NOT deleted
+      AND (lease_owner IS NULL OR due_at IS NULL OR due_at <= %(now)s)
+    ORDER BY name_key
+    LIMIT %(limit)s
+    """
