@@ -124,8 +124,19 @@ def recent_changes(conn: sa.Connection, machine: str, *, limit: int) -> list[Cha
 def _change(row: Row) -> Change:
     """A change from a row of (xact, id, state_machine, label, old and new state, created,
     forced, reason, kind, version)."""
-    (xact, id_, state_machine, label, old_state, new_state, created, forced, reason, kind,
-     version) = row
+    (
+        xact,
+        id_,
+        state_machine,
+        label,
+        old_state,
+        new_state,
+        created,
+        forced,
+        reason,
+        kind,
+        version,
+    ) = row
     return Change(
         position=Position(int(xact), id_),
         state_machine=state_machine,

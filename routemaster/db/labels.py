@@ -92,6 +92,7 @@ class HistoryEntry:
         if self.new_state is None:
             return "deleted"
         return "moved"
+
     version: int | None = None  # the machine version the writing process ran
 
 

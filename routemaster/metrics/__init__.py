@@ -137,17 +137,17 @@ class Metrics:
             registry=registry,
         )
 
-    def observe_call(self, receiver: str, kind: str, outcome: str, seconds: float) -> None:
-        """One outbound call, as the delivery log records it."""
-        self.receiver_calls.labels(receiver, kind, outcome).inc()
-        self.receiver_seconds.labels(receiver, kind, outcome).observe(seconds)
-
         self.bulk_labels = Counter(
             "routemaster_bulk_labels",
             "Labels handled by bulk commands, by outcome (done, skipped, failed).",
             ["state_machine", "command", "outcome"],
             registry=registry,
         )
+
+    def observe_call(self, receiver: str, kind: str, outcome: str, seconds: float) -> None:
+        """One outbound call, as the delivery log records it."""
+        self.receiver_calls.labels(receiver, kind, outcome).inc()
+        self.receiver_seconds.labels(receiver, kind, outcome).observe(seconds)
 
     @classmethod
     def from_environment(cls) -> Metrics:

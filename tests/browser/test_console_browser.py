@@ -165,6 +165,8 @@ def test_a_label_becoming_errored_counts_live_and_its_receiver_is_listed(
     assert "closed" in row.text
     assert "gone" in browser.find_element(By.TAG_NAME, "main").text  # its recent failure
     screenshot("receivers")
+
+
 def test_the_versions_page_lists_versions_and_compares_two(
     browser: WebDriver, service: str, db_engine: sa.Engine, screenshot: Callable[[str], None]
 ) -> None:

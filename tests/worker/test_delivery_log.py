@@ -17,7 +17,8 @@ from routemaster.db.deliveries import Delivery
 from routemaster.worker.upkeep import PRUNE_BATCH, prune_deliveries
 from tests.api.openapi_check import CheckedClient
 from tests.stub_server import Reply, StubServer
-from tests.worker.conftest import MakeApp, running, wait_until
+from tests.waiting import wait_until
+from tests.worker.conftest import MakeApp, running
 
 CONFIG = """
 state_machines:
@@ -69,8 +70,8 @@ def test_each_outcome_is_recorded_with_status_error_and_excerpt(
         create(app, *names)
         wait_until(
             lambda: all(label_deliveries(client, name) for name in names),
-            10,
             "every label's first call recorded",
+            timeout=10,
         )
     first = {name: label_deliveries(client, name)[-1] for name in names}
     assert {name: entry["outcome"] for name, entry in first.items()} == {
@@ -102,7 +103,7 @@ def test_a_refused_connection_is_a_network_failure(make_app: MakeApp) -> None:
     client = client_of(app)
     with running(app):
         create(app, "x")
-        wait_until(lambda: bool(label_deliveries(client, "x")), 10, "the call recorded")
+        wait_until(lambda: bool(label_deliveries(client, "x")), "the call recorded", timeout=10)
     [entry] = label_deliveries(client, "x")
     assert (entry["outcome"], entry["status"], entry["response_excerpt"]) == ("network", None, None)
     assert entry["receiver"] == "http-127.0.0.1-9"
@@ -116,7 +117,7 @@ def test_secrets_are_never_stored(
     client = client_of(app)
     with running(app):
         create(app, "x")
-        wait_until(lambda: bool(label_deliveries(client, "x")), 10, "the call recorded")
+        wait_until(lambda: bool(label_deliveries(client, "x")), "the call recorded", timeout=10)
     [request] = stub.received()
     assert request.headers["Authorization"].startswith("Basic")  # sent, as configured...
     [entry] = label_deliveries(client, "x")
@@ -164,7 +165,9 @@ def test_listing_filters_and_pages_newest_first(make_app: MakeApp, stub: StubSer
     with running(app):
         create(app, "a", "b", "c", "bad")
         wait_until(
-            lambda: len(client.get("/deliveries").get_json()["deliveries"]) == 4, 10, "4 calls"
+            lambda: len(client.get("/deliveries").get_json()["deliveries"]) == 4,
+            "4 calls",
+            timeout=10,
         )
     page = client.get("/deliveries?limit=2").get_json()
     assert len(page["deliveries"]) == 2

@@ -10,7 +10,8 @@ from flask.testing import FlaskClient
 
 from routemaster import labels
 from tests.stub_server import Reply, StubServer
-from tests.worker.conftest import MakeApp, running, wait_until
+from tests.waiting import wait_until
+from tests.worker.conftest import MakeApp, running
 from tests.worker.test_delivery_log import client_of
 
 RATED = """
@@ -78,16 +79,16 @@ def test_an_outage_becomes_a_backlog_drained_in_order(make_app: MakeApp, stub: S
             labels.create_label(app, machine, name, {})
         wait_until(
             lambda: len([d for d in _deliveries(client) if d["trigger"] == "probe"]) >= 3,
-            15,
             "three probes during the outage",
+            timeout=15,
         )
         during = len(stub.received())
         for name in names:
             stub.script(f"/hook/{name}", Reply(200))
         wait_until(
             lambda: all(labels.get_label(app, machine, name).state == "done" for name in names),
-            20,
             "drained",
+            timeout=20,
         )
     assert not any(labels.get_label(app, machine, name).errored for name in names)
     log = _deliveries(client)

@@ -9,7 +9,8 @@ from routemaster import labels
 from routemaster.api import create_app
 from routemaster.metrics import Metrics
 from tests.stub_server import Reply, StubServer
-from tests.worker.conftest import MakeApp, running, wait_until
+from tests.waiting import wait_until
+from tests.worker.conftest import MakeApp, running
 from tests.worker.test_receivers import CONFIG, receiver_id
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -34,7 +35,7 @@ def test_calls_are_counted_per_receiver_and_its_state_is_a_gauge(
     with running(app):
         labels.create_label(app, machine, "ok", {})
         labels.create_label(app, machine, "bad", {})
-        wait_until(lambda: len(stub.received()) >= 2, 10, "both called")
+        wait_until(lambda: len(stub.received()) >= 2, "both called", timeout=10)
     ident = receiver_id(stub)
     worker = samples(generate_latest(app.metrics.registry()).decode())
     webhook = ("receiver", ident), ("kind", "webhook")

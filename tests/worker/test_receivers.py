@@ -13,7 +13,8 @@ from flask.testing import FlaskClient
 from routemaster import labels
 from routemaster.app import App
 from tests.stub_server import Reply, StubServer, running_stub
-from tests.worker.conftest import FakeClock, MakeApp, running, wait_until
+from tests.waiting import wait_until
+from tests.worker.conftest import FakeClock, MakeApp, running
 from tests.worker.test_delivery_log import client_of
 
 CONFIG = """
@@ -72,17 +73,21 @@ def test_the_circuit_opens_probes_without_attempts_and_closes(
     client = client_of(app)
     with running(app):
         create(app, *names)
-        wait_until(lambda: receiver(client)["state"] in ("open", "half_open"), 10, "opened")
+        wait_until(lambda: receiver(client)["state"] in ("open", "half_open"), "opened", timeout=10)
         opened = {name: label(app, name).attempts for name in names}
         assert sum(opened.values()) == 3  # the three failures that opened it, one attempt each
-        wait_until(lambda: len(deliveries(client, outcome="failed")) >= 6, 10, "3 failed probes")
+        wait_until(
+            lambda: len(deliveries(client, outcome="failed")) >= 6, "3 failed probes", timeout=10
+        )
         probes = [entry for entry in deliveries(client) if entry["trigger"] == "probe"]
         assert len(probes) >= 2
         assert {name: label(app, name).attempts for name in names} == opened  # none used
         assert not any(label(app, name).errored for name in names)
         for name in names:
             stub.script(f"/hook/{name}", Reply(200))
-        wait_until(lambda: all(label(app, name).state == "done" for name in names), 15, "drained")
+        wait_until(
+            lambda: all(label(app, name).state == "done" for name in names), "drained", timeout=15
+        )
     assert receiver(client)["state"] == "closed"
     assert receiver(client)["failures_in_a_row"] == 0
     delivered = [entry["label"] for entry in deliveries(client, outcome="delivered")]
@@ -100,7 +105,9 @@ def test_retry_after_holds_back_every_call_to_the_receiver(
         create(app, "a")
         stub.wait_for(lambda: len(stub.received()) == 1)
         create(app, "b")
-        wait_until(lambda: label(app, "a").state == label(app, "b").state == "done", 10, "both")
+        wait_until(
+            lambda: label(app, "a").state == label(app, "b").state == "done", "both", timeout=10
+        )
     first, *rest = stub.received()
     assert first.path == "/hook/a"
     assert min(request.at for request in rest) - first.at >= 1.9  # b waited too
@@ -123,10 +130,10 @@ def test_a_paused_receiver_waits_while_others_are_called(
     assert client.post(f"/receivers/{other}/resume").get_json()["state"] == "closed"
     with running(app):
         create(app, "a", "b")
-        wait_until(lambda: receiver(client, paused_id)["waiting"] == 2, 10, "both wait")
+        wait_until(lambda: receiver(client, paused_id)["waiting"] == 2, "both wait", timeout=10)
         assert stub.received() == []
         assert client.post(f"/receivers/{paused_id}/resume").status_code == 200
-        wait_until(lambda: len(other_stub.received()) == 2, 10, "delivered, then on")
+        wait_until(lambda: len(other_stub.received()) == 2, "delivered, then on", timeout=10)
     assert [label(app, n).attempts for n in ("a", "b")] == [0, 0]  # moved on after 1 each
     assert client.post("/receivers/nobody/pause").status_code == 404
 
@@ -178,7 +185,9 @@ def test_retry_errored_requeues_labels_errored_in_the_window(
     before = datetime.datetime.now(datetime.UTC).isoformat()
     with running(app):
         create(app, "a", "b")
-        wait_until(lambda: label(app, "a").errored and label(app, "b").errored, 10, "errored")
+        wait_until(
+            lambda: label(app, "a").errored and label(app, "b").errored, "errored", timeout=10
+        )
         since_errored = datetime.datetime.now(datetime.UTC).isoformat()
         labels.update_metadata(app, app.config.get_machine("m"), "a", {"note": 1})  # not an error
         outside = client.post(f"/receivers/{ident}/retry-errored", json={"since": since_errored})
@@ -186,7 +195,9 @@ def test_retry_errored_requeues_labels_errored_in_the_window(
         assert client.post(f"/receivers/{ident}/retry-errored", json={}).status_code == 400
         retried = client.post(f"/receivers/{ident}/retry-errored", json={"since": before})
         assert retried.get_json() == {"count": 2}
-        wait_until(lambda: label(app, "a").state == label(app, "b").state == "done", 10, "done")
+        wait_until(
+            lambda: label(app, "a").state == label(app, "b").state == "done", "done", timeout=10
+        )
     history = client.get("/state-machines/m/labels/a/history").get_json()["history"]
     assert [entry["kind"] for entry in history] == ["created", "errored", "forced", "moved"]
     errored = history[1]
@@ -205,7 +216,7 @@ def test_becoming_errored_is_a_change_on_the_stream(make_app: MakeApp, stub: Stu
     app = make_app(CONFIG)
     with running(app):
         create(app, "a")
-        wait_until(lambda: label(app, "a").errored, 10, "errored")
+        wait_until(lambda: label(app, "a").errored, "errored", timeout=10)
     with app.db.connect() as conn:
         changes = read_changes(conn, START, machine="m", limit=10).changes
     assert [change.kind for change in changes] == ["created", "errored"]

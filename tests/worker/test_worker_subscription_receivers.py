@@ -10,7 +10,8 @@ from routemaster.db import deliveries
 from routemaster.db import receivers as shared
 from routemaster.db.deliveries import DeliveryFilter
 from tests.stub_server import Reply, StubServer
-from tests.worker.conftest import MakeApp, running, wait_until
+from tests.waiting import wait_until
+from tests.worker.conftest import MakeApp, running
 from tests.worker.test_worker_subscriptions import (
     CONFIG,
     FAST,
@@ -54,7 +55,7 @@ def test_every_send_is_in_the_delivery_log(make_app: MakeApp, stub: StubServer) 
     subscribe(app, stub, max_events=10)
     create(app, "a")
     with running(app):
-        wait_until(lambda: shown(app).last_success_at is not None, 10)
+        wait_until(lambda: shown(app).last_success_at is not None, timeout=10)
     failed, delivered = logged(app)
     assert (failed.kind, failed.outcome, failed.status) == ("subscription", "failed", 500)
     assert failed.response_excerpt == "down for maintenance"
@@ -73,11 +74,11 @@ def test_an_open_circuit_holds_batches_until_a_probe_succeeds(
     subscribe(app, stub, max_events=10)
     create(app, "a", "b")
     with running(app):
-        wait_until(lambda: circuit(app, stub) == "open", 10)
+        wait_until(lambda: circuit(app, stub) == "open", timeout=10)
         opened = len(stub.received(HOOK))
         assert opened == 2
-        wait_until(lambda: "waiting for the receiver" in (shown(app).last_error or ""), 5)
-        wait_until(lambda: shown(app).last_success_at is not None, 10)
+        wait_until(lambda: "waiting for the receiver" in (shown(app).last_error or ""), timeout=5)
+        wait_until(lambda: shown(app).last_success_at is not None, timeout=10)
     probe = logged(app)[-1]
     assert (probe.trigger, probe.outcome) == ("probe", "delivered")
     assert receiver_row(app, stub).circuit == "closed"
@@ -92,15 +93,15 @@ def test_a_paused_receiver_holds_batches(make_app: MakeApp, stub: StubServer) ->
     subscribe(app, stub)
     create(app, "a")
     with running(app):
-        wait_until(lambda: len(stub.received(HOOK)) == 1, 10)
+        wait_until(lambda: len(stub.received(HOOK)) == 1, timeout=10)
         with app.db.begin() as conn:
             shared.set_paused(conn, receiver_row(app, stub).id, paused=True)
         create(app, "b")
-        wait_until(lambda: "waiting for the receiver" in (shown(app).last_error or ""), 10)
+        wait_until(lambda: "waiting for the receiver" in (shown(app).last_error or ""), timeout=10)
         assert len(stub.received(HOOK)) == 1
         with app.db.begin() as conn:
             shared.set_paused(conn, receiver_row(app, stub).id, paused=False)
-        wait_until(lambda: len(stub.received(HOOK)) == 2, 10)
+        wait_until(lambda: len(stub.received(HOOK)) == 2, timeout=10)
     assert delivered_labels(stub) == ["a", "b"]
 
 
@@ -113,7 +114,7 @@ def test_max_in_flight_counts_the_sends_of_every_subscription(
         subscribe(app, stub, name, max_events=1)
     create(app, "a", "b")
     with running(app):
-        wait_until(lambda: len(stub.received(HOOK)) == 6, 20)
+        wait_until(lambda: len(stub.received(HOOK)) == 6, timeout=20)
     assert stub.most_in_flight == 1  # three subscriptions, one call at a time
 
 
@@ -123,7 +124,7 @@ def test_a_rate_spaces_the_batches(make_app: MakeApp, stub: StubServer, rate: st
     subscribe(app, stub, max_events=1)
     create(app, *[f"l{i}" for i in range(6)])
     with running(app):
-        wait_until(lambda: len(stub.received(HOOK)) == 6, 20)
+        wait_until(lambda: len(stub.received(HOOK)) == 6, timeout=20)
     sent = stub.received(HOOK)
     assert sent[-1].at - sent[0].at >= 0.9  # 6 calls at 5/s: at least a second apart, end to end
     assert delivered_labels(stub) == [f"l{i}" for i in range(6)]

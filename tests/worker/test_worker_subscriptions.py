@@ -29,7 +29,8 @@ from routemaster.db.changes import Position, current_position
 from routemaster.db.subscriptions import Settings, Subscription
 from routemaster.worker import Worker
 from tests.stub_server import Recorded, Reply, StubServer
-from tests.worker.conftest import MakeApp, WorkersFor, running, wait_until
+from tests.waiting import wait_until
+from tests.worker.conftest import MakeApp, WorkersFor, running
 
 CONFIG = """
 subscriptions:
@@ -100,8 +101,8 @@ def test_batches_are_cut_at_max_events(app: App, stub: StubServer) -> None:
     subscribe(app, stub, max_events=5, batch_delay_ms=60_000)
     create(app, *[f"l{i:02}" for i in range(12)])
     with running(app):
-        wait_until(lambda: len(stub.received(HOOK)) >= 2, 10)
-        wait_until(lambda: shown(app).last_success_at is not None, 5)
+        wait_until(lambda: len(stub.received(HOOK)) >= 2, timeout=10)
+        wait_until(lambda: shown(app).last_success_at is not None, timeout=5)
     batches = stub.received(HOOK)
     assert [len(r.json()["events"]) for r in batches] == [5, 5]  # 2 wait for the delay
     assert delivered_labels(stub) == [f"l{i:02}" for i in range(10)]
@@ -130,7 +131,7 @@ def test_batches_are_cut_when_the_oldest_event_is_batch_delay_old(
     subscribe(app, stub, max_events=100, batch_delay_ms=400)
     with running(app):
         create(app, "a", "b", "c")
-        wait_until(lambda: len(stub.received(HOOK)) == 1, 10)
+        wait_until(lambda: len(stub.received(HOOK)) == 1, timeout=10)
         arrived = stub.received(HOOK)[0]
     assert [e["label"] for e in arrived.json()["events"]] == ["a", "b", "c"]
     made = min(
@@ -155,7 +156,7 @@ def test_order_and_completeness_across_concurrent_writers(app: App, stub: StubSe
             writer.start()
         for writer in writers:
             writer.join()
-        wait_until(lambda: len(delivered_labels(stub)) >= 160, 20)
+        wait_until(lambda: len(delivered_labels(stub)) >= 160, timeout=20)
     found = events(stub.received(HOOK))
     assert sorted(e["label"] for e in found) == sorted(n for batch in names for n in batch)
     assert positions(found) == sorted(set(positions(found)))  # stream order, no duplicate
@@ -172,11 +173,13 @@ def test_a_transaction_that_commits_late_is_not_skipped(app: App, stub: StubServ
         looked_after = app.now()
         create(app, "a", "b")  # committed after it started, before it commits
         # the sender looked on the news, found nothing readable, and set itself to look again
-        wait_until(lambda: shown(app).due_at > looked_after + datetime.timedelta(seconds=0.5), 10)
+        wait_until(
+            lambda: shown(app).due_at > looked_after + datetime.timedelta(seconds=0.5), timeout=10
+        )
         assert delivered_labels(stub) == []  # the stream waits for the open transaction
         label_store.insert(slow, "m", "late", {}, state="start", now=app.now(), due=False)
         transaction.commit()
-        wait_until(lambda: len(delivered_labels(stub)) == 3, 10)
+        wait_until(lambda: len(delivered_labels(stub)) == 3, timeout=10)
     assert delivered_labels(stub) == ["late", "a", "b"]  # stream order: by transaction
     found = positions(events(stub.received(HOOK)))
     assert found == sorted(found)
@@ -189,11 +192,11 @@ def test_a_subscriber_that_is_down_gets_the_same_batch_again_then_everything(
     subscribe(app, stub, max_events=3, batch_delay_ms=0)
     create(app, *[f"l{i}" for i in range(8)])
     with running(app):
-        wait_until(lambda: shown(app).failures_in_a_row >= 2, 10)
+        wait_until(lambda: shown(app).failures_in_a_row >= 2, timeout=10)
         failing = shown(app)
         assert failing.last_error is not None and "503" in failing.last_error
         assert failing.batch_id is not None
-        wait_until(lambda: "l7" in delivered_labels(stub), 10)
+        wait_until(lambda: "l7" in delivered_labels(stub), timeout=10)
     sent = stub.received(HOOK)
     first_four = sent[:4]
     assert len({r.headers["webhook-id"] for r in first_four}) == 1  # one batch, sent 4 times
@@ -210,10 +213,10 @@ def test_replay_from_a_cursor_sends_the_same_events_under_a_new_webhook_id(
     start = subscribe(app, stub, max_events=10).acknowledged
     create(app, "a", "b", "c")
     with running(app):
-        wait_until(lambda: len(delivered_labels(stub)) == 3, 10)
+        wait_until(lambda: len(delivered_labels(stub)) == 3, timeout=10)
         with app.db.begin() as conn:
             store.set_cursor(conn, "s", start)
-        wait_until(lambda: len(delivered_labels(stub)) == 6, 10)
+        wait_until(lambda: len(delivered_labels(stub)) == 6, timeout=10)
     first, replay = stub.received(HOOK)
     assert first.json()["events"] == replay.json()["events"]
     assert first.headers["webhook-id"] != replay.headers["webhook-id"]
@@ -226,7 +229,7 @@ def test_a_subscription_can_start_after_a_given_position(app: App, stub: StubSer
     create(app, "new")
     subscribe(app, stub, after=here)
     with running(app):
-        wait_until(lambda: len(delivered_labels(stub)) >= 1, 10)
+        wait_until(lambda: len(delivered_labels(stub)) >= 1, timeout=10)
     assert delivered_labels(stub) == ["new"]
 
 
@@ -237,9 +240,11 @@ def test_a_state_machine_filter(app: App, stub: StubServer) -> None:
     create(app, "c")
     create(app, "d", machine="other")
     with running(app):
-        wait_until(lambda: len(delivered_labels(stub)) >= 2, 10)
+        wait_until(lambda: len(delivered_labels(stub)) >= 2, timeout=10)
         create(app, "e")
-        wait_until(lambda: shown(app).acknowledged > positions(events(stub.received(HOOK)))[-1], 10)
+        wait_until(
+            lambda: shown(app).acknowledged > positions(events(stub.received(HOOK)))[-1], timeout=10
+        )
     assert delivered_labels(stub) == ["b", "d"]
 
 
@@ -259,8 +264,8 @@ def test_workers_never_send_two_batches_of_one_subscription_at_once(
     subscribe(app, stub, "t", url=stub.url("/other"), max_events=4, batch_delay_ms=0)
     create(app, *[f"l{i:02}" for i in range(40)])
     with workers(make_app, 3):
-        wait_until(lambda: len(delivered_labels(stub)) >= 40, 20)
-        wait_until(lambda: len(events(stub.received("/other"))) >= 40, 20)
+        wait_until(lambda: len(delivered_labels(stub)) >= 40, timeout=20)
+        wait_until(lambda: len(events(stub.received("/other"))) >= 40, timeout=20)
     for path in (HOOK, "/other"):
         sent = stub.received(path)
         found = events(sent)
@@ -280,12 +285,12 @@ def test_a_worker_killed_mid_batch_leaves_it_to_another(
     create(app, "a", "b")
     lease = {"subscription_lease": 2, "subscription_timeout": 60, "subscription_poll": 0.01}
     first = group.start(**lease)
-    wait_until(lambda: stub.in_flight == 1, 20, "the first worker never sent")
+    wait_until(lambda: stub.in_flight == 1, "the first worker never sent", timeout=20)
     first.send_signal(signal.SIGKILL)
     first.wait()
     group.start(**lease)
-    wait_until(lambda: len(stub.received(HOOK)) == 2, 20, "no other worker sent it again")
-    wait_until(lambda: shown(app).last_success_at is not None, 10)
+    wait_until(lambda: len(stub.received(HOOK)) == 2, "no other worker sent it again", timeout=20)
+    wait_until(lambda: shown(app).last_success_at is not None, timeout=10)
     cut, again = stub.received(HOOK)
     assert cut.headers["webhook-id"] == again.headers["webhook-id"]
     assert cut.body == again.body
@@ -298,14 +303,14 @@ def test_deleting_a_subscription_mid_flight(app: App, stub: StubServer) -> None:
     subscribe(app, stub)
     create(app, "a")
     with running(app):
-        wait_until(lambda: stub.in_flight == 1, 10)
+        wait_until(lambda: stub.in_flight == 1, timeout=10)
         with app.db.begin() as conn:
             assert store.delete_subscription(conn, "s")
-        wait_until(lambda: stub.in_flight == 0, 10)
+        wait_until(lambda: stub.in_flight == 0, timeout=10)
         create(app, "b")
         subscribe(app, stub, "fresh")  # starts at the present: "b" is not for it
         create(app, "c")
-        wait_until(lambda: len(stub.received(HOOK)) == 2, 10)
+        wait_until(lambda: len(stub.received(HOOK)) == 2, timeout=10)
     assert [r.json()["subscription"] for r in stub.received(HOOK)] == ["s", "fresh"]
     assert delivered_labels(stub) == ["a", "c"]
 
@@ -315,13 +320,14 @@ def test_a_cursor_reset_supersedes_the_batch_in_flight(app: App, stub: StubServe
     start = subscribe(app, stub).acknowledged
     create(app, "a")
     with running(app):
-        wait_until(lambda: stub.in_flight == 1, 10)
+        wait_until(lambda: stub.in_flight == 1, timeout=10)
         create(app, "b")
         with app.db.begin() as conn:
             store.set_cursor(conn, "s", start)
-        wait_until(lambda: len(stub.received(HOOK)) == 2, 10)
+        wait_until(lambda: len(stub.received(HOOK)) == 2, timeout=10)
         wait_until(
-            lambda: shown(app).batch_id is None and shown(app).last_success_at is not None, 10
+            lambda: shown(app).batch_id is None and shown(app).last_success_at is not None,
+            timeout=10,
         )
     first, second = stub.received(HOOK)
     assert [e["label"] for e in second.json()["events"]] == ["a", "b"]  # replayed from start
@@ -339,13 +345,13 @@ def test_batches_are_signed_with_the_secret_read_when_sending(
     monkeypatch.delenv("ROUTEMASTER_SUBSCRIPTION_SECRET_TEST", raising=False)
     create(app, "a")
     with running(app):
-        wait_until(lambda: shown(app).last_error is not None, 10)
+        wait_until(lambda: shown(app).last_error is not None, timeout=10)
         assert "ROUTEMASTER_SUBSCRIPTION_SECRET_TEST" in (shown(app).last_error or "")
         assert stub.received(HOOK) == []  # never sent unsigned
         monkeypatch.setenv("ROUTEMASTER_SUBSCRIPTION_SECRET_TEST", "whsec_" + key)
         with app.db.begin() as conn:  # look again now rather than after the re-check delay
             conn.execute(sa.text("UPDATE subscriptions SET due_at = now()"))
-        wait_until(lambda: len(stub.received(HOOK)) == 1, 10)
+        wait_until(lambda: len(stub.received(HOOK)) == 1, timeout=10)
     request = stub.received(HOOK)[0]
     signed = f"{request.headers['webhook-id']}.{request.headers['webhook-timestamp']}.".encode()
     digest = hmac.new(base64.b64decode(key), signed + request.body, hashlib.sha256).digest()
@@ -361,6 +367,6 @@ def test_an_address_inside_the_network_is_refused_when_sending(
     subscribe(app, stub)  # stored directly: the API would have refused it
     create(app, "a")
     with running(app):
-        wait_until(lambda: shown(app).failures_in_a_row >= 1, 10)
+        wait_until(lambda: shown(app).failures_in_a_row >= 1, timeout=10)
     assert stub.received(HOOK) == []
     assert "inside the network" in (shown(app).last_error or "")

@@ -7,8 +7,10 @@ script applies exactly the changes the page does not show yet (see
 :class:`~routemaster.db.changes.Snapshot`).
 """
 
-from routemaster.api.console import bulk  # noqa: F401 (its pages join the blueprint)
-from routemaster.api.console import subscriptions  # registers its page on the blueprint
+from routemaster.api.console import (
+    bulk,  # noqa: F401 (its pages join the blueprint)
+    subscriptions,  # registers its page on the blueprint
+)
 from routemaster.api.console import versions as _versions  # noqa: F401  (its routes)
 from routemaster.api.console.views import blueprint
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import flask
 from werkzeug.exceptions import Forbidden
 
-from routemaster.api.console.views import PAGES, _render, blueprint
+from routemaster.api.console.views import PAGES, blueprint, render_page
 from routemaster.api.endpoints import OPEN, endpoint
 from routemaster.api.extension import routemaster_app
 from routemaster.api.subscriptions import shown
@@ -21,4 +21,4 @@ def subscriptions_page() -> str:
     app = routemaster_app()
     with app.db.connect() as conn:
         found = [shown(conn, subscription) for subscription in store.all_subscriptions(conn)]
-    return _render("subscriptions.html", subscriptions=found, changes_url=None)
+    return render_page("subscriptions.html", subscriptions=found, changes_url=None)

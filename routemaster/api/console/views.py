@@ -279,7 +279,7 @@ def receivers_page() -> str:
     app = routemaster_app()
     with app.db.connect() as conn:
         failures = deliveries.recent_failures(conn, limit=20)
-    return _render("receivers.html", receivers=receivers_json(app), failures=failures)
+    return render_page("receivers.html", receivers=receivers_json(app), failures=failures)
 
 
 @blueprint.post("/receivers/<name:receiver>/<command>")
