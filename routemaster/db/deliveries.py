@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from routemaster.db.keys import label_key
+from routemaster.db.statements import fetch_all, run
 
 
 @dataclass(frozen=True)
@@ -63,65 +64,60 @@ _FIELDS = (
     "response_excerpt",
 )
 
-_INSERT = sa.text(
-    """
+_INSERT = """
     INSERT INTO deliveries (kind, state_machine, label, state, url, receiver, attempt, trigger,
                             started_at, duration_ms, status, outcome, error, response_excerpt)
     SELECT * FROM unnest(
-        CAST(:kind AS text[]), CAST(:state_machine AS text[]), CAST(:label AS text[]),
-        CAST(:state AS text[]), CAST(:url AS text[]), CAST(:receiver AS text[]),
-        CAST(:attempt AS integer[]), CAST(:trigger AS text[]),
-        CAST(:started_at AS timestamptz[]), CAST(:duration_ms AS integer[]),
-        CAST(:status AS integer[]), CAST(:outcome AS text[]), CAST(:error AS text[]),
-        CAST(:response_excerpt AS text[]))
+        CAST(%(kind)s AS text[]), CAST(%(state_machine)s AS text[]), CAST(%(label)s AS text[]),
+        CAST(%(state)s AS text[]), CAST(%(url)s AS text[]), CAST(%(receiver)s AS text[]),
+        CAST(%(attempt)s AS integer[]), CAST(%(trigger)s AS text[]),
+        CAST(%(started_at)s AS timestamptz[]), CAST(%(duration_ms)s AS integer[]),
+        CAST(%(status)s AS integer[]), CAST(%(outcome)s AS text[]), CAST(%(error)s AS text[]),
+        CAST(%(response_excerpt)s AS text[]))
     """
-)
 
-_COLUMNS = (
-    "id, kind, state_machine, label, state, url, receiver, attempt, trigger, started_at, "
-    "duration_ms, status, outcome, error, response_excerpt"
-)
+# Each read returns a delivery's columns in the order of :class:`Delivery`'s fields.
 
-_OF_LABEL = sa.text(
-    f"""
-    SELECT {_COLUMNS} FROM deliveries
-    WHERE state_machine = :sm AND routemaster_label_key(label) = :key AND label = :name
-      AND label IS NOT NULL AND id < :before
-    ORDER BY id DESC LIMIT :limit
+_OF_LABEL = """
+    SELECT kind, state_machine, label, state, url, receiver, attempt, trigger, started_at,
+           duration_ms, status, outcome, error, response_excerpt, id
+    FROM deliveries
+    WHERE state_machine = %(sm)s AND routemaster_label_key(label) = %(key)s
+      AND label = %(name)s AND label IS NOT NULL AND id < %(before)s
+    ORDER BY id DESC LIMIT %(limit)s
     """
-)
 
-_MATCHING = sa.text(
-    f"""
-    SELECT {_COLUMNS} FROM deliveries
-    WHERE id < :before
-      AND (CAST(:kind AS text) IS NULL OR kind = :kind)
-      AND (CAST(:outcome AS text) IS NULL OR outcome = :outcome)
-      AND (CAST(:receiver AS text) IS NULL OR receiver = :receiver)
-      AND (CAST(:since AS timestamptz) IS NULL OR started_at >= :since)
-      AND (CAST(:until AS timestamptz) IS NULL OR started_at < :until)
-    ORDER BY id DESC LIMIT :limit
+_MATCHING = """
+    SELECT kind, state_machine, label, state, url, receiver, attempt, trigger, started_at,
+           duration_ms, status, outcome, error, response_excerpt, id
+    FROM deliveries
+    WHERE id < %(before)s
+      AND (CAST(%(kind)s AS text) IS NULL OR kind = %(kind)s)
+      AND (CAST(%(outcome)s AS text) IS NULL OR outcome = %(outcome)s)
+      AND (CAST(%(receiver)s AS text) IS NULL OR receiver = %(receiver)s)
+      AND (CAST(%(since)s AS timestamptz) IS NULL OR started_at >= %(since)s)
+      AND (CAST(%(until)s AS timestamptz) IS NULL OR started_at < %(until)s)
+    ORDER BY id DESC LIMIT %(limit)s
     """
-)
 
-# Among the latest ``:window`` calls only, so a log of successes is not read to its start.
-_RECENT_FAILURES = sa.text(
-    f"""
-    SELECT {_COLUMNS} FROM deliveries
+# Among the latest ``window`` calls only, so a log of successes is not read to its start.
+_RECENT_FAILURES = """
+    SELECT kind, state_machine, label, state, url, receiver, attempt, trigger, started_at,
+           duration_ms, status, outcome, error, response_excerpt, id
+    FROM deliveries
     WHERE outcome NOT IN ('delivered', 'accepted')
-      AND id > (SELECT COALESCE(max(id), 0) FROM deliveries) - :window
-    ORDER BY id DESC LIMIT :limit
+      AND id > (SELECT COALESCE(max(id), 0) FROM deliveries) - %(window)s
+    ORDER BY id DESC LIMIT %(limit)s
     """
-)
 
-_PRUNE = sa.text(
-    """
+_PRUNE = """
     DELETE FROM deliveries WHERE id IN (
-        SELECT id FROM (SELECT id, started_at FROM deliveries ORDER BY id LIMIT :batch) AS oldest
-        WHERE started_at < :cutoff
+        SELECT id FROM (
+            SELECT id, started_at FROM deliveries ORDER BY id LIMIT %(batch)s
+        ) AS oldest
+        WHERE started_at < %(cutoff)s
     )
     """
-)
 
 _NEWEST = 2**63 - 1
 
@@ -129,54 +125,46 @@ _NEWEST = 2**63 - 1
 def record(conn: sa.Connection, deliveries: Sequence[Delivery]) -> None:
     """Append ``deliveries`` to the log, in one statement."""
     if deliveries:
-        conn.execute(
-            _INSERT,
-            {name: [getattr(delivery, name) for delivery in deliveries] for name in _FIELDS},
-        )
+        params = {name: [getattr(entry, name) for entry in deliveries] for name in _FIELDS}
+        run(conn, _INSERT, params)
 
 
 def of_label(
     conn: sa.Connection, state_machine: str, name: str, *, limit: int, before: int | None = None
 ) -> list[Delivery]:
     """The label's deliveries, newest first, below id ``before``."""
-    rows = conn.execute(
-        _OF_LABEL,
-        {
-            "sm": state_machine,
-            "key": label_key(name),
-            "name": name,
-            "before": _NEWEST if before is None else before,
-            "limit": limit,
-        },
-    ).all()
-    return [Delivery(**row._mapping) for row in rows]
+    params = {
+        "sm": state_machine,
+        "key": label_key(name),
+        "name": name,
+        "before": _NEWEST if before is None else before,
+        "limit": limit,
+    }
+    return [Delivery(*row) for row in fetch_all(conn, _OF_LABEL, params)]
 
 
 def matching(
     conn: sa.Connection, where: DeliveryFilter, *, limit: int, before: int | None = None
 ) -> list[Delivery]:
     """Deliveries that pass ``where``, newest first, below id ``before``."""
-    rows = conn.execute(
-        _MATCHING,
-        {
-            "kind": where.kind,
-            "outcome": where.outcome,
-            "receiver": where.receiver,
-            "since": where.since,
-            "until": where.until,
-            "before": _NEWEST if before is None else before,
-            "limit": limit,
-        },
-    ).all()
-    return [Delivery(**row._mapping) for row in rows]
+    params = {
+        "kind": where.kind,
+        "outcome": where.outcome,
+        "receiver": where.receiver,
+        "since": where.since,
+        "until": where.until,
+        "before": _NEWEST if before is None else before,
+        "limit": limit,
+    }
+    return [Delivery(*row) for row in fetch_all(conn, _MATCHING, params)]
 
 
 def recent_failures(conn: sa.Connection, *, limit: int, window: int = 10_000) -> list[Delivery]:
     """The latest calls that were not answered with success, among the last ``window``."""
-    rows = conn.execute(_RECENT_FAILURES, {"limit": limit, "window": window}).all()
-    return [Delivery(**row._mapping) for row in rows]
+    rows = fetch_all(conn, _RECENT_FAILURES, {"limit": limit, "window": window})
+    return [Delivery(*row) for row in rows]
 
 
 def prune(conn: sa.Connection, *, cutoff: datetime.datetime, batch: int) -> int:
     """Delete up to ``batch`` of the oldest deliveries started before ``cutoff``: how many."""
-    return conn.execute(_PRUNE, {"cutoff": cutoff, "batch": batch}).rowcount
+    return run(conn, _PRUNE, {"cutoff": cutoff, "batch": batch})

@@ -14,34 +14,30 @@ import sqlalchemy as sa
 
 from routemaster.db.claims import Claim
 from routemaster.db.keys import label_key
+from routemaster.db.statements import run
 
-_MARK_ERRORED = sa.text(
-    """
+_MARK_ERRORED = """
     WITH errored AS (
-        UPDATE labels SET errored = true, due_at = NULL, last_error = :error,
+        UPDATE labels SET errored = true, due_at = NULL, last_error = %(error)s,
                           lease_owner = NULL, updated_at = now()
-        WHERE state_machine = :sm AND name_key = :key AND name = :name AND entry_id = :entry_id
-          AND NOT deleted AND NOT errored
+        WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+          AND entry_id = %(entry_id)s AND NOT deleted AND NOT errored
         RETURNING state_machine, name, state
     )
     INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason,
                          kind)
-    SELECT state_machine, name, state, state, :now, false, :error, 'errored' FROM errored
+    SELECT state_machine, name, state, state, %(now)s, false, %(error)s, 'errored' FROM errored
     """
-)
 
 
 def mark_errored(conn: sa.Connection, claim: Claim, *, error: str, now: datetime.datetime) -> bool:
     """Give up on the claimed entry: errored until an operator retries it; whether it was."""
-    result = conn.execute(
-        _MARK_ERRORED,
-        {
-            "sm": claim.state_machine,
-            "name": claim.name,
-            "key": label_key(claim.name),
-            "entry_id": claim.entry_id,
-            "error": error,
-            "now": now,
-        },
-    )
-    return result.rowcount == 1
+    params = {
+        "sm": claim.state_machine,
+        "name": claim.name,
+        "key": label_key(claim.name),
+        "entry_id": claim.entry_id,
+        "error": error,
+        "now": now,
+    }
+    return run(conn, _MARK_ERRORED, params) == 1

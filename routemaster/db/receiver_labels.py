@@ -14,34 +14,33 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.db.notifications import notify_due
+from routemaster.db.statements import fetch_all, run
 
 Route = tuple[str, str, str]
 """(receiver id, state machine, action state): where an action's webhooks go."""
 
-_COUNTS = sa.text(
-    """
+_COUNTS = """
     WITH routes AS (
-        SELECT * FROM unnest(CAST(:route_receivers AS text[]), CAST(:route_machines AS text[]),
-                             CAST(:route_states AS text[])) AS r(receiver, sm, state)
+        SELECT * FROM unnest(CAST(%(route_receivers)s AS text[]),
+                             CAST(%(route_machines)s AS text[]),
+                             CAST(%(route_states)s AS text[])) AS r(receiver, sm, state)
     )
     SELECT routes.receiver,
-           count(*) FILTER (WHERE labels.due_at <= :now) AS waiting,
-           count(*) FILTER (WHERE labels.lease_owner IS NOT NULL AND labels.due_at > :now)
+           count(*) FILTER (WHERE labels.due_at <= %(now)s) AS waiting,
+           count(*) FILTER (WHERE labels.lease_owner IS NOT NULL AND labels.due_at > %(now)s)
                AS in_flight
     FROM routes JOIN labels ON labels.state_machine = routes.sm AND labels.state = routes.state
     WHERE NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
       AND labels.due_at IS NOT NULL
     GROUP BY routes.receiver
     """
-)
 
 # When a label became errored: its ``errored`` history entry for its current entry into
 # the state (the hash index on ``history.label`` finds it), or for labels errored before
 # such entries were written, when the row last changed.
-_RETRY_ERRORED = sa.text(
-    """
+_RETRY_ERRORED = """
     WITH routes AS (
-        SELECT * FROM unnest(CAST(:route_machines AS text[]), CAST(:route_states AS text[]))
+        SELECT * FROM unnest(CAST(%(route_machines)s AS text[]), CAST(%(route_states)s AS text[]))
                  AS r(sm, state)
     ), errored AS (
         SELECT labels.state_machine, labels.name_key,
@@ -55,32 +54,30 @@ _RETRY_ERRORED = sa.text(
         WHERE labels.errored AND NOT labels.deleted
           AND (labels.state_machine, labels.state) IN (SELECT sm, state FROM routes)
     ), retried AS (
-        UPDATE labels SET errored = false, attempts = 0, due_at = :now, lease_owner = NULL,
+        UPDATE labels SET errored = false, attempts = 0, due_at = %(now)s, lease_owner = NULL,
                           updated_at = now()
         FROM errored
         WHERE labels.state_machine = errored.state_machine
           AND labels.name_key = errored.name_key
-          AND errored.errored_at >= :since AND errored.errored_at < :until
+          AND errored.errored_at >= %(since)s AND errored.errored_at < %(until)s
         RETURNING labels.state_machine, labels.name, labels.state
     )
     INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
-    SELECT state_machine, name, state, state, :now, true, :reason FROM retried
+    SELECT state_machine, name, state, state, %(now)s, true, %(reason)s FROM retried
     """
-)
 
-_GIVE_UP = sa.text(
-    """
+_GIVE_UP = """
     WITH routes AS (
-        SELECT * FROM unnest(CAST(:route_machines AS text[]), CAST(:route_states AS text[]))
+        SELECT * FROM unnest(CAST(%(route_machines)s AS text[]), CAST(%(route_states)s AS text[]))
                  AS r(sm, state)
     ), stale AS (
         SELECT state_machine, name_key FROM labels
-        WHERE due_at < :cutoff AND NOT deleted AND NOT paused AND NOT errored
+        WHERE due_at < %(cutoff)s AND NOT deleted AND NOT paused AND NOT errored
           AND (state_machine, state) IN (SELECT sm, state FROM routes)
-        ORDER BY due_at LIMIT :batch
+        ORDER BY due_at LIMIT %(batch)s
         FOR UPDATE SKIP LOCKED
     ), given_up AS (
-        UPDATE labels SET errored = true, due_at = NULL, last_error = :reason,
+        UPDATE labels SET errored = true, due_at = NULL, last_error = %(reason)s,
                           lease_owner = NULL, updated_at = now()
         FROM stale
         WHERE labels.state_machine = stale.state_machine AND labels.name_key = stale.name_key
@@ -88,9 +85,8 @@ _GIVE_UP = sa.text(
     )
     INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason,
                          kind)
-    SELECT state_machine, name, state, state, :now, false, :reason, 'errored' FROM given_up
+    SELECT state_machine, name, state, state, %(now)s, false, %(reason)s, 'errored' FROM given_up
     """
-)
 
 
 def counts(
@@ -99,8 +95,8 @@ def counts(
     """Per receiver: (labels waiting for it, calls in flight to it)."""
     if not routes:
         return {}
-    rows = conn.execute(_COUNTS, {**_routes(routes), "now": now}).all()
-    return {row.receiver: (int(row.waiting), int(row.in_flight)) for row in rows}
+    rows = fetch_all(conn, _COUNTS, {**_routes(routes), "now": now})
+    return {receiver: (int(waiting), int(in_flight)) for receiver, waiting, in_flight in rows}
 
 
 def retry_errored(
@@ -115,10 +111,8 @@ def retry_errored(
     """Make due again every label errored in these states within [since, until): how many."""
     if not states:
         return 0
-    count = conn.execute(
-        _RETRY_ERRORED,
-        {**_pairs(states), "since": since, "until": until, "now": now, "reason": reason},
-    ).rowcount
+    params = {**_pairs(states), "since": since, "until": until, "now": now, "reason": reason}
+    count = run(conn, _RETRY_ERRORED, params)
     if count:
         notify_due(conn)
     return count
@@ -136,10 +130,8 @@ def give_up(
     """Error up to ``batch`` labels in these states due since before ``cutoff``: how many."""
     if not states:
         return 0
-    return conn.execute(
-        _GIVE_UP,
-        {**_pairs(states), "cutoff": cutoff, "now": now, "reason": reason, "batch": batch},
-    ).rowcount
+    params = {**_pairs(states), "cutoff": cutoff, "now": now, "reason": reason, "batch": batch}
+    return run(conn, _GIVE_UP, params)
 
 
 def _routes(routes: Sequence[Route]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from routemaster.db.claims import Claim
 from routemaster.db.keys import label_key
 from routemaster.db.notifications import notify_due
+from routemaster.db.statements import Row, fetch_all, fetch_one, run
 
 Route = tuple[str, str, str]
 """(receiver id, state machine, action state): where an action's webhooks go."""
@@ -84,91 +85,84 @@ class Failure:
     retry_until: datetime.datetime | None  # Retry-After
 
 
-_COLUMNS = (
-    "id, origin, paused, circuit, failures_in_a_row, open_until, opened_at, not_before, "
-    "rate_at, last_success_at, last_failure_at, last_error"
-)
+# Reads return a receiver's columns in the order of :class:`ReceiverRow`'s fields.
 
-_ENSURE = sa.text(
-    """
+_ENSURE = """
     INSERT INTO receivers (id, origin)
-    SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:origins AS text[]))
+    SELECT * FROM unnest(CAST(%(ids)s AS text[]), CAST(%(origins)s AS text[]))
     ON CONFLICT (id) DO NOTHING
     """
-)
 
-_ALL = sa.text(f"SELECT {_COLUMNS} FROM receivers ORDER BY id")
-
-_SOME = sa.text(
-    f"SELECT {_COLUMNS} FROM receivers WHERE id = ANY(CAST(:ids AS text[])) ORDER BY id"
-)
-
-_LOCK = sa.text(
-    f"""
-    SELECT {_COLUMNS} FROM receivers WHERE id = ANY(CAST(:ids AS text[]))
-    ORDER BY id FOR UPDATE
+_ALL = """
+    SELECT id, origin, paused, circuit, failures_in_a_row, open_until, opened_at, not_before,
+           rate_at, last_success_at, last_failure_at, last_error
+    FROM receivers ORDER BY id
     """
-)
 
-_START_PROBE = sa.text(
+_SOME = """
+    SELECT id, origin, paused, circuit, failures_in_a_row, open_until, opened_at, not_before,
+           rate_at, last_success_at, last_failure_at, last_error
+    FROM receivers WHERE id = ANY(CAST(%(ids)s AS text[])) ORDER BY id
     """
-    UPDATE receivers SET circuit = 'half_open', open_until = :probe_until
-    WHERE id = :id AND NOT paused AND circuit IN ('open', 'half_open') AND open_until <= :now
-      AND (not_before IS NULL OR not_before <= :now)
+
+_LOCK = """
+    SELECT id, origin, paused, circuit, failures_in_a_row, open_until, opened_at, not_before,
+           rate_at, last_success_at, last_failure_at, last_error
+    FROM receivers WHERE id = ANY(CAST(%(ids)s AS text[])) ORDER BY id FOR UPDATE
+    """
+
+_START_PROBE = """
+    UPDATE receivers SET circuit = 'half_open', open_until = %(probe_until)s
+    WHERE id = %(id)s AND NOT paused AND circuit IN ('open', 'half_open')
+      AND open_until <= %(now)s
+      AND (not_before IS NULL OR not_before <= %(now)s)
     RETURNING id
     """
-)
 
-_NO_PROBE = sa.text(
+_NO_PROBE = """
+    UPDATE receivers SET circuit = 'open', open_until = %(now)s
+    WHERE id = %(id)s AND circuit = 'half_open'
     """
-    UPDATE receivers SET circuit = 'open', open_until = :now
-    WHERE id = :id AND circuit = 'half_open'
-    """
-)
 
-_SET_RATE_AT = sa.text(
-    """
+_SET_RATE_AT = """
     UPDATE receivers SET rate_at = given.rate_at
-    FROM unnest(CAST(:ids AS text[]), CAST(:rate_ats AS timestamptz[])) AS given(id, rate_at)
+    FROM unnest(CAST(%(ids)s AS text[]), CAST(%(rate_ats)s AS timestamptz[]))
+         AS given(id, rate_at)
     WHERE receivers.id = given.id
     """
-)
 
-_MY_SLOTS = sa.text(
-    """
+_MY_SLOTS = """
     INSERT INTO receiver_slots (receiver, worker, in_flight, expires_at)
-    SELECT receiver, :me, in_flight, :expires_at
-    FROM unnest(CAST(:ids AS text[]), CAST(:counts AS integer[])) AS mine(receiver, in_flight)
+    SELECT receiver, %(me)s, in_flight, %(expires_at)s
+    FROM unnest(CAST(%(ids)s AS text[]), CAST(%(counts)s AS integer[]))
+         AS mine(receiver, in_flight)
     ON CONFLICT (receiver, worker)
     DO UPDATE SET in_flight = excluded.in_flight, expires_at = excluded.expires_at
     """
-)
 
-_OTHERS_IN_FLIGHT = sa.text(
-    """
+_OTHERS_IN_FLIGHT = """
     SELECT receiver, sum(in_flight) AS in_flight FROM receiver_slots
-    WHERE receiver = ANY(CAST(:ids AS text[])) AND worker <> :me AND expires_at > :now
+    WHERE receiver = ANY(CAST(%(ids)s AS text[])) AND worker <> %(me)s AND expires_at > %(now)s
     GROUP BY receiver
     """
-)
 
 # Per receiver, its oldest due labels up to its limit (each receiver's own LATERAL scan,
 # so a saturated receiver's backlog is never even read); then the oldest of those up to
 # the free slots. Rows locked but not chosen are released at commit, never leased.
-_CLAIM = sa.text(
-    """
+_CLAIM = """
     WITH wanted AS (
-        SELECT * FROM unnest(CAST(:receivers AS text[]), CAST(:limits AS integer[]),
-                             CAST(:counted AS integer[])) AS w(receiver, lim, counted)
+        SELECT * FROM unnest(CAST(%(receivers)s AS text[]), CAST(%(limits)s AS integer[]),
+                             CAST(%(counted)s AS integer[])) AS w(receiver, lim, counted)
     ), routes AS (
-        SELECT * FROM unnest(CAST(:route_receivers AS text[]), CAST(:route_machines AS text[]),
-                             CAST(:route_states AS text[])) AS r(receiver, sm, state)
+        SELECT * FROM unnest(CAST(%(route_receivers)s AS text[]),
+                             CAST(%(route_machines)s AS text[]),
+                             CAST(%(route_states)s AS text[])) AS r(receiver, sm, state)
     ), due AS (
         SELECT picked.state_machine, picked.name_key, picked.due_at, wanted.receiver,
                wanted.counted
         FROM wanted CROSS JOIN LATERAL (
             SELECT state_machine, name_key, due_at FROM labels
-            WHERE due_at <= :now AND NOT deleted AND NOT paused AND NOT errored
+            WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
               AND (state_machine, state) IN (
                   SELECT sm, state FROM routes WHERE routes.receiver = wanted.receiver)
             ORDER BY due_at
@@ -176,9 +170,9 @@ _CLAIM = sa.text(
             FOR UPDATE SKIP LOCKED
         ) AS picked
     ), chosen AS (
-        SELECT * FROM due ORDER BY due_at LIMIT :free
+        SELECT * FROM due ORDER BY due_at LIMIT %(free)s
     )
-    UPDATE labels SET due_at = :lease_until, lease_owner = :me,
+    UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
                       attempts = labels.attempts + chosen.counted
     FROM chosen
     WHERE labels.state_machine = chosen.state_machine AND labels.name_key = chosen.name_key
@@ -186,106 +180,105 @@ _CLAIM = sa.text(
               labels.entry_id, labels.attempts, chosen.receiver, chosen.due_at AS was_due,
               labels.last_error, chosen.counted
     """
-)
 
-_CLAIM_PLAIN = sa.text(
-    """
+_CLAIM_PLAIN = """
     WITH due AS (
         SELECT state_machine, name_key, due_at FROM labels
-        WHERE due_at <= :now AND NOT deleted AND NOT paused AND NOT errored
+        WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
           AND (state_machine, state) IN (
-              SELECT * FROM unnest(CAST(:route_machines AS text[]),
-                                   CAST(:route_states AS text[])))
+              SELECT * FROM unnest(CAST(%(route_machines)s AS text[]),
+                                   CAST(%(route_states)s AS text[])))
         ORDER BY due_at
-        LIMIT :free
+        LIMIT %(free)s
         FOR UPDATE SKIP LOCKED
     )
-    UPDATE labels SET due_at = :lease_until, lease_owner = :me, attempts = labels.attempts + 1
+    UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
+                      attempts = labels.attempts + 1
     FROM due
     WHERE labels.state_machine = due.state_machine AND labels.name_key = due.name_key
     RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
               labels.entry_id, labels.attempts, due.due_at AS was_due, labels.last_error
     """
-)
 
-_SUCCEEDED = sa.text(
-    """
+_SUCCEEDED = """
     UPDATE receivers SET failures_in_a_row = 0, circuit = 'closed', open_until = NULL,
-                         opened_at = NULL, last_success_at = :now
-    WHERE id = ANY(CAST(:ids AS text[]))
+                         opened_at = NULL, last_success_at = %(now)s
+    WHERE id = ANY(CAST(%(ids)s AS text[]))
       AND (failures_in_a_row > 0 OR circuit <> 'closed' OR last_success_at IS NULL
-           OR last_success_at < :stale)
+           OR last_success_at < %(stale)s)
     """
-)
 
 # A probe's failure opens the circuit again; otherwise the counted failure that reaches
-# the threshold opens a closed one (SET expressions see the row as it was, locked).
-_OPENS = "(:probe OR (:counted = 1 AND circuit = 'closed' AND failures_in_a_row + 1 >= :threshold))"
-_FAILED = sa.text(
-    f"""
+# the threshold opens a closed one (SET expressions see the row as it was, locked). The
+# same test is written out for each column it decides.
+_FAILED = """
     UPDATE receivers SET
-        failures_in_a_row = failures_in_a_row + :counted,
-        last_failure_at = :now, last_error = :error,
-        not_before = GREATEST(not_before, CAST(:retry_until AS timestamptz)),
-        circuit = CASE WHEN {_OPENS} THEN 'open' ELSE circuit END,
-        open_until = CASE WHEN {_OPENS}
-                          THEN GREATEST(CAST(:reopen_at AS timestamptz),
-                                        CAST(:retry_until AS timestamptz))
+        failures_in_a_row = failures_in_a_row + %(counted)s,
+        last_failure_at = %(now)s, last_error = %(error)s,
+        not_before = GREATEST(not_before, CAST(%(retry_until)s AS timestamptz)),
+        circuit = CASE WHEN (%(probe)s OR (%(counted)s = 1 AND circuit = 'closed'
+                                           AND failures_in_a_row + 1 >= %(threshold)s))
+                       THEN 'open' ELSE circuit END,
+        open_until = CASE WHEN (%(probe)s OR (%(counted)s = 1 AND circuit = 'closed'
+                                              AND failures_in_a_row + 1 >= %(threshold)s))
+                          THEN GREATEST(CAST(%(reopen_at)s AS timestamptz),
+                                        CAST(%(retry_until)s AS timestamptz))
                           ELSE open_until END,
-        opened_at = CASE WHEN {_OPENS} AND circuit = 'closed' THEN :now ELSE opened_at END
-    WHERE id = :id
+        opened_at = CASE WHEN (%(probe)s OR (%(counted)s = 1 AND circuit = 'closed'
+                                             AND failures_in_a_row + 1 >= %(threshold)s))
+                              AND circuit = 'closed' THEN %(now)s ELSE opened_at END
+    WHERE id = %(id)s
     RETURNING circuit
     """
-)
 
-_PUT_BACK = sa.text(
+_PUT_BACK = """
+    UPDATE labels SET due_at = %(due_at)s, lease_owner = NULL
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+      AND entry_id = %(entry_id)s AND lease_owner = %(me)s AND NOT deleted AND NOT errored
     """
-    UPDATE labels SET due_at = :due_at, lease_owner = NULL
-    WHERE state_machine = :sm AND name_key = :key AND name = :name AND entry_id = :entry_id
-      AND lease_owner = :me AND NOT deleted AND NOT errored
-    """
-)
 
-_SET_PAUSED = sa.text(f"UPDATE receivers SET paused = :paused WHERE id = :id RETURNING {_COLUMNS}")
+_SET_PAUSED = """
+    UPDATE receivers SET paused = %(paused)s WHERE id = %(id)s
+    RETURNING id, origin, paused, circuit, failures_in_a_row, open_until, opened_at, not_before,
+           rate_at, last_success_at, last_failure_at, last_error
+    """
 
 
 def ensure(conn: sa.Connection, receivers: Sequence[tuple[str, str]]) -> None:
     """Make sure every (id, origin) has a row (a new receiver starts closed)."""
     if receivers:
-        conn.execute(
-            _ENSURE,
-            {"ids": [ident for ident, _ in receivers], "origins": [o for _, o in receivers]},
-        )
+        params = {"ids": [ident for ident, _ in receivers], "origins": [o for _, o in receivers]}
+        run(conn, _ENSURE, params)
 
 
 def all_receivers(conn: sa.Connection) -> list[ReceiverRow]:
-    return [ReceiverRow(**row._mapping) for row in conn.execute(_ALL).all()]
+    return [ReceiverRow(*row) for row in fetch_all(conn, _ALL)]
 
 
 def some(conn: sa.Connection, ids: Sequence[str], *, lock: bool = False) -> list[ReceiverRow]:
     """The rows of ``ids`` (locked for this transaction when ``lock``)."""
     if not ids:
         return []
-    rows = conn.execute(_LOCK if lock else _SOME, {"ids": list(ids)}).all()
-    return [ReceiverRow(**row._mapping) for row in rows]
+    rows = fetch_all(conn, _LOCK if lock else _SOME, {"ids": list(ids)})
+    return [ReceiverRow(*row) for row in rows]
 
 
 def start_probe(
     conn: sa.Connection, ident: str, *, now: datetime.datetime, probe_until: datetime.datetime
 ) -> bool:
     """Take the one probe of an open receiver whose cooldown is over; whether this caller got it."""
-    result = conn.execute(_START_PROBE, {"id": ident, "now": now, "probe_until": probe_until})
-    return result.rowcount == 1
+    params = {"id": ident, "now": now, "probe_until": probe_until}
+    return run(conn, _START_PROBE, params) == 1
 
 
 def no_probe(conn: sa.Connection, ident: str, *, now: datetime.datetime) -> None:
     """Nothing was waiting to probe with: open again, ready for the next probe."""
-    conn.execute(_NO_PROBE, {"id": ident, "now": now})
+    run(conn, _NO_PROBE, {"id": ident, "now": now})
 
 
 def set_rate_at(conn: sa.Connection, rate_ats: dict[str, datetime.datetime]) -> None:
     if rate_ats:
-        conn.execute(_SET_RATE_AT, {"ids": list(rate_ats), "rate_ats": list(rate_ats.values())})
+        run(conn, _SET_RATE_AT, {"ids": list(rate_ats), "rate_ats": list(rate_ats.values())})
 
 
 def others_in_flight(
@@ -299,7 +292,8 @@ def others_in_flight(
     """Record this worker's calls in flight per receiver; those of the other live workers."""
     if not mine:
         return {}
-    conn.execute(
+    run(
+        conn,
         _MY_SLOTS,
         {
             "ids": list(mine),
@@ -308,8 +302,8 @@ def others_in_flight(
             "expires_at": expires_at,
         },
     )
-    rows = conn.execute(_OTHERS_IN_FLIGHT, {"ids": list(mine), "me": worker_id, "now": now})
-    return {row.receiver: int(row.in_flight) for row in rows}
+    rows = fetch_all(conn, _OTHERS_IN_FLIGHT, {"ids": list(mine), "me": worker_id, "now": now})
+    return {receiver: int(in_flight) for receiver, in_flight in rows}
 
 
 def claim(
@@ -342,11 +336,10 @@ def claim(
             "lease_until": lease_until,
             "me": worker_id,
         }
-        rows = conn.execute(_CLAIM_PLAIN, params).all()
-        return [
-            _claimed(row, receiver_of[(row.state_machine, row.state)], counted=True) for row in rows
-        ]
-    rows = conn.execute(
+        rows = fetch_all(conn, _CLAIM_PLAIN, params)
+        return [_claimed(row, receiver_of[(row[0], row[2])], counted=True) for row in rows]
+    rows = fetch_all(
+        conn,
         _CLAIM,
         {
             "receivers": [want.receiver for want in wanted],
@@ -358,23 +351,19 @@ def claim(
             "lease_until": lease_until,
             "me": worker_id,
         },
-    ).all()
-    return [_claimed(row, row.receiver, counted=bool(row.counted)) for row in rows]
+    )
+    # (label columns, receiver, was_due, last_error, counted): the receiver is the claim's own
+    return [_claimed(row[:6] + row[7:9], row[6], counted=bool(row[9])) for row in rows]
 
 
-def _claimed(row: Any, receiver: str, *, counted: bool) -> ReceiverClaim:
+def _claimed(row: Row, receiver: str, *, counted: bool) -> ReceiverClaim:
+    """From (state_machine, name, state, metadata, entry_id, attempts, was_due, last_error)."""
+    state_machine, name, state, metadata, entry_id, attempts, was_due, last_error = row
     return ReceiverClaim(
-        Claim(
-            state_machine=row.state_machine,
-            name=row.name,
-            state=row.state,
-            metadata=row.metadata,
-            entry_id=row.entry_id,
-            attempts=row.attempts,
-        ),
+        Claim(state_machine, name, state, metadata, entry_id, attempts),
         receiver,
-        row.was_due,
-        row.last_error,
+        was_due,
+        last_error,
         counted,
     )
 
@@ -382,15 +371,14 @@ def _claimed(row: Any, receiver: str, *, counted: bool) -> ReceiverClaim:
 def succeeded(conn: sa.Connection, ids: Sequence[str], *, now: datetime.datetime) -> None:
     """Calls to ``ids`` were answered: their circuits close (written at most once a second)."""
     if ids:
-        conn.execute(
-            _SUCCEEDED,
-            {"ids": list(ids), "now": now, "stale": now - datetime.timedelta(seconds=1)},
-        )
+        stale = now - datetime.timedelta(seconds=1)
+        run(conn, _SUCCEEDED, {"ids": list(ids), "now": now, "stale": stale})
 
 
 def failed(conn: sa.Connection, failure: Failure) -> str | None:
     """Count a failed call against its receiver; the circuit after it."""
-    row = conn.execute(
+    row = fetch_one(
+        conn,
         _FAILED,
         {
             "id": failure.receiver,
@@ -402,8 +390,8 @@ def failed(conn: sa.Connection, failure: Failure) -> str | None:
             "retry_until": failure.retry_until,
             "reopen_at": failure.reopen_at,
         },
-    ).first()
-    return None if row is None else str(row.circuit)
+    )
+    return None if row is None else str(row[0])
 
 
 def put_back(
@@ -414,7 +402,8 @@ def put_back(
     worker_id: str,
 ) -> bool:
     """Return a claimed label to the waiting labels, due at ``due_at``, with no attempt used."""
-    result = conn.execute(
+    count = run(
+        conn,
         _PUT_BACK,
         {
             "sm": claim.state_machine,
@@ -425,16 +414,16 @@ def put_back(
             "me": worker_id,
         },
     )
-    return result.rowcount == 1
+    return count == 1
 
 
 def set_paused(conn: sa.Connection, ident: str, *, paused: bool) -> ReceiverRow | None:
-    row = conn.execute(_SET_PAUSED, {"id": ident, "paused": paused}).first()
+    row = fetch_one(conn, _SET_PAUSED, {"id": ident, "paused": paused})
     if row is None:
         return None
     if not paused:
         notify_due(conn)
-    return ReceiverRow(**row._mapping)
+    return ReceiverRow(*row)
 
 
 def _routes(routes: Sequence[Route]) -> dict[str, Any]:

@@ -38,7 +38,7 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.model import RetryPolicy
-from routemaster.db import subscriptions as store
+from routemaster.db import subscription_batches as sending
 from routemaster.db.changes import Change, Position, read_changes
 from routemaster.db.events import subscription_event
 from routemaster.db.subscriptions import Subscription
@@ -135,7 +135,7 @@ class BatchSender:
                 subscription = following
         finally:
             with self.app.db.begin() as conn:
-                store.release(conn, subscription.name, token)
+                sending.release(conn, subscription.name, token)
 
     def _once(self, subscription: Subscription) -> Subscription | None:
         """One batch (or none); the subscription as it is after a full batch was acknowledged."""
@@ -145,7 +145,7 @@ class BatchSender:
             return None
         if subscription.batch_id is not None:
             with self.app.db.connect() as conn:
-                body = store.batch_body(conn, subscription.name, subscription.batch_id)
+                body = sending.batch_body(conn, subscription.name, subscription.batch_id)
             if body is None:  # superseded meanwhile (cursor reset, deleted)
                 return None
             batch_id, events, last = subscription.batch_id, subscription.batch_events, None
@@ -190,7 +190,7 @@ class BatchSender:
         if not pending.changes:
             with self.app.db.begin() as conn:
                 if pending.reached > subscription.acknowledged:
-                    store.skip_to(conn, subscription, pending.reached)
+                    sending.skip_to(conn, subscription, pending.reached)
                 self._wait_in(conn, subscription, now + IDLE_RECHECK)
             return None
         due = pending.changes[0].at + datetime.timedelta(milliseconds=subscription.batch_delay_ms)
@@ -202,7 +202,7 @@ class BatchSender:
         body = batch_body(subscription.name, events)
         last = pending.changes[-1].position
         with self.app.db.begin() as conn:
-            stored = store.cut_batch(
+            stored = sending.cut_batch(
                 conn,
                 subscription,
                 batch_id=batch_id,
@@ -263,12 +263,12 @@ class BatchSender:
         with self.app.db.begin() as conn:
             self.seam.record(conn, subscription, permit, result)
             if delivered:
-                current = store.acknowledge(conn, subscription.name, batch_id, at=now)
+                current = sending.acknowledge(conn, subscription.name, batch_id, at=now)
             else:
                 delay = backoff(self.policy, subscription.failures_in_a_row + 1, self.rng)
                 if result.call is not None and result.call.retry_after is not None:
                     delay = max(delay, result.call.retry_after)  # a 429 or 503 asked for more
-                current = store.record_failure(
+                current = sending.record_failure(
                     conn,
                     subscription.name,
                     batch_id,
@@ -310,6 +310,6 @@ class BatchSender:
         token = subscription.lease_token
         assert token is not None
         if error is None:
-            store.wait_until(conn, subscription.name, token, due_at=due_at)
+            sending.wait_until(conn, subscription.name, token, due_at=due_at)
         else:
-            store.wait_with_error(conn, subscription.name, token, due_at=due_at, error=error)
+            sending.wait_with_error(conn, subscription.name, token, due_at=due_at, error=error)

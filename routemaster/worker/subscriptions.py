@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import sqlalchemy as sa
 
 from routemaster.app import App
-from routemaster.db import subscriptions as store
+from routemaster.db import subscription_batches as sending
 from routemaster.db.subscriptions import Subscription
 from routemaster.http.guard import AddressPolicy
 from routemaster.http.subscriptions import subscription_session
@@ -132,7 +132,7 @@ class SubscriptionSender:
         """Look, and claim what may have work; how many subscriptions were claimed."""
         now = self.app.now()
         with self.app.db.connect() as conn:
-            seen = store.look(conn, now=now)
+            seen = sending.look(conn, now=now)
         self._any = seen.subscribed
         self._next_due = (
             seen.next_due if seen.next_due is not None and seen.next_due > now else None
@@ -144,7 +144,7 @@ class SubscriptionSender:
             return 0
         lease = datetime.timedelta(seconds=self.app.settings.subscription_lease)
         with self.app.db.begin() as conn:
-            claimed = store.claim_subscriptions(
+            claimed = sending.claim_subscriptions(
                 conn,
                 token=uuid.uuid4().hex,
                 now=now,
