@@ -182,3 +182,16 @@ def policy_for(rules: tuple[ReceiverPolicy, ...], origin: str) -> ReceiverPolicy
         except TimeoutError:  # checked against the configured origins at load: not those
             continue
     return ReceiverPolicy()
+
+
+def url_templates(machine: dict[str, Any]) -> list[str]:
+    """Every URL template of the machine (feeds, action webhooks): what header rules match."""
+    feeds = [feed.get("url") for feed in _listed(machine.get("feeds")) if isinstance(feed, dict)]
+    hooks = [
+        state.get("webhook") for state in _listed(machine.get("states")) if isinstance(state, dict)
+    ]
+    return [url for url in (*feeds, *hooks) if isinstance(url, str)]
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []

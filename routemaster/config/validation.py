@@ -26,7 +26,7 @@ from routemaster.config.formats import (
 from routemaster.config.migrations import migration_problems
 from routemaster.config.model import Config, Gate
 from routemaster.config.patterns import pattern_problems
-from routemaster.config.receivers import receiver_problems
+from routemaster.config.receivers import receiver_problems, url_templates
 from routemaster.config.source import ConfigPath, ScalarMark, SourceMap
 from routemaster.config.subscriptions import subscription_problems
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
@@ -61,7 +61,7 @@ def semantic_problems(document: Any, source: SourceMap, environ: Mapping[str, st
     for path, problem in subscription_problems(document):
         checker.report(path, problem)
     if isinstance(document, dict) and isinstance(machines, dict):
-        urls = [url for m in machines.values() if isinstance(m, dict) for url in _url_templates(m)]
+        urls = [url for m in machines.values() if isinstance(m, dict) for url in url_templates(m)]
         for path, problem in receiver_problems(document.get("receivers"), urls):
             checker.report(path, problem)
     return checked
@@ -97,7 +97,7 @@ class _Checker:
     def machine(self, name: str, machine: dict[str, Any]) -> None:
         path: ConfigPath = ("state_machines", name)
         feeds = self.feeds(path, _list(machine.get("feeds")))
-        templates = _url_templates(machine)
+        templates = url_templates(machine)
         for index, rule in enumerate(_list(machine.get("webhooks"))):
             if isinstance(rule, dict) and isinstance(rule.get("match"), str):
                 for problem in pattern_problems(rule["match"], templates):
@@ -443,12 +443,3 @@ def _state_name(state: dict[str, Any]) -> str | None:
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
-
-
-def _url_templates(machine: dict[str, Any]) -> list[str]:
-    """Every URL template of the machine (feeds, action webhooks): what header rules match."""
-    feeds = [feed.get("url") for feed in _list(machine.get("feeds")) if isinstance(feed, dict)]
-    hooks = [
-        state.get("webhook") for state in _list(machine.get("states")) if isinstance(state, dict)
-    ]
-    return [url for url in (*feeds, *hooks) if isinstance(url, str)]
