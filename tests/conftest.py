@@ -57,7 +57,9 @@ def db_engine(database_url: str) -> Iterator[sa.Engine]:
     engine = create_engine(database_url)
     with engine.begin() as conn:
         conn.execute(
-            sa.text("TRUNCATE labels, history, trigger_occurrences, api_tokens RESTART IDENTITY")
+            sa.text(
+                "TRUNCATE labels, history, trigger_occurrences, api_tokens, tasks RESTART IDENTITY"
+            )
         )
     yield engine
     engine.dispose()

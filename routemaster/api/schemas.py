@@ -190,6 +190,22 @@ SCHEMAS: dict[str, Schema] = {
             "message": TEXT,
             "next": ref("Next"),
             "webhook": TEXT,
+            "worker": obj({"lease": {**INTEGER, "description": "Seconds."}}),
+            "async_timeout": {**INTEGER, "description": "Seconds a 202 keeps the label leased."},
+            "task": {
+                "anyOf": [
+                    obj(
+                        {
+                            "worker": TEXT,
+                            "attempt": INTEGER,
+                            "claimed_at": TIME,
+                            "lease_expires_at": TIME,
+                        }
+                    ),
+                    {"type": "null"},
+                ],
+                "description": "The task holding the label now (pull workers, 202 callbacks).",
+            },
             "triggers": array(ref("Trigger")),
             "exit_condition": obj(
                 {
@@ -207,6 +223,9 @@ SCHEMAS: dict[str, Schema] = {
             "message",
             "next",
             "webhook",
+            "worker",
+            "async_timeout",
+            "task",
             "triggers",
             "exit_condition",
             "next_state_if_held",
@@ -216,5 +235,50 @@ SCHEMAS: dict[str, Schema] = {
     "Command": obj({"reason": {"type": ["string", "null"]}}, optional=("reason",), strict=False),
     "Move": obj(
         {"state": TEXT, "reason": {"type": ["string", "null"]}}, optional=("reason",), strict=False
+    ),
+    "Claim": obj(
+        {
+            "worker": {**TEXT, "description": "Who claims: shown in explanations and the console."},
+            "state_machine": TEXT,
+            "state": {**TEXT, "description": "A pull action (worker:) to claim from."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1},
+            "wait": {
+                "type": "number",
+                "minimum": 0,
+                "maximum": 60,
+                "default": 0,
+                "description": "Seconds to wait for a task when none is due now.",
+            },
+        },
+        optional=("state_machine", "state", "limit", "wait"),
+    ),
+    "Task": obj(
+        {
+            "id": {**TEXT, "description": "The task's capability: keep it secret."},
+            "state_machine": TEXT,
+            "label": TEXT,
+            "state": TEXT,
+            "metadata": {"type": "object"},
+            "attempt": INTEGER,
+            "idempotency_token": TEXT,
+            "lease_expires_at": {**TEXT, "format": "date-time"},
+        }
+    ),
+    "TaskList": obj({"tasks": array(ref("Task"))}),
+    "Heartbeat": obj({"lease_expires_at": {**TEXT, "format": "date-time"}}),
+    "Empty": obj({}, strict=False),
+    "Completion": obj(
+        {"metadata": {"type": "object", "description": "Deep-merged as PATCH does."}},
+        optional=("metadata",),
+        strict=False,
+    ),
+    "Failure": obj(
+        {
+            "error": TEXT,
+            "retry": {**BOOLEAN, "default": True},
+            "retry_after": {"type": ["number", "null"], "minimum": 0},
+        },
+        optional=("retry", "retry_after"),
+        strict=False,
     ),
 }

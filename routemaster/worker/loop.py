@@ -40,7 +40,8 @@ class Worker:
         self.app = app
         self._rng = rng or random.Random()
         self._stopping = threading.Event()
-        self._action_states = _states_of_kind(app, Action)
+        # Pull actions (``worker:``) wait for /tasks/claim: never delivered from here.
+        self._action_states = [key for key in _states_of_kind(app, Action) if not _pulled(app, key)]
         self._gate_states = _states_of_kind(app, Gate)
         self._slots = Slots(app.settings.delivery_concurrency, on_error=app.hooks.exception)
         self._outage = OutageLog()
@@ -205,6 +206,11 @@ class OutageLog:
         if self._down_since is not None:
             logger.info("database available again after %d s", self._clock() - self._down_since)
             self._down_since = None
+
+
+def _pulled(app: App, key: StateKey) -> bool:
+    state = app.config.get_machine(key[0]).get_state(key[1])
+    return isinstance(state, Action) and state.pulled
 
 
 def _states_of_kind(app: App, kind: type[Action] | type[Gate]) -> list[StateKey]:

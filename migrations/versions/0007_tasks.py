@@ -1,0 +1,60 @@
+"""Pull workers' tasks: the lease a label is held under, and every task id ever issued.
+
+``labels.task_id`` is the id of the lease the label is held under now (a
+claim, or a webhook answered 202 with ``async_timeout``): a new lease gets a
+new id, so fencing a stale worker is one equality in the statement that acts
+on the label. The lease is live while ``lease_owner`` is set and ``due_at``
+is in the future (every move and operator command clears ``lease_owner``);
+``labels_leased`` finds the leases that ran out without reading the backlog
+of due labels nobody has claimed yet.
+
+``tasks`` keeps every id issued, so an id that was never issued (404) can be
+told from one whose lease is over (409), and so a label's attempts show who
+held them and how each ended.
+
+Revision ID: 0007
+Revises: 0006
+Create Date: 2026-11-24
+"""
+
+from alembic import op
+
+revision = "0007"
+down_revision = "0006"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.execute(
+        """
+        ALTER TABLE labels ADD COLUMN task_id text;
+        CREATE UNIQUE INDEX labels_by_task ON labels (task_id) WHERE task_id IS NOT NULL;
+        CREATE INDEX labels_leased ON labels (due_at) WHERE lease_owner IS NOT NULL;
+        CREATE TABLE tasks (
+            id text PRIMARY KEY,
+            state_machine text NOT NULL,
+            label text NOT NULL,
+            state text NOT NULL,
+            entry_id bigint NOT NULL,
+            attempt integer NOT NULL,
+            worker text NOT NULL,
+            lease interval NOT NULL,
+            claimed_at timestamptz NOT NULL DEFAULT now(),
+            ended_at timestamptz,
+            outcome text
+        );
+        CREATE INDEX tasks_by_label ON tasks USING hash (label);
+        """
+    )
+
+
+def downgrade() -> None:
+    op.execute(
+        """
+        DROP TABLE tasks;
+        DROP INDEX labels_leased;
+        DROP INDEX labels_by_task;
+        ALTER TABLE labels DROP COLUMN task_id;
+        """
+    )
