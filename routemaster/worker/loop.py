@@ -24,6 +24,7 @@ from routemaster.db import claims as work
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.notifications import DueListener
 from routemaster.http.client import BoundedAdapter
+from routemaster.labels.tasks import expire_leases
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
 from routemaster.worker.slots import Slots
@@ -53,6 +54,8 @@ class Worker:
         # A third of the lease: two renewals may fail before another worker could take over.
         renew_every = max(1, int(app.settings.lease.total_seconds() / 3))
         self._jobs.every(renew_every).seconds.do(self.renew_leases)
+        # Pull tasks whose lease ran out are failed attempts (routemaster.labels.tasks).
+        self._jobs.every(1).seconds.do(self.expire_tasks)
         # Bounded: every webhook and feed call has one total deadline (routemaster.http).
         adapter = BoundedAdapter(pool_connections=self._slots.size, pool_maxsize=self._slots.size)
         app.http.mount("http://", adapter)
@@ -128,6 +131,10 @@ class Worker:
                     lease_until=self.app.now() + self.app.settings.lease,
                     worker_id=self.app.settings.worker_id,
                 )
+
+    def expire_tasks(self) -> None:
+        """Count pull tasks whose lease ran out as failed attempts (or errors, at the last)."""
+        expire_leases(self.app, self._rng)
 
     def _claim_deliveries(self) -> bool:
         """Claim as many due deliveries as there are free slots (any free slot is used)."""
