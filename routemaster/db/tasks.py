@@ -190,6 +190,41 @@ def set_due(
     return _label(row)
 
 
+def open_callback(
+    conn: sa.Connection,
+    key: tuple[str, str],
+    *,
+    entry_id: int,
+    task_id: str,
+    holder: str,
+    lease_seconds: float,
+    now: datetime.datetime,
+) -> bool:
+    """Give a label a webhook worker holds a task id, before its webhook is sent (202 callbacks).
+
+    Whether the label was still held by ``holder`` in entry ``entry_id``.
+    """
+    result = conn.execute(
+        _OPEN_CALLBACK,
+        {
+            "sm": key[0],
+            "name": key[1],
+            "key": label_keys([key[1]])[0],
+            "entry_id": entry_id,
+            "id": task_id,
+            "holder": holder,
+            "lease": lease_seconds,
+            "now": now,
+        },
+    )
+    return result.rowcount == 1
+
+
+def hold_for_callback(conn: sa.Connection, task_id: str, *, until: datetime.datetime) -> bool:
+    """After a 202: keep the label leased until ``until`` for the receiver to finish the task."""
+    return conn.execute(_HOLD_FOR_CALLBACK, {"id": task_id, "until": until}).rowcount == 1
+
+
 def current(
     conn: sa.Connection, state_machine: str, name: str, *, now: datetime.datetime
 ) -> TaskInfo | None:
@@ -317,6 +352,29 @@ _SET_DUE = sa.text(
                       attempts = :attempts, updated_at = now()
     WHERE state_machine = :sm AND name_key = :key AND name = :name
     RETURNING {_LABELS_COLUMNS}
+    """
+)
+
+_OPEN_CALLBACK = sa.text(
+    """
+    WITH opened AS (
+        UPDATE labels SET task_id = :id
+        WHERE state_machine = :sm AND name_key = :key AND name = :name
+          AND entry_id = :entry_id AND lease_owner = :holder AND NOT deleted AND NOT errored
+        RETURNING state_machine, name, state, entry_id, attempts
+    )
+    INSERT INTO tasks (id, state_machine, label, state, entry_id, attempt, worker, lease,
+                       claimed_at)
+    SELECT :id, state_machine, name, state, entry_id, attempts, :holder,
+           :lease * interval '1 second', :now
+    FROM opened
+    """
+)
+
+_HOLD_FOR_CALLBACK = sa.text(
+    """
+    UPDATE labels SET due_at = :until
+    WHERE task_id = :id AND lease_owner IS NOT NULL AND NOT deleted AND NOT errored
     """
 )
 

@@ -177,6 +177,34 @@ def release(app: App, task_id: str) -> Label:
     return label
 
 
+def open_callback_task(
+    app: App, key: tuple[str, str], entry_id: int, *, holder: str, timeout: datetime.timedelta
+) -> str | None:
+    """A task id for a webhook about to be sent with ``async_timeout`` (``Routemaster-Task``).
+
+    It is valid from now, so a completion that arrives before the 202 counts.
+    ``None`` if ``holder`` no longer holds the label in that entry.
+    """
+    task_id = new_task_id()
+    with app.db.begin() as conn:
+        opened = task_store.open_callback(
+            conn,
+            key,
+            entry_id=entry_id,
+            task_id=task_id,
+            holder=holder,
+            lease_seconds=timeout.total_seconds(),
+            now=app.now(),
+        )
+    return task_id if opened else None
+
+
+def hold_for_callback(app: App, task_id: str, timeout: datetime.timedelta) -> bool:
+    """The receiver answered 202: the label stays leased for ``timeout``, awaiting the task."""
+    with app.db.begin() as conn:
+        return task_store.hold_for_callback(conn, task_id, until=app.now() + timeout)
+
+
 def _take(conn: sa.Connection, task_id: str, outcome: str, now: datetime.datetime) -> Label:
     taken = task_store.take(conn, task_id, outcome=outcome, now=now)
     if taken is None:
