@@ -1,4 +1,6 @@
-"""Pull workers' tasks: the lease a label is held under, and every task id ever issued.
+"""Pull workers' tasks, and pauses that end by themselves.
+
+Pull workers: the lease a label is held under, and every task id ever issued.
 
 ``labels.task_id`` is the id of the lease the label is held under now (a
 claim, or a webhook answered 202 with ``async_timeout``): a new lease gets a
@@ -11,6 +13,9 @@ of due labels nobody has claimed yet.
 ``tasks`` keeps every id issued, so an id that was never issued (404) can be
 told from one whose lease is over (409), and so a label's attempts show who
 held them and how each ended.
+
+``labels.paused_until`` is when a label paused with ``{"until": ...}`` resumes
+by itself (Metafora's sleep); the worker resumes it then.
 
 Revision ID: 0007
 Revises: 0006
@@ -31,6 +36,8 @@ def upgrade() -> None:
         ALTER TABLE labels ADD COLUMN task_id text;
         CREATE UNIQUE INDEX labels_by_task ON labels (task_id) WHERE task_id IS NOT NULL;
         CREATE INDEX labels_leased ON labels (due_at) WHERE lease_owner IS NOT NULL;
+        ALTER TABLE labels ADD COLUMN paused_until timestamptz;
+        CREATE INDEX labels_paused_until ON labels (paused_until) WHERE paused_until IS NOT NULL;
         CREATE TABLE tasks (
             id text PRIMARY KEY,
             state_machine text NOT NULL,
@@ -53,6 +60,8 @@ def downgrade() -> None:
     op.execute(
         """
         DROP TABLE tasks;
+        DROP INDEX labels_paused_until;
+        ALTER TABLE labels DROP COLUMN paused_until;
         DROP INDEX labels_leased;
         DROP INDEX labels_by_task;
         ALTER TABLE labels DROP COLUMN task_id;

@@ -182,6 +182,7 @@ SCHEMAS: dict[str, Schema] = {
             "state_entered_at": TIME,
             "previous_state": {"type": ["string", "null"]},
             "paused": BOOLEAN,
+            "paused_until": {**TIME, "description": "When a paused label resumes by itself."},
             "errored": BOOLEAN,
             "last_error": {"type": ["string", "null"]},
             "attempts": INTEGER,
@@ -220,6 +221,7 @@ SCHEMAS: dict[str, Schema] = {
             "next_state_error": TEXT,
         },
         optional=(
+            "paused_until",
             "message",
             "next",
             "webhook",
@@ -233,6 +235,18 @@ SCHEMAS: dict[str, Schema] = {
         ),
     ),
     "Command": obj({"reason": {"type": ["string", "null"]}}, optional=("reason",), strict=False),
+    "Pause": obj(
+        {
+            "reason": {"type": ["string", "null"]},
+            "until": {
+                "type": ["string", "null"],
+                "format": "date-time",
+                "description": "ISO-8601 with offset: the label resumes by itself then.",
+            },
+        },
+        optional=("reason", "until"),
+        strict=False,
+    ),
     "Move": obj(
         {"state": TEXT, "reason": {"type": ["string", "null"]}}, optional=("reason",), strict=False
     ),

@@ -1,12 +1,14 @@
-"""How pull actions and their tasks show in explanations and the console."""
+"""How pull actions, their tasks and pauses with an end show in explanations and the console."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from routemaster.api.responses import isoformat
 from routemaster.app import App
 from routemaster.config.model import Action
+from routemaster.db import pauses
 from routemaster.db import tasks as task_store
 from routemaster.db.labels import Label
 
@@ -36,6 +38,12 @@ def action_explanation(app: App, action: Action, label: Label) -> dict[str, Any]
         }
     )
     return body
+
+
+def paused_until(app: App, label: Label) -> datetime.datetime | None:
+    """When a paused label resumes by itself (``None``: when an operator resumes it)."""
+    with app.db.connect() as conn:
+        return pauses.paused_until(conn, label.state_machine, label.name)
 
 
 def tasks_in_flight(app: App) -> dict[tuple[str, str], int]:

@@ -66,6 +66,8 @@ labels = sa.Table(
         primary_key=True,
     ),
     sa.Column("task_id", sa.Text, nullable=True),
+    # when a pause with "until" ends by itself (migration 0007)
+    sa.Column("paused_until", sa.DateTime(timezone=True), nullable=True),
 )
 
 sa.Index(
@@ -83,6 +85,11 @@ sa.Index(
     postgresql_where=labels.c.task_id.isnot(None),
 )
 sa.Index("labels_leased", labels.c.due_at, postgresql_where=labels.c.lease_owner.isnot(None))
+sa.Index(
+    "labels_paused_until",
+    labels.c.paused_until,
+    postgresql_where=labels.c.paused_until.isnot(None),
+)
 sa.Index(
     "labels_errored",
     labels.c.state_machine,

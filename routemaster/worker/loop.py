@@ -24,6 +24,7 @@ from routemaster.db import claims as work
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.notifications import DueListener
 from routemaster.http.client import BoundedAdapter
+from routemaster.labels import resume_ended_pauses
 from routemaster.labels.tasks import expire_leases
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
@@ -133,8 +134,10 @@ class Worker:
                 )
 
     def expire_tasks(self) -> None:
-        """Count pull tasks whose lease ran out as failed attempts (or errors, at the last)."""
+        """Count pull tasks whose lease ran out as failed attempts (or errors, at the last);
+        resume labels whose pause with ``until`` has ended."""
         expire_leases(self.app, self._rng)
+        resume_ended_pauses(self.app)
 
     def _claim_deliveries(self) -> bool:
         """Claim as many due deliveries as there are free slots (any free slot is used)."""
