@@ -75,6 +75,10 @@ _MACHINE_STATE = obj(
         "exit_condition": {"type": ["string", "null"]},
         "triggers": array(ref("Trigger")),
         "webhook": {"type": ["string", "null"]},
+        "worker": {
+            "anyOf": [obj({"lease": INTEGER}), {"type": "null"}],
+            "description": "A pull action: claimed through /tasks/claim (lease in seconds).",
+        },
         "next": ref("Next"),
         "end": BOOLEAN,
         "labels": {**INTEGER, "description": "Live labels in this state now."},
