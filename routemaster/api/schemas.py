@@ -282,6 +282,26 @@ SCHEMAS: dict[str, Schema] = {
             "lease_expires_at": {**TEXT, "format": "date-time"},
         }
     ),
+    "TaskHistory": obj(
+        {
+            "tasks": array(
+                obj(
+                    {
+                        "state": TEXT,
+                        "attempt": INTEGER,
+                        "worker": TEXT,
+                        "idempotency_token": TEXT,
+                        "claimed_at": TIME,
+                        "ended_at": TIME,
+                        "outcome": {
+                            "enum": ["completed", "failed", "released", "expired", None],
+                            "description": "null: in flight, or ended by a move or a pause.",
+                        },
+                    }
+                )
+            )
+        }
+    ),
     "TaskList": obj({"tasks": array(ref("Task"))}),
     "Heartbeat": obj({"lease_expires_at": {**TEXT, "format": "date-time"}}),
     "Empty": obj({}, strict=False),

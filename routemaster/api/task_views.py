@@ -46,6 +46,24 @@ def paused_until(app: App, label: Label) -> datetime.datetime | None:
         return pauses.paused_until(conn, label.state_machine, label.name)
 
 
+def past_tasks(app: App, label: Label, *, limit: int) -> list[dict[str, Any]]:
+    """The label's latest tasks, oldest first, without their ids."""
+    with app.db.connect() as conn:
+        found = task_store.of_label(conn, label.state_machine, label.name, limit=limit)
+    return [
+        {
+            "state": task.state,
+            "attempt": task.attempt,
+            "worker": task.worker,
+            "idempotency_token": str(task.entry_id),
+            "claimed_at": isoformat(task.claimed_at),
+            "ended_at": isoformat(task.ended_at),
+            "outcome": task.outcome,
+        }
+        for task in found
+    ]
+
+
 def tasks_in_flight(app: App) -> dict[tuple[str, str], int]:
     """Tasks holding labels now, per (state machine, action state)."""
     with app.db.connect() as conn:

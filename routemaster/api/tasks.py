@@ -19,9 +19,10 @@ from routemaster.api.bodies import json_body
 from routemaster.api.claim_waits import ClaimWaiter, PendingClaim, task_json
 from routemaster.api.endpoints import CAPABILITY, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.labels import label_body
+from routemaster.api.labels import LABEL, label_body, live_label
 from routemaster.api.responses import isoformat, json_response
-from routemaster.auth import WORK
+from routemaster.api.task_views import past_tasks
+from routemaster.auth import READ, WORK
 from routemaster.changes.hub import STREAM_KEY
 from routemaster.labels import tasks as task_service
 
@@ -31,6 +32,7 @@ WAITER_KEY = "routemaster.claims"
 MAX_LIMIT = 100
 MAX_WAIT = 60
 MAX_WORKER_NAME = 200
+HISTORY_LIMIT = 100  # a label's latest tasks shown
 TASK = "/tasks/<task_id>"
 NO_STORE = {"Cache-Control": "no-store"}
 
@@ -171,6 +173,19 @@ def release(task_id: str) -> flask.Response:
     _object_body(optional=True)
     app = routemaster_app()
     return _answer(lambda: label_body(task_service.release(app, task_id)))
+
+
+@blueprint.get(LABEL + "/tasks")
+@endpoint(
+    READ,
+    "A label's latest tasks (attempts by pull workers and 202 callbacks), oldest first",
+    {200: Reply("TaskHistory"), 404: Reply("Error"), 410: Reply("Error")},
+    tags=("tasks", "labels"),
+)
+def label_tasks(sm: str, label: str) -> flask.Response:
+    app = routemaster_app()
+    found = live_label(app, machine_or_404(app, sm), label)
+    return json_response({"tasks": past_tasks(app, found, limit=HISTORY_LIMIT)})
 
 
 def _answer(act: Any) -> flask.Response:

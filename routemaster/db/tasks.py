@@ -233,6 +233,25 @@ def current(
     return TaskInfo(**row._mapping) if row is not None else None
 
 
+@dataclass(frozen=True)
+class PastTask:
+    """One attempt at a label's action by a task: who, when, and how it ended."""
+
+    state: str
+    entry_id: int
+    attempt: int
+    worker: str
+    claimed_at: datetime.datetime
+    ended_at: datetime.datetime | None
+    outcome: str | None  # completed, failed, released, expired; None: open or superseded
+
+
+def of_label(conn: sa.Connection, state_machine: str, name: str, *, limit: int) -> list[PastTask]:
+    """The label's latest ``limit`` tasks, oldest first."""
+    rows = conn.execute(_OF_LABEL, {"sm": state_machine, "name": name, "limit": limit}).all()
+    return [PastTask(**row._mapping) for row in reversed(rows)]
+
+
 def in_flight(conn: sa.Connection, *, now: datetime.datetime) -> dict[tuple[str, str], int]:
     """Live leases held by tasks, per (state machine, state)."""
     rows = conn.execute(_IN_FLIGHT, {"now": now}).all()
@@ -385,6 +404,15 @@ _CURRENT = sa.text(
     FROM labels JOIN tasks ON tasks.id = labels.task_id
     WHERE labels.state_machine = :sm AND labels.name_key = routemaster_label_key(:name)
       AND labels.name = :name AND labels.lease_owner IS NOT NULL AND labels.due_at > :now
+    """
+)
+
+_OF_LABEL = sa.text(
+    """
+    SELECT state, entry_id, attempt, worker, claimed_at, ended_at, outcome FROM tasks
+    WHERE label = :name AND state_machine = :sm
+    ORDER BY claimed_at DESC, attempt DESC
+    LIMIT :limit
     """
 )
 

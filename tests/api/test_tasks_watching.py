@@ -68,3 +68,21 @@ def test_a_machine_description_names_its_pull_actions(client: FlaskClient) -> No
     assert states["process"]["worker"] == {"lease": 30}
     assert states["process"]["webhook"] is None
     assert states["check"]["worker"] is None
+
+
+def test_a_labels_tasks_show_each_attempt_and_how_it_ended(client: FlaskClient) -> None:
+    create(client, "jobs", "a")
+    [first] = claim(client, worker="w1")
+    client.post(f"/tasks/{first['id']}/fail", json={"error": "x", "retry_after": 0})
+    [second] = claim(client, worker="w2")
+    client.post(f"/tasks/{second['id']}/complete")
+    response = client.get("/state-machines/jobs/labels/a/tasks")
+    assert response.status_code == 200
+    tasks = response.get_json()["tasks"]
+    assert [(t["attempt"], t["worker"], t["outcome"]) for t in tasks] == [
+        (1, "w1", "failed"),
+        (2, "w2", "completed"),
+    ]
+    assert all("id" not in task for task in tasks)
+    page = client.get("/console/machines/jobs/labels/a").get_data(as_text=True)
+    assert "<h2>Tasks</h2>" in page

@@ -21,7 +21,7 @@ from routemaster.api.explanations import explanation_of
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import check_label_name
 from routemaster.api.paths import link
-from routemaster.api.task_views import tasks_in_flight
+from routemaster.api.task_views import past_tasks, tasks_in_flight
 from routemaster.app import App
 from routemaster.config import describe_machine
 from routemaster.config.model import Action, StateMachine
@@ -234,12 +234,14 @@ def label_page_view(sm: str, label: str) -> str:
     if found is None:
         raise NotFound(f"No label {label!r} in {machine.name}.")
     explanation = None if found.deleted else explanation_of(app, machine, found)
+    tasks = [] if found.deleted else past_tasks(app, found, limit=20)
     return _render(
         "label.html",
         machine=machine,
         label=found,
         metadata=json.dumps(found.metadata, indent=2, ensure_ascii=False, sort_keys=True),
         history=history,
+        tasks=tasks,
         explanation=explanation,
         changes_url=machine_url(machine.name, "changes"),
         snapshot=seen,
