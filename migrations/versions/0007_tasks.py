@@ -8,7 +8,8 @@ new id, so fencing a stale worker is one equality in the statement that acts
 on the label. The lease is live while ``lease_owner`` is set and ``due_at``
 is in the future (every move and operator command clears ``lease_owner``);
 ``labels_leased`` finds the leases that ran out without reading the backlog
-of due labels nobody has claimed yet.
+of due labels nobody has claimed yet, and ``labels_awaiting_claim`` gives a
+claim each pull action's oldest due labels without reading the rest.
 
 ``tasks`` keeps every id issued, so an id that was never issued (404) can be
 told from one whose lease is over (409), and so a label's attempts show who
@@ -36,6 +37,8 @@ def upgrade() -> None:
         ALTER TABLE labels ADD COLUMN task_id text;
         CREATE UNIQUE INDEX labels_by_task ON labels (task_id) WHERE task_id IS NOT NULL;
         CREATE INDEX labels_leased ON labels (due_at) WHERE lease_owner IS NOT NULL;
+        CREATE INDEX labels_awaiting_claim ON labels (state_machine, state, due_at)
+            WHERE lease_owner IS NULL AND due_at IS NOT NULL;
         ALTER TABLE labels ADD COLUMN paused_until timestamptz;
         CREATE INDEX labels_paused_until ON labels (paused_until) WHERE paused_until IS NOT NULL;
         CREATE TABLE tasks (
@@ -62,6 +65,7 @@ def downgrade() -> None:
         DROP TABLE tasks;
         DROP INDEX labels_paused_until;
         ALTER TABLE labels DROP COLUMN paused_until;
+        DROP INDEX labels_awaiting_claim;
         DROP INDEX labels_leased;
         DROP INDEX labels_by_task;
         ALTER TABLE labels DROP COLUMN task_id;

@@ -86,6 +86,13 @@ sa.Index(
 )
 sa.Index("labels_leased", labels.c.due_at, postgresql_where=labels.c.lease_owner.isnot(None))
 sa.Index(
+    "labels_awaiting_claim",
+    labels.c.state_machine,
+    labels.c.state,
+    labels.c.due_at,
+    postgresql_where=sa.and_(labels.c.lease_owner.is_(None), labels.c.due_at.isnot(None)),
+)
+sa.Index(
     "labels_paused_until",
     labels.c.paused_until,
     postgresql_where=labels.c.paused_until.isnot(None),

@@ -263,18 +263,24 @@ _PULLED = """
                          CAST(:leases AS double precision[])) AS p(state_machine, state, lease)
 """
 
-# The ids are numbered in the order the labels fell due, so each label gets one.
+# Each state's oldest due labels come from the labels_awaiting_claim index (so a
+# claim costs the same however long the backlog), then the oldest of those are
+# taken; the ids are numbered in that order, so each label gets one.
 _CLAIM = sa.text(
     f"""
-    WITH pulled AS ({_PULLED}), due AS (
-        SELECT labels.state_machine, labels.name_key, labels.due_at, pulled.lease
-        FROM labels JOIN pulled
-            ON labels.state_machine = pulled.state_machine AND labels.state = pulled.state
-        WHERE labels.due_at <= :now AND labels.lease_owner IS NULL
-          AND NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
-        ORDER BY labels.due_at
-        LIMIT :limit
-        FOR UPDATE OF labels SKIP LOCKED
+    WITH pulled AS ({_PULLED}), candidates AS (
+        SELECT waiting.*, pulled.lease
+        FROM pulled CROSS JOIN LATERAL (
+            SELECT labels.state_machine, labels.name_key, labels.due_at FROM labels
+            WHERE labels.state_machine = pulled.state_machine AND labels.state = pulled.state
+              AND labels.due_at <= :now AND labels.lease_owner IS NULL
+              AND NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
+            ORDER BY labels.due_at
+            LIMIT :limit
+            FOR UPDATE SKIP LOCKED
+        ) AS waiting
+    ), due AS (
+        SELECT * FROM candidates ORDER BY due_at LIMIT :limit
     ), numbered AS (
         SELECT due.*, row_number() OVER (ORDER BY due.due_at) AS n FROM due
     ), ids AS (
