@@ -157,3 +157,55 @@ def test_the_consumer_in_the_guide_works_as_written(server: str, tmp_path: Path)
             consumer.terminate()
             _, errors = consumer.communicate(timeout=10)
             assert b"Traceback" not in errors or b"KeyboardInterrupt" in errors, errors
+
+
+SHORT_LEASE = """
+state_machines:
+  jobs:
+    retry: {max_attempts: 3, initial_delay: 1s, max_delay: 1s}
+    states:
+      - action: process
+        worker: {lease: 1s}
+        next: done
+      - gate: done
+        exit_condition: false
+"""
+
+CLAIM_AND_HANG = """
+import sys, time, requests
+answer = requests.post(sys.argv[1] + "/tasks/claim", json={"worker": "doomed", "wait": 10})
+print(answer.json()["tasks"][0]["id"], flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_workers_label_goes_to_another_worker_and_its_late_completion_is_refused(
+    tmp_path: Path, database_url: str, db_engine: sa.Engine
+) -> None:
+    config = tmp_path / "short.yaml"
+    config.write_text(SHORT_LEASE)
+    script = tmp_path / "doomed.py"
+    script.write_text(CLAIM_AND_HANG)
+    with serving(config, database_url, "--workers", "1") as base:
+        created = requests.post(f"{base}/state-machines/jobs/labels/a", json={"metadata": {}})
+        assert created.status_code == 201
+        doomed = subprocess.Popen(
+            [sys.executable, str(script), base], stdout=subprocess.PIPE, cwd=tmp_path
+        )
+        assert doomed.stdout is not None
+        first_id = doomed.stdout.readline().decode().strip()
+        doomed.kill()  # mid-task: it never completes, fails or heartbeats
+        doomed.wait()
+        doomed.stdout.close()
+        deadline = time.monotonic() + 15
+        second: list[dict[str, object]] = []
+        while not second and time.monotonic() < deadline:  # the lease, then the backoff
+            answer = requests.post(
+                f"{base}/tasks/claim", json={"worker": "survivor", "wait": 2}, timeout=10
+            )
+            second = answer.json()["tasks"]
+        assert [(task["label"], task["attempt"]) for task in second] == [("a", 2)]
+        late = requests.post(f"{base}/tasks/{first_id}/complete", json={}, timeout=5)
+        assert (late.status_code, late.json()["reason"]) == (409, "lease_lost")
+        done = requests.post(f"{base}/tasks/{second[0]['id']}/complete", json={}, timeout=5)
+        assert done.json()["state"] == "done"
