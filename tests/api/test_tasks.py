@@ -61,13 +61,12 @@ def test_a_second_completion_is_refused_and_changes_nothing(client: Client) -> N
     again = client.post(f"/tasks/{task['id']}/complete", json={"metadata": {"ok": True}})
     assert again.status_code == 409
     assert body(again)["reason"] == "lease_lost"
-    assert label(client, "jobs", "a") | {"state_entered_at": None} == label(client, "jobs", "a") | {
-        "state_entered_at": None
-    }
-    assert label(client, "jobs", "a")["metadata"] == {}
+    after_first = label(client, "jobs", "a")
+    assert (after_first["state"], after_first["metadata"]) == ("check", {})
     for call in ("heartbeat", "fail", "release"):
         response = client.post(f"/tasks/{task['id']}/{call}", json={"error": "late"})
         assert (response.status_code, body(response)["reason"]) == (409, "lease_lost")
+    assert label(client, "jobs", "a") == after_first
 
 
 def test_an_id_never_issued_is_not_found(client: Client) -> None:
@@ -305,3 +304,17 @@ def test_explain_shows_who_holds_the_label_until_when(client: Client) -> None:
     assert explained["task"]["attempt"] == 1
     assert explained["task"]["lease_expires_at"] == task["lease_expires_at"]
     assert "id" not in explained["task"]  # the id is the capability: never shown to readers
+
+
+@pytest.mark.parametrize(
+    ("method", "suffix"), [("delete", ""), ("post", "/pause")], ids=["deleted", "paused"]
+)
+def test_deleting_or_pausing_the_label_ends_the_lease(
+    client: Client, method: str, suffix: str
+) -> None:
+    create(client, "jobs", "a")
+    [task] = claim(client)
+    assert getattr(client, method)(f"/state-machines/jobs/labels/a{suffix}").status_code < 300
+    refused = client.post(f"/tasks/{task['id']}/complete", json={"metadata": {"ok": True}})
+    assert (refused.status_code, body(refused)["reason"]) == (409, "lease_lost")
+    assert client.post(f"/tasks/{task['id']}/heartbeat").status_code == 409
