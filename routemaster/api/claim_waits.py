@@ -39,6 +39,7 @@ from routemaster.labels import tasks as task_service
 logger = logging.getLogger(__name__)
 
 SEND_TIMEOUT = 10.0  # seconds a client may take to accept a claim's answer
+IDLE_EXIT = 60.0  # seconds without a waiting claim before the thread (and its LISTEN) stops
 
 
 def task_json(task: Task) -> dict[str, Any]:
@@ -123,6 +124,7 @@ class ClaimWaiter:
         self._pending: list[PendingClaim] = []
         self._lock = threading.Lock()
         self._pid: int | None = None
+        self._running = False
         self._wake_r, self._wake_w = -1, -1
 
     def add(self, pending: PendingClaim) -> None:
@@ -133,28 +135,49 @@ class ClaimWaiter:
         os.write(self._wake_w, b"x")  # its deadline may be the nearest
 
     @property
+    def running(self) -> bool:
+        """Whether this process's claim thread runs (it stops after a while with nothing to do)."""
+        with self._lock:
+            return self._running and self._pid == os.getpid()
+
+    @property
     def waiting(self) -> int:
         with self._lock:
             return len(self._pending)
 
     def _start_here(self) -> None:
-        """Start the thread in this process (after a fork the parent's thread is not here)."""
-        if self._pid == os.getpid():
-            return
-        self._pid = os.getpid()
-        self._pending = []
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        thread = threading.Thread(target=self._run, name="routemaster-claims", daemon=True)
-        thread.start()
+        """Start the thread in this process if it is not running (after a fork, the
+        parent's thread is not here; after a while with no waiting claim, it stops)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._pending = []
+            self._running = False
+            self._wake_r, self._wake_w = os.pipe()
+            os.set_blocking(self._wake_r, False)
+        if not self._running:
+            self._running = True
+            thread = threading.Thread(target=self._run, name="routemaster-claims", daemon=True)
+            thread.start()
 
     def _run(self) -> None:
-        """Claim for the waiting clients on every wake-up: a NOTIFY, a new client, a poll."""
         listener = DueListener(self.app.db)
+        try:
+            self._serve(listener)
+        finally:
+            listener.close()
+
+    def _serve(self, listener: DueListener) -> None:
+        """Claim for the waiting clients on every wake-up: a NOTIFY, a new client, a poll."""
         poll = self.app.settings.poll_interval
+        idle_since = time.monotonic()
         while True:
             with self._lock:
                 pending = list(self._pending)
+                if pending:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > IDLE_EXIT:
+                    self._running = False  # under the lock: the next add starts a new thread
+                    return
             try:
                 if pending:
                     self._claim_for(pending)

@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
+from routemaster.api import claim_waits
 from routemaster.api.tasks import claim_waiter
 from tests.api.helpers import body
 from tests.api.tasks_support import MakeClient, create, tasks_client
@@ -92,3 +93,23 @@ def test_a_released_task_goes_to_a_waiting_claim(make_client: MakeClient) -> Non
     client.post(f"/tasks/{task['id']}/release")
     thread.join(timeout=10)
     assert [(t["label"], t["attempt"]) for t in answer["tasks"]] == [("a", 1)]
+
+
+def test_the_claim_thread_stops_when_idle_and_starts_again_when_needed(
+    make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(claim_waits, "IDLE_EXIT", 0.1)
+    client, _ = make_client()
+    application = client.application
+    assert isinstance(application, flask.Flask)
+    waiter = claim_waiter(application)
+    thread, answer = claim_in_thread(client, wait=0.2)
+    thread.join(timeout=10)
+    assert answer["tasks"] == []
+    wait_until(lambda: not waiter.running, 5, "the idle claim thread did not stop")
+    thread, answer = claim_in_thread(client, wait=30)
+    wait_until(lambda: waiting(client) == 1, 5, "the claim did not wait")
+    assert waiter.running
+    create(client, "jobs", "later")
+    thread.join(timeout=10)
+    assert [task["label"] for task in answer["tasks"]] == ["later"]
