@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import flask
-from werkzeug.exceptions import BadRequest, NotFound
+from werkzeug.exceptions import BadRequest, NotFound, ServiceUnavailable
 
 from routemaster.api.bodies import json_body
 from routemaster.api.claim_waits import ClaimWaiter, PendingClaim, task_json
@@ -57,7 +57,12 @@ def claim_waiter(flask_app: flask.Flask) -> ClaimWaiter:
 @endpoint(
     WORK,
     "Claim due labels of pull actions (worker:), waiting up to `wait` seconds for one",
-    {200: Reply("TaskList"), 400: Reply("Error"), 404: Reply("Error")},
+    {
+        200: Reply("TaskList"),
+        400: Reply("Error"),
+        404: Reply("Error"),
+        503: Reply("Error", description="This process has too many waiting claims"),
+    },
     body="Claim",
     tags=("tasks",),
 )
@@ -88,6 +93,11 @@ def claim() -> flask.Response:
     tasks = task_service.claim_tasks(app, states, worker=worker, limit=int(limit), rng=waiter.rng)
     if tasks or not wait or not states:
         return json_response({"tasks": [task_json(task) for task in tasks]}, headers=NO_STORE)
+    if waiter.waiting >= app.settings.max_waiting_claims:
+        raise ServiceUnavailable(
+            f"Too many waiting claims in this process ({app.settings.max_waiting_claims}): "
+            "retry shortly."
+        )
     pending = PendingClaim(
         states, worker=worker, limit=int(limit), deadline=time.monotonic() + wait
     )

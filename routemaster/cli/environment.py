@@ -48,6 +48,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "changes_poll_interval": (0.01, 60),
     "stream_heartbeat": (0.05, 3_600),
     "max_streams": (1, 100_000),
+    "max_waiting_claims": (1, 100_000),
     "label_gauges_interval": (0, 3_600),  # 0: counted at every scrape
     "token_use_interval": (0.01, 86_400),
 }

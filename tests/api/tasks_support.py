@@ -56,10 +56,11 @@ MakeClient = Callable[..., tuple[Client, App]]
 def tasks_client(tmp_path: Path, db_engine: sa.Engine) -> MakeClient:
     """``make(clock=None, config=CONFIG)``: a checked test client and its App."""
 
-    def make(clock: Any = None, config: str = CONFIG) -> tuple[Client, App]:
+    def make(clock: Any = None, config: str = CONFIG, **settings: Any) -> tuple[Client, App]:
         path = tmp_path / "tasks.yaml"
         path.write_text(config)
-        app = App(config=load_config([path]), db=db_engine, settings=Settings(poll_interval=0.2))
+        settings.setdefault("poll_interval", 0.2)
+        app = App(config=load_config([path]), db=db_engine, settings=Settings(**settings))
         if clock is not None:
             app.clock = clock
         flask_app: flask.Flask = create_app(app)

@@ -113,3 +113,16 @@ def test_the_claim_thread_stops_when_idle_and_starts_again_when_needed(
     create(client, "jobs", "later")
     thread.join(timeout=10)
     assert [task["label"] for task in answer["tasks"]] == ["later"]
+
+
+def test_waiting_claims_beyond_the_limit_are_refused(make_client: MakeClient) -> None:
+    client, _ = make_client(max_waiting_claims=1)
+    thread, answer = claim_in_thread(client, wait=30)
+    wait_until(lambda: waiting(client) == 1, 5, "the claim did not wait")
+    refused = client.post("/tasks/claim", json={"worker": "w2", "wait": 30})
+    assert refused.status_code == 503
+    assert "waiting claims" in body(refused)["message"]
+    assert body(client.post("/tasks/claim", json={"worker": "w3"}))["tasks"] == []  # no wait
+    create(client, "jobs", "x")
+    thread.join(timeout=10)
+    assert [task["label"] for task in answer["tasks"]] == ["x"]
