@@ -80,7 +80,8 @@ def test_waiting_claims_leave_the_request_workers_free(server: str) -> None:
         for n in range(20):
             started = time.monotonic()
             assert requests.get(f"{server}/state-machines", timeout=5).status_code == 200
-            assert time.monotonic() - started < 0.5, f"read {n} waited behind the claims"
+            # the claims wait 30 s: a read queued behind them would take that long
+            assert time.monotonic() - started < 3, f"read {n} waited behind the claims"
         for n in range(3):
             response = requests.post(
                 f"{server}/state-machines/jobs/labels/l{n}", json={"metadata": {}}, timeout=5
@@ -111,7 +112,7 @@ def test_a_waiting_claim_with_nothing_to_do_answers_empty(server: str) -> None:
     status, _, body = read_answer(open_claim(server, wait=1))
     assert status == "HTTP/1.1 200 OK"
     assert body == {"tasks": []}
-    assert 1 <= time.monotonic() - started < 3
+    assert 1 <= time.monotonic() - started < 6
 
 
 def consumer_from_the_guide() -> str:

@@ -47,7 +47,7 @@ def waiting(client: FlaskClient) -> int:
 def test_a_waiting_claim_is_woken_by_a_label_entering_the_action(
     make_client: MakeClient,
 ) -> None:
-    client, _ = make_client()
+    client, _ = make_client(poll_interval=20)  # only a NOTIFY can wake it in time
     thread, answer = claim_in_thread(client, wait=30)
     wait_until(lambda: waiting(client) == 1, 5, "the claim did not wait")
     entered = time.monotonic()
@@ -55,7 +55,7 @@ def test_a_waiting_claim_is_woken_by_a_label_entering_the_action(
     thread.join(timeout=10)
     assert answer["status"] == 200
     assert [task["label"] for task in answer["tasks"]] == ["new"]
-    assert answer["at"] - entered < 1.0, "woken by NOTIFY, not at the deadline"
+    assert answer["at"] - entered < 5, "woken by NOTIFY, not by a poll or the deadline"
     assert waiting(client) == 0
 
 
@@ -67,7 +67,7 @@ def test_a_waiting_claim_with_nothing_to_do_answers_empty_at_its_deadline(
     thread, answer = claim_in_thread(client, wait=0.5)
     thread.join(timeout=10)
     assert answer["tasks"] == []
-    assert 0.5 <= answer["at"] - started < 2.0
+    assert 0.5 <= answer["at"] - started < 5
 
 
 def test_waiting_claims_only_take_their_own_states(make_client: MakeClient) -> None:
