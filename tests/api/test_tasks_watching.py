@@ -14,12 +14,18 @@ from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.metrics import Metrics
 from tests.api.openapi_check import CheckedClient
-from tests.api.tasks_support import CONFIG, claim, create
+from tests.api.tasks_support import CONFIG, START, claim, create
 from tests.api.test_metrics import scrape, value
+from tests.worker.conftest import FakeClock
 
 
 @pytest.fixture
-def client(db_engine: sa.Engine, tmp_path: Path) -> FlaskClient:
+def clock() -> FakeClock:
+    return FakeClock(START)
+
+
+@pytest.fixture
+def client(db_engine: sa.Engine, tmp_path: Path, clock: FakeClock) -> FlaskClient:
     path = tmp_path / "tasks.yaml"
     path.write_text(CONFIG)
     metrics = Metrics()
@@ -29,21 +35,32 @@ def client(db_engine: sa.Engine, tmp_path: Path) -> FlaskClient:
         settings=Settings(label_gauges_interval=0),
         metrics=metrics,
         loggers=(metrics.observer(),),
+        clock=clock,
     )
     flask_app: flask.Flask = create_app(app)
     flask_app.test_client_class = CheckedClient
     return flask_app.test_client()
 
 
-def test_task_events_are_counted_per_machine_state_and_event(client: FlaskClient) -> None:
-    for name in ("a", "b", "c"):
+def test_task_events_are_counted_per_machine_state_and_event(
+    client: FlaskClient, clock: FakeClock
+) -> None:
+    for name in ("a", "b", "c", "d"):
         create(client, "jobs", name)
-    tasks = claim(client, limit=3)
+    tasks = claim(client, limit=4)
     client.post(f"/tasks/{tasks[0]['id']}/complete")
     client.post(f"/tasks/{tasks[1]['id']}/fail", json={"error": "x"})
     client.post(f"/tasks/{tasks[2]['id']}/release")
+    clock.advance(seconds=31)  # the fourth lease runs out, and the next claim says so
+    claim(client)
     samples = scrape(client)
-    for event, count in (("claimed", 3), ("completed", 1), ("failed", 1), ("released", 1)):
+    for event, count in (
+        ("claimed", 5),
+        ("completed", 1),
+        ("failed", 1),
+        ("released", 1),
+        ("expired", 1),
+    ):
         labels = {"state_machine": "jobs", "state": "process", "event": event}
         assert value(samples, "routemaster_tasks_total", **labels) == count, event
 
