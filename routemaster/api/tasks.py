@@ -90,7 +90,14 @@ def claim() -> flask.Response:
             f"{error}" + (f" in state machine {machine!r}." if machine else ".")
         ) from None
     waiter = claim_waiter(flask.current_app)
-    tasks = task_service.claim_tasks(app, states, worker=worker, limit=int(limit), rng=waiter.rng)
+    tasks = task_service.claim_tasks(
+        app,
+        states,
+        worker=worker,
+        limit=int(limit),
+        rng=waiter.rng,
+        expire=waiter.expiry_due(),
+    )
     if tasks or not wait or not states:
         return json_response({"tasks": [task_json(task) for task in tasks]}, headers=NO_STORE)
     if waiter.waiting >= app.settings.max_waiting_claims:

@@ -72,15 +72,23 @@ def new_task_id() -> str:
 
 
 def claim_tasks(
-    app: App, states: Sequence[PullState], *, worker: str, limit: int, rng: random.Random
+    app: App,
+    states: Sequence[PullState],
+    *,
+    worker: str,
+    limit: int,
+    rng: random.Random,
+    expire: bool = True,
 ) -> list[Task]:
     """Lease up to ``limit`` due labels in ``states`` to ``worker``, oldest due first.
 
-    Leases that ran out in those states are counted as failed attempts first.
+    With ``expire``, leases that ran out in those states are counted as
+    failed attempts first (the worker loop also does so every second).
     """
     now = app.now()
     with app.db.begin() as conn:
-        _expire(conn, app, [(machine, state) for machine, state, _ in states], now, rng)
+        if expire:
+            _expire(conn, app, [(machine, state) for machine, state, _ in states], now, rng)
         claimed = task_store.claim(
             conn, states, ids=[new_task_id() for _ in range(limit)], worker=worker, now=now
         )
