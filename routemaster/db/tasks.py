@@ -149,8 +149,8 @@ def take(
 ) -> tuple[Label, int] | None:
     """End the live lease ``task_id`` and lock its label; ``None`` when it holds none.
 
-    Returns the label (its lease ended, still in the action, its ``due_at``
-    for the caller to set) and the task's attempt number.
+    Returns the label (its lease ended, still in the action, not due: the
+    caller moves it on or says when it is due again) and the task's attempt number.
     """
     row = conn.execute(_TAKE, {"id": task_id, "outcome": outcome, "now": now}).one_or_none()
     if row is None:
@@ -357,7 +357,7 @@ _HEARTBEAT = sa.text(
 _TAKE = sa.text(
     f"""
     WITH taken AS (
-        UPDATE labels SET lease_owner = NULL, task_id = NULL, updated_at = now()
+        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL, updated_at = now()
         WHERE {_LIVE_LEASE}
         RETURNING {_LABELS_COLUMNS}
     ), ended AS (
