@@ -13,7 +13,8 @@ claim each pull action's oldest due labels without reading the rest.
 
 ``tasks`` keeps every id issued, so an id that was never issued (404) can be
 told from one whose lease is over (409), and so a label's attempts show who
-held them and how each ended.
+held them and how each ended. The worker forgets tasks older than
+``ROUTEMASTER_TASK_RETENTION`` (``tasks_by_claim``), never a label's current one.
 
 ``labels.paused_until`` is when a label paused with ``{"until": ...}`` resumes
 by itself (Metafora's sleep); the worker resumes it then.
@@ -55,6 +56,7 @@ def upgrade() -> None:
             outcome text
         );
         CREATE INDEX tasks_by_label ON tasks USING hash (label);
+        CREATE INDEX tasks_by_claim ON tasks (claimed_at);
         """
     )
 

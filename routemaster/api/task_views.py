@@ -8,8 +8,7 @@ from typing import Any
 from routemaster.api.responses import isoformat
 from routemaster.app import App
 from routemaster.config.model import Action
-from routemaster.db import pauses
-from routemaster.db import tasks as task_store
+from routemaster.db import pauses, task_records
 from routemaster.db.labels import Label
 
 
@@ -26,7 +25,7 @@ def action_explanation(app: App, action: Action, label: Label) -> dict[str, Any]
     if action.async_timeout is not None:
         body["async_timeout"] = int(action.async_timeout.total_seconds())
     with app.db.connect() as conn:
-        held = task_store.current(conn, label.state_machine, label.name, now=app.now())
+        held = task_records.current(conn, label.state_machine, label.name, now=app.now())
     body["task"] = (
         None
         if held is None
@@ -49,7 +48,7 @@ def paused_until(app: App, label: Label) -> datetime.datetime | None:
 def past_tasks(app: App, label: Label, *, limit: int) -> list[dict[str, Any]]:
     """The label's latest tasks, oldest first, without their ids."""
     with app.db.connect() as conn:
-        found = task_store.of_label(conn, label.state_machine, label.name, limit=limit)
+        found = task_records.of_label(conn, label.state_machine, label.name, limit=limit)
     return [
         {
             "state": task.state,
@@ -67,4 +66,4 @@ def past_tasks(app: App, label: Label, *, limit: int) -> list[dict[str, Any]]:
 def tasks_in_flight(app: App) -> dict[tuple[str, str], int]:
     """Tasks holding labels now, per (state machine, action state)."""
     with app.db.connect() as conn:
-        return task_store.in_flight(conn, now=app.now())
+        return task_records.in_flight(conn, now=app.now())

@@ -172,3 +172,4 @@ tasks = sa.Table(
 )
 
 sa.Index("tasks_by_label", tasks.c.label, postgresql_using="hash")
+sa.Index("tasks_by_claim", tasks.c.claimed_at)

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from routemaster.app import App
 from routemaster.config.model import Action, Config
 from routemaster.db import labels as store
+from routemaster.db import task_records
 from routemaster.db import tasks as task_store
 from routemaster.db.labels import Label
 from routemaster.db.notifications import notify_due
@@ -104,6 +105,14 @@ def expire_leases(app: App, rng: random.Random) -> int:
         return 0
     with app.db.begin() as conn:
         return _expire(conn, app, states, app.now(), rng)
+
+
+def forget_old_tasks(app: App, *, limit: int = 10_000) -> int:
+    """Delete tasks older than ``task_retention`` (never a label's current one); how many."""
+    with app.db.begin() as conn:
+        return task_records.forget_before(
+            conn, app.now() - app.settings.task_retention, limit=limit
+        )
 
 
 def heartbeat(app: App, task_id: str) -> datetime.datetime:

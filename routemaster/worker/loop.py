@@ -25,7 +25,7 @@ from routemaster.db.claims import Claim, StateKey
 from routemaster.db.notifications import DueListener
 from routemaster.http.client import BoundedAdapter
 from routemaster.labels import resume_ended_pauses
-from routemaster.labels.tasks import expire_leases
+from routemaster.labels.tasks import expire_leases, forget_old_tasks
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
 from routemaster.worker.slots import Slots
@@ -57,6 +57,7 @@ class Worker:
         self._jobs.every(renew_every).seconds.do(self.renew_leases)
         # Pull tasks whose lease ran out are failed attempts (routemaster.labels.tasks).
         self._jobs.every(1).seconds.do(self.expire_tasks)
+        self._jobs.every(60).seconds.do(lambda: forget_old_tasks(app))
         # Bounded: every webhook and feed call has one total deadline (routemaster.http).
         adapter = BoundedAdapter(pool_connections=self._slots.size, pool_maxsize=self._slots.size)
         app.http.mount("http://", adapter)

@@ -10,8 +10,18 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from routemaster.labels.tasks import forget_old_tasks
 from tests.api.helpers import body
-from tests.api.tasks_support import START, Client, MakeClient, claim, create, label, tasks_client
+from tests.api.tasks_support import (
+    CONFIG,
+    START,
+    Client,
+    MakeClient,
+    claim,
+    create,
+    label,
+    tasks_client,
+)
 from tests.worker.conftest import FakeClock
 
 
@@ -318,3 +328,21 @@ def test_deleting_or_pausing_the_label_ends_the_lease(
     refused = client.post(f"/tasks/{task['id']}/complete", json={"metadata": {"ok": True}})
     assert (refused.status_code, body(refused)["reason"]) == (409, "lease_lost")
     assert client.post(f"/tasks/{task['id']}/heartbeat").status_code == 409
+
+
+def test_old_tasks_are_forgotten_but_never_a_labels_current_one(
+    make_client: MakeClient, clock: FakeClock
+) -> None:
+    client, app = make_client(clock, config=CONFIG.replace("lease: 30s", "lease: 24h"))
+    create(client, "jobs", "done-long-ago")
+    create(client, "jobs", "held")
+    [old] = claim(client, state_machine="jobs")
+    client.post(f"/tasks/{old['id']}/complete")
+    [held] = claim(client)
+    for _ in range(17):  # eight days and a half of heartbeats on the second one
+        clock.advance(hours=12)
+        assert client.post(f"/tasks/{held['id']}/heartbeat").status_code == 200
+    assert forget_old_tasks(app) == 1
+    assert client.post(f"/tasks/{old['id']}/complete").status_code == 404
+    assert body(client.get("/state-machines/jobs/labels/done-long-ago/tasks"))["tasks"] == []
+    assert client.post(f"/tasks/{held['id']}/complete").status_code == 200
