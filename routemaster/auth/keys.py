@@ -18,7 +18,8 @@ from dataclasses import dataclass
 READ = "read"  # every GET
 WRITE = "write"  # create, update, delete labels
 OPERATE = "operate"  # retry, pause, resume, move
-SCOPES = (READ, WRITE, OPERATE)
+WORK = "work"  # claim tasks of pull actions (POST /tasks/claim)
+SCOPES = (READ, WRITE, OPERATE, WORK)
 
 _PREFIX = "rm_"
 _SHAPE = re.compile(r"rm_([0-9a-f]{16})_[A-Za-z0-9_-]{43}")

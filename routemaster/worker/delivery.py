@@ -17,6 +17,7 @@ from routemaster.config.model import Action
 from routemaster.db import claims
 from routemaster.db.claims import Claim
 from routemaster.http.webhooks import Outcome, build_request, deliver
+from routemaster.worker import callbacks
 from routemaster.worker.retry import backoff
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ def deliver_claim(app: App, claim: Claim, rng: random.Random) -> bool:
     action = machine.get_state(claim.state)
     assert isinstance(action, Action), "claims only ever select labels in action states"
     policy = action.retry  # the machine's policy with the action's overrides, from the loader
+    if callbacks.waited_too_often(app, claim, action):
+        return False
     request = build_request(
         machine,
         action,
@@ -41,6 +44,7 @@ def deliver_claim(app: App, claim: Claim, rng: random.Random) -> bool:
         token=str(claim.entry_id),
         timestamp=int(app.now().timestamp()),
     )
+    task_id = callbacks.open_callback(app, claim, action, request)  # with async_timeout
     started = time.monotonic()
     with app.hooks.webhook(machine, action) as log_response:
         result = deliver(
@@ -58,6 +62,9 @@ def deliver_claim(app: App, claim: Claim, rng: random.Random) -> bool:
         duration=time.monotonic() - started,
     )
     where = f"{claim.state_machine}/{claim.name} in {claim.state} (attempt {claim.attempts})"
+    if callbacks.accepted_for_later(app, action, task_id, result):
+        logger.debug("%s accepted for later: waiting for task completion", where)
+        return False
     if result.outcome is Outcome.DELIVERED:
         logger.debug("delivered %s: %s -> %s", where, request.url, result.status)
         return True
