@@ -247,7 +247,8 @@ def test_cron_migrates_runs_and_stops_on_sigterm(valid_config: Path, empty_datab
             timeout=30,
         )
         assert process.stdout is not None
-        while "started" not in (line := process.stdout.readline().decode()):
+        # The worker's own line (a migration's description may say "started" too).
+        while " started: " not in (line := process.stdout.readline().decode()):
             assert line, "cron ended before its worker started"
         assert process.poll() is None, process.communicate()[0].decode()
     finally:

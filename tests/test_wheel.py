@@ -119,7 +119,7 @@ def test_the_built_wheel_installed_elsewhere_is_a_working_service(
 
         migrated = _run(routemaster, "-c", "config.yaml", "migrate", cwd=elsewhere, env=env)
         assert migrated.returncode == 0, migrated.stderr
-        assert "Database schema is current." in migrated.stdout
+        assert "Database schema and labels are current." in migrated.stdout
         validated = _run(routemaster, "-c", "config.yaml", "validate", cwd=elsewhere, env=env)
         assert validated.returncode == 0, validated.stderr
 
