@@ -26,8 +26,8 @@ from routemaster.api import (
     openapi,
     operations,
     plugins,
-    versions,
     tasks,
+    versions,
 )
 from routemaster.api.auth import require_tokens
 from routemaster.api.claim_waits import ClaimWaiter

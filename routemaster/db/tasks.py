@@ -6,7 +6,8 @@ A claim leases labels as the worker's claims do (``due_at`` one lease ahead,
 acts in one statement that also checks the lease: ``task_id = :id``, still
 leased (every move and operator command clears ``lease_owner``) and not run
 out (``due_at > :now``). A stale id therefore changes nothing, whatever the
-order in which two workers call.
+order in which two workers call. Statements are written and run as
+:mod:`routemaster.db.statements` says.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
 from routemaster.db.keys import label_keys
-from routemaster.db.labels import _LABELS_COLUMNS, Label, _label
+from routemaster.db.labels import Label, label_from_row
+from routemaster.db.statements import fetch_all, fetch_one, run
 
 PullState = tuple[str, str, float]
 """(state machine, state, lease in seconds)."""
@@ -69,7 +71,8 @@ def claim(
     """Lease up to ``len(ids)`` due labels in ``states``, oldest due first, one id each."""
     if not states or not ids:
         return []
-    rows = conn.execute(
+    rows = fetch_all(
+        conn,
         _CLAIM,
         {
             "machines": [machine for machine, _, _ in states],
@@ -80,8 +83,8 @@ def claim(
             "worker": worker,
             "now": now,
         },
-    ).all()
-    return [Task(**row._mapping) for row in rows]
+    )
+    return [Task(*row) for row in rows]
 
 
 def lock_expired(
@@ -90,7 +93,8 @@ def lock_expired(
     """Lock up to ``limit`` labels in ``states`` whose lease has run out."""
     if not states:
         return []
-    rows = conn.execute(
+    rows = fetch_all(
+        conn,
         _LOCK_EXPIRED,
         {
             "machines": [machine for machine, _ in states],
@@ -98,8 +102,8 @@ def lock_expired(
             "now": now,
             "limit": limit,
         },
-    ).all()
-    return [Held(**row._mapping) for row in rows]
+    )
+    return [Held(*row) for row in rows]
 
 
 def expire(
@@ -109,7 +113,8 @@ def expire(
     if not expiries:
         return
     names = [expiry.held.name for expiry in expiries]
-    conn.execute(
+    run(
+        conn,
         _EXPIRE,
         {
             "machines": [expiry.held.state_machine for expiry in expiries],
@@ -127,10 +132,8 @@ def heartbeat(
     conn: sa.Connection, task_id: str, *, now: datetime.datetime
 ) -> datetime.datetime | None:
     """Extend the lease by its length from now; ``None`` when the id holds no live lease."""
-    expires: datetime.datetime | None = conn.execute(
-        _HEARTBEAT, {"id": task_id, "now": now}
-    ).scalar()
-    return expires
+    row = fetch_one(conn, _HEARTBEAT, {"id": task_id, "now": now})
+    return None if row is None else cast(datetime.datetime, row[0])
 
 
 def take(
@@ -141,17 +144,16 @@ def take(
     Returns the label (its lease ended, still in the action, not due: the
     caller moves it on or says when it is due again) and the task's attempt number.
     """
-    row = conn.execute(_TAKE, {"id": task_id, "outcome": outcome, "now": now}).one_or_none()
+    row = fetch_one(conn, _TAKE, {"id": task_id, "outcome": outcome, "now": now})
     if row is None:
         return None
-    values = dict(row._mapping)
-    attempt = values.pop("task_attempt")
-    return Label(**values), attempt
+    *columns, attempt = row
+    return label_from_row(tuple(columns)), int(attempt)
 
 
 def issued(conn: sa.Connection, task_id: str) -> bool:
     """Whether ``task_id`` was ever issued."""
-    return conn.execute(_ISSUED, {"id": task_id}).first() is not None
+    return fetch_one(conn, _ISSUED, {"id": task_id}) is not None
 
 
 def set_due(
@@ -164,7 +166,8 @@ def set_due(
     attempts: int | None = None,
 ) -> Label:
     """After ``take``: when the label is next due, or errored, and its attempt count."""
-    row = conn.execute(
+    row = fetch_one(
+        conn,
         _SET_DUE,
         {
             "sm": label.state_machine,
@@ -175,8 +178,9 @@ def set_due(
             "error": error,
             "attempts": label.attempts if attempts is None else attempts,
         },
-    ).one()
-    return _label(row)
+    )
+    assert row is not None, "the label is locked by the caller"
+    return label_from_row(row)
 
 
 def open_callback(
@@ -193,7 +197,8 @@ def open_callback(
 
     Whether the label was still held by ``holder`` in entry ``entry_id``.
     """
-    result = conn.execute(
+    opened = run(
+        conn,
         _OPEN_CALLBACK,
         {
             "sm": key[0],
@@ -206,44 +211,43 @@ def open_callback(
             "now": now,
         },
     )
-    return result.rowcount == 1
+    return opened == 1
 
 
 def hold_for_callback(conn: sa.Connection, task_id: str, *, until: datetime.datetime) -> bool:
     """After a 202: keep the label leased until ``until`` for the receiver to finish the task."""
-    return conn.execute(_HOLD_FOR_CALLBACK, {"id": task_id, "until": until}).rowcount == 1
+    return run(conn, _HOLD_FOR_CALLBACK, {"id": task_id, "until": until}) == 1
 
 
-_PULLED = """
-    SELECT * FROM unnest(CAST(:machines AS text[]), CAST(:states AS text[]),
-                         CAST(:leases AS double precision[])) AS p(state_machine, state, lease)
-"""
-
-# Each state's oldest due labels come from the labels_awaiting_claim index (so a
-# claim costs the same however long the backlog), then the oldest of those are
-# taken; the ids are numbered in that order, so each label gets one.
-_CLAIM = sa.text(
-    f"""
-    WITH pulled AS ({_PULLED}), candidates AS (
+# The pull actions a claim takes from come as three arrays: machines, states and their
+# leases in seconds. Each state's oldest due labels come from the labels_awaiting_claim
+# index (so a claim costs the same however long the backlog), then the oldest of those
+# are taken; the ids are numbered in that order, so each label gets one.
+_CLAIM = """
+    WITH pulled AS (
+        SELECT * FROM unnest(CAST(%(machines)s AS text[]), CAST(%(states)s AS text[]),
+                             CAST(%(leases)s AS double precision[]))
+                      AS p(state_machine, state, lease)
+    ), candidates AS (
         SELECT waiting.*, pulled.lease
         FROM pulled CROSS JOIN LATERAL (
             SELECT labels.state_machine, labels.name_key, labels.due_at FROM labels
             WHERE labels.state_machine = pulled.state_machine AND labels.state = pulled.state
-              AND labels.due_at <= :now AND labels.lease_owner IS NULL
+              AND labels.due_at <= %(now)s AND labels.lease_owner IS NULL
               AND NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
             ORDER BY labels.due_at
-            LIMIT :limit
+            LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
         ) AS waiting
     ), due AS (
-        SELECT * FROM candidates ORDER BY due_at LIMIT :limit
+        SELECT * FROM candidates ORDER BY due_at LIMIT %(limit)s
     ), numbered AS (
         SELECT due.*, row_number() OVER (ORDER BY due.due_at) AS n FROM due
     ), ids AS (
-        SELECT * FROM unnest(CAST(:ids AS text[])) WITH ORDINALITY AS i(id, n)
+        SELECT * FROM unnest(CAST(%(ids)s AS text[])) WITH ORDINALITY AS i(id, n)
     ), claimed AS (
-        UPDATE labels SET due_at = :now + numbered.lease * interval '1 second',
-                          lease_owner = :worker, task_id = ids.id,
+        UPDATE labels SET due_at = %(now)s + numbered.lease * interval '1 second',
+                          lease_owner = %(worker)s, task_id = ids.id,
                           attempts = labels.attempts + 1
         FROM numbered JOIN ids ON ids.n = numbered.n
         WHERE labels.state_machine = numbered.state_machine
@@ -254,107 +258,102 @@ _CLAIM = sa.text(
     ), issued AS (
         INSERT INTO tasks (id, state_machine, label, state, entry_id, attempt, worker, lease,
                            claimed_at)
-        SELECT task_id, state_machine, name, state, entry_id, attempts, :worker,
-               lease * interval '1 second', :now
+        SELECT task_id, state_machine, name, state, entry_id, attempts, %(worker)s,
+               lease * interval '1 second', %(now)s
         FROM claimed
     )
     SELECT task_id AS id, state_machine, name AS label, state, metadata, attempts AS attempt,
            entry_id, due_at AS lease_expires_at
     FROM claimed ORDER BY n
     """
-)
 
-_LOCK_EXPIRED = sa.text(
-    """
+_LOCK_EXPIRED = """
     SELECT state_machine, name, state, task_id, attempts FROM labels
-    WHERE due_at <= :now AND lease_owner IS NOT NULL AND task_id IS NOT NULL
+    WHERE due_at <= %(now)s AND lease_owner IS NOT NULL AND task_id IS NOT NULL
       AND NOT deleted AND NOT errored
-      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(:machines AS text[]),
-                                                          CAST(:states AS text[])))
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
     ORDER BY due_at
-    LIMIT :limit
+    LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
     """
-)
 
-_EXPIRE = sa.text(
-    """
+_EXPIRE = """
     WITH expired AS (
-        SELECT * FROM unnest(CAST(:machines AS text[]), CAST(:keys AS bytea[]),
-                             CAST(:names AS text[]), CAST(:ids AS text[]),
-                             CAST(:due AS timestamptz[])) AS e(sm, key, name, id, due_at)
+        SELECT * FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
+                             CAST(%(names)s AS text[]), CAST(%(ids)s AS text[]),
+                             CAST(%(due)s AS timestamptz[])) AS e(sm, key, name, id, due_at)
     ), ended AS (
-        UPDATE tasks SET ended_at = :now, outcome = 'expired'
+        UPDATE tasks SET ended_at = %(now)s, outcome = 'expired'
         FROM expired WHERE tasks.id = expired.id
     )
     UPDATE labels SET due_at = expired.due_at, errored = expired.due_at IS NULL,
-                      last_error = :error, lease_owner = NULL, task_id = NULL,
+                      last_error = %(error)s, lease_owner = NULL, task_id = NULL,
                       updated_at = now()
     FROM expired
     WHERE labels.state_machine = expired.sm AND labels.name_key = expired.key
       AND labels.name = expired.name AND labels.task_id = expired.id
     """
-)
 
-_LIVE_LEASE = (
-    "labels.task_id = :id AND labels.lease_owner IS NOT NULL AND labels.due_at > :now"
-    " AND NOT labels.deleted AND NOT labels.errored"
-)
+# A live lease, which every call made with a task id checks in its one statement:
+# labels.task_id = %(id)s, still leased (every move and operator command clears
+# lease_owner), not run out (due_at > %(now)s), and the label neither deleted nor errored.
 
-_HEARTBEAT = sa.text(
-    f"""
-    UPDATE labels SET due_at = :now + tasks.lease
+_HEARTBEAT = """
+    UPDATE labels SET due_at = %(now)s + tasks.lease
     FROM tasks
-    WHERE tasks.id = :id AND {_LIVE_LEASE}
+    WHERE tasks.id = %(id)s
+      AND labels.task_id = %(id)s AND labels.lease_owner IS NOT NULL
+      AND labels.due_at > %(now)s AND NOT labels.deleted AND NOT labels.errored
     RETURNING labels.due_at
     """
-)
 
-_TAKE = sa.text(
-    f"""
+# The label is returned with its lease ended, followed by the task's attempt number.
+_TAKE = """
     WITH taken AS (
         UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL, updated_at = now()
-        WHERE {_LIVE_LEASE}
-        RETURNING {_LABELS_COLUMNS}
+        WHERE labels.task_id = %(id)s AND labels.lease_owner IS NOT NULL
+          AND labels.due_at > %(now)s AND NOT labels.deleted AND NOT labels.errored
+        RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
+                  previous_state, deleted, paused, errored, last_error, attempts, due_at,
+                  created_at, updated_at
     ), ended AS (
-        UPDATE tasks SET ended_at = :now, outcome = :outcome
-        FROM taken WHERE tasks.id = :id
+        UPDATE tasks SET ended_at = %(now)s, outcome = %(outcome)s
+        FROM taken WHERE tasks.id = %(id)s
         RETURNING tasks.attempt
     )
-    SELECT taken.*, ended.attempt AS task_attempt FROM taken, ended
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           attempt
+    FROM taken, ended
     """
-)
 
-_ISSUED = sa.text("SELECT 1 FROM tasks WHERE id = :id")
+_ISSUED = "SELECT 1 FROM tasks WHERE id = %(id)s"
 
-_SET_DUE = sa.text(
-    f"""
-    UPDATE labels SET due_at = :due_at, errored = :errored, last_error = :error,
-                      attempts = :attempts, updated_at = now()
-    WHERE state_machine = :sm AND name_key = :key AND name = :name
-    RETURNING {_LABELS_COLUMNS}
+_SET_DUE = """
+    UPDATE labels SET due_at = %(due_at)s, errored = %(errored)s, last_error = %(error)s,
+                      attempts = %(attempts)s, updated_at = now()
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+              deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
     """
-)
 
-_OPEN_CALLBACK = sa.text(
-    """
+_OPEN_CALLBACK = """
     WITH opened AS (
-        UPDATE labels SET task_id = :id
-        WHERE state_machine = :sm AND name_key = :key AND name = :name
-          AND entry_id = :entry_id AND lease_owner = :holder AND NOT deleted AND NOT errored
+        UPDATE labels SET task_id = %(id)s
+        WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+          AND entry_id = %(entry_id)s AND lease_owner = %(holder)s
+          AND NOT deleted AND NOT errored
         RETURNING state_machine, name, state, entry_id, attempts
     )
     INSERT INTO tasks (id, state_machine, label, state, entry_id, attempt, worker, lease,
                        claimed_at)
-    SELECT :id, state_machine, name, state, entry_id, attempts, :holder,
-           :lease * interval '1 second', :now
+    SELECT %(id)s, state_machine, name, state, entry_id, attempts, %(holder)s,
+           %(lease)s * interval '1 second', %(now)s
     FROM opened
     """
-)
 
-_HOLD_FOR_CALLBACK = sa.text(
+_HOLD_FOR_CALLBACK = """
+    UPDATE labels SET due_at = %(until)s
+    WHERE task_id = %(id)s AND lease_owner IS NOT NULL AND NOT deleted AND NOT errored
     """
-    UPDATE labels SET due_at = :until
-    WHERE task_id = :id AND lease_owner IS NOT NULL AND NOT deleted AND NOT errored
-    """
-)

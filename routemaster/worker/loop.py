@@ -24,8 +24,8 @@ from routemaster.db import claims as work
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.notifications import DueListener
 from routemaster.http.client import BoundedAdapter
-from routemaster.labels.migrations import apply_migrations
 from routemaster.labels import resume_ended_pauses
+from routemaster.labels.migrations import apply_migrations
 from routemaster.labels.tasks import expire_leases, forget_old_tasks
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
@@ -147,7 +147,6 @@ class Worker:
         resume labels whose pause with ``until`` has ended."""
         expire_leases(self.app, self._rng)
         resume_ended_pauses(self.app)
-
 
     def apply_migrations(self) -> None:
         """Migrate labels found in a migrated state (see :mod:`routemaster.labels.migrations`).

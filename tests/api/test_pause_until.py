@@ -10,7 +10,8 @@ import sqlalchemy as sa
 from routemaster import labels
 from tests.api.helpers import body
 from tests.api.tasks_support import START, MakeClient, claim, create, tasks_client
-from tests.worker.conftest import FakeClock, running, wait_until
+from tests.waiting import wait_until
+from tests.worker.conftest import FakeClock, running
 
 UNTIL = "2026-11-24T13:00:00+00:00"
 
@@ -34,7 +35,11 @@ def test_a_label_paused_until_a_time_resumes_by_itself_then(make_client: MakeCli
         clock.advance(minutes=59)
         assert labels.resume_ended_pauses(app) == 0
         clock.advance(minutes=1)
-        wait_until(lambda: not body(client.get("/state-machines/jobs/labels/a"))["paused"], 5)
+        wait_until(
+            lambda: not body(client.get("/state-machines/jobs/labels/a"))["paused"],
+            "the label resumed",
+            timeout=5,
+        )
     [task] = claim(client)
     assert task["label"] == "a"
     reasons = [entry.reason for entry in labels.history(app, app.config.get_machine("jobs"), "a")]

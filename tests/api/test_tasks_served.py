@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from tests.api.tasks_support import CONFIG
 from tests.serving import REPOSITORY, serving
-from tests.worker.conftest import wait_until
+from tests.waiting import wait_until
 
 WAITING = 200
 
@@ -76,7 +76,11 @@ def test_waiting_claims_leave_the_request_workers_free(server: str) -> None:
     claims = [open_claim(server, wait=30) for _ in range(WAITING)]
     try:
         # Every claim has been through a request worker and is now waiting.
-        wait_until(lambda: claims_answered(server) >= WAITING, 20, "the claims were not taken")
+        wait_until(
+            lambda: claims_answered(server) >= WAITING,
+            "every claim taken by a request worker",
+            timeout=20,
+        )
         for n in range(20):
             started = time.monotonic()
             assert requests.get(f"{server}/state-machines", timeout=5).status_code == 200
@@ -88,10 +92,13 @@ def test_waiting_claims_leave_the_request_workers_free(server: str) -> None:
             )
             assert response.status_code == 201
         answered: list[socket.socket] = []
-        deadline = time.monotonic() + 10
-        while len(answered) < 3 and time.monotonic() < deadline:
+
+        def three_answered() -> bool:
             ready, _, _ = select.select([c for c in claims if c not in answered], [], [], 0.5)
-            answered += ready
+            answered.extend(ready)
+            return len(answered) >= 3
+
+        wait_until(three_answered, "three waiting claims answered", timeout=10)
         labels = []
         for sock in answered:
             status, headers, body = read_answer(sock)
@@ -150,7 +157,7 @@ def test_the_consumer_in_the_guide_works_as_written(server: str, tmp_path: Path)
             ]
             return all(label["state"] == "check" for label in states)
 
-        wait_until(all_done, 20, "the consumers did not complete every task")
+        wait_until(all_done, "the consumers completing every task", timeout=20)
         label = requests.get(f"{server}/state-machines/jobs/labels/video-7", timeout=5).json()
         assert label["metadata"] == {"transcoded": True, "size": len("video-7")}
     finally:
@@ -198,13 +205,16 @@ def test_a_killed_workers_label_goes_to_another_worker_and_its_late_completion_i
         doomed.kill()  # mid-task: it never completes, fails or heartbeats
         doomed.wait()
         doomed.stdout.close()
-        deadline = time.monotonic() + 15
-        second: list[dict[str, object]] = []
-        while not second and time.monotonic() < deadline:  # the lease, then the backoff
+
+        def claimed_again() -> list[dict[str, object]]:
             answer = requests.post(
                 f"{base}/tasks/claim", json={"worker": "survivor", "wait": 2}, timeout=10
             )
-            second = answer.json()["tasks"]
+            tasks: list[dict[str, object]] = answer.json()["tasks"]
+            return tasks
+
+        # the lease runs out, then the backoff
+        second = wait_until(claimed_again, "the label claimed by another worker", timeout=15)
         assert [(task["label"], task["attempt"]) for task in second] == [("a", 2)]
         late = requests.post(f"{base}/tasks/{first_id}/complete", json={}, timeout=5)
         assert (late.status_code, late.json()["reason"]) == (409, "lease_lost")

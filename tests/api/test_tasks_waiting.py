@@ -16,7 +16,7 @@ from routemaster.api import claim_waits
 from routemaster.api.tasks import claim_waiter
 from tests.api.helpers import body
 from tests.api.tasks_support import MakeClient, create, tasks_client
-from tests.worker.conftest import wait_until
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_a_waiting_claim_is_woken_by_a_label_entering_the_action(
 ) -> None:
     client, _ = make_client(poll_interval=20)  # only a NOTIFY can wake it in time
     thread, answer = claim_in_thread(client, wait=30)
-    wait_until(lambda: waiting(client) == 1, 5, "the claim did not wait")
+    wait_until(lambda: waiting(client) == 1, "the claim waiting", timeout=5)
     entered = time.monotonic()
     create(client, "jobs", "new")
     thread.join(timeout=10)
@@ -74,7 +74,7 @@ def test_waiting_claims_only_take_their_own_states(make_client: MakeClient) -> N
     client, _ = make_client()
     shop, shop_answer = claim_in_thread(client, state_machine="shop", wait=30)
     jobs, jobs_answer = claim_in_thread(client, state="process", wait=30)
-    wait_until(lambda: waiting(client) == 2, 5, "the claims did not wait")
+    wait_until(lambda: waiting(client) == 2, "both claims waiting", timeout=5)
     create(client, "jobs", "j")
     jobs.join(timeout=10)
     assert [task["label"] for task in jobs_answer["tasks"]] == ["j"]
@@ -89,7 +89,7 @@ def test_a_released_task_goes_to_a_waiting_claim(make_client: MakeClient) -> Non
     create(client, "jobs", "a")
     [task] = body(client.post("/tasks/claim", json={"worker": "w1"}))["tasks"]
     thread, answer = claim_in_thread(client, wait=30)
-    wait_until(lambda: waiting(client) == 1, 5, "the claim did not wait")
+    wait_until(lambda: waiting(client) == 1, "the claim waiting", timeout=5)
     client.post(f"/tasks/{task['id']}/release")
     thread.join(timeout=10)
     assert [(t["label"], t["attempt"]) for t in answer["tasks"]] == [("a", 1)]
@@ -106,9 +106,9 @@ def test_the_claim_thread_stops_when_idle_and_starts_again_when_needed(
     thread, answer = claim_in_thread(client, wait=0.2)
     thread.join(timeout=10)
     assert answer["tasks"] == []
-    wait_until(lambda: not waiter.running, 5, "the idle claim thread did not stop")
+    wait_until(lambda: not waiter.running, "the idle claim thread stopped", timeout=5)
     thread, answer = claim_in_thread(client, wait=30)
-    wait_until(lambda: waiting(client) == 1, 5, "the claim did not wait")
+    wait_until(lambda: waiting(client) == 1, "the claim waiting", timeout=5)
     assert waiter.running
     create(client, "jobs", "later")
     thread.join(timeout=10)
@@ -118,7 +118,7 @@ def test_the_claim_thread_stops_when_idle_and_starts_again_when_needed(
 def test_waiting_claims_beyond_the_limit_are_refused(make_client: MakeClient) -> None:
     client, _ = make_client(max_waiting_claims=1)
     thread, answer = claim_in_thread(client, wait=30)
-    wait_until(lambda: waiting(client) == 1, 5, "the claim did not wait")
+    wait_until(lambda: waiting(client) == 1, "the claim waiting", timeout=5)
     refused = client.post("/tasks/claim", json={"worker": "w2", "wait": 30})
     assert refused.status_code == 503
     assert "waiting claims" in body(refused)["message"]

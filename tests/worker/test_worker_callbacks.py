@@ -10,7 +10,8 @@ from routemaster import labels
 from routemaster.app import App
 from routemaster.labels import tasks
 from tests.stub_server import Reply, StubServer
-from tests.worker.conftest import FakeClock, MakeApp, running, wait_until
+from tests.waiting import wait_until
+from tests.worker.conftest import FakeClock, MakeApp, running
 
 CONFIG = """
 state_machines:
@@ -53,7 +54,11 @@ def test_a_202_leaves_the_label_waiting_until_the_receiver_completes_the_task(
         labels.create_label(app, app.config.get_machine("jobs"), "a", {})
         stub.wait_for(lambda: len(stub.received("/render/a")) == 1, timeout=5)
         task_id = stub.received("/render/a")[0].headers["Routemaster-Task"]
-        wait_until(lambda: state(app, "jobs", "a").due_at is not None, 5)
+        wait_until(
+            lambda: state(app, "jobs", "a").due_at is not None,
+            "the label held for its callback",
+            timeout=5,
+        )
         assert state(app, "jobs", "a").state == "render"
         completed = tasks.complete(app, task_id, {"rendered": True})
         assert completed.state == "done"
@@ -70,7 +75,11 @@ def test_without_async_timeout_a_202_moves_the_label_on_as_in_1x(
     stub.script("/plain/a", Reply(202))
     with running(app):
         labels.create_label(app, app.config.get_machine("plain"), "a", {})
-        wait_until(lambda: state(app, "plain", "a").state == "done", 5)
+        wait_until(
+            lambda: state(app, "plain", "a").state == "done",
+            "the label moved on by the 202",
+            timeout=5,
+        )
     [request] = stub.received("/plain/a")
     assert "Routemaster-Task" not in request.headers
 
@@ -85,7 +94,7 @@ def test_a_completion_that_arrives_before_the_202_counts(
         stub.wait_for(lambda: len(stub.received("/render/a")) == 1, timeout=5)
         task_id = stub.received("/render/a")[0].headers["Routemaster-Task"]
         assert tasks.complete(app, task_id, {"early": True}).state == "done"
-        wait_until(lambda: stub.in_flight == 0, 5)
+        wait_until(lambda: stub.in_flight == 0, "the webhook answered", timeout=5)
     label = state(app, "jobs", "a")
     assert (label.state, label.metadata) == ("done", {"early": True})
     assert len(stub.received("/render/a")) == 1
@@ -100,7 +109,11 @@ def test_a_callback_that_never_comes_is_retried_then_errored(
     with running(app):
         labels.create_label(app, app.config.get_machine("jobs"), "a", {})
         stub.wait_for(lambda: len(stub.received("/render/a")) == 1, timeout=5)
-        wait_until(lambda: state(app, "jobs", "a").due_at == waiting_until(clock), 5)
+        wait_until(
+            lambda: state(app, "jobs", "a").due_at == waiting_until(clock),
+            "the label held until the async timeout",
+            timeout=5,
+        )
         first = stub.received("/render/a")[0].headers["Routemaster-Task"]
         clock.advance(seconds=11)
         stub.wait_for(lambda: len(stub.received("/render/a")) == 2, timeout=5)
@@ -108,8 +121,12 @@ def test_a_callback_that_never_comes_is_retried_then_errored(
         assert second != first
         with pytest.raises(tasks.LeaseLost):
             tasks.heartbeat(app, first)
-        wait_until(lambda: state(app, "jobs", "a").due_at == waiting_until(clock), 5)
+        wait_until(
+            lambda: state(app, "jobs", "a").due_at == waiting_until(clock),
+            "the label held until the async timeout",
+            timeout=5,
+        )
         clock.advance(seconds=11)
-        wait_until(lambda: state(app, "jobs", "a").errored, 5)
+        wait_until(lambda: state(app, "jobs", "a").errored, "the label errored", timeout=5)
     assert len(stub.received("/render/a")) == 2
     assert "no callback" in (state(app, "jobs", "a").last_error or "")

@@ -8,7 +8,8 @@ import random
 from routemaster import labels
 from routemaster.labels import tasks
 from tests.stub_server import StubServer
-from tests.worker.conftest import FakeClock, MakeApp, running, wait_until
+from tests.waiting import wait_until
+from tests.worker.conftest import FakeClock, MakeApp, running
 
 CONFIG = """
 state_machines:
@@ -41,7 +42,9 @@ def test_pull_actions_are_left_to_pull_workers_and_webhooks_still_go(
         tasks.complete(app, task.id, {"built": True})
         stub.wait_for(lambda: len(stub.received()) == 1, timeout=5)
         assert stub.received()[0].path == "/test/a"
-        wait_until(lambda: labels.get_label(app, machine, "a").state == "done", 5)
+        wait_until(
+            lambda: labels.get_label(app, machine, "a").state == "done", "the label done", timeout=5
+        )
 
 
 def test_the_worker_counts_a_run_out_lease_as_a_failed_attempt(make_app: MakeApp) -> None:
@@ -54,7 +57,11 @@ def test_the_worker_counts_a_run_out_lease_as_a_failed_attempt(make_app: MakeApp
     with running(app) as worker:
         [first] = tasks.claim_tasks(app, states, worker="w", limit=1, rng=rng)
         clock.advance(seconds=3)
-        wait_until(lambda: labels.get_label(app, machine, "a").last_error is not None, 5)
+        wait_until(
+            lambda: labels.get_label(app, machine, "a").last_error is not None,
+            "a failed attempt recorded",
+            timeout=5,
+        )
         label = labels.get_label(app, machine, "a")
         assert "lease ran out" in (label.last_error or "")
         assert not label.errored
@@ -62,7 +69,9 @@ def test_the_worker_counts_a_run_out_lease_as_a_failed_attempt(make_app: MakeApp
         [second] = tasks.claim_tasks(app, states, worker="w", limit=1, rng=rng)
         assert second.attempt == 2
         clock.advance(seconds=3)  # the last attempt runs out too: errored
-        wait_until(lambda: labels.get_label(app, machine, "a").errored, 5)
+        wait_until(
+            lambda: labels.get_label(app, machine, "a").errored, "the label errored", timeout=5
+        )
         assert worker.in_flight == 0
     assert tasks.claim_tasks(app, states, worker="w", limit=1, rng=rng) == []
     assert first.id != second.id
