@@ -52,8 +52,8 @@ def database_url() -> Iterator[str]:
 
 
 _EMPTY_TABLES = sa.text(
-    "TRUNCATE labels, history, trigger_occurrences, api_tokens, machine_versions, tasks"
-    " RESTART IDENTITY"
+    "TRUNCATE labels, history, trigger_occurrences, api_tokens, machine_versions, tasks,"
+    " bulk_items, bulk_jobs RESTART IDENTITY"
 )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import flask
 
 from routemaster.api import (
+    bulk,
     changes,
     console,
     errors,
@@ -78,6 +79,7 @@ def create_app(app: App) -> flask.Flask:
         labels.blueprint,
         explanations.blueprint,
         operations.blueprint,
+        bulk.blueprint,
         openapi.blueprint,
         plugins.blueprint,
         changes.blueprint,

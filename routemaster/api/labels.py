@@ -22,6 +22,7 @@ from routemaster.api.endpoints import Query, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.paths import link
 from routemaster.api.responses import isoformat, json_response
+from routemaster.api.search import count_matches, listing_search, page_of_matches
 from routemaster.app import App, Settings
 from routemaster.auth import READ, WRITE
 from routemaster.config.model import StateMachine
@@ -34,16 +35,28 @@ MAX_PAGE_SIZE = 10_000
 STREAM_BATCH = 1_000
 
 LABEL = "/state-machines/<name:sm>/labels/<name:label>"
-LISTING_PARAMETERS = ("state", "after", "limit", "errored", "prefix")
+LISTING_PARAMETERS = ("state", "after", "limit", "errored", "prefix", "where", "count")
 
 
 @blueprint.get("/state-machines/<name:sm>/labels")
 @endpoint(
     READ,
     "Live labels by name: all of them, or a page",
-    {200: Reply("LabelList"), 400: Reply("Error"), 404: Reply("Error")},
+    {
+        200: Reply("LabelListOrCount", description="The labels, or with ?count=true their number"),
+        400: Reply("Error", description="A bad parameter, or a search expression that fails"),
+        404: Reply("Error"),
+        504: Reply("Error", description="The search ran past the statement timeout"),
+    },
     query=(
         Query("state", {"type": "string"}, "Only labels in this state."),
+        Query(
+            "where",
+            {"type": "string"},
+            "Only labels for which this exit-condition expression holds, evaluated by the "
+            "database over metadata and history (see docs/search.md).",
+        ),
+        Query("count", {"type": "boolean"}, 'true: answer {"count": N} over all matches.'),
         Query(
             "limit",
             {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_SIZE},
@@ -75,8 +88,14 @@ def list_labels(sm: str) -> flask.Response:
     errored = _flag(args.get("errored"), "errored")
     limit = _page_size(args.get("limit"))
     create = link("state-machines", machine.name, "labels") + "/:name"
+    where = args.get("where")
+    search = listing_search(app, machine, where, state=state, errored=errored, prefix=prefix)
+    if _flag(args.get("count"), "count"):
+        return json_response({"count": count_matches(app, search)})
 
     def page(start: str, size: int) -> list[tuple[str, str]]:
+        if where is not None:
+            return page_of_matches(app, search, after=start, limit=size)
         return label_page(
             app.db,
             machine.name,
@@ -101,6 +120,8 @@ def list_labels(sm: str) -> flask.Response:
                 query["errored"] = "true"
             if prefix:
                 query["prefix"] = prefix
+            if where is not None:
+                query["where"] = where
             query_string = urlencode(query, quote_via=quote)
             body["next"] = link("state-machines", machine.name, "labels") + "?" + query_string
         return json_response(body)

@@ -263,6 +263,38 @@ SCHEMAS: dict[str, Schema] = {
             "next_state_error",
         ),
     ),
+    "LabelCount": obj({"count": {**INTEGER, "description": "Live labels matching the filters."}}),
+    "LabelListOrCount": {"anyOf": [ref("LabelList"), ref("LabelCount")]},
+    "Bulk": obj(
+        {
+            "command": {"enum": ["retry", "pause", "resume", "move", "delete"]},
+            "where": TEXT,
+            "state": TEXT,
+            "errored": BOOLEAN,
+            "prefix": TEXT,
+            "to": TEXT,
+            "until": {**TEXT, "description": "Not supported yet (400)."},
+            "reason": TEXT,
+            "dry_run": BOOLEAN,
+            "expect": INTEGER,
+        },
+        optional=("where", "state", "errored", "prefix", "to", "until", "dry_run", "expect"),
+    ),
+    "BulkDryRun": obj({"count": INTEGER, "sample": array(TEXT)}),
+    "BulkAccepted": obj({"id": INTEGER, "count": INTEGER}),
+    "BulkMismatch": obj({"message": TEXT, "reason": {"const": "count_mismatch"}, "count": INTEGER}),
+    "BulkJob": obj(
+        {
+            "id": INTEGER,
+            "command": TEXT,
+            "state_machine": TEXT,
+            "total": INTEGER,
+            "done": INTEGER,
+            "skipped": INTEGER,
+            "failed": INTEGER,
+            "state": {"enum": ["running", "finished"]},
+        }
+    ),
     "Command": obj({"reason": {"type": ["string", "null"]}}, optional=("reason",), strict=False),
     "Pause": obj(
         {

@@ -3,7 +3,9 @@
 The schema first; then, under the configuration lock, the check that no
 label would be stranded (the same message as ``routemaster plan``), each
 machine's definition recorded as a version, and the configuration's
-``migrations:`` applied to the labels.
+``migrations:`` applied to the labels. Last, outside that lock, the indexes
+the machines' ``search:`` paths need are built if missing (concurrently:
+labels are written meanwhile; each build under its own advisory lock).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from routemaster.app import App
 from routemaster.cli.options import migrate_database, unreachable
 from routemaster.config.model import Config
 from routemaster.db.database import create_engine
+from routemaster.db.search_indexes import ensure_search_index
 from routemaster.db.versions import stamp_connections
 from routemaster.labels.migrations import LabelsStranded, apply_migrations, record_configuration
 from routemaster.machine.upgrades import stranded_message
@@ -39,6 +42,7 @@ def prepare_database(url: str, config: Config) -> Versions:
         engine.dispose()  # the migrations' history rows carry the new versions
         stamp_connections(engine, versions)
         migrated = apply_migrations(app, wait=True)
+        built = _build_search_indexes(engine, config)
     except LabelsStranded as stranded:
         click.echo(stranded_message(stranded.plan), err=True)
         sys.exit(1)
@@ -49,4 +53,16 @@ def prepare_database(url: str, config: Config) -> Versions:
         engine.dispose()
     if migrated:
         click.echo(f"Migrated {migrated} labels to the configuration.", err=True)
+    for machine, path in built:
+        click.echo(f"Built the search index of {machine}'s metadata.{path}.", err=True)
     return versions
+
+
+def _build_search_indexes(engine: sa.Engine, config: Config) -> list[tuple[str, str]]:
+    """Each machine's ``search:`` indexes that were missing, built: (machine, path) of each."""
+    return [
+        (machine.name, ".".join(path))
+        for machine in config.state_machines
+        for path in machine.search
+        if ensure_search_index(engine, machine.name, path)
+    ]

@@ -17,7 +17,8 @@ from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable
 @click.pass_obj
 def migrate(options: Options) -> None:
     """Bring the database to the current schema; with -c, also record the configuration's
-    versions and apply its migrations to the labels (serve and cron do this at start too)."""
+    versions, apply its migrations to the labels and build the indexes its ``search:``
+    paths need (serve and cron do this at start too)."""
     if not options.config_paths:
         migrate_database(database_url())
         click.echo("Database schema is current.")

@@ -73,6 +73,7 @@ def _machine(name: str, machine: dict[str, Any], checked: Checked) -> StateMachi
         ),
         retry=retry,
         signing_secret=checked.secrets.get(name),
+        search=tuple(tuple(path.split(".")[1:]) for path in machine.get("search", [])),
         migrations=tuple(
             Migration(kind, entry[kind]["from"], entry[kind]["to"])
             for entry in machine.get("migrations", [])

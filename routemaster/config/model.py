@@ -179,6 +179,8 @@ class StateMachine:
     webhooks: tuple[WebhookHeaderRule, ...] = ()
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     signing_secret: str | None = None  # HMAC-SHA256 webhook signing when set
+    # metadata paths (without "metadata") that searches compare often: each gets an index
+    search: tuple[tuple[str, ...], ...] = ()
     migrations: tuple[Migration, ...] = ()
 
     def get_state(self, name: str) -> State:

@@ -167,6 +167,23 @@ _MACHINE = _object(
             ),
         },
         "states": {"type": "array", "minItems": 1, "items": _STATE},
+        "search": {
+            "type": "array",
+            "maxItems": 32,
+            "uniqueItems": True,
+            "items": {
+                "type": "string",
+                "pattern": r"^metadata(\.[A-Za-z0-9_][A-Za-z0-9_-]*)+$",
+                "x-messages": {
+                    "type": "expected a metadata path to index, such as metadata.customer.id",
+                    "pattern": "expected a metadata path to index, such as metadata.customer.id",
+                },
+            },
+            "x-messages": {
+                "maxItems": "at most 32 search paths per state machine",
+                "uniqueItems": "each search path once",
+            },
+        },
         "migrations": {"type": "array", "items": _MIGRATION},
         "retry": _RETRY,
         "signing_secret": _NAME,

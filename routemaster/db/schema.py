@@ -191,3 +191,47 @@ tasks = sa.Table(
 
 sa.Index("tasks_by_label", tasks.c.label, postgresql_using="hash")
 sa.Index("tasks_by_claim", tasks.c.claimed_at)
+
+# Bulk commands (migration 0011): a job, and the labels it was accepted for.
+bulk_jobs = sa.Table(
+    "bulk_jobs",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(always=False), primary_key=True),
+    sa.Column("state_machine", sa.Text, nullable=False),
+    sa.Column("command", sa.Text, nullable=False),
+    # the filters and the command's own arguments (``to``), as accepted
+    sa.Column("arguments", postgresql.JSONB, nullable=False, server_default="{}"),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("total", sa.Integer, nullable=False),
+    sa.Column("done", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("skipped", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("failed", sa.Integer, nullable=False, server_default="0"),
+    sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+)
+
+sa.Index("bulk_jobs_running", bulk_jobs.c.id, postgresql_where=bulk_jobs.c.finished_at.is_(None))
+
+bulk_items = sa.Table(
+    "bulk_items",
+    metadata,
+    sa.Column(
+        "job_id",
+        sa.BigInteger,
+        sa.ForeignKey("bulk_jobs.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("name_key", postgresql.BYTEA, primary_key=True),
+    sa.Column("name", sa.Text, nullable=False),
+    # NULL until a worker has handled the label: "done", "skipped" or "failed"
+    sa.Column("outcome", sa.Text, nullable=True),
+)
+
+sa.Index(
+    "bulk_items_pending",
+    bulk_items.c.job_id,
+    bulk_items.c.name_key,
+    postgresql_where=bulk_items.c.outcome.is_(None),
+)

@@ -4,6 +4,8 @@
 driver's named parameters (``%(name)s``; a literal ``%`` is written ``%%``),
 in the module of the rows it reads or writes. A statement that varies is a
 few complete constants, one per variant, never fragments put together.
+The one exception is a search: its condition is compiled at request time
+(:mod:`routemaster.db.search` says how its templates keep one slot for it).
 A statement that returns labels lists their columns in
 :data:`~routemaster.db.labels.LABEL_COLUMNS` order (``tests/db`` checks).
 

@@ -17,7 +17,7 @@ from routemaster.db import pauses
 from routemaster.db.labels import Label, Moves
 from routemaster.labels.core import advance_locked, finish_in_request, write
 from routemaster.labels.errors import InvalidOperation, LabelDeleted, LabelNotFound
-from routemaster.machine import evaluates_on_entry
+from routemaster.machine import Plan, evaluates_on_entry
 
 
 def retry_label(app: App, machine: StateMachine, name: str, *, reason: str | None = None) -> Label:
@@ -27,11 +27,17 @@ def retry_label(app: App, machine: StateMachine, name: str, *, reason: str | Non
     """
     now = app.now()
     with app.db.begin() as conn:
-        label = _locked_live_label(conn, machine, name)
-        if not label.errored:
-            raise InvalidOperation(f"label {name!r} is not errored")
-        store.record_forced(conn, label, now=now, reason=reason or "retried")
-        return store.make_retryable(conn, label, now=now)
+        return retry_locked(conn, _locked_live_label(conn, machine, name), now=now, reason=reason)
+
+
+def retry_locked(
+    conn: sa.Connection, label: Label, *, now: datetime.datetime, reason: str | None
+) -> Label:
+    """:func:`retry_label` on a label the caller has locked (bulk commands use it too)."""
+    if not label.errored:
+        raise InvalidOperation(f"label {label.name!r} is not errored")
+    store.record_forced(conn, label, now=now, reason=reason or "retried")
+    return store.make_retryable(conn, label, now=now)
 
 
 def set_paused(
@@ -52,14 +58,30 @@ def set_paused(
     """
     with app.db.begin() as conn:
         label = _locked_live_label(conn, machine, name)
-        pauses.set_until(conn, machine.name, name, until if paused else None)
-        if label.paused == paused:
-            return label
-        default = "paused" if paused else "resumed"
-        if until is not None:
-            default = f"paused until {until.isoformat()}"
-        store.record_forced(conn, label, now=app.now(), reason=reason or default)
-        return store.set_paused(conn, label, paused)
+        return pause_locked(conn, label, paused, now=app.now(), reason=reason, until=until)
+
+
+def pause_locked(
+    conn: sa.Connection,
+    label: Label,
+    paused: bool,
+    *,
+    now: datetime.datetime,
+    reason: str | None,
+    until: datetime.datetime | None = None,
+) -> Label:
+    """:func:`set_paused` on a label the caller has locked; unchanged if it already is.
+
+    The pause's end is set either way: ``until`` when pausing, none when resuming.
+    """
+    pauses.set_until(conn, label.state_machine, label.name, until if paused else None)
+    if label.paused == paused:
+        return label
+    default = "paused" if paused else "resumed"
+    if until is not None:
+        default = f"paused until {until.isoformat()}"
+    store.record_forced(conn, label, now=now, reason=reason or default)
+    return store.set_paused(conn, label, paused)
 
 
 def resume_ended_pauses(app: App, *, limit: int = 100) -> int:
@@ -90,29 +112,50 @@ def force_move(
     ``only_from``, a label no longer in that state is left as it is (a
     configuration migration applied twice moves nothing twice).
     """
+    now = app.now()
+    with app.db.begin() as conn:
+        label = _locked_live_label(conn, machine, name)
+        if only_from is not None and label.state != only_from:
+            return label
+        label, plan = move_locked(conn, app, machine, label, destination, now=now, reason=reason)
+    if plan is None:
+        return label
+    return finish_in_request(app, machine, label, plan)
+
+
+def move_locked(
+    conn: sa.Connection,
+    app: App,
+    machine: StateMachine,
+    label: Label,
+    destination: str,
+    *,
+    now: datetime.datetime,
+    reason: str | None,
+) -> tuple[Label, Plan | None]:
+    """:func:`force_move` on a label the caller has locked, up to the feeds a gate reads.
+
+    The plan (``None`` unless the state entered is evaluated on entry) says
+    whether feeds are still to be fetched; a caller that does not fetch them
+    leaves the label due, for the worker to evaluate.
+    """
     try:
         entered = machine.get_state(destination)
     except KeyError:
         raise InvalidOperation(
             f"state machine {machine.name!r} has no state {destination!r}"
         ) from None
-    now = app.now()
-    with app.db.begin() as conn:
-        label = _locked_live_label(conn, machine, name)
-        if only_from is not None and label.state != only_from:
-            return label
-        forced = Moves(
-            label,
-            (destination,),
-            due_at=now if isinstance(entered, Action) else None,
-            forced=True,
-            reason=reason or "moved by operator",
-        )
-        label = write(conn, app, [forced], now=now)[0]
-        if not evaluates_on_entry(entered):
-            return label
-        label, plan = advance_locked(conn, app, machine, label, now=now)
-    return finish_in_request(app, machine, label, plan)
+    forced = Moves(
+        label,
+        (destination,),
+        due_at=now if isinstance(entered, Action) else None,
+        forced=True,
+        reason=reason or "moved by operator",
+    )
+    label = write(conn, app, [forced], now=now)[0]
+    if not evaluates_on_entry(entered):
+        return label, None
+    return advance_locked(conn, app, machine, label, now=now)
 
 
 def _locked_live_label(conn: sa.Connection, machine: StateMachine, name: str) -> Label:

@@ -115,6 +115,13 @@ class Metrics:
             registry=registry,
         )
 
+        self.bulk_labels = Counter(
+            "routemaster_bulk_labels",
+            "Labels handled by bulk commands, by outcome (done, skipped, failed).",
+            ["state_machine", "command", "outcome"],
+            registry=registry,
+        )
+
     @classmethod
     def from_environment(cls) -> Metrics:
         """Multiprocess when ``PROMETHEUS_MULTIPROC_DIR`` is set (as ``serve`` does)."""

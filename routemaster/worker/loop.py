@@ -25,6 +25,7 @@ from routemaster.db.claims import Claim, StateKey
 from routemaster.db.notifications import DueListener
 from routemaster.http.client import BoundedAdapter
 from routemaster.labels import resume_ended_pauses
+from routemaster.labels.bulk import run_batch as run_bulk_batch
 from routemaster.labels.migrations import apply_migrations
 from routemaster.labels.tasks import expire_leases, forget_old_tasks
 from routemaster.worker.delivery import deliver_claim
@@ -128,7 +129,9 @@ class Worker:
             self.app, self._gate_states, limit=self.app.settings.batch_size
         )
         self._evaluate(waiting)
-        return completed or claimed or evaluated > 0
+        # Bulk commands: one batch a round, so deliveries and gates are never kept waiting.
+        carried_out = run_bulk_batch(self.app, limit=self.app.settings.batch_size)
+        return completed or claimed or evaluated > 0 or carried_out > 0
 
     def renew_leases(self) -> None:
         """Keep every claim in flight leased, however long its receiver takes."""

@@ -64,6 +64,8 @@ def test_every_route_is_in_the_document(flask_app: flask.Flask) -> None:
         LABEL + "/pause": ["post"],
         LABEL + "/resume": ["post"],
         LABEL + "/move": ["post"],
+        "/state-machines/{sm}/bulk": ["post"],
+        "/bulk/{job}": ["get"],
         "/changes": ["get"],
         "/state-machines/{sm}/changes": ["get"],
         "/console/": ["get"],
@@ -79,6 +81,8 @@ def test_every_route_is_in_the_document(flask_app: flask.Flask) -> None:
         "after",
         "errored",
         "prefix",
+        "where",
+        "count",
     }
     stream = paths["/changes"]["get"]["responses"]["200"]["content"]
     assert list(stream) == ["text/event-stream"]

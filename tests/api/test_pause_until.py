@@ -8,6 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from routemaster import labels
+from routemaster.labels.bulk import run_batch
 from tests.api.helpers import body
 from tests.api.tasks_support import START, MakeClient, claim, create, tasks_client
 from tests.waiting import wait_until
@@ -52,6 +53,22 @@ def test_pausing_again_without_until_keeps_it_paused(make_client: MakeClient) ->
     create(client, "jobs", "a")
     client.post("/state-machines/jobs/labels/a/pause", json={"until": UNTIL})
     client.post("/state-machines/jobs/labels/a/pause")
+    clock.advance(hours=2)
+    assert labels.resume_ended_pauses(app) == 0
+    assert body(client.get("/state-machines/jobs/labels/a"))["paused"]
+
+
+def test_a_pause_resumed_in_bulk_loses_its_end(make_client: MakeClient) -> None:
+    """Paused again later (in bulk too), the label does not resume at the old time."""
+    clock = FakeClock(START)
+    client, app = make_client(clock)
+    create(client, "jobs", "a")
+    client.post("/state-machines/jobs/labels/a/pause", json={"until": UNTIL})
+    for command in ("resume", "pause"):
+        job = {"command": command, "prefix": "a", "expect": 1, "reason": "maintenance"}
+        assert client.post("/state-machines/jobs/bulk", json=job).status_code == 202
+        assert run_batch(app, limit=10) == 1  # as the worker loop runs it
+    assert body(client.get("/state-machines/jobs/labels/a"))["paused"]
     clock.advance(hours=2)
     assert labels.resume_ended_pauses(app) == 0
     assert body(client.get("/state-machines/jobs/labels/a"))["paused"]

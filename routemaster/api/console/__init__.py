@@ -7,6 +7,7 @@ script applies exactly the changes the page does not show yet (see
 :class:`~routemaster.db.changes.Snapshot`).
 """
 
+from routemaster.api.console import bulk  # noqa: F401 (its pages join the blueprint)
 from routemaster.api.console import versions as _versions  # noqa: F401  (its routes)
 from routemaster.api.console.views import blueprint
 

@@ -21,6 +21,7 @@ from routemaster.api.explanations import explanation_of
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import check_label_name
 from routemaster.api.paths import link
+from routemaster.api.search import listing_search, page_of_matches
 from routemaster.api.task_views import past_tasks, tasks_in_flight
 from routemaster.app import App
 from routemaster.config import describe_machine
@@ -28,6 +29,7 @@ from routemaster.config.model import Action, StateMachine
 from routemaster.db import labels as store
 from routemaster.db.changes import Snapshot, recent_changes, snapshot
 from routemaster.db.listings import count_labels, label_page
+from routemaster.labels.bulk import COMMANDS as BULK_COMMANDS
 
 blueprint = flask.Blueprint("console", __name__, url_prefix="/console", template_folder="templates")
 
@@ -143,7 +145,7 @@ def index() -> str:
         for machine in app.config.state_machines:
             counts = count_labels(conn, machine.name)
             machines.append((machine, counts))
-    return _render(
+    return render_page(
         "index.html",
         machines=machines,
         changes_url="/console/changes",
@@ -164,7 +166,7 @@ def machine_page(sm: str) -> str:
         errored = label_page(conn, machine.name, after="", limit=21, errored=True)
     held = tasks_in_flight(app)
     described = describe_machine(machine)
-    return _render(
+    return render_page(
         "machine.html",
         machine=machine,
         graph=layout(described),
@@ -185,39 +187,42 @@ def machine_page(sm: str) -> str:
 
 @blueprint.get("/machines/<name:sm>/labels")
 @endpoint(OPEN, "The console: a search for labels", PAGES, tags=("console",))
-def labels_page(sm: str) -> str:
+def labels_page(sm: str) -> str | tuple[str, int]:
+    """Labels by name prefix, state and errored, and by an expression (``where``)."""
     app = routemaster_app()
     machine = machine_or_404(app, sm)
     args = flask.request.args
     prefix, after = args.get("prefix", ""), args.get("after", "")
     state = args.get("state") or None
     errored = args.get("errored") == "true"
+    where = args.get("where") or None
     for value in (prefix, after, state or ""):
         if "\x00" in value or len(value) > 1024:
             raise BadRequest("Search terms must be under 1,024 characters, without NUL.")
-    rows = label_page(
-        app.db,
-        machine.name,
-        after=after,
-        limit=PAGE + 1,
-        state=state,
-        errored=errored,
-        prefix=prefix,
-    )
+    shown = {"machine": machine, "prefix": prefix, "state": state, "errored": errored}
+    try:
+        search = listing_search(app, machine, where, state=state, errored=errored, prefix=prefix)
+    except BadRequest as error:
+        page = render_page(
+            "labels.html", **shown, where=where, rows=[], where_error=error.description
+        )
+        return page, 400
+    rows = page_of_matches(app, search, after=after, limit=PAGE + 1)
     following = None
     if len(rows) > PAGE:
         query = {"prefix": prefix, "state": state or "", "after": rows[PAGE - 1][0]}
         if errored:
             query["errored"] = "true"
+        if where is not None:
+            query["where"] = where
         following = machine_url(machine.name, "labels") + "?" + urlencode(query, quote_via=quote)
-    return _render(
+    return render_page(
         "labels.html",
-        machine=machine,
+        **shown,
+        where=where,
         rows=rows[:PAGE],
-        prefix=prefix,
-        state=state,
-        errored=errored,
         following=following,
+        commands=BULK_COMMANDS,
     )
 
 
@@ -235,7 +240,7 @@ def label_page_view(sm: str, label: str) -> str:
         raise NotFound(f"No label {label!r} in {machine.name}.")
     explanation = None if found.deleted else explanation_of(app, machine, found)
     tasks = [] if found.deleted else past_tasks(app, found, limit=20)
-    return _render(
+    return render_page(
         "label.html",
         machine=machine,
         label=found,
@@ -280,12 +285,12 @@ def login() -> Response | str | tuple[str, int]:
     check = access.token_check()
     target = _back_to(flask.request.values.get("next"), "/console/")
     if flask.request.method == "GET" or check is None:
-        return _render("login.html", enabled=check is not None, target=target, failed=False)
+        return render_page("login.html", enabled=check is not None, target=target, failed=False)
     access.check_csrf()
     secret = flask.request.form.get("token", "").strip()
     scopes = check(secret) if secret else None
     if scopes is None or "read" not in scopes:
-        return _render("login.html", enabled=True, target=target, failed=True), 401
+        return render_page("login.html", enabled=True, target=target, failed=True), 401
     response = flask.redirect(target, 303)
     access.sign_in(response, secret)
     return response
@@ -310,7 +315,8 @@ def _run(app: App, machine: StateMachine, label: str, command: str, reason: str 
         label_core.force_move(app, machine, label, destination, reason=reason)
 
 
-def _render(template: str, **context: Any) -> str:
+def render_page(template: str, **context: Any) -> str:
+    """A console page: ``template`` with what every page shows (access, notices, snapshot)."""
     seen: Snapshot | None = context.pop("snapshot", None)
     return flask.render_template(
         f"console/{template}",

@@ -1,0 +1,181 @@
+"""Bulk commands: ``POST /state-machines/{sm}/bulk`` and ``GET /bulk/{id}``.
+
+A dry run answers how many labels match and a sample of them. A real run
+needs at least one filter and ``expect`` (the count the caller saw), so a
+typo cannot retry or delete a whole machine; it is accepted (202) with the
+set of labels fixed, and the workers carry it out in batches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flask
+from werkzeug.exceptions import BadRequest, Forbidden, NotFound
+
+from routemaster.api.auth import current_token
+from routemaster.api.bodies import json_body
+from routemaster.api.endpoints import Reply, endpoint
+from routemaster.api.extension import machine_or_404, routemaster_app
+from routemaster.api.responses import json_response
+from routemaster.api.search import listing_search
+from routemaster.app import App
+from routemaster.auth import OPERATE, WRITE
+from routemaster.config.model import StateMachine
+from routemaster.db.search import Search, search_count, search_page
+from routemaster.labels.bulk import COMMANDS, BulkCommand, CountMismatch, accept, get_job
+
+blueprint = flask.Blueprint("bulk", __name__)
+
+SAMPLE_SIZE = 20
+FILTERS = ("where", "state", "errored", "prefix")
+FIELDS = frozenset({*FILTERS, "command", "to", "until", "reason", "dry_run", "expect"})
+
+
+@blueprint.post("/state-machines/<name:sm>/bulk")
+@endpoint(
+    OPERATE,
+    "Run an operator command on every label matching filters (write scope too for delete)",
+    {
+        200: Reply("BulkDryRun", description="A dry run: the count and a sample"),
+        202: Reply("BulkAccepted", description="Accepted: the workers carry it out"),
+        400: Reply("Error"),
+        403: Reply("Error", description="delete needs the write scope as well"),
+        404: Reply("Error"),
+        409: Reply("BulkMismatch", description="expect differs from the count"),
+    },
+    body="Bulk",
+    tags=("operators",),
+)
+def start_bulk(sm: str) -> flask.Response:
+    app = routemaster_app()
+    machine = machine_or_404(app, sm)
+    body = _body()
+    token = current_token()
+    command, search = bulk_request(app, machine, body)
+    if command.command == "delete" and token is not None and WRITE not in token.scopes:
+        raise Forbidden(f"The token {token.name!r} lacks the 'write' scope delete needs.")
+    if body.get("dry_run") is True:
+        return json_response(dry_run(app, search))
+    try:
+        job, count = run(app, command, search, body)
+    except CountMismatch as mismatch:
+        return json_response(
+            {
+                "message": f"{mismatch.count} labels match, not {body['expect']}: nothing done.",
+                "reason": "count_mismatch",
+                "count": mismatch.count,
+            },
+            409,
+        )
+    return json_response({"id": job, "count": count}, 202)
+
+
+def bulk_request(
+    app: App, machine: StateMachine, body: dict[str, Any]
+) -> tuple[BulkCommand, Search]:
+    """The command a body asks for and the labels it is for, or 400 saying what is wrong."""
+    unknown = sorted(set(body) - FIELDS)
+    if unknown:
+        raise BadRequest(f"Unknown field(s) {', '.join(unknown)} in a bulk command.")
+    command = _command(machine, body)
+    search = listing_search(
+        app,
+        machine,
+        command.where,
+        state=command.state,
+        errored=command.errored,
+        prefix=command.prefix,
+    )
+    return command, search
+
+
+def run(app: App, command: BulkCommand, search: Search, body: dict[str, Any]) -> tuple[int, int]:
+    """Accept a real run: ``(id, count)``; 400 without a filter or ``expect``.
+
+    Raises :class:`CountMismatch` when ``expect`` is not the count.
+    """
+    if not any(body.get(name) not in (None, False, "") for name in FILTERS):
+        raise BadRequest(
+            "A bulk command needs at least one filter: where, state, errored or prefix."
+        )
+    expect = body.get("expect")
+    if not isinstance(expect, int) or isinstance(expect, bool) or expect < 0:
+        raise BadRequest('A bulk command needs "expect": the number of labels a dry run counted.')
+    return accept(app, search, command, expect=expect)
+
+
+@blueprint.get("/bulk/<int:job>")
+@endpoint(
+    OPERATE,
+    "A bulk command's progress",
+    {200: Reply("BulkJob"), 404: Reply("Error")},
+    tags=("operators",),
+)
+def bulk_progress(job: int) -> flask.Response:
+    found = get_job(routemaster_app(), job)
+    if found is None:
+        raise NotFound(f"There is no bulk command {job}.")
+    return json_response(
+        {
+            "id": found.id,
+            "command": found.command,
+            "state_machine": found.state_machine,
+            "total": found.total,
+            "done": found.done,
+            "skipped": found.skipped,
+            "failed": found.failed,
+            "state": "running" if found.finished_at is None else "finished",
+        }
+    )
+
+
+def dry_run(app: App, search: Search) -> dict[str, Any]:
+    """How many labels match now, and the first few of them."""
+    with app.db.connect() as conn:
+        sample = [name for name, _ in search_page(conn, search, after="", limit=SAMPLE_SIZE)]
+        return {"count": search_count(conn, search), "sample": sample}
+
+
+def _body() -> dict[str, Any]:
+    body = json_body()
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.")
+    return body
+
+
+def _command(machine: StateMachine, body: dict[str, Any]) -> BulkCommand:
+    command = body.get("command")
+    if command not in COMMANDS:
+        raise BadRequest(f'"command" must be one of {", ".join(COMMANDS)}.')
+    for name in ("where", "state", "prefix", "to", "reason"):
+        if body.get(name) is not None and not isinstance(body[name], str):
+            raise BadRequest(f'"{name}" must be a string.')
+    for name in ("errored", "dry_run"):
+        if body.get(name) is not None and not isinstance(body[name], bool):
+            raise BadRequest(f'"{name}" must be true or false.')
+    if not body.get("reason"):
+        raise BadRequest(
+            'A bulk command needs a "reason": it is recorded in each label\'s history.'
+        )
+    if body.get("until") is not None:
+        raise BadRequest('"until" is not supported yet: pause without it, resume in bulk later.')
+    to = body.get("to")
+    if command == "move":
+        if to is None:
+            raise BadRequest('A bulk move needs "to": the state to move the labels to.')
+        try:
+            machine.get_state(to)
+        except KeyError:
+            raise BadRequest(f"State machine {machine.name!r} has no state {to!r}.") from None
+    elif to is not None:
+        raise BadRequest('"to" is for move only.')
+    return BulkCommand(
+        command=command,
+        reason=body["reason"],
+        where=body.get("where"),
+        state=body.get("state"),
+        errored=bool(body.get("errored")),
+        prefix=body.get("prefix") or "",
+        to=to,
+    )

@@ -1,0 +1,159 @@
+"""Bulk commands: accepting a job with its fixed set of labels, claiming and recording its work.
+
+A job's labels are copied into ``bulk_items`` in the transaction that
+accepts it, so the set is what matched then. Workers claim pending items
+with ``FOR UPDATE SKIP LOCKED`` (two workers never take the same item) and
+record each outcome in the transaction that changed the label; if a worker
+dies mid-batch its transaction rolls back, the items stay pending, and the
+next claim takes them again with nothing half done.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import sqlalchemy as sa
+
+from routemaster.db.notifications import notify_due
+from routemaster.db.search import Search, filter_params, with_condition
+from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
+
+_INSERT_JOB = """
+    INSERT INTO bulk_jobs (state_machine, command, arguments, reason, total)
+    VALUES (%(sm)s, %(command)s, CAST(%(arguments)s AS jsonb), %(reason)s, 0)
+    RETURNING id
+    """
+
+# A search template (db/search.py): complete SQL but for the compiled condition's slot.
+_INSERT_ITEMS = """
+    INSERT INTO bulk_items (job_id, name_key, name)
+    SELECT %(job)s, name_key, name FROM labels
+    WHERE state_machine = %(sm)s AND NOT deleted
+      AND (CAST(%(state)s AS text) IS NULL OR state = %(state)s)
+      AND (NOT %(errored)s OR errored)
+      AND name_key BETWEEN %(lowest)s AND %(highest)s AND starts_with(name, %(prefix)s)
+      AND ({condition})
+    """
+
+_SET_TOTAL = """
+    UPDATE bulk_jobs SET total = %(total)s, finished_at = CASE WHEN %(total)s = 0 THEN now() END
+    WHERE id = %(job)s
+    """
+
+_GET_JOB = """
+    SELECT id, state_machine, command, arguments, reason, total, done, skipped, failed,
+           finished_at
+    FROM bulk_jobs WHERE id = %(job)s
+    """
+
+# The oldest running job's pending items first, in key order (the order labels are locked in).
+_CLAIM = """
+    SELECT item.job_id, item.name_key, item.name
+    FROM bulk_items AS item JOIN bulk_jobs AS job ON job.id = item.job_id
+    WHERE item.outcome IS NULL AND job.finished_at IS NULL
+    ORDER BY item.job_id, item.name_key
+    LIMIT %(limit)s
+    FOR UPDATE OF item SKIP LOCKED
+    """
+
+_RECORD_OUTCOMES = """
+    UPDATE bulk_items AS item SET outcome = handled.outcome
+    FROM unnest(CAST(%(keys)s AS bytea[]), CAST(%(outcomes)s AS text[]))
+         AS handled (name_key, outcome)
+    WHERE item.job_id = %(job)s AND item.name_key = handled.name_key
+    """
+
+_COUNT_OUTCOMES = """
+    UPDATE bulk_jobs SET done = done + %(done)s, skipped = skipped + %(skipped)s,
+                         failed = failed + %(failed)s
+    WHERE id = %(job)s
+    """
+
+_FINISH = """
+    UPDATE bulk_jobs AS job SET finished_at = %(now)s
+    WHERE job.id = %(job)s AND job.finished_at IS NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM bulk_items AS item WHERE item.job_id = job.id AND item.outcome IS NULL
+      )
+    """
+
+OUTCOMES = ("done", "skipped", "failed")
+
+
+class Job(NamedTuple):
+    id: int
+    state_machine: str
+    command: str
+    arguments: Mapping[str, Any]
+    reason: str
+    total: int
+    done: int
+    skipped: int
+    failed: int
+    finished_at: datetime.datetime | None
+
+
+class Item(NamedTuple):
+    job_id: int
+    name_key: bytes
+    name: str
+
+
+def accept_job(
+    conn: sa.Connection,
+    search: Search,
+    *,
+    command: str,
+    arguments: str,
+    reason: str,
+) -> tuple[int, int]:
+    """Record a job and copy the labels matching ``search`` into it: ``(id, how many)``.
+
+    ``arguments`` is the job's JSON (filters and the command's own arguments).
+    The caller decides, within the same transaction, whether to keep it.
+    """
+    job = int(
+        fetch_value(
+            conn,
+            _INSERT_JOB,
+            {"sm": search.machine, "command": command, "arguments": arguments, "reason": reason},
+        )
+    )
+    items = with_condition(_INSERT_ITEMS, search)
+    count = run(conn, items, {**filter_params(search), "job": job})
+    run(conn, _SET_TOTAL, {"job": job, "total": count})
+    notify_due(conn)
+    return job, count
+
+
+def get_job(conn: sa.Connection, job: int) -> Job | None:
+    row = fetch_one(conn, _GET_JOB, {"job": job})
+    return None if row is None else Job(*row)
+
+
+def claim_items(conn: sa.Connection, *, limit: int) -> list[Item]:
+    """Up to ``limit`` pending items no other transaction holds, locked until this one ends."""
+    return [Item(*row) for row in fetch_all(conn, _CLAIM, {"limit": limit})]
+
+
+def record_outcomes(
+    conn: sa.Connection, job: int, outcomes: Sequence[tuple[bytes, str]], *, now: datetime.datetime
+) -> None:
+    """Mark the job's items handled (``done``, ``skipped`` or ``failed``) and count them."""
+    if not outcomes:
+        return
+    run(
+        conn,
+        _RECORD_OUTCOMES,
+        {
+            "job": job,
+            "keys": [key for key, _ in outcomes],
+            "outcomes": [outcome for _, outcome in outcomes],
+        },
+    )
+    counts = Counter(outcome for _, outcome in outcomes)
+    run(conn, _COUNT_OUTCOMES, {"job": job, **{name: counts[name] for name in OUTCOMES}})
+    run(conn, _FINISH, {"job": job, "now": now})
