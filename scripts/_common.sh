@@ -56,6 +56,49 @@ ensure_installed() {
     echo "$want" > "$stamp"
 }
 
+# The PostgreSQL server the tests use (scripts/test, scripts/test-lowest): TEST_DATABASE_URL
+# or DATABASE_URL when set, else the server answering on 127.0.0.1:5432 (skip that probe with
+# ROUTEMASTER_TEST_NO_LOCAL_PG=1), else the embedded one, stopped again on exit if this
+# started it. Exports TEST_DATABASE_URL when it chose the server.
+local_server_answers() {
+    "$PYTHON" - <<'PY'
+import sys
+import psycopg2
+try:
+    psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="postgres",
+                     connect_timeout=2).close()
+except psycopg2.Error:
+    sys.exit(1)
+PY
+}
+
+started_db=""
+stop_test_database() {
+    if [ -n "$started_db" ]; then
+        routemaster db stop || true
+    fi
+}
+
+use_test_database() {
+    local where
+    trap stop_test_database EXIT
+    if [ -n "${TEST_DATABASE_URL:-}" ]; then
+        where="TEST_DATABASE_URL"
+    elif [ -n "${DATABASE_URL:-}" ]; then
+        where="DATABASE_URL"
+    elif [ -z "${ROUTEMASTER_TEST_NO_LOCAL_PG:-}" ] && local_server_answers; then
+        where="the server on 127.0.0.1:5432"
+        export TEST_DATABASE_URL="postgresql://postgres@127.0.0.1:5432/postgres"
+    else
+        where="the embedded server"
+        export ROUTEMASTER_DATABASE=embedded
+        routemaster db status >/dev/null || started_db=1
+        TEST_DATABASE_URL="$(routemaster db start)"
+        export TEST_DATABASE_URL
+    fi
+    echo "Tests use the PostgreSQL server from $where" >&2
+}
+
 # The CLI, independent of whether the console script's directory is on PATH.
 routemaster() {
     "$PYTHON" -m routemaster "$@"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import flask
@@ -34,7 +34,6 @@ from routemaster.api.auth import require_tokens
 from routemaster.api.claim_waits import ClaimWaiter
 from routemaster.api.console.access import TOKEN_CHECK_KEY, console_token_check
 from routemaster.api.extension import EXTENSION_KEY, STARTED
-from routemaster.api.hot import HotRoutes
 from routemaster.api.paths import NameConverter, rewrite_path_info
 from routemaster.app import App
 from routemaster.changes.hub import ChangeHub
@@ -45,20 +44,31 @@ __all__ = ["create_app"]
 class RoutemasterFlask(flask.Flask):
     """Flask, routing on the raw request path so ``%2F`` inside a name is not a separator.
 
-    ``hot`` answers the four single-label requests directly when Flask would
-    only route and call the view (:mod:`routemaster.api.hot`); ``None`` turns it off.
+    Every request, the four label requests included, is dispatched by Flask
+    itself; what runs around each one is registered through Flask's
+    documented hooks (the token check, the request metrics).
     """
 
-    hot: HotRoutes | None = None
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._synchronous: dict[Callable[..., Any], Callable[..., Any]] = {}
 
     def wsgi_app(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         environ[STARTED] = time.perf_counter()  # for the request metrics
         rewrite_path_info(environ)
-        if self.hot is not None:
-            answered = self.hot(environ, start_response)
-            if answered is not None:
-                return answered
         return super().wsgi_app(environ, start_response)
+
+    def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """Flask's answer, kept per function (Flask's documented override point).
+
+        Flask asks again for the view and for every hook on every request,
+        each time inspecting whether the function is a coroutine function.
+        Only registered views, hooks and handlers come here: a bounded set.
+        """
+        known = self._synchronous.get(func)
+        if known is None:
+            known = self._synchronous[func] = super().ensure_sync(func)
+        return known
 
 
 def create_app(app: App) -> flask.Flask:
@@ -99,7 +109,6 @@ def create_app(app: App) -> flask.Flask:
         flask_app.extensions[TOKEN_CHECK_KEY] = console_token_check(cache)
     _forget_pooled_connections_after_fork(app, hub)
     app.hooks.init_flask(flask_app)
-    flask_app.hot = HotRoutes(flask_app, app)
     if app.hooks.observe_requests:  # outermost, as in 1.x: around what init_flask added
         flask_app.wsgi_app = plugins.RequestHooks(  # type: ignore[method-assign]
             flask_app.wsgi_app, app.hooks

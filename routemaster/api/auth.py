@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import flask
 
-from routemaster.api import hot
 from routemaster.api.endpoints import CAPABILITY, OPEN, declared
 from routemaster.api.responses import json_response
 from routemaster.app import App
@@ -33,11 +32,11 @@ def require_tokens(flask_app: flask.Flask, app: App) -> TokenCache:
     cache = TokenCache(app.db, record_every=app.settings.token_use_interval)
     flask_app.extensions[CACHE_KEY] = cache
 
-    def check(request: flask.Request) -> flask.Response | None:
+    def check() -> flask.Response | None:
+        request = flask.request._get_current_object()  # type: ignore[attr-defined]
         return check_token(flask_app, cache, request)
 
-    # A step of the direct dispatch of label requests too (routemaster.api.hot).
-    hot.before_request(flask_app, check)
+    flask_app.before_request(check)
     cache.start()  # listening from the start, so `token revoke` hears from this process
     return cache
 

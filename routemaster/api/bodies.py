@@ -42,13 +42,15 @@ def read_body(request: flask.Request, limit: int) -> bytes:
     stream, which ends it (``wsgi.input_terminated``), up to one byte past
     the limit: enough to know it is too large without reading the rest.
     """
-    if request.content_length is not None:
-        if request.content_length > limit:
+    length = request.content_length
+    if length is not None:
+        if length > limit:
             raise _too_large(limit)
         return request.get_data(cache=False)
-    if not request.environ.get("wsgi.input_terminated"):
+    environ = request.environ
+    if not environ.get("wsgi.input_terminated"):
         return b""  # a server that does not end streams: nothing can be read safely
-    stream = request.environ["wsgi.input"]
+    stream = environ["wsgi.input"]
     chunks: list[bytes] = []
     size = 0
     while size <= limit:

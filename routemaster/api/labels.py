@@ -168,7 +168,11 @@ def empty_label(sm: str) -> flask.Response:
     tags=("labels",),
 )
 def create_label(sm: str, label: str) -> flask.Response:
-    return answer_create(routemaster_app(), flask.request, sm, label)
+    app = routemaster_app()
+    machine = machine_or_404(app, sm)
+    check_label_name(label)
+    metadata = metadata_from_body(flask.request, app.settings)
+    return json_response(label_body(label_core.create_label(app, machine, label, metadata)), 201)
 
 
 @blueprint.get(LABEL)
@@ -179,7 +183,8 @@ def create_label(sm: str, label: str) -> flask.Response:
     tags=("labels",),
 )
 def get_label(sm: str, label: str) -> flask.Response:
-    return answer_read(routemaster_app(), sm, label)
+    app = routemaster_app()
+    return json_response(label_body(live_label(app, machine_or_404(app, sm), label)))
 
 
 @blueprint.patch(LABEL)
@@ -197,7 +202,11 @@ def get_label(sm: str, label: str) -> flask.Response:
     tags=("labels",),
 )
 def update_label(sm: str, label: str) -> flask.Response:
-    return answer_update(routemaster_app(), flask.request, sm, label)
+    app = routemaster_app()
+    machine = machine_or_404(app, sm)
+    check_label_name(label)
+    patch = metadata_from_body(flask.request, app.settings)
+    return json_response(label_body(label_core.update_metadata(app, machine, label, patch)))
 
 
 @blueprint.delete(LABEL)
@@ -209,32 +218,7 @@ def update_label(sm: str, label: str) -> flask.Response:
 )
 def delete_label(sm: str, label: str) -> flask.Response:
     """Soft delete; 204 also when there was no such label, so retries are harmless."""
-    return answer_delete(routemaster_app(), sm, label)
-
-
-# The four answers above, with the App and the request passed in: the Flask
-# views and the direct dispatch (routemaster.api.hot) both call these.
-
-
-def answer_create(app: App, request: flask.Request, sm: str, label: str) -> flask.Response:
-    machine = machine_or_404(app, sm)
-    check_label_name(label)
-    metadata = metadata_from_body(request, app.settings)
-    return json_response(label_body(label_core.create_label(app, machine, label, metadata)), 201)
-
-
-def answer_read(app: App, sm: str, label: str) -> flask.Response:
-    return json_response(label_body(live_label(app, machine_or_404(app, sm), label)))
-
-
-def answer_update(app: App, request: flask.Request, sm: str, label: str) -> flask.Response:
-    machine = machine_or_404(app, sm)
-    check_label_name(label)
-    patch = metadata_from_body(request, app.settings)
-    return json_response(label_body(label_core.update_metadata(app, machine, label, patch)))
-
-
-def answer_delete(app: App, sm: str, label: str) -> flask.Response:
+    app = routemaster_app()
     machine = machine_or_404(app, sm)
     check_label_name(label)
     label_core.delete_label(app, machine, label)

@@ -12,7 +12,6 @@ import time
 import flask
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from routemaster.api import hot
 from routemaster.api.endpoints import OPEN, TEXT, Reply, endpoint
 from routemaster.api.extension import STARTED
 from routemaster.api.openapi import openapi_path
@@ -45,7 +44,8 @@ def instrument(flask_app: flask.Flask, app: App, metrics: Metrics) -> None:
     flask_app.extensions[EXPOSITION_KEY] = metrics.registry(gauges)
     templates: dict[str, str] = {}
 
-    def finish(request: flask.Request, response: flask.Response) -> flask.Response:
+    def finish(response: flask.Response) -> flask.Response:
+        request = flask.request._get_current_object()  # type: ignore[attr-defined]
         started = request.environ.get(STARTED)
         if started is None:
             return response
@@ -61,5 +61,5 @@ def instrument(flask_app: flask.Flask, app: App, metrics: Metrics) -> None:
         )
         return response
 
-    # A step of the direct dispatch of label requests too (routemaster.api.hot).
-    hot.after_request(flask_app, finish)
+    # Flask runs after-request functions on every response it makes, error answers included.
+    flask_app.after_request(finish)

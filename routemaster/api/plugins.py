@@ -50,9 +50,15 @@ def check_loggers() -> flask.Response:
 class RequestHooks:
     """WSGI middleware: ``process_request_started`` before, ``process_request_finished`` after.
 
-    As in 1.x, "finished" comes once the response body has been sent, with
-    the status code as text, the headers and ``exc_info`` given to
-    ``start_response``.
+    As in 1.x, "finished" comes once the response body has been sent (or
+    the server closed it early), with the status code as text, the headers
+    and ``exc_info`` given to ``start_response``.
+
+    The application is called at once, not from inside a generator, so its
+    view has run when this returns: the server can see that the answer is a
+    changes stream and hand its connection to the stream hub
+    (:mod:`routemaster.server.handoff`). A stream handed off is "finished"
+    for the plugins then: the request worker is done with it.
     """
 
     def __init__(self, wsgi_app: WSGIApp, hooks: Hooks) -> None:
@@ -61,20 +67,42 @@ class RequestHooks:
 
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
-    ) -> Iterator[bytes]:
+    ) -> Iterable[bytes]:
         sent: dict[str, Any] = {}
 
         def record(status: str, headers: Any, exc_info: Any = None) -> Any:
             sent.update(status=status.split()[0], headers=headers, exc_info=exc_info)
             return start_response(status, headers, exc_info)
 
-        self.hooks.request_started(environ)
-        body = self.wsgi_app(environ, record)
-        try:
-            yield from body
-        finally:
-            close = getattr(body, "close", None)
-            if close is not None:
-                close()
+        def finish() -> None:
             if sent:
                 self.hooks.request_finished(environ, **sent)
+                sent.clear()  # once, however often the body is closed
+
+        self.hooks.request_started(environ)
+        try:
+            body = self.wsgi_app(environ, record)
+        except BaseException:
+            finish()
+            raise
+        return _Finishing(body, finish)
+
+
+class _Finishing:
+    """A response body that calls ``finish`` once it has been sent, or closed unsent."""
+
+    def __init__(self, body: Iterable[bytes], finish: Callable[[], None]) -> None:
+        self._body = body
+        self._finish = finish
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self._body
+        self._finish()
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._finish()

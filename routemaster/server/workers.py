@@ -14,8 +14,13 @@ room for a listing's path with two such names) with gunicorn's own
 Requests gunicorn itself refuses (a malformed request line, too many or too
 large header fields, a bad chunked encoding) never reach Flask; gunicorn
 answers them with a small HTML page. The worker classes here answer them with
-the same status and message as JSON, ``{"message": ...}``, like every other
-error of the API.
+the same status in JSON, ``{"message": ...}`` saying what gunicorn found
+wrong, like every other error of the API.
+
+Gunicorn internals used here (its request parser's ``read_line`` and
+``mesg_class``, gthread's ``pending_conns``, ``poller``,
+``on_pending_socket_readable`` and the connection's unread buffer) are why
+``pyproject.toml`` bounds gunicorn above to the releases CI tests.
 
 They also let changes streams leave the worker: each client socket reaches
 the application as a :class:`~routemaster.server.handoff.TakeableSocket`, so a
@@ -28,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import html
 import json
 import re
 import selectors
@@ -54,8 +58,7 @@ REQUEST_LIMITS = {
 REQUEST_LINE_LIMIT = 32 * 1024
 """The longest request line the workers read (see the module docstring)."""
 
-_STATUS = re.compile(rb"^HTTP/1\.[01] (\d{3}) ([^\r\n]*)\r\n")
-_MESSAGE = re.compile(rb"</p></h1>\s*(.*?)\s*</body>", re.DOTALL)
+_STATUS_LINE = re.compile(rb"^HTTP/1\.[01] (\d{3}) ([^\r\n]*)\r\n")
 
 
 def worker_class(threads: int, *, keep_alive: bool = True) -> str:
@@ -93,18 +96,24 @@ class _Captured:
 
 
 class _JsonErrors:
-    """Mixed into gunicorn workers: their own error answers become JSON."""
+    """Mixed into gunicorn workers: their own error answers become JSON.
+
+    Gunicorn's ``Worker.handle_error`` hook still decides the status and logs
+    the error (and the access line); it writes its answer to a stand-in
+    socket, from which only the HTTP status line is read. The message is the
+    refused request's error itself (gunicorn's exceptions say what was wrong),
+    or the reason phrase for a server error; gunicorn's HTML page is dropped.
+    """
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         captured = _Captured()
         super().handle_error(req, captured, addr, exc)  # type: ignore[misc]
-        status = _STATUS.match(captured.data)
+        status = _STATUS_LINE.match(captured.data)
         if status is None:  # gunicorn wrote nothing we recognise: pass it on as it was
             response = captured.data
         else:
             code, reason = status.group(1).decode(), status.group(2).decode("latin-1")
-            found = _MESSAGE.search(captured.data)
-            message = html.unescape(found.group(1).decode("latin-1")) if found else ""
+            message = str(exc) if code < "500" else ""
             response = json_error(code, reason, message or reason)
         with contextlib.suppress(OSError):  # the client may be gone
             util.write_nonblock(client, response)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from importlib.util import find_spec
+from pathlib import Path
 
 import flask
 import pytest
@@ -253,3 +256,27 @@ def test_open_streams_ride_out_a_database_outage(database_url: str, db_engine: s
             assert stream.next_event().data["label"] == "after"
     finally:
         proxy.stop()
+
+
+def test_streams_leave_the_worker_free_with_a_1x_request_plugin_loaded(
+    tmp_path: Path, database_url: str, db_engine: sa.Engine
+) -> None:
+    """routemaster-prometheus wraps every request (process_request_started/finished), as in 1.x:
+    one request worker, 20 open streams, and ordinary requests are still answered at once."""
+    assert find_spec("routemaster_prometheus"), "./scripts/test installs the published plugins"
+    layer = tmp_path / "plugins.yaml"
+    layer.write_text("plugins:\n  logging:\n    - class: routemaster_prometheus:PrometheusLogger\n")
+    (tmp_path / "prometheus").mkdir()
+    settings = {"prometheus_multiproc_dir": str(tmp_path / "prometheus")}
+    with (
+        serving(CONFIG_PATH, database_url, "--workers", "1", layers=[layer], env=settings) as base,
+        ExitStack() as streams,
+    ):
+        open_streams = [streams.enter_context(EventStream(base, "/changes")) for _ in range(20)]
+        assert {stream.status for stream in open_streams} == {200}
+        for _ in range(5):
+            started = time.monotonic()
+            assert requests.get(f"{base}/state-machines", timeout=5).status_code == 200
+            assert time.monotonic() - started < 1
+        _post(base, "seen")
+        assert {stream.next_event().data["label"] for stream in open_streams} == {"seen"}
