@@ -3,9 +3,9 @@
 A claim leases labels as the worker's claims do (``due_at`` one lease ahead,
 ``lease_owner`` set, the attempt counted) and gives each lease a new task id
 (``labels.task_id``), recorded in ``tasks``. Every call made with a task id
-acts in one statement that also checks the lease: ``task_id = :id``, still
+acts in one statement that also checks the lease: ``task_id = %(id)s``, still
 leased (every move and operator command clears ``lease_owner``) and not run
-out (``due_at > :now``). A stale id therefore changes nothing, whatever the
+out (``due_at > %(now)s``). A stale id therefore changes nothing, whatever the
 order in which two workers call. Statements are written and run as
 :mod:`routemaster.db.statements` says.
 """
