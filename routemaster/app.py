@@ -58,6 +58,9 @@ class Settings:
     changes_poll_interval: float = 0.25
     stream_heartbeat: float = 15.0
     max_streams: int = 500
+    max_waiting_claims: int = 1000  # POST /tasks/claim with "wait" waiting at once, per process
+    # pull-worker tasks older than this are forgotten (their ids then answer 404)
+    task_retention: datetime.timedelta = datetime.timedelta(days=7)
     worker_id: str = field(default_factory=_default_worker_id)
     metrics: bool = True  # Prometheus metrics (GET /metrics, cron --metrics-bind)
     label_gauges_interval: float = 5.0  # seconds; label counts for /metrics at most this often

@@ -173,6 +173,9 @@ class Hooks:
             duration=duration,
         )
 
+    def task_event(self, *, state_machine: str, state: str, label: str, event: str) -> None:
+        self._tell("task_event", state_machine=state_machine, state=state, label=label, event=event)
+
     def _tell(self, hook: str, *args: Any, **kwargs: Any) -> None:
         for plugin in self.plugins:
             self._call(plugin, hook, *args, **kwargs)

@@ -129,6 +129,9 @@ class BaseLogger:
     ) -> None:
         """A feed answered with ``status`` (``None``: no answer) after ``duration`` seconds."""
 
+    def task_event(self, *, state_machine: str, state: str, label: str, event: str) -> None:
+        """A pull task was ``claimed``, ``completed``, ``failed``, ``released`` or ``expired``."""
+
 
 class PythonLogger(BaseLogger):
     """Events as one line each on the stdlib logger ``routemaster``.

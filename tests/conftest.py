@@ -52,7 +52,7 @@ def database_url() -> Iterator[str]:
 
 
 _EMPTY_TABLES = sa.text(
-    "TRUNCATE labels, history, trigger_occurrences, api_tokens, machine_versions,"
+    "TRUNCATE labels, history, trigger_occurrences, api_tokens, machine_versions, tasks,"
     " bulk_items, bulk_jobs, deliveries, receivers, receiver_slots, subscriptions"
     " RESTART IDENTITY"
 )

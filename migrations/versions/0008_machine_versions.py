@@ -15,14 +15,14 @@ Rows written without it (before this migration, or by a process that
 recorded no version) have none.
 
 Revision ID: 0008
-Revises: 0006
+Revises: 0007
 Create Date: 2026-11-24
 """
 
 from alembic import op
 
 revision = "0008"
-down_revision = "0006"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 

@@ -30,9 +30,11 @@ from routemaster.api import (
     plugins,
     receivers,
     subscriptions,
+    tasks,
     versions,
 )
 from routemaster.api.auth import require_tokens
+from routemaster.api.claim_waits import ClaimWaiter
 from routemaster.api.console.access import TOKEN_CHECK_KEY, console_token_check
 from routemaster.api.extension import EXTENSION_KEY, STARTED
 from routemaster.api.paths import NameConverter, rewrite_path_info
@@ -80,6 +82,7 @@ def create_app(app: App) -> flask.Flask:
     flask_app.extensions[EXTENSION_KEY] = app
     hub = ChangeHub(app.db, app.settings)
     flask_app.extensions[changes.HUB_KEY] = hub
+    flask_app.extensions[tasks.WAITER_KEY] = ClaimWaiter(app)
     flask_app.url_map.converters["name"] = NameConverter
     errors.register_error_handlers(flask_app)
     blueprints = [
@@ -96,6 +99,7 @@ def create_app(app: App) -> flask.Flask:
         plugins.blueprint,
         changes.blueprint,
         subscriptions.blueprint,
+        tasks.blueprint,
         console.blueprint,
     ]
     if app.metrics is not None:

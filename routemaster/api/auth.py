@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import flask
 
-from routemaster.api.endpoints import OPEN, declared
+from routemaster.api.endpoints import CAPABILITY, OPEN, declared
 from routemaster.api.responses import json_response
 from routemaster.app import App
 from routemaster.auth import OPERATE, READ
@@ -74,12 +74,14 @@ def check_token(
     if scope is OPEN and request.url_rule is not None:
         return None
     secret = _bearer(request.headers.get("Authorization", ""))
+    if secret is None and scope == CAPABILITY:
+        return None  # the id in the path is the permission
     if secret is None:
         return _unauthorized("This endpoint needs a token: send 'Authorization: Bearer TOKEN'.")
     token = cache.authenticate(secret)
     if token is None:
         return _unauthorized("The token is not valid (unknown or revoked).", invalid=True)
-    if scope is not None and scope not in token.scopes:
+    if scope is not None and scope != CAPABILITY and scope not in token.scopes:
         return json_response(
             {"message": f"The token {token.name!r} lacks the {scope!r} scope this needs."},
             403,

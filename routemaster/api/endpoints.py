@@ -27,6 +27,10 @@ HTML = "text/html"
 OPEN = None
 """The scope of an endpoint anyone may call, even with tokens required (``GET /``, ``/metrics``)."""
 
+CAPABILITY = "capability"
+"""The scope of an endpoint whose path holds an unguessable id that is itself the permission
+(``/tasks/{id}/complete``): no token is needed, and a valid token is accepted."""
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 

@@ -20,6 +20,7 @@ from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, live_label
 from routemaster.api.responses import isoformat, json_response
+from routemaster.api.task_views import action_explanation, paused_until
 from routemaster.app import App
 from routemaster.auth import READ
 from routemaster.config import describe_machine
@@ -58,6 +59,8 @@ def explanation_of(app: App, machine: StateMachine, found: label_core.Label) -> 
         "due_at": isoformat(found.due_at),
         "recent_deliveries": recent_deliveries(app, machine, found.name),
     }
+    if found.paused:
+        body["paused_until"] = isoformat(paused_until(app, found))
     try:
         state = machine.get_state(found.state)
     except KeyError:
@@ -68,7 +71,7 @@ def explanation_of(app: App, machine: StateMachine, found: label_core.Label) -> 
     body["kind"] = "action" if isinstance(state, Action) else "gate"
     body["next"] = described[state.name].get("next")
     if isinstance(state, Action):
-        body["webhook"] = state.webhook
+        body.update(action_explanation(app, state, found))
         return body
     body["triggers"] = described[state.name].get("triggers", [])
     context = label_core.label_context(

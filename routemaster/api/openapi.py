@@ -16,7 +16,7 @@ from typing import Any
 import flask
 
 from routemaster import __version__
-from routemaster.api.endpoints import JSON, OPEN, Endpoint, Reply, declared, endpoint
+from routemaster.api.endpoints import CAPABILITY, JSON, OPEN, Endpoint, Reply, declared, endpoint
 from routemaster.api.extension import routemaster_app
 from routemaster.api.responses import json_response
 from routemaster.api.schemas import SCHEMAS, Schema, ref
@@ -84,7 +84,8 @@ def build_document(flask_app: flask.Flask) -> dict[str, Any]:
                 "type": "http",
                 "scheme": "bearer",
                 "description": "A secret from `routemaster token create`; the requirement of "
-                "each operation names the scope it needs (read, write or operate).",
+                "each operation names the scope it needs (read, write, operate or work); "
+                "a task id in the path needs none.",
             }
         }
     return document
@@ -118,9 +119,15 @@ def _operation(
     replies = dict(declaration.replies)
     if tokens:
         operation["security"] = (
-            [{}] if declaration.scope is OPEN else [{SECURITY_SCHEME: [declaration.scope]}]
+            [{}]
+            if declaration.scope is OPEN
+            else [{}, {SECURITY_SCHEME: []}]
+            if declaration.scope == CAPABILITY
+            else [{SECURITY_SCHEME: [declaration.scope]}]
         )
-        if declaration.scope is not OPEN:
+        if declaration.scope == CAPABILITY:
+            replies.setdefault(401, Reply("Error", description="A token was sent and is not valid"))
+        elif declaration.scope is not OPEN:
             replies.setdefault(401, Reply("Error"))
             replies.setdefault(403, Reply("Error"))
     for status in sorted(replies):

@@ -7,6 +7,7 @@ recorded in the label's history as forced, with the given reason.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import flask
@@ -51,15 +52,19 @@ def retry(sm: str, label: str) -> flask.Response:
 @blueprint.post(LABEL + "/pause")
 @endpoint(
     OPERATE,
-    "Pause a label: nothing moves it until it is resumed",
+    "Pause a label: nothing moves it until it is resumed (or until `until`)",
     COMMAND_REPLIES,
-    body="Command",
+    body="Pause",
     body_required=False,
     tags=("operators",),
 )
 def pause(sm: str, label: str) -> flask.Response:
-    app, machine, reason, _ = _command(sm, label)
-    return _run(lambda: label_core.set_paused(app, machine, label, True, reason=reason))
+    """With ``{"until": ISO-8601}`` the label resumes by itself then."""
+    app, machine, reason, body = _command(sm, label)
+    until = pause_end(app, body.get("until"))
+    return _run(
+        lambda: label_core.set_paused(app, machine, label, True, reason=reason, until=until)
+    )
 
 
 @blueprint.post(LABEL + "/resume")
@@ -91,6 +96,23 @@ def move(sm: str, label: str) -> flask.Response:
     if not isinstance(destination, str):
         raise BadRequest('The request body must name the destination: {"state": "..."}.')
     return _run(lambda: label_core.force_move(app, machine, label, destination, reason=reason))
+
+
+def pause_end(app: App, until: Any) -> datetime.datetime | None:
+    """``until`` of a pause: an ISO-8601 time with a UTC offset, in the future."""
+    if until is None:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(until) if isinstance(until, str) else None
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise BadRequest(
+            '"until" must be an ISO-8601 time with its UTC offset, e.g. "2030-01-01T09:00:00Z".'
+        )
+    if moment <= app.now():
+        raise BadRequest('"until" must be in the future.')
+    return moment
 
 
 def _command(sm: str, label: str) -> tuple[App, StateMachine, str | None, dict[str, Any]]:

@@ -76,6 +76,10 @@ _MACHINE_STATE = obj(
         "exit_condition": {"type": ["string", "null"]},
         "triggers": array(ref("Trigger")),
         "webhook": {"type": ["string", "null"]},
+        "worker": {
+            "anyOf": [obj({"lease": INTEGER}), {"type": "null"}],
+            "description": "A pull action: claimed through /tasks/claim (lease in seconds).",
+        },
         "next": ref("Next"),
         "end": BOOLEAN,
         "labels": {**INTEGER, "description": "Live labels in this state now."},
@@ -231,6 +235,7 @@ SCHEMAS: dict[str, Schema] = {
             "state_entered_at": TIME,
             "previous_state": {"type": ["string", "null"]},
             "paused": BOOLEAN,
+            "paused_until": {**TIME, "description": "When a paused label resumes by itself."},
             "errored": BOOLEAN,
             "last_error": {"type": ["string", "null"]},
             "attempts": INTEGER,
@@ -239,6 +244,22 @@ SCHEMAS: dict[str, Schema] = {
             "message": TEXT,
             "next": ref("Next"),
             "webhook": TEXT,
+            "worker": obj({"lease": {**INTEGER, "description": "Seconds."}}),
+            "async_timeout": {**INTEGER, "description": "Seconds a 202 keeps the label leased."},
+            "task": {
+                "anyOf": [
+                    obj(
+                        {
+                            "worker": TEXT,
+                            "attempt": INTEGER,
+                            "claimed_at": TIME,
+                            "lease_expires_at": TIME,
+                        }
+                    ),
+                    {"type": "null"},
+                ],
+                "description": "The task holding the label now (pull workers, 202 callbacks).",
+            },
             "triggers": array(ref("Trigger")),
             "exit_condition": obj(
                 {
@@ -254,9 +275,13 @@ SCHEMAS: dict[str, Schema] = {
             "recent_deliveries": array(ref("Delivery")),
         },
         optional=(
+            "paused_until",
             "message",
             "next",
             "webhook",
+            "worker",
+            "async_timeout",
+            "task",
             "triggers",
             "exit_condition",
             "next_state_if_held",
@@ -388,4 +413,81 @@ SCHEMAS: dict[str, Schema] = {
         optional=("state_machines", "max_events", "batch_delay_ms", "signing_secret_env", "after"),
     ),
     "Cursor": obj({"after": {**TEXT, "description": "A changes-stream position (XACT-ID)"}}),
+    "Pause": obj(
+        {
+            "reason": {"type": ["string", "null"]},
+            "until": {
+                "type": ["string", "null"],
+                "format": "date-time",
+                "description": "ISO-8601 with offset: the label resumes by itself then.",
+            },
+        },
+        optional=("reason", "until"),
+        strict=False,
+    ),
+    "Claim": obj(
+        {
+            "worker": {**TEXT, "description": "Who claims: shown in explanations and the console."},
+            "state_machine": TEXT,
+            "state": {**TEXT, "description": "A pull action (worker:) to claim from."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1},
+            "wait": {
+                "type": "number",
+                "minimum": 0,
+                "maximum": 60,
+                "default": 0,
+                "description": "Seconds to wait for a task when none is due now.",
+            },
+        },
+        optional=("state_machine", "state", "limit", "wait"),
+    ),
+    "Task": obj(
+        {
+            "id": {**TEXT, "description": "The task's capability: keep it secret."},
+            "state_machine": TEXT,
+            "label": TEXT,
+            "state": TEXT,
+            "metadata": {"type": "object"},
+            "attempt": INTEGER,
+            "idempotency_token": TEXT,
+            "lease_expires_at": {**TEXT, "format": "date-time"},
+        }
+    ),
+    "TaskHistory": obj(
+        {
+            "tasks": array(
+                obj(
+                    {
+                        "state": TEXT,
+                        "attempt": INTEGER,
+                        "worker": TEXT,
+                        "idempotency_token": TEXT,
+                        "claimed_at": TIME,
+                        "ended_at": TIME,
+                        "outcome": {
+                            "enum": ["completed", "failed", "released", "expired", None],
+                            "description": "null: in flight, or ended by a move or a pause.",
+                        },
+                    }
+                )
+            )
+        }
+    ),
+    "TaskList": obj({"tasks": array(ref("Task"))}),
+    "Heartbeat": obj({"lease_expires_at": {**TEXT, "format": "date-time"}}),
+    "Empty": obj({}, strict=False),
+    "Completion": obj(
+        {"metadata": {"type": "object", "description": "Deep-merged as PATCH does."}},
+        optional=("metadata",),
+        strict=False,
+    ),
+    "Failure": obj(
+        {
+            "error": TEXT,
+            "retry": {**BOOLEAN, "default": True},
+            "retry_after": {"type": ["number", "null"], "minimum": 0},
+        },
+        optional=("retry", "retry_after"),
+        strict=False,
+    ),
 }

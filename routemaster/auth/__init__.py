@@ -7,6 +7,6 @@ is what the ``routemaster token`` commands do. The HTTP side (which endpoint
 needs which scope, 401/403) is :mod:`routemaster.api.auth`.
 """
 
-from routemaster.auth.keys import ADMIN, OPERATE, READ, SCOPES, WRITE
+from routemaster.auth.keys import ADMIN, OPERATE, READ, SCOPES, WORK, WRITE
 
-__all__ = ["ADMIN", "OPERATE", "READ", "SCOPES", "WRITE"]
+__all__ = ["ADMIN", "OPERATE", "READ", "SCOPES", "WORK", "WRITE"]

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 READ = "read"  # every GET
 WRITE = "write"  # create, update, delete labels
 OPERATE = "operate"  # retry, pause, resume, move
+WORK = "work"  # claim tasks of pull actions (POST /tasks/claim)
 ADMIN = "admin"  # push subscriptions (every /subscriptions endpoint, GETs included)
-SCOPES = (READ, WRITE, OPERATE, ADMIN)
+SCOPES = (READ, WRITE, OPERATE, WORK, ADMIN)
 
 _PREFIX = "rm_"
 _SHAPE = re.compile(r"rm_([0-9a-f]{16})_[A-Za-z0-9_-]{43}")

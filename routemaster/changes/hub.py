@@ -52,7 +52,8 @@ HEARTBEAT = b": keep-alive\n\n"
 
 
 STREAM_KEY = "routemaster.stream"
-"""The WSGI environ key under which a changes view leaves its :class:`Subscription`
+"""The WSGI environ key under which a view leaves what writes its body from another thread
+(a changes :class:`Subscription`, a waiting task claim: anything with ``attach_socket``)
 for the server to attach to the client's socket (:mod:`routemaster.server.handoff`)."""
 
 

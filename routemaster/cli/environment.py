@@ -48,6 +48,8 @@ LIMITS: dict[str, tuple[float, float]] = {
     "changes_poll_interval": (0.01, 60),
     "stream_heartbeat": (0.05, 3_600),
     "max_streams": (1, 100_000),
+    "max_waiting_claims": (1, 100_000),
+    "task_retention": (86_400, 10 * 365 * 86_400),  # at least a day: longer than any lease
     "label_gauges_interval": (0, 3_600),  # 0: counted at every scrape
     "token_use_interval": (0.01, 86_400),
     "subscription_concurrency": (1, 1024),

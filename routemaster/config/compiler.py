@@ -7,6 +7,7 @@ document's shape and formats can be relied on here.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from typing import Any
 
 from routemaster.config.formats import parse_duration, parse_time_of_day, split_path
@@ -28,6 +29,7 @@ from routemaster.config.model import (
     NamedTimezone,
     NextStates,
     NoNext,
+    PullWorker,
     RetryPolicy,
     State,
     StateMachine,
@@ -100,12 +102,22 @@ def _state(state: dict[str, Any], path: ConfigPath, retry: RetryPolicy, checked:
             triggers=tuple(_trigger(trigger) for trigger in state.get("triggers", [])),
             next_states=next_states,
         )
+    worker = state.get("worker")
+    async_timeout = state.get("async_timeout")
     return Action(
         name=state["action"],
-        webhook=state["webhook"],
+        webhook=state.get("webhook"),
         next_states=next_states,
         retry=_retry(state.get("retry"), retry),
+        worker=PullWorker(_duration(worker["lease"])) if worker is not None else None,
+        async_timeout=_duration(async_timeout) if async_timeout is not None else None,
     )
+
+
+def _duration(text: str) -> datetime.timedelta:
+    duration = parse_duration(text)
+    assert duration is not None  # checked by validation
+    return duration
 
 
 def _retry(block: dict[str, Any] | None, base: RetryPolicy) -> RetryPolicy:

@@ -16,6 +16,7 @@ from routemaster.config.model import (
     NamedTimezone,
     NextStates,
     NoNext,
+    State,
     StateMachine,
     TimeTrigger,
     Trigger,
@@ -35,6 +36,7 @@ def describe_machine(machine: StateMachine) -> dict[str, Any]:
                 "exit_condition": gate.exit_condition.source if gate else None,
                 "triggers": [_trigger(trigger) for trigger in gate.triggers] if gate else [],
                 "webhook": state.webhook if isinstance(state, Action) else None,
+                "worker": _worker(state),
                 "next": _next(state.next_states),
                 "end": isinstance(state.next_states, NoNext),
             }
@@ -46,6 +48,13 @@ def describe_machine(machine: StateMachine) -> dict[str, Any]:
         "edges": edges,
         "feeds": [{"name": feed.name, "url": feed.url} for feed in machine.feeds],
     }
+
+
+def _worker(state: State) -> dict[str, Any] | None:
+    """A pull action's lease in seconds (``worker: {lease}``); ``None`` for anything else."""
+    if isinstance(state, Action) and state.worker is not None:
+        return {"lease": int(state.worker.lease.total_seconds())}
+    return None
 
 
 def _trigger(trigger: Trigger) -> dict[str, Any]:

@@ -114,11 +114,26 @@ class Gate:
 
 
 @dataclass(frozen=True)
+class PullWorker:
+    """``worker: {lease: ...}``: the label waits for a worker process to claim it (SPEC D1)."""
+
+    lease: datetime.timedelta  # how long a claim holds the label without a heartbeat
+
+
+@dataclass(frozen=True)
 class Action:
     name: str
-    webhook: str  # may contain <label> and <state_machine>
+    webhook: str | None  # may contain <label> and <state_machine>; None for a pull action
     next_states: NextStates
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    worker: PullWorker | None = None  # set instead of ``webhook``: claimed through /tasks
+    # with a webhook: a 202 answer makes the delivery a task the receiver completes later
+    async_timeout: datetime.timedelta | None = None
+
+    @property
+    def pulled(self) -> bool:
+        """Whether worker processes claim this action (no webhook is ever sent)."""
+        return self.worker is not None
 
 
 State = Gate | Action

@@ -25,7 +25,9 @@ def configured_receivers(config: Config) -> dict[str, Receiver]:
             origin = origin_of(feed.url)
             origins[receiver_id(origin)] = origin
         for state in machine.states:
-            if isinstance(state, Action):
+            # A pull action (``worker:``) has no webhook: workers claim it through /tasks, so
+            # it is no receiver's and the receivers' claims never select its labels.
+            if isinstance(state, Action) and state.webhook is not None:
                 origin = origin_of(state.webhook)
                 ident = receiver_id(origin)
                 origins[ident] = origin

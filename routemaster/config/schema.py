@@ -131,8 +131,15 @@ _STATE = _tagged(
             required=("gate", "exit_condition"),
         ),
         "action": _object(
-            {"action": _TEXT, "webhook": _TEXT, "next": _NEXT, "retry": _RETRY},
-            required=("action", "webhook"),
+            {
+                "action": _TEXT,
+                "webhook": _TEXT,
+                "worker": _object({"lease": _DURATION}, required=("lease",)),
+                "async_timeout": _DURATION,
+                "next": _NEXT,
+                "retry": _RETRY,
+            },
+            required=("action",),
         ),
     },
 )

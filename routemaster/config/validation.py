@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from routemaster.config.actions import action_problems
 from routemaster.config.errors import ConfigProblem
 from routemaster.config.formats import (
     CONTEXT_NEXT_ROOTS,
@@ -117,6 +118,7 @@ class _Checker:
                 self.gate(state_path, state, feeds)
             elif "action" in state:
                 self.url((*state_path, "webhook"), state.get("webhook"))
+                self.checked.problems.extend(action_problems(state_path, state, self.source))
                 self.retry((*state_path, "retry"), state.get("retry"))
             for target_path, target in self.next_states(state_path, state.get("next"), feeds):
                 if target not in names:

@@ -56,6 +56,7 @@ labels = sa.Table(
     sa.Column("errored", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("last_error", sa.Text, nullable=True),
     sa.Column("lease_owner", sa.Text, nullable=True),
+    # the lease's task id (migration 0007): live while lease_owner is set and due_at is ahead
     # what the indexes hold for the name: its UTF-8, or for a name over 1,024
     # bytes a prefix and a hash (db/keys.py, migration 0006)
     sa.Column(
@@ -64,6 +65,9 @@ labels = sa.Table(
         sa.Computed("routemaster_label_key(name)", persisted=True),
         primary_key=True,
     ),
+    sa.Column("task_id", sa.Text, nullable=True),
+    # when a pause with "until" ends by itself (migration 0007)
+    sa.Column("paused_until", sa.DateTime(timezone=True), nullable=True),
 )
 
 sa.Index(
@@ -74,6 +78,25 @@ sa.Index(
     postgresql_where=sa.not_(labels.c.deleted),
 )
 sa.Index("labels_due", labels.c.due_at, postgresql_where=labels.c.due_at.isnot(None))
+sa.Index(
+    "labels_by_task",
+    labels.c.task_id,
+    unique=True,
+    postgresql_where=labels.c.task_id.isnot(None),
+)
+sa.Index("labels_leased", labels.c.due_at, postgresql_where=labels.c.lease_owner.isnot(None))
+sa.Index(
+    "labels_awaiting_claim",
+    labels.c.state_machine,
+    labels.c.state,
+    labels.c.due_at,
+    postgresql_where=sa.and_(labels.c.lease_owner.is_(None), labels.c.due_at.isnot(None)),
+)
+sa.Index(
+    "labels_paused_until",
+    labels.c.paused_until,
+    postgresql_where=labels.c.paused_until.isnot(None),
+)
 sa.Index(
     "labels_errored",
     labels.c.state_machine,
@@ -149,6 +172,28 @@ machine_versions = sa.Table(
     sa.UniqueConstraint("machine", "digest", name="machine_versions_digest"),
 )
 
+tasks = sa.Table(
+    "tasks",
+    metadata,
+    # every task id ever issued (migration 0007): tells a never-issued id (404) from a
+    # stale one (409), and which worker held each attempt
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("state_machine", sa.Text, nullable=False),
+    sa.Column("label", sa.Text, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("entry_id", sa.BigInteger, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("worker", sa.Text, nullable=False),
+    sa.Column("lease", sa.Interval, nullable=False),
+    sa.Column(
+        "claimed_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("outcome", sa.Text, nullable=True),
+)
+
+sa.Index("tasks_by_label", tasks.c.label, postgresql_using="hash")
+sa.Index("tasks_by_claim", tasks.c.claimed_at)
 deliveries = sa.Table(
     "deliveries",
     metadata,

@@ -67,6 +67,7 @@ def build_request(
     the idempotency token or the signature. The rules are matched against
     the configured URL template, never the URL with the label in it.
     """
+    assert action.webhook is not None, "pull actions (worker:) are never delivered"
     url = render_url(action.webhook, label=label, state_machine=machine.name)
     body = json.dumps({"label": label, "metadata": metadata}, separators=(",", ":")).encode()
     headers = headers_for(machine, action.webhook)

@@ -21,7 +21,12 @@ from routemaster.labels.core import (
     update_metadata,
 )
 from routemaster.labels.errors import InvalidOperation, LabelDeleted, LabelExists, LabelNotFound
-from routemaster.labels.operations import force_move, retry_label, set_paused
+from routemaster.labels.operations import (
+    force_move,
+    resume_ended_pauses,
+    retry_label,
+    set_paused,
+)
 
 __all__ = [
     "HistoryEntry",
@@ -39,6 +44,7 @@ __all__ = [
     "get_label",
     "history",
     "label_context",
+    "resume_ended_pauses",
     "retry_label",
     "set_paused",
     "settle_batch",

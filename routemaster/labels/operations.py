@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from routemaster.app import App
 from routemaster.config.model import Action, StateMachine
 from routemaster.db import labels as store
+from routemaster.db import pauses
 from routemaster.db.labels import Label, Moves
 from routemaster.labels.core import advance_locked, finish_in_request, write
 from routemaster.labels.errors import InvalidOperation, LabelDeleted, LabelNotFound
@@ -40,16 +41,24 @@ def retry_locked(
 
 
 def set_paused(
-    app: App, machine: StateMachine, name: str, paused: bool, *, reason: str | None = None
+    app: App,
+    machine: StateMachine,
+    name: str,
+    paused: bool,
+    *,
+    reason: str | None = None,
+    until: datetime.datetime | None = None,
 ) -> Label:
     """A paused label is never evaluated or delivered until resumed.
 
     Whatever was triggered while it was paused is due on resume (updates and
     clock triggers mark a paused label due; the worker skips it until then).
+    With ``until``, the worker resumes it by itself then (pausing again
+    changes or removes the end).
     """
     with app.db.begin() as conn:
         label = _locked_live_label(conn, machine, name)
-        return pause_locked(conn, label, paused, now=app.now(), reason=reason)
+        return pause_locked(conn, label, paused, now=app.now(), reason=reason, until=until)
 
 
 def pause_locked(
@@ -59,13 +68,32 @@ def pause_locked(
     *,
     now: datetime.datetime,
     reason: str | None,
+    until: datetime.datetime | None = None,
 ) -> Label:
-    """:func:`set_paused` on a label the caller has locked; unchanged if it already is."""
+    """:func:`set_paused` on a label the caller has locked; unchanged if it already is.
+
+    The pause's end is set either way: ``until`` when pausing, none when resuming.
+    """
+    pauses.set_until(conn, label.state_machine, label.name, until if paused else None)
     if label.paused == paused:
         return label
     default = "paused" if paused else "resumed"
+    if until is not None:
+        default = f"paused until {until.isoformat()}"
     store.record_forced(conn, label, now=now, reason=reason or default)
     return store.set_paused(conn, label, paused)
+
+
+def resume_ended_pauses(app: App, *, limit: int = 100) -> int:
+    """Resume the labels whose pause with ``until`` has ended; how many."""
+    now = app.now()
+    with app.db.begin() as conn:
+        ended = pauses.lock_ended(conn, now=now, limit=limit)
+        for label in ended:
+            store.record_forced(conn, label, now=now, reason="resumed: the pause ended")
+            pauses.set_until(conn, label.state_machine, label.name, None)
+            store.set_paused(conn, label, False)
+    return len(ended)
 
 
 def force_move(

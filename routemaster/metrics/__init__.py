@@ -136,6 +136,12 @@ class Metrics:
             buckets=CALL_BUCKETS,
             registry=registry,
         )
+        self.tasks = Counter(
+            "routemaster_tasks",
+            "Pull-worker tasks by event (claimed, completed, failed, released, expired).",
+            ["state_machine", "state", "event"],
+            registry=registry,
+        )
 
         self.bulk_labels = Counter(
             "routemaster_bulk_labels",
@@ -255,6 +261,9 @@ class _Observer(BaseLogger):
         labels = (state_machine, feed, "failure" if result == "gone" else result)
         self._metrics.feed_calls.labels(*labels).inc()
         self._metrics.feed_seconds.labels(*labels).observe(duration)
+
+    def task_event(self, *, state_machine: str, state: str, label: str, event: str) -> None:
+        self._metrics.tasks.labels(state_machine, state, event).inc()
 
 
 @dataclass

@@ -14,9 +14,9 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Iterable
 from email.utils import formatdate
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from routemaster.changes.hub import STREAM_KEY, Subscription
+from routemaster.changes.hub import STREAM_KEY
 
 WSGICall = Callable[[dict[str, Any], Any], Iterable[bytes]]
 
@@ -30,6 +30,13 @@ _HOP_BY_HOP = {
     "te",
     "trailer",
 }
+
+
+@runtime_checkable
+class TakesSocket(Protocol):
+    """What a view may leave under ``STREAM_KEY``: a changes stream, a waiting task claim."""
+
+    def attach_socket(self, sock: socket.socket, head: bytes) -> None: ...
 
 
 class TakeableSocket:
@@ -83,9 +90,10 @@ def taking_streams(app: WSGICall) -> WSGICall:
 
 
 def call(app: WSGICall, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
-    """Run the WSGI ``app``; if it answered with a changes stream, take the connection."""
+    """Run the WSGI ``app``; if it answered with a stream or waiting claim, take the connection."""
     connection = environ.get("gunicorn.socket")
-    if not isinstance(connection, TakeableSocket) or environ.get("REQUEST_METHOD") != "GET":
+    method = environ.get("REQUEST_METHOD")
+    if not isinstance(connection, TakeableSocket) or method not in ("GET", "POST"):
         return app(environ, start_response)
     answered: list[tuple[str, list[tuple[str, str]]]] = []
 
@@ -95,7 +103,7 @@ def call(app: WSGICall, environ: dict[str, Any], start_response: Any) -> Iterabl
 
     body = app(environ, capture)
     subscription = environ.get(STREAM_KEY)
-    if not isinstance(subscription, Subscription) or not answered:
+    if not isinstance(subscription, TakesSocket) or not answered:
         return body
     status, headers = answered[0]
     if not status.startswith("200"):

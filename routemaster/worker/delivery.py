@@ -9,6 +9,7 @@ for or against its receiver (:mod:`routemaster.worker.receivers`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -19,6 +20,7 @@ from routemaster.db import claims, deliveries, receivers
 from routemaster.db.claims import Claim
 from routemaster.db.errored import mark_errored
 from routemaster.http.webhooks import Outcome, build_request, deliver
+from routemaster.worker import callbacks
 from routemaster.worker.receivers import Permit
 from routemaster.worker.recording import Recorder, observe, webhook_delivery
 from routemaster.worker.retry import backoff
@@ -41,6 +43,8 @@ def deliver_claim(
     action = machine.get_state(claim.state)
     assert isinstance(action, Action), "claims only ever select labels in action states"
     policy = action.retry  # the machine's policy with the action's overrides, from the loader
+    if callbacks.waited_too_often(app, claim, action):
+        return False
     request = build_request(
         machine,
         action,
@@ -49,6 +53,7 @@ def deliver_claim(
         token=str(claim.entry_id),
         timestamp=int(app.now().timestamp()),
     )
+    task_id = callbacks.open_callback(app, claim, action, request)  # with async_timeout
     started = time.monotonic()
     with app.hooks.webhook(machine, action) as log_response:
         result = deliver(
@@ -68,8 +73,14 @@ def deliver_claim(
     )
     assert result.call is not None
     entry = webhook_delivery(claim, permit, result.call)
-    observe(app, entry)
     where = f"{claim.state_machine}/{claim.name} in {claim.state} (attempt {claim.attempts})"
+    if callbacks.accepted_for_later(app, action, task_id, result):
+        logger.debug("%s accepted for later: waiting for task completion", where)
+        entry = dataclasses.replace(entry, outcome="accepted")  # a 202 that became a task
+        observe(app, entry)
+        recorder.answered(entry)
+        return False
+    observe(app, entry)
     if result.outcome is Outcome.DELIVERED:
         logger.debug("delivered %s: %s -> %s", where, request.url, result.status)
         recorder.answered(entry)

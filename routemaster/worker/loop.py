@@ -25,8 +25,10 @@ from routemaster.db import claims as work
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.notifications import DueListener
 from routemaster.http.client import BoundedAdapter
+from routemaster.labels import resume_ended_pauses
 from routemaster.labels.bulk import run_batch as run_bulk_batch
 from routemaster.labels.migrations import apply_migrations
+from routemaster.labels.tasks import expire_leases, forget_old_tasks
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
 from routemaster.worker.receivers import Gatekeeper, Permit
@@ -50,7 +52,8 @@ class Worker:
         self.app = app
         self._rng = rng or random.Random()
         self._stopping = threading.Event()
-        self._action_states = _states_of_kind(app, Action)
+        # Pull actions (``worker:``) wait for /tasks/claim: never delivered from here.
+        self._action_states = [key for key in _states_of_kind(app, Action) if not _pulled(app, key)]
         self._gate_states = _states_of_kind(app, Gate)
         self._slots = Slots(app.settings.delivery_concurrency, on_error=app.hooks.exception)
         self._outage = OutageLog()
@@ -73,6 +76,9 @@ class Worker:
             # Labels a process running the previous configuration moved into a migrated state.
             every = app.settings.migrations_interval  # schedule takes fractions of seconds too
             self._jobs.every(every).seconds.do(self.apply_migrations)  # type: ignore[arg-type]
+        # Pull tasks whose lease ran out are failed attempts (routemaster.labels.tasks).
+        self._jobs.every(1).seconds.do(self.expire_tasks)
+        self._jobs.every(60).seconds.do(lambda: forget_old_tasks(app))
         # Bounded: every webhook and feed call has one total deadline (routemaster.http).
         adapter = BoundedAdapter(pool_connections=self._slots.size, pool_maxsize=self._slots.size)
         app.http.mount("http://", adapter)
@@ -154,6 +160,12 @@ class Worker:
                     lease_until=self.app.now() + self.app.settings.lease,
                     worker_id=self.app.settings.worker_id,
                 )
+
+    def expire_tasks(self) -> None:
+        """Count pull tasks whose lease ran out as failed attempts (or errors, at the last);
+        resume labels whose pause with ``until`` has ended."""
+        expire_leases(self.app, self._rng)
+        resume_ended_pauses(self.app)
 
     def apply_migrations(self) -> None:
         """Migrate labels found in a migrated state (see :mod:`routemaster.labels.migrations`).
@@ -276,6 +288,11 @@ class OutageLog:
         if self._down_since is not None:
             logger.info("database available again after %d s", self._clock() - self._down_since)
             self._down_since = None
+
+
+def _pulled(app: App, key: StateKey) -> bool:
+    state = app.config.get_machine(key[0]).get_state(key[1])
+    return isinstance(state, Action) and state.pulled
 
 
 def _states_of_kind(app: App, kind: type[Action] | type[Gate]) -> list[StateKey]:

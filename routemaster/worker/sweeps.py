@@ -6,9 +6,10 @@ and alerts are built on those counts. This worker is driven by events
 instead (a label due, a slot free), but keeps the same jobs, each a sweep of
 one state, so ``process_cron`` keeps its meaning:
 
-- each action state, once a minute: ``process_action`` around claiming the
-  state's due deliveries (which slots then send; a delivery's own failure
-  is told through ``process_webhook`` and ``exception``);
+- each action state with a webhook, once a minute: ``process_action`` around
+  claiming the state's due deliveries (which slots then send; a delivery's own
+  failure is told through ``process_webhook`` and ``exception``). A pull action
+  (``worker:``) has no job: worker processes claim its labels through ``/tasks``;
 - each metadata trigger of a gate, once a minute: ``process_gate`` around
   evaluating the gate's due labels (those whose evaluation is to be retried);
 - interval and time triggers as they fire: ``process_gate`` around the firing
@@ -46,11 +47,12 @@ class Sweep:
 
 
 def minutely_sweeps(config: Config) -> Iterator[Sweep]:
-    """1.x's jobs that run every minute: one per action state, one per metadata trigger."""
+    """1.x's jobs that run every minute: one per webhook action, one per metadata trigger."""
     for machine in config.state_machines:
         for state in machine.states:
             if isinstance(state, Action):
-                yield Sweep(machine, state, PROCESS_ACTION)
+                if not state.pulled:
+                    yield Sweep(machine, state, PROCESS_ACTION)
             elif isinstance(state, Gate):
                 for trigger in state.triggers:
                     if isinstance(trigger, MetadataTrigger):

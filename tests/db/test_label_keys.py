@@ -187,8 +187,13 @@ def many_labels(db_engine: sa.Engine) -> Iterator[sa.Engine]:
     with db_engine.begin() as conn:
         conn.execute(
             sa.text(
-                "INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id) "
-                "SELECT 'm', 'n' || g, 'a', now(), g FROM generate_series(1, 5000) g"
+                # a tenth leased to other workers, as work in flight is
+                "INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id, "
+                "                    lease_owner, due_at) "
+                "SELECT 'm', 'n' || g, 'a', now(), g, "
+                "       CASE WHEN g % 10 = 0 THEN 'another' END, "
+                "       CASE WHEN g % 10 = 0 THEN now() + interval '1 minute' END "
+                "FROM generate_series(1, 5000) g"
             )
         )
         conn.execute(

@@ -106,6 +106,8 @@ def _lines(state: dict[str, Any]) -> tuple[str, ...]:
     lines = [trigger_text(trigger) for trigger in state["triggers"]]
     if state["webhook"]:
         lines.append("webhook " + _shorten(state["webhook"]))
+    if state.get("worker"):
+        lines.append(f"pull workers, lease {state['worker']['lease']}s")
     if state["end"]:
         lines.append("end state")
     return tuple(lines)

@@ -23,9 +23,10 @@ from routemaster.api.labels import check_label_name
 from routemaster.api.paths import link
 from routemaster.api.receivers import receivers_json, set_paused
 from routemaster.api.search import listing_search, page_of_matches
+from routemaster.api.task_views import past_tasks, tasks_in_flight
 from routemaster.app import App
 from routemaster.config import describe_machine
-from routemaster.config.model import StateMachine
+from routemaster.config.model import Action, StateMachine
 from routemaster.db import deliveries
 from routemaster.db import labels as store
 from routemaster.db.changes import Snapshot, recent_changes, snapshot
@@ -165,6 +166,7 @@ def machine_page(sm: str) -> str:
         counts = count_labels(conn, machine.name)
         recent = recent_changes(conn, machine.name, limit=30)
         errored = label_page(conn, machine.name, after="", limit=21, errored=True)
+    held = tasks_in_flight(app)
     described = describe_machine(machine)
     return render_page(
         "machine.html",
@@ -175,6 +177,11 @@ def machine_page(sm: str) -> str:
         recent=recent,
         errored=errored[:20],
         more_errored=len(errored) > 20,
+        tasks=[
+            (state, held.get((machine.name, state.name), 0))
+            for state in machine.states
+            if isinstance(state, Action) and (state.pulled or state.async_timeout)
+        ],
         changes_url=machine_url(machine.name, "changes"),
         snapshot=seen,
     )
@@ -234,12 +241,14 @@ def label_page_view(sm: str, label: str) -> str:
     if found is None:
         raise NotFound(f"No label {label!r} in {machine.name}.")
     explanation = None if found.deleted else explanation_of(app, machine, found)
+    tasks = [] if found.deleted else past_tasks(app, found, limit=20)
     return render_page(
         "label.html",
         machine=machine,
         label=found,
         metadata=json.dumps(found.metadata, indent=2, ensure_ascii=False, sort_keys=True),
         history=history,
+        tasks=tasks,
         explanation=explanation,
         changes_url=machine_url(machine.name, "changes"),
         snapshot=seen,

@@ -1,0 +1,218 @@
+"""Pull workers under load: claim + complete throughput, and hand-over latency to a waiting claim.
+
+    .venv/bin/python bench/tasks.py [--labels 2000] [--consumers 16] [--workers 2]
+
+Starts ``routemaster serve --workers N --no-worker`` (or plain ``serve`` if the
+flag does not exist) on a fresh database, then measures, with the same Python
+client for each figure:
+
+- the create rate of the API (16 concurrent clients creating labels), the
+  reference the worker path must keep up with;
+- claim + complete throughput with 16 concurrent consumers, ``limit`` 1 and 10,
+  of labels waiting in a pull action;
+- the hand-over latency: 16 consumers wait in ``/tasks/claim`` with ``wait``;
+  labels are created one at a time and the time from sending the create
+  (the label enters the pull action in that request) to a consumer receiving
+  its task is recorded; p50 and p99.
+
+Needs the PostgreSQL server named by DATABASE_URL (default
+postgres@127.0.0.1:5432) with the right to create databases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import requests
+import sqlalchemy as sa
+
+from routemaster.db.database import create_engine
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = """
+state_machines:
+  jobs:
+    states:
+      - action: process
+        worker: {lease: 1m}
+        next: done
+      - gate: done
+        exit_condition: false
+"""
+
+
+def fresh_database(server_url: str, name: str) -> str:
+    admin = create_engine(f"{server_url}/postgres").execution_options(isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.engine.dispose()
+    return f"{server_url}/{name}"
+
+
+def in_threads(count: int, work: Callable[[int], int]) -> tuple[int, float]:
+    """Run ``work(index)`` in ``count`` threads; total of what they return, and the seconds."""
+    results = [0] * count
+    barrier = threading.Barrier(count + 1)
+
+    def run(index: int) -> None:
+        barrier.wait()
+        results[index] = work(index)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return sum(results), time.perf_counter() - started
+
+
+def create_rate(base: str, prefix: str, total: int, clients: int) -> float:
+    def work(index: int) -> int:
+        session = requests.Session()
+        done = 0
+        for n in range(index, total, clients):
+            response = session.post(
+                f"{base}/state-machines/jobs/labels/{prefix}{n}", json={"metadata": {"n": n}}
+            )
+            assert response.status_code == 201, response.text
+            done += 1
+        return done
+
+    count, seconds = in_threads(clients, work)
+    return count / seconds
+
+
+def claim_complete_rate(base: str, consumers: int, limit: int) -> float:
+    def work(index: int) -> int:
+        session = requests.Session()
+        done = 0
+        while True:
+            answer = session.post(
+                f"{base}/tasks/claim", json={"worker": f"c{index}", "limit": limit}
+            )
+            tasks = answer.json()["tasks"]
+            if not tasks:
+                return done
+            for task in tasks:
+                finished = session.post(f"{base}/tasks/{task['id']}/complete", json={})
+                assert finished.status_code == 200, finished.text
+                done += 1
+
+    count, seconds = in_threads(consumers, work)
+    return count / seconds
+
+
+def hand_over(base: str, consumers: int, samples: int) -> list[float]:
+    """Seconds from sending a create to a waiting consumer holding the task, per label."""
+    received: dict[str, float] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def consume(index: int) -> None:
+        session = requests.Session()
+        while not stop.is_set():
+            try:
+                answer = session.post(
+                    f"{base}/tasks/claim",
+                    json={"worker": f"h{index}", "limit": 1, "wait": 2},
+                    timeout=10,
+                )
+                now = time.perf_counter()
+                for task in answer.json()["tasks"]:
+                    with lock:
+                        received[task["label"]] = now
+                    session.post(f"{base}/tasks/{task['id']}/complete", json={})
+            except requests.RequestException:
+                return  # the server is stopping
+
+    threads = [threading.Thread(target=consume, args=(i,), daemon=True) for i in range(consumers)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)  # let every consumer be waiting (a benchmark, not a test)
+    session = requests.Session()
+    sent: dict[str, float] = {}
+    for n in range(samples):
+        name = f"handover{n}"
+        sent[name] = time.perf_counter()
+        session.post(f"{base}/state-machines/jobs/labels/{name}", json={"metadata": {}})
+        deadline = time.perf_counter() + 5
+        while name not in received and time.perf_counter() < deadline:
+            time.sleep(0.0005)
+        time.sleep(0.01)  # one label at a time: consumers back to waiting
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=5)
+    return [received[name] - sent[name] for name in sent if name in received]
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--labels", type=int, default=2000)
+    parser.add_argument("--consumers", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--port", type=int, default=2817)
+    args = parser.parse_args()
+    server = os.environ.get("BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+    database = fresh_database(server, "routemaster_bench_tasks")
+    env = {**os.environ, "DATABASE_URL": database}
+    with tempfile.TemporaryDirectory() as scratch:
+        config = Path(scratch) / "tasks.yaml"
+        config.write_text(CONFIG)
+        command = [sys.executable, "-m", "routemaster", "-c", str(config)]
+        subprocess.run([*command, "migrate"], env=env, check=True, cwd=ROOT)
+        serve = [*command, "serve", "-b", f"127.0.0.1:{args.port}", "--workers", str(args.workers)]
+        help_text = subprocess.run(
+            [*command, "serve", "--help"], env=env, capture_output=True, text=True, cwd=ROOT
+        ).stdout
+        if "--no-worker" in help_text:
+            serve.append("--no-worker")
+        process = subprocess.Popen(serve, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)
+        base = f"http://127.0.0.1:{args.port}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    urllib.request.urlopen(base + "/", timeout=2).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "serve did not start"
+                    time.sleep(0.1)
+            results: dict[str, float] = {}
+            c = args.consumers
+            results["create_per_s"] = create_rate(base, "a", args.labels, c)
+            results["claim_complete_limit1_per_s"] = claim_complete_rate(base, c, 1)
+            create_rate(base, "b", args.labels, c)
+            results["claim_complete_limit10_per_s"] = claim_complete_rate(base, c, 10)
+            latencies = hand_over(base, c, args.samples)
+            results["handover_samples"] = len(latencies)
+            results["handover_p50_ms"] = percentile(latencies, 0.5) * 1000
+            results["handover_p99_ms"] = percentile(latencies, 0.99) * 1000
+            results["handover_mean_ms"] = statistics.fmean(latencies) * 1000
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    print(json.dumps({key: round(value, 1) for key, value in results.items()}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""How pull actions, their tasks and pauses with an end show in explanations and the console."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from routemaster.api.responses import isoformat
+from routemaster.app import App
+from routemaster.config.model import Action
+from routemaster.db import pauses, task_records
+from routemaster.db.labels import Label
+
+
+def action_explanation(app: App, action: Action, label: Label) -> dict[str, Any]:
+    """An action's part of an explanation: where its work goes, and who holds it now.
+
+    The task id is never shown: it is the capability to complete the task.
+    """
+    body: dict[str, Any] = {}
+    if action.webhook is not None:
+        body["webhook"] = action.webhook
+    if action.worker is not None:
+        body["worker"] = {"lease": int(action.worker.lease.total_seconds())}
+    if action.async_timeout is not None:
+        body["async_timeout"] = int(action.async_timeout.total_seconds())
+    with app.db.connect() as conn:
+        held = task_records.current(conn, label.state_machine, label.name, now=app.now())
+    body["task"] = (
+        None
+        if held is None
+        else {
+            "worker": held.worker,
+            "attempt": held.attempt,
+            "claimed_at": isoformat(held.claimed_at),
+            "lease_expires_at": isoformat(held.lease_expires_at),
+        }
+    )
+    return body
+
+
+def paused_until(app: App, label: Label) -> datetime.datetime | None:
+    """When a paused label resumes by itself (``None``: when an operator resumes it)."""
+    with app.db.connect() as conn:
+        return pauses.paused_until(conn, label.state_machine, label.name)
+
+
+def past_tasks(app: App, label: Label, *, limit: int) -> list[dict[str, Any]]:
+    """The label's latest tasks, oldest first, without their ids."""
+    with app.db.connect() as conn:
+        found = task_records.of_label(conn, label.state_machine, label.name, limit=limit)
+    return [
+        {
+            "state": task.state,
+            "attempt": task.attempt,
+            "worker": task.worker,
+            "idempotency_token": str(task.entry_id),
+            "claimed_at": isoformat(task.claimed_at),
+            "ended_at": isoformat(task.ended_at),
+            "outcome": task.outcome,
+        }
+        for task in found
+    ]
+
+
+def tasks_in_flight(app: App) -> dict[tuple[str, str], int]:
+    """Tasks holding labels now, per (state machine, action state)."""
+    with app.db.connect() as conn:
+        return task_records.in_flight(conn, now=app.now())

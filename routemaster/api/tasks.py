@@ -1,0 +1,239 @@
+"""Pull workers' endpoints (SPEC D1): ``POST /tasks/claim`` and the calls made with a task id.
+
+Claiming needs the ``work`` scope. Heartbeat, complete, fail and release are
+authorized by the task id in the path (an unguessable capability): they need
+no token, and accept a valid one. A stale id answers 409 with
+``"reason": "lease_lost"``, an id never issued 404.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import flask
+from werkzeug.exceptions import BadRequest, NotFound, ServiceUnavailable
+
+from routemaster.api.bodies import json_body
+from routemaster.api.claim_waits import ClaimWaiter, PendingClaim, task_json
+from routemaster.api.endpoints import CAPABILITY, Reply, endpoint
+from routemaster.api.extension import machine_or_404, routemaster_app
+from routemaster.api.labels import LABEL, label_body, live_label
+from routemaster.api.responses import isoformat, json_response
+from routemaster.api.task_views import past_tasks
+from routemaster.auth import READ, WORK
+from routemaster.changes.hub import STREAM_KEY
+from routemaster.labels import tasks as task_service
+
+blueprint = flask.Blueprint("tasks", __name__)
+
+WAITER_KEY = "routemaster.claims"
+MAX_LIMIT = 100
+MAX_WAIT = 60
+MAX_WORKER_NAME = 200
+HISTORY_LIMIT = 100  # a label's latest tasks shown
+TASK = "/tasks/<task_id>"
+NO_STORE = {"Cache-Control": "no-store"}
+
+TASK_REPLIES = {
+    400: Reply("Error"),
+    404: Reply("Error", description="No task with this id was ever issued"),
+    409: Reply(
+        "Error",
+        description='The lease is over ("reason": "lease_lost"): it ran out, the task was '
+        "completed, failed or released, or the label left the action",
+    ),
+}
+
+
+def claim_waiter(flask_app: flask.Flask) -> ClaimWaiter:
+    waiter = flask_app.extensions[WAITER_KEY]
+    assert isinstance(waiter, ClaimWaiter)
+    return waiter
+
+
+@blueprint.post("/tasks/claim")
+@endpoint(
+    WORK,
+    "Claim due labels of pull actions (worker:), waiting up to `wait` seconds for one",
+    {
+        200: Reply("TaskList"),
+        400: Reply("Error"),
+        404: Reply("Error"),
+        503: Reply("Error", description="This process has too many waiting claims"),
+    },
+    body="Claim",
+    tags=("tasks",),
+)
+def claim() -> flask.Response:
+    app = routemaster_app()
+    body = _object_body(optional=False)
+    worker = body.get("worker")
+    if not isinstance(worker, str) or not worker.strip() or len(worker) > MAX_WORKER_NAME:
+        raise BadRequest(
+            f'"worker" must name the worker: text of 1 to {MAX_WORKER_NAME} characters.'
+        )
+    machine = body.get("state_machine")
+    state = body.get("state")
+    for key, value in (("state_machine", machine), ("state", state)):
+        if value is not None and not isinstance(value, str):
+            raise BadRequest(f'"{key}" must be text.')
+    limit = _number(body, "limit", 1, 1, MAX_LIMIT, integer=True)
+    wait = _number(body, "wait", 0, 0, MAX_WAIT, integer=False)
+    if machine is not None:
+        machine_or_404(app, machine)
+    try:
+        states = task_service.pull_states(app.config, machine, state)
+    except task_service.NoSuchPullState as error:
+        raise BadRequest(
+            f"{error}" + (f" in state machine {machine!r}." if machine else ".")
+        ) from None
+    waiter = claim_waiter(flask.current_app)
+    tasks = task_service.claim_tasks(
+        app,
+        states,
+        worker=worker,
+        limit=int(limit),
+        rng=waiter.rng,
+        expire=waiter.expiry_due(),
+    )
+    if tasks or not wait or not states:
+        return json_response({"tasks": [task_json(task) for task in tasks]}, headers=NO_STORE)
+    if waiter.waiting >= app.settings.max_waiting_claims:
+        raise ServiceUnavailable(
+            f"Too many waiting claims in this process ({app.settings.max_waiting_claims}): "
+            "retry shortly."
+        )
+    pending = PendingClaim(
+        states, worker=worker, limit=int(limit), deadline=time.monotonic() + wait
+    )
+    waiter.add(pending)
+    # Under our gunicorn workers the server takes the socket and the waiter answers on it.
+    flask.request.environ[STREAM_KEY] = pending
+    return flask.Response(pending.body(), mimetype="application/json", headers=NO_STORE)
+
+
+@blueprint.post(TASK + "/heartbeat")
+@endpoint(
+    CAPABILITY,
+    "Keep a task's lease: it runs for its full length again from now",
+    {200: Reply("Heartbeat"), **TASK_REPLIES},
+    body="Empty",
+    body_required=False,
+    tags=("tasks",),
+)
+def heartbeat(task_id: str) -> flask.Response:
+    _object_body(optional=True)
+    app = routemaster_app()
+    return _answer(lambda: {"lease_expires_at": isoformat(task_service.heartbeat(app, task_id))})
+
+
+@blueprint.post(TASK + "/complete")
+@endpoint(
+    CAPABILITY,
+    "Complete a task: merge metadata (as PATCH) and move the label on",
+    {200: Reply("Label"), **TASK_REPLIES},
+    body="Completion",
+    body_required=False,
+    tags=("tasks",),
+)
+def complete(task_id: str) -> flask.Response:
+    body = _object_body(optional=True)
+    metadata = body.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise BadRequest('"metadata" must be a JSON object.')
+    app = routemaster_app()
+    return _answer(lambda: label_body(task_service.complete(app, task_id, metadata)))
+
+
+@blueprint.post(TASK + "/fail")
+@endpoint(
+    CAPABILITY,
+    "Fail a task: retried after the action's backoff (or retry_after), or errored",
+    {200: Reply("Label"), **TASK_REPLIES},
+    body="Failure",
+    tags=("tasks",),
+)
+def fail(task_id: str) -> flask.Response:
+    body = _object_body(optional=False)
+    error = body.get("error")
+    if not isinstance(error, str):
+        raise BadRequest('"error" must say what went wrong, as text.')
+    retry = body.get("retry", True)
+    if not isinstance(retry, bool):
+        raise BadRequest('"retry" must be true or false.')
+    retry_after = None
+    if body.get("retry_after") is not None:
+        retry_after = _number(body, "retry_after", 0, 0, 86_400, integer=False)
+    app = routemaster_app()
+    waiter = claim_waiter(flask.current_app)
+    return _answer(
+        lambda: label_body(
+            task_service.fail(
+                app, task_id, error=error, retry=retry, retry_after=retry_after, rng=waiter.rng
+            )
+        )
+    )
+
+
+@blueprint.post(TASK + "/release")
+@endpoint(
+    CAPABILITY,
+    "Release a task: the label is due again at once, no attempt counted",
+    {200: Reply("Label"), **TASK_REPLIES},
+    body="Empty",
+    body_required=False,
+    tags=("tasks",),
+)
+def release(task_id: str) -> flask.Response:
+    _object_body(optional=True)
+    app = routemaster_app()
+    return _answer(lambda: label_body(task_service.release(app, task_id)))
+
+
+@blueprint.get(LABEL + "/tasks")
+@endpoint(
+    READ,
+    "A label's latest tasks (attempts by pull workers and 202 callbacks), oldest first",
+    {200: Reply("TaskHistory"), 404: Reply("Error"), 410: Reply("Error")},
+    tags=("tasks", "labels"),
+)
+def label_tasks(sm: str, label: str) -> flask.Response:
+    app = routemaster_app()
+    found = live_label(app, machine_or_404(app, sm), label)
+    return json_response({"tasks": past_tasks(app, found, limit=HISTORY_LIMIT)})
+
+
+def _answer(act: Any) -> flask.Response:
+    try:
+        return json_response(act(), headers=NO_STORE)
+    except task_service.TaskNotFound as error:
+        raise NotFound(str(error)) from None
+    except task_service.LeaseLost as error:
+        return json_response({"message": str(error), "reason": "lease_lost"}, 409)
+
+
+def _object_body(*, optional: bool) -> dict[str, Any]:
+    body = json_body(optional=optional)
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.")
+    return body
+
+
+def _number(
+    body: dict[str, Any], key: str, default: float, low: float, high: float, *, integer: bool
+) -> float:
+    value = body.get(key, default)
+    kind = "an integer" if integer else "a number"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (integer and not isinstance(value, int))
+        or not math.isfinite(value)
+        or not low <= value <= high
+    ):
+        raise BadRequest(f'"{key}" must be {kind} from {low:g} to {high:g}.')
+    return value

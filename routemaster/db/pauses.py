@@ -1,0 +1,62 @@
+"""Pauses with an end (``{"until": ...}``): when a paused label resumes by itself.
+
+Statements are written and run as :mod:`routemaster.db.statements` says.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import cast
+
+import sqlalchemy as sa
+
+from routemaster.db.keys import label_key
+from routemaster.db.labels import Label, label_from_row
+from routemaster.db.statements import fetch_all, fetch_one, run
+
+
+def set_until(
+    conn: sa.Connection, state_machine: str, name: str, until: datetime.datetime | None
+) -> None:
+    """When the (locked) label's pause ends by itself; ``None``: only when resumed."""
+    run(
+        conn,
+        _SET_UNTIL,
+        {"sm": state_machine, "name": name, "key": label_key(name), "until": until},
+    )
+
+
+def paused_until(conn: sa.Connection, state_machine: str, name: str) -> datetime.datetime | None:
+    row = fetch_one(
+        conn, _PAUSED_UNTIL, {"sm": state_machine, "name": name, "key": label_key(name)}
+    )
+    return None if row is None else cast(datetime.datetime | None, row[0])
+
+
+def lock_ended(conn: sa.Connection, *, now: datetime.datetime, limit: int) -> list[Label]:
+    """Lock up to ``limit`` paused labels whose pause has ended."""
+    rows = fetch_all(conn, _LOCK_ENDED, {"now": now, "limit": limit})
+    return [label_from_row(row) for row in rows]
+
+
+# One label is found through the primary key (``name_key``) and checked by its full name.
+
+_SET_UNTIL = """
+    UPDATE labels SET paused_until = %(until)s
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    """
+
+_PAUSED_UNTIL = """
+    SELECT paused_until FROM labels
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s AND paused
+    """
+
+_LOCK_ENDED = """
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+    FROM labels
+    WHERE paused_until <= %(now)s AND paused AND NOT deleted
+    ORDER BY paused_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+    """

@@ -1,0 +1,98 @@
+"""What is known of pull-worker tasks: who holds a label now, a label's past tasks,
+tasks in flight per action, and forgetting old ones (for explanations, the console and
+the worker). The leases themselves are :mod:`routemaster.db.tasks`. Statements are
+written and run as :mod:`routemaster.db.statements` says."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from routemaster.db.keys import label_key
+from routemaster.db.statements import fetch_all, fetch_one, run
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A label's current lease, for explanations."""
+
+    id: str
+    worker: str
+    attempt: int
+    claimed_at: datetime.datetime
+    lease_expires_at: datetime.datetime
+
+
+def forget_before(conn: sa.Connection, before: datetime.datetime, *, limit: int) -> int:
+    """Delete up to ``limit`` tasks claimed before ``before``, except labels' current ones."""
+    return run(conn, _FORGET, {"before": before, "limit": limit})
+
+
+def current(
+    conn: sa.Connection, state_machine: str, name: str, *, now: datetime.datetime
+) -> TaskInfo | None:
+    """The label's live lease, if a task holds it (for explanations)."""
+    row = fetch_one(
+        conn, _CURRENT, {"sm": state_machine, "name": name, "key": label_key(name), "now": now}
+    )
+    return None if row is None else TaskInfo(*row)
+
+
+@dataclass(frozen=True)
+class PastTask:
+    """One attempt at a label's action by a task: who, when, and how it ended."""
+
+    state: str
+    entry_id: int
+    attempt: int
+    worker: str
+    claimed_at: datetime.datetime
+    ended_at: datetime.datetime | None
+    outcome: str | None  # completed, failed, released, expired; None: open or superseded
+
+
+def of_label(conn: sa.Connection, state_machine: str, name: str, *, limit: int) -> list[PastTask]:
+    """The label's latest ``limit`` tasks, oldest first."""
+    rows = fetch_all(conn, _OF_LABEL, {"sm": state_machine, "name": name, "limit": limit})
+    return [PastTask(*row) for row in reversed(rows)]
+
+
+def in_flight(conn: sa.Connection, *, now: datetime.datetime) -> dict[tuple[str, str], int]:
+    """Live leases held by tasks, per (state machine, state)."""
+    rows = fetch_all(conn, _IN_FLIGHT, {"now": now})
+    return {(state_machine, state): held for state_machine, state, held in rows}
+
+
+_FORGET = """
+    DELETE FROM tasks WHERE id IN (
+        SELECT id FROM tasks
+        WHERE claimed_at < %(before)s
+          AND NOT EXISTS (SELECT 1 FROM labels WHERE labels.task_id = tasks.id)
+        ORDER BY claimed_at
+        LIMIT %(limit)s
+    )
+    """
+
+_CURRENT = """
+    SELECT tasks.id, tasks.worker, tasks.attempt, tasks.claimed_at,
+           labels.due_at AS lease_expires_at
+    FROM labels JOIN tasks ON tasks.id = labels.task_id
+    WHERE labels.state_machine = %(sm)s AND labels.name_key = %(key)s
+      AND labels.name = %(name)s AND labels.lease_owner IS NOT NULL AND labels.due_at > %(now)s
+    """
+
+_OF_LABEL = """
+    SELECT state, entry_id, attempt, worker, claimed_at, ended_at, outcome FROM tasks
+    WHERE label = %(name)s AND state_machine = %(sm)s
+    ORDER BY claimed_at DESC, attempt DESC
+    LIMIT %(limit)s
+    """
+
+_IN_FLIGHT = """
+    SELECT state_machine, state, count(*) AS held FROM labels
+    WHERE lease_owner IS NOT NULL AND due_at > %(now)s AND task_id IS NOT NULL
+      AND NOT deleted AND NOT errored
+    GROUP BY state_machine, state
+    """

@@ -1,0 +1,359 @@
+"""Pull workers' tasks: claiming labels in pull actions, and acting on them by task id.
+
+A claim leases labels as the worker's claims do (``due_at`` one lease ahead,
+``lease_owner`` set, the attempt counted) and gives each lease a new task id
+(``labels.task_id``), recorded in ``tasks``. Every call made with a task id
+acts in one statement that also checks the lease: ``task_id = %(id)s``, still
+leased (every move and operator command clears ``lease_owner``) and not run
+out (``due_at > %(now)s``). A stale id therefore changes nothing, whatever the
+order in which two workers call. Statements are written and run as
+:mod:`routemaster.db.statements` says.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import sqlalchemy as sa
+
+from routemaster.db.keys import label_keys
+from routemaster.db.labels import Label, label_from_row
+from routemaster.db.statements import fetch_all, fetch_one, run
+
+PullState = tuple[str, str, float]
+"""(state machine, state, lease in seconds)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One claimed label, as ``POST /tasks/claim`` shows it."""
+
+    id: str
+    state_machine: str
+    label: str
+    state: str
+    metadata: dict[str, Any]
+    attempt: int
+    entry_id: int  # the idempotency token a webhook of the same entry would carry
+    lease_expires_at: datetime.datetime
+
+
+@dataclass(frozen=True)
+class Held:
+    """A label whose lease has run out: to be retried later or errored."""
+
+    state_machine: str
+    name: str
+    state: str
+    task_id: str
+    attempts: int
+
+
+@dataclass(frozen=True)
+class Expiry:
+    """What becomes of one run-out lease: due again at ``due_at``, or errored (``None``)."""
+
+    held: Held
+    due_at: datetime.datetime | None
+
+
+def claim(
+    conn: sa.Connection,
+    states: Sequence[PullState],
+    *,
+    ids: Sequence[str],
+    worker: str,
+    now: datetime.datetime,
+) -> list[Task]:
+    """Lease up to ``len(ids)`` due labels in ``states``, oldest due first, one id each."""
+    if not states or not ids:
+        return []
+    rows = fetch_all(
+        conn,
+        _CLAIM,
+        {
+            "machines": [machine for machine, _, _ in states],
+            "states": [state for _, state, _ in states],
+            "leases": [lease for _, _, lease in states],
+            "ids": list(ids),
+            "limit": len(ids),
+            "worker": worker,
+            "now": now,
+        },
+    )
+    return [Task(*row) for row in rows]
+
+
+def lock_expired(
+    conn: sa.Connection, states: Sequence[tuple[str, str]], *, now: datetime.datetime, limit: int
+) -> list[Held]:
+    """Lock up to ``limit`` labels in ``states`` whose lease has run out."""
+    if not states:
+        return []
+    rows = fetch_all(
+        conn,
+        _LOCK_EXPIRED,
+        {
+            "machines": [machine for machine, _ in states],
+            "states": [state for _, state in states],
+            "now": now,
+            "limit": limit,
+        },
+    )
+    return [Held(*row) for row in rows]
+
+
+def expire(
+    conn: sa.Connection, expiries: Sequence[Expiry], *, error: str, now: datetime.datetime
+) -> None:
+    """End locked run-out leases: each due again at its time, or errored."""
+    if not expiries:
+        return
+    names = [expiry.held.name for expiry in expiries]
+    run(
+        conn,
+        _EXPIRE,
+        {
+            "machines": [expiry.held.state_machine for expiry in expiries],
+            "names": names,
+            "keys": label_keys(names),
+            "ids": [expiry.held.task_id for expiry in expiries],
+            "due": [expiry.due_at for expiry in expiries],
+            "error": error,
+            "now": now,
+        },
+    )
+
+
+def heartbeat(
+    conn: sa.Connection, task_id: str, *, now: datetime.datetime
+) -> datetime.datetime | None:
+    """Extend the lease by its length from now; ``None`` when the id holds no live lease."""
+    row = fetch_one(conn, _HEARTBEAT, {"id": task_id, "now": now})
+    return None if row is None else cast(datetime.datetime, row[0])
+
+
+def take(
+    conn: sa.Connection, task_id: str, *, outcome: str, now: datetime.datetime
+) -> tuple[Label, int] | None:
+    """End the live lease ``task_id`` and lock its label; ``None`` when it holds none.
+
+    Returns the label (its lease ended, still in the action, not due: the
+    caller moves it on or says when it is due again) and the task's attempt number.
+    """
+    row = fetch_one(conn, _TAKE, {"id": task_id, "outcome": outcome, "now": now})
+    if row is None:
+        return None
+    *columns, attempt = row
+    return label_from_row(tuple(columns)), int(attempt)
+
+
+def issued(conn: sa.Connection, task_id: str) -> bool:
+    """Whether ``task_id`` was ever issued."""
+    return fetch_one(conn, _ISSUED, {"id": task_id}) is not None
+
+
+def set_due(
+    conn: sa.Connection,
+    label: Label,
+    *,
+    due_at: datetime.datetime | None,
+    errored: bool = False,
+    error: str | None = None,
+    attempts: int | None = None,
+) -> Label:
+    """After ``take``: when the label is next due, or errored, and its attempt count."""
+    row = fetch_one(
+        conn,
+        _SET_DUE,
+        {
+            "sm": label.state_machine,
+            "name": label.name,
+            "key": label_keys([label.name])[0],
+            "due_at": due_at,
+            "errored": errored,
+            "error": error,
+            "attempts": label.attempts if attempts is None else attempts,
+        },
+    )
+    assert row is not None, "the label is locked by the caller"
+    return label_from_row(row)
+
+
+def open_callback(
+    conn: sa.Connection,
+    key: tuple[str, str],
+    *,
+    entry_id: int,
+    task_id: str,
+    holder: str,
+    lease_seconds: float,
+    now: datetime.datetime,
+) -> bool:
+    """Give a label a webhook worker holds a task id, before its webhook is sent (202 callbacks).
+
+    Whether the label was still held by ``holder`` in entry ``entry_id``.
+    """
+    opened = run(
+        conn,
+        _OPEN_CALLBACK,
+        {
+            "sm": key[0],
+            "name": key[1],
+            "key": label_keys([key[1]])[0],
+            "entry_id": entry_id,
+            "id": task_id,
+            "holder": holder,
+            "lease": lease_seconds,
+            "now": now,
+        },
+    )
+    return opened == 1
+
+
+def hold_for_callback(conn: sa.Connection, task_id: str, *, until: datetime.datetime) -> bool:
+    """After a 202: keep the label leased until ``until`` for the receiver to finish the task."""
+    return run(conn, _HOLD_FOR_CALLBACK, {"id": task_id, "until": until}) == 1
+
+
+# The pull actions a claim takes from come as three arrays: machines, states and their
+# leases in seconds. Each state's oldest due labels come from the labels_awaiting_claim
+# index (so a claim costs the same however long the backlog), then the oldest of those
+# are taken; the ids are numbered in that order, so each label gets one.
+_CLAIM = """
+    WITH pulled AS (
+        SELECT * FROM unnest(CAST(%(machines)s AS text[]), CAST(%(states)s AS text[]),
+                             CAST(%(leases)s AS double precision[]))
+                      AS p(state_machine, state, lease)
+    ), candidates AS (
+        SELECT waiting.*, pulled.lease
+        FROM pulled CROSS JOIN LATERAL (
+            SELECT labels.state_machine, labels.name_key, labels.due_at FROM labels
+            WHERE labels.state_machine = pulled.state_machine AND labels.state = pulled.state
+              AND labels.due_at <= %(now)s AND labels.lease_owner IS NULL
+              AND NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
+            ORDER BY labels.due_at
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS waiting
+    ), due AS (
+        SELECT * FROM candidates ORDER BY due_at LIMIT %(limit)s
+    ), numbered AS (
+        SELECT due.*, row_number() OVER (ORDER BY due.due_at) AS n FROM due
+    ), ids AS (
+        SELECT * FROM unnest(CAST(%(ids)s AS text[])) WITH ORDINALITY AS i(id, n)
+    ), claimed AS (
+        UPDATE labels SET due_at = %(now)s + numbered.lease * interval '1 second',
+                          lease_owner = %(worker)s, task_id = ids.id,
+                          attempts = labels.attempts + 1
+        FROM numbered JOIN ids ON ids.n = numbered.n
+        WHERE labels.state_machine = numbered.state_machine
+          AND labels.name_key = numbered.name_key
+        RETURNING labels.task_id, labels.state_machine, labels.name, labels.state,
+                  labels.metadata, labels.attempts, labels.entry_id, labels.due_at,
+                  numbered.lease, numbered.n
+    ), issued AS (
+        INSERT INTO tasks (id, state_machine, label, state, entry_id, attempt, worker, lease,
+                           claimed_at)
+        SELECT task_id, state_machine, name, state, entry_id, attempts, %(worker)s,
+               lease * interval '1 second', %(now)s
+        FROM claimed
+    )
+    SELECT task_id AS id, state_machine, name AS label, state, metadata, attempts AS attempt,
+           entry_id, due_at AS lease_expires_at
+    FROM claimed ORDER BY n
+    """
+
+_LOCK_EXPIRED = """
+    SELECT state_machine, name, state, task_id, attempts FROM labels
+    WHERE due_at <= %(now)s AND lease_owner IS NOT NULL AND task_id IS NOT NULL
+      AND NOT deleted AND NOT errored
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
+    ORDER BY due_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+    """
+
+_EXPIRE = """
+    WITH expired AS (
+        SELECT * FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
+                             CAST(%(names)s AS text[]), CAST(%(ids)s AS text[]),
+                             CAST(%(due)s AS timestamptz[])) AS e(sm, key, name, id, due_at)
+    ), ended AS (
+        UPDATE tasks SET ended_at = %(now)s, outcome = 'expired'
+        FROM expired WHERE tasks.id = expired.id
+    )
+    UPDATE labels SET due_at = expired.due_at, errored = expired.due_at IS NULL,
+                      last_error = %(error)s, lease_owner = NULL, task_id = NULL,
+                      updated_at = now()
+    FROM expired
+    WHERE labels.state_machine = expired.sm AND labels.name_key = expired.key
+      AND labels.name = expired.name AND labels.task_id = expired.id
+    """
+
+# A live lease, which every call made with a task id checks in its one statement:
+# labels.task_id = %(id)s, still leased (every move and operator command clears
+# lease_owner), not run out (due_at > %(now)s), and the label neither deleted nor errored.
+
+_HEARTBEAT = """
+    UPDATE labels SET due_at = %(now)s + tasks.lease
+    FROM tasks
+    WHERE tasks.id = %(id)s
+      AND labels.task_id = %(id)s AND labels.lease_owner IS NOT NULL
+      AND labels.due_at > %(now)s AND NOT labels.deleted AND NOT labels.errored
+    RETURNING labels.due_at
+    """
+
+# The label is returned with its lease ended, followed by the task's attempt number.
+_TAKE = """
+    WITH taken AS (
+        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL, updated_at = now()
+        WHERE labels.task_id = %(id)s AND labels.lease_owner IS NOT NULL
+          AND labels.due_at > %(now)s AND NOT labels.deleted AND NOT labels.errored
+        RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
+                  previous_state, deleted, paused, errored, last_error, attempts, due_at,
+                  created_at, updated_at
+    ), ended AS (
+        UPDATE tasks SET ended_at = %(now)s, outcome = %(outcome)s
+        FROM taken WHERE tasks.id = %(id)s
+        RETURNING tasks.attempt
+    )
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           attempt
+    FROM taken, ended
+    """
+
+_ISSUED = "SELECT 1 FROM tasks WHERE id = %(id)s"
+
+_SET_DUE = """
+    UPDATE labels SET due_at = %(due_at)s, errored = %(errored)s, last_error = %(error)s,
+                      attempts = %(attempts)s, updated_at = now()
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+              deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+    """
+
+_OPEN_CALLBACK = """
+    WITH opened AS (
+        UPDATE labels SET task_id = %(id)s
+        WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+          AND entry_id = %(entry_id)s AND lease_owner = %(holder)s
+          AND NOT deleted AND NOT errored
+        RETURNING state_machine, name, state, entry_id, attempts
+    )
+    INSERT INTO tasks (id, state_machine, label, state, entry_id, attempt, worker, lease,
+                       claimed_at)
+    SELECT %(id)s, state_machine, name, state, entry_id, attempts, %(holder)s,
+           %(lease)s * interval '1 second', %(now)s
+    FROM opened
+    """
+
+_HOLD_FOR_CALLBACK = """
+    UPDATE labels SET due_at = %(until)s
+    WHERE task_id = %(id)s AND lease_owner IS NOT NULL AND NOT deleted AND NOT errored
+    """
