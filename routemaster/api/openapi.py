@@ -18,6 +18,7 @@ import flask
 from routemaster import __version__
 from routemaster.api.endpoints import CAPABILITY, JSON, OPEN, Endpoint, Reply, declared, endpoint
 from routemaster.api.extension import routemaster_app
+from routemaster.api.outbound_schemas import OUTBOUND_SCHEMAS
 from routemaster.api.responses import json_response
 from routemaster.api.schemas import SCHEMAS, Schema, ref
 from routemaster.auth import READ
@@ -76,7 +77,7 @@ def build_document(flask_app: flask.Flask) -> dict[str, Any]:
             "percent-encoded path segments; a '/' inside a name travels as %2F.",
         },
         "paths": {path: paths[path] for path in sorted(paths)},
-        "components": {"schemas": SCHEMAS},
+        "components": {"schemas": {**SCHEMAS, **OUTBOUND_SCHEMAS}},
     }
     if tokens:
         document["components"]["securitySchemes"] = {
