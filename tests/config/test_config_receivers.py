@@ -61,6 +61,30 @@ receivers:
     assert receivers["http-feeds.example.com"].action_states == ()
 
 
+def test_a_pull_action_is_no_receivers_so_its_labels_are_never_claimed_for_a_webhook(
+    write: Callable[..., Path],
+) -> None:
+    path = write(
+        """\
+state_machines:
+  m:
+    states:
+      - action: pulled
+        worker: {lease: 30s}
+        next: notify
+      - action: notify
+        webhook: "http://hooks.example.com/n"
+        next: done
+      - gate: done
+        exit_condition: false
+"""
+    )
+    receivers = configured_receivers(load_config([path]))
+    assert {ident: r.action_states for ident, r in receivers.items()} == {
+        "http-hooks.example.com": (("m", "notify"),)
+    }
+
+
 def test_receiver_ids_are_url_safe_and_default_ports_are_left_out() -> None:
     assert receiver_id("http://[::1]:8080") == "http-1-8080"
     assert receiver_id("https://Api.Example.com") == "https-api.example.com"

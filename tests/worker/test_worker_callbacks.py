@@ -8,6 +8,8 @@ import pytest
 
 from routemaster import labels
 from routemaster.app import App
+from routemaster.db import deliveries
+from routemaster.db import labels as label_store
 from routemaster.labels import tasks
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
@@ -66,6 +68,9 @@ def test_a_202_leaves_the_label_waiting_until_the_receiver_completes_the_task(
     assert len(stub.received("/render/a")) == 1
     with pytest.raises(tasks.LeaseLost):
         tasks.complete(app, task_id, {})
+    with app.db.connect() as conn:  # the delivery log: a 202 that became a task is "accepted"
+        [call] = deliveries.of_label(conn, "jobs", "a", limit=10)
+    assert (call.kind, call.status, call.outcome) == ("webhook", 202, "accepted")
 
 
 def test_without_async_timeout_a_202_moves_the_label_on_as_in_1x(
@@ -130,3 +135,6 @@ def test_a_callback_that_never_comes_is_retried_then_errored(
         wait_until(lambda: state(app, "jobs", "a").errored, "the label errored", timeout=5)
     assert len(stub.received("/render/a")) == 2
     assert "no callback" in (state(app, "jobs", "a").last_error or "")
+    with app.db.connect() as conn:  # becoming errored is a history entry, as for any webhook
+        kinds = [entry.kind for entry in label_store.history(conn, "jobs", "a")]
+    assert kinds == ["created", "errored"]
