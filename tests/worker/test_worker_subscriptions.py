@@ -119,6 +119,7 @@ def test_batches_are_cut_at_max_events(app: App, stub: StubServer) -> None:
         "at",
         "forced",
         "reason",
+        "version",
     }
     assert (first["state_machine"], first["kind"], first["new_state"]) == ("m", "created", "start")
     with app.db.connect() as conn:
