@@ -77,7 +77,9 @@ def test_bad_names_scopes_and_duplicates_are_refused(token: TokenCommand) -> Non
     assert "a token called 'ci' exists; revoke it first" in duplicate.stderr
     unknown_scope = token("create", "x", "--scope", "root")
     assert unknown_scope.exit_code == 2
-    assert "'root' is not one of 'read', 'write', 'operate', 'work', 'admin'" in unknown_scope.stderr
+    assert (
+        "'root' is not one of 'read', 'write', 'operate', 'work', 'admin'" in unknown_scope.stderr
+    )
     assert token("create", "x").exit_code == 2  # a scope is required
     blank = token("create", " padded ", "--scope", "read")
     assert blank.exit_code == 1

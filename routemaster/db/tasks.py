@@ -286,13 +286,19 @@ _EXPIRE = """
     ), ended AS (
         UPDATE tasks SET ended_at = %(now)s, outcome = 'expired'
         FROM expired WHERE tasks.id = expired.id
+    ), updated AS (
+        UPDATE labels SET due_at = expired.due_at, errored = expired.due_at IS NULL,
+                          last_error = %(error)s, lease_owner = NULL, task_id = NULL,
+                          updated_at = now()
+        FROM expired
+        WHERE labels.state_machine = expired.sm AND labels.name_key = expired.key
+          AND labels.name = expired.name AND labels.task_id = expired.id
+        RETURNING labels.state_machine, labels.name, labels.state, labels.errored
     )
-    UPDATE labels SET due_at = expired.due_at, errored = expired.due_at IS NULL,
-                      last_error = %(error)s, lease_owner = NULL, task_id = NULL,
-                      updated_at = now()
-    FROM expired
-    WHERE labels.state_machine = expired.sm AND labels.name_key = expired.key
-      AND labels.name = expired.name AND labels.task_id = expired.id
+    INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason,
+                         kind)
+    SELECT state_machine, name, state, state, %(now)s, false, %(error)s, 'errored'
+    FROM updated WHERE errored
     """
 
 # A live lease, which every call made with a task id checks in its one statement:
@@ -330,12 +336,23 @@ _TAKE = """
 
 _ISSUED = "SELECT 1 FROM tasks WHERE id = %(id)s"
 
+# Becoming errored is also a history entry (kind "errored"; routemaster.db.errored).
 _SET_DUE = """
-    UPDATE labels SET due_at = %(due_at)s, errored = %(errored)s, last_error = %(error)s,
-                      attempts = %(attempts)s, updated_at = now()
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
-    RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-              deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+    WITH updated AS (
+        UPDATE labels SET due_at = %(due_at)s, errored = %(errored)s, last_error = %(error)s,
+                          attempts = %(attempts)s, updated_at = now()
+        WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+        RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
+                  previous_state, deleted, paused, errored, last_error, attempts, due_at,
+                  created_at, updated_at
+    ), entry AS (
+        INSERT INTO history (state_machine, label, old_state, new_state, forced, reason, kind)
+        SELECT state_machine, name, state, state, false, last_error, 'errored'
+        FROM updated WHERE %(errored)s
+    )
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+    FROM updated
     """
 
 _OPEN_CALLBACK = """

@@ -214,6 +214,9 @@ def test_a_failure_without_retry_errors_the_label_and_the_operator_retries_it(
     assert claim(client) == []
     errored = body(client.get("/state-machines/jobs/labels?errored=true"))["labels"]
     assert [entry["name"] for entry in errored] == ["a"]
+    history = body(client.get("/state-machines/jobs/labels/a/history"))["history"]
+    assert history[-1]["kind"] == "errored"  # on the changes streams too, as a webhook's
+    assert "bad input" in history[-1]["reason"]
     assert client.post("/state-machines/jobs/labels/a/retry").status_code == 200
     [again] = claim(client)
     assert again["attempt"] == 1

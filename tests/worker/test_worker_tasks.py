@@ -6,6 +6,7 @@ import datetime
 import random
 
 from routemaster import labels
+from routemaster.db import labels as label_store
 from routemaster.labels import tasks
 from tests.stub_server import StubServer
 from tests.waiting import wait_until
@@ -75,3 +76,6 @@ def test_the_worker_counts_a_run_out_lease_as_a_failed_attempt(make_app: MakeApp
         assert worker.in_flight == 0
     assert tasks.claim_tasks(app, states, worker="w", limit=1, rng=rng) == []
     assert first.id != second.id
+    with app.db.connect() as conn:  # becoming errored is a history entry
+        kinds = [entry.kind for entry in label_store.history(conn, machine.name, "a")]
+    assert kinds == ["created", "errored"]
