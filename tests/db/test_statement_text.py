@@ -117,8 +117,8 @@ def test_no_statement_is_assembled_from_fragments() -> None:
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.JoinedStr):
                 text = "".join(
-                    part.value for part in node.value.values if isinstance(part, ast.Constant)
+                    str(part.value) for part in node.value.values if isinstance(part, ast.Constant)
                 )
-                if SQL_START.match(str(text)):
+                if SQL_START.match(text):
                     assembled.append(f"{path.name}:{node.lineno}")
     assert assembled == []
