@@ -253,7 +253,16 @@ def test_published_plugins_see_requests_webhooks_feeds_cron_jobs_and_errors(
         )
         for _ in range(BULK):
             session.get(base + "/")
-        api = session.get(base + "/metrics").text
+
+        def counted_metrics() -> str | None:
+            """/metrics once the worker has counted every bulk webhook it delivered (under
+            serve the worker's counters are read there; a receiver sees a webhook just before
+            the worker counts it)."""
+            text = session.get(base + "/metrics").text
+            counted = _samples(text, "webhook_requests_total", state_machine="bulk")
+            return text if not alone or counted == BULK else None
+
+        api = wait_until(counted_metrics, "the worker's webhook counters at /metrics", timeout=30)
         # The worker's StatsD lines leave as they happen, not when a packet is full.
         wait_until(
             lambda: len([line for line in statsd.lines if "webhook_requests" in line]) == 2 + BULK,

@@ -106,8 +106,6 @@ def stamp_connections(engine: sa.Engine, versions: Mapping[str, int]) -> None:
     sa.event.listen(engine, "connect", stamp)
 
 
-_COLUMNS = "machine, version, digest, definition, applied_at, last_applied_at"
-
 _RECORD = """
     WITH seen AS (
         UPDATE machine_versions SET last_applied_at = clock_timestamp()
@@ -128,21 +126,23 @@ _RECORD = """
 
 _TABLE_EXISTS = "SELECT to_regclass('machine_versions') IS NOT NULL"
 
-_LAST_APPLIED = f"""
-    SELECT DISTINCT ON (machine) {_COLUMNS}
+_LAST_APPLIED = """
+    SELECT DISTINCT ON (machine) machine, version, digest, definition, applied_at, last_applied_at
     FROM machine_versions
     ORDER BY machine, last_applied_at DESC, version DESC
     """
 
-_VERSIONS = f"""
-    SELECT {_COLUMNS} FROM machine_versions
+_VERSIONS = """
+    SELECT machine, version, digest, definition, applied_at, last_applied_at
+    FROM machine_versions
     WHERE machine = %(machine)s AND version > %(after)s
     ORDER BY version
     LIMIT %(limit)s
     """
 
-_ONE_VERSION = f"""
-    SELECT {_COLUMNS} FROM machine_versions
+_ONE_VERSION = """
+    SELECT machine, version, digest, definition, applied_at, last_applied_at
+    FROM machine_versions
     WHERE machine = %(machine)s AND version = %(version)s
     """
 

@@ -108,3 +108,17 @@ def test_no_module_imports_anothers_private_names() -> None:
                     if alias.name.startswith("_") and not alias.name.endswith("__"):
                         borrowed.append(f"{path.relative_to(PACKAGE)}: {node.module}.{alias.name}")
     assert borrowed == []
+
+
+def test_no_statement_is_assembled_from_fragments() -> None:
+    """A module-level constant of SQL is written out whole, never an f-string of fragments."""
+    assembled = []
+    for path in (PACKAGE / "db").glob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.JoinedStr):
+                text = "".join(
+                    str(part.value) for part in node.value.values if isinstance(part, ast.Constant)
+                )
+                if SQL_START.match(text):
+                    assembled.append(f"{path.name}:{node.lineno}")
+    assert assembled == []
