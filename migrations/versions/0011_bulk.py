@@ -14,7 +14,7 @@ array (deep equality, a missing item being null), or a key of an object.
 Searches call it (routemaster/search/rules.py).
 
 Revision ID: 0011
-Revises: 0008 (0010 once the lead chains 0009 and 0010 before it)
+Revises: 0010
 Create Date: 2026-11-24
 """
 
