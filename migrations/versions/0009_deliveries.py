@@ -19,7 +19,7 @@
   without a default does not rewrite the table.
 
 Revision ID: 0009
-Revises: 0006
+Revises: 0008
 Create Date: 2026-11-24
 """
 

@@ -9,7 +9,7 @@ every re-send is the same request. A worker claims the row with a lease
 a worker should look at it next (a batch's delay, a backoff, a re-check).
 
 Revision ID: 0010
-Revises: 0009 (0006 on its own branch; chained after 0009 since the merge of issue-22)
+Revises: 0009
 Create Date: 2026-11-24
 """
 
