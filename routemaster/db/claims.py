@@ -45,32 +45,6 @@ class Claim:
         return (self.state_machine, self.name, self.entry_id)
 
 
-def claim_actions(
-    conn: sa.Connection,
-    action_states: Sequence[StateKey],
-    *,
-    limit: int,
-    now: datetime.datetime,
-    lease_until: datetime.datetime,
-    worker_id: str,
-) -> list[Claim]:
-    """Lease up to ``limit`` due labels sitting in action states, oldest first."""
-    if limit <= 0 or not action_states:
-        return []
-    rows = fetch_all(
-        conn,
-        _CLAIM_ACTIONS,
-        {
-            "now": now,
-            "limit": limit,
-            "lease_until": lease_until,
-            "me": worker_id,
-            **_states(action_states),
-        },
-    )
-    return [Claim(*row) for row in rows]
-
-
 def lock_due_gates(
     conn: sa.Connection, gate_states: Sequence[StateKey], *, limit: int, now: datetime.datetime
 ) -> list[Label]:
@@ -149,22 +123,6 @@ def record_retry(
     return updated == 1
 
 
-def record_errored(conn: sa.Connection, claim: Claim, *, error: str) -> bool:
-    """Give up: the label stays in its action, visibly errored, until an operator retries it."""
-    updated = run(
-        conn,
-        _RECORD_ERRORED,
-        {
-            "sm": claim.state_machine,
-            "name": claim.name,
-            "key": label_key(claim.name),
-            "entry_id": claim.entry_id,
-            "error": error,
-        },
-    )
-    return updated == 1
-
-
 def mark_gate_due(
     conn: sa.Connection,
     state_machine: str,
@@ -209,23 +167,6 @@ def _states(pairs: Sequence[StateKey]) -> dict[str, list[str]]:
 
 # Claimable: due, live, and in one of the (machine, state) pairs given as two arrays.
 
-_CLAIM_ACTIONS = """
-    WITH due AS (
-        SELECT state_machine, name_key FROM labels
-        WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
-          AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
-                                                              CAST(%(states)s AS text[])))
-        ORDER BY due_at
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    )
-    UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
-                      attempts = labels.attempts + 1
-    FROM due
-    WHERE labels.state_machine = due.state_machine AND labels.name_key = due.name_key
-    RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
-              labels.entry_id, labels.attempts
-    """
 
 _LOCK_GATES = """
     SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
@@ -266,12 +207,6 @@ _RECORD_RETRY = """
       AND entry_id = %(entry_id)s AND lease_owner = %(me)s AND NOT deleted AND NOT errored
     """
 
-_RECORD_ERRORED = """
-    UPDATE labels SET errored = true, due_at = NULL, last_error = %(error)s, lease_owner = NULL,
-                      updated_at = now()
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
-      AND entry_id = %(entry_id)s AND NOT deleted
-    """
 
 # A gate's labels that a clock trigger makes due: not deleted or errored, not leased to a
 # worker, and not due already.

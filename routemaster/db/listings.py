@@ -56,7 +56,6 @@ _PAGE_PREFIX = """
 
 _PING = "SELECT 1"
 
-_STATES_IN_USE = "SELECT DISTINCT state_machine, state FROM labels WHERE NOT deleted"
 
 _COUNTS = """
     SELECT state, count(*), count(*) FILTER (WHERE errored) FROM labels
@@ -117,9 +116,3 @@ def ping(engine: sa.Engine) -> None:
     """Raise ``sqlalchemy.exc.SQLAlchemyError`` unless the database answers."""
     with engine.connect() as connection:
         fetch_one(connection, _PING)
-
-
-def states_in_use(engine: sa.Engine) -> list[tuple[str, str]]:
-    """Every (machine, state) holding live labels."""
-    with engine.connect() as connection:
-        return [(machine, state) for machine, state in fetch_all(connection, _STATES_IN_USE)]

@@ -257,7 +257,6 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
                     claims._LEASE,
                     claims._EXTEND_LEASES,
                     claims._RECORD_RETRY,
-                    claims._RECORD_ERRORED,
                 )
             ),
         ):
