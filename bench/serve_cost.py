@@ -1,10 +1,11 @@
 """Serve CPU per request over HTTP, two checkouts turn about: what a change costs gunicorn + app.
 
 ``python bench/serve_cost.py BEFORE_TREE AFTER_TREE [--rounds 6] [-n 3000]`` starts
-``routemaster -c bench/bench.yaml serve --workers 1`` from each tree in turn (the
+``routemaster -c bench/bench.yaml serve --workers 1`` (``--no-worker`` where the
+tree has it: the API alone) from each tree in turn (the
 order alternating every round), sends ``n`` reads then ``n`` creates over one
 kept-alive connection from this process, and reads the serve process tree's CPU
-(master and worker, from /proc) before and after each. It prints each run, then
+(every process under it, from /proc) before and after each. It prints each run, then
 per operation the median of each side and the median of the per-round ratios
 (after / before): a paired comparison, so load elsewhere on a shared machine
 disturbs it less than two separate runs. The client's own CPU is not counted.
@@ -36,16 +37,18 @@ def _free_port() -> int:
 
 
 def _tree_cpu(pid: int) -> float:
-    """CPU seconds of ``pid`` and its children so far."""
-    pids = [pid]
+    """CPU seconds of ``pid`` and all its descendants so far."""
+    parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == pid:
-                pids.append(int(entry))
+            parents[int(entry)] = int(fields[1])
+    pids = [pid]
+    for each in pids:  # grows while walking: children, grandchildren, ...
+        pids.extend(child for child, parent in parents.items() if parent == each)
     ticks = 0
     for each in pids:
         try:
@@ -56,12 +59,20 @@ def _tree_cpu(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def _has_no_worker(tree: str) -> bool:
+    """Whether the checkout's ``serve`` also starts a worker unless told ``--no-worker``."""
+    serve = Path(tree) / "routemaster" / "cli" / "serve.py"
+    return serve.exists() and "--no-worker" in serve.read_text()
+
+
 def _run(tree: str, n: int) -> dict[str, float]:
     """Microseconds of serve CPU per request, per operation, for the checkout ``tree``."""
     port = _free_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith("DB_")}
     env["PYTHONPATH"] = tree
     command = [sys.executable, "-m", "routemaster", "-c", "bench/bench.yaml", "serve"]
+    if _has_no_worker(tree):
+        command.append("--no-worker")  # the API alone, as before SPEC D0: no cron worker's CPU
     serve = subprocess.Popen(
         [*command, "-b", f"127.0.0.1:{port}", "--workers", "1"],
         cwd=tree,
