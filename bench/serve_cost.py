@@ -2,10 +2,11 @@
 
 ``python bench/serve_cost.py BEFORE_TREE AFTER_TREE [--rounds 6] [-n 3000]`` starts
 ``routemaster -c bench/bench.yaml serve --workers 1`` (``--no-worker`` where the
-tree has it: the API alone) from each tree in turn (the
-order alternating every round), sends ``n`` reads then ``n`` creates over one
-kept-alive connection from this process, and reads the serve process tree's CPU
-(every process under it, from /proc) before and after each. It prints each run, then
+tree has it: the API alone) from each tree in turn (the order alternating every
+round), sends ``n`` reads, ``n`` creates, then ``n`` updates of the labels it
+created (each through a gate: a move) over one kept-alive connection from this
+process, and reads the serve process tree's CPU (every process under it, from
+/proc) before and after each. It prints each run, then
 per operation the median of each side and the median of the per-round ratios
 (after / before): a paired comparison, so load elsewhere on a shared machine
 disturbs it less than two separate runs. The client's own CPU is not counted.
@@ -26,7 +27,7 @@ import time
 import uuid
 from pathlib import Path
 
-OPERATIONS = ("read", "create")
+OPERATIONS = ("read", "create", "update")
 
 
 def _free_port() -> int:
@@ -100,11 +101,13 @@ def _run(tree: str, n: int) -> dict[str, float]:
             def send(i: int, operation: str = operation) -> None:
                 if operation == "read":
                     conn.request("GET", f"/state-machines/flow/labels/r-{i % 1000}")
-                else:
+                else:  # an update moves the label this run created through its gate
                     conn.request(
-                        "POST",
+                        "POST" if operation == "create" else "PATCH",
                         f"/state-machines/flow/labels/{prefix}-{i}",
-                        body=b'{"metadata": {}}',
+                        body=b'{"metadata": {}}'
+                        if operation == "create"
+                        else b'{"metadata": {"go": true}}',
                         headers={"Content-Type": "application/json"},
                     )
                 response = conn.getresponse()
