@@ -1,10 +1,12 @@
 """Serve CPU per request over HTTP, two checkouts turn about: what a change costs gunicorn + app.
 
 ``python bench/serve_cost.py BEFORE_TREE AFTER_TREE [--rounds 6] [-n 3000]`` starts
-``routemaster -c bench/bench.yaml serve --workers 1`` from each tree in turn (the
-order alternating every round), sends ``n`` reads then ``n`` creates over one
-kept-alive connection from this process, and reads the serve process tree's CPU
-(master and worker, from /proc) before and after each. It prints each run, then
+``routemaster -c bench/bench.yaml serve --workers 1`` (``--no-worker`` where the
+tree has it: the API alone) from each tree in turn (the order alternating every
+round), sends ``n`` reads, ``n`` creates, then ``n`` updates of the labels it
+created (each through a gate: a move) over one kept-alive connection from this
+process, and reads the serve process tree's CPU (every process under it, from
+/proc) before and after each. It prints each run, then
 per operation the median of each side and the median of the per-round ratios
 (after / before): a paired comparison, so load elsewhere on a shared machine
 disturbs it less than two separate runs. The client's own CPU is not counted.
@@ -25,7 +27,7 @@ import time
 import uuid
 from pathlib import Path
 
-OPERATIONS = ("read", "create")
+OPERATIONS = ("read", "create", "update")
 
 
 def _free_port() -> int:
@@ -36,16 +38,18 @@ def _free_port() -> int:
 
 
 def _tree_cpu(pid: int) -> float:
-    """CPU seconds of ``pid`` and its children so far."""
-    pids = [pid]
+    """CPU seconds of ``pid`` and all its descendants so far."""
+    parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == pid:
-                pids.append(int(entry))
+            parents[int(entry)] = int(fields[1])
+    pids = [pid]
+    for each in pids:  # grows while walking: children, grandchildren, ...
+        pids.extend(child for child, parent in parents.items() if parent == each)
     ticks = 0
     for each in pids:
         try:
@@ -56,12 +60,20 @@ def _tree_cpu(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def _has_no_worker(tree: str) -> bool:
+    """Whether the checkout's ``serve`` also starts a worker unless told ``--no-worker``."""
+    serve = Path(tree) / "routemaster" / "cli" / "serve.py"
+    return serve.exists() and "--no-worker" in serve.read_text()
+
+
 def _run(tree: str, n: int) -> dict[str, float]:
     """Microseconds of serve CPU per request, per operation, for the checkout ``tree``."""
     port = _free_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith("DB_")}
     env["PYTHONPATH"] = tree
     command = [sys.executable, "-m", "routemaster", "-c", "bench/bench.yaml", "serve"]
+    if _has_no_worker(tree):
+        command.append("--no-worker")  # the API alone, as before SPEC D0: no cron worker's CPU
     serve = subprocess.Popen(
         [*command, "-b", f"127.0.0.1:{port}", "--workers", "1"],
         cwd=tree,
@@ -89,11 +101,13 @@ def _run(tree: str, n: int) -> dict[str, float]:
             def send(i: int, operation: str = operation) -> None:
                 if operation == "read":
                     conn.request("GET", f"/state-machines/flow/labels/r-{i % 1000}")
-                else:
+                else:  # an update moves the label this run created through its gate
                     conn.request(
-                        "POST",
+                        "POST" if operation == "create" else "PATCH",
                         f"/state-machines/flow/labels/{prefix}-{i}",
-                        body=b'{"metadata": {}}',
+                        body=b'{"metadata": {}}'
+                        if operation == "create"
+                        else b'{"metadata": {"go": true}}',
                         headers={"Content-Type": "application/json"},
                     )
                 response = conn.getresponse()

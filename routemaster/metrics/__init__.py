@@ -75,6 +75,7 @@ class Metrics:
             ["state_machine", "from_state", "to_state"],
             registry=registry,
         )
+        self._transition_series: dict[tuple[str, str, str], Counter] = {}
         self.migrated = Counter(
             "routemaster_labels_migrated",
             "Labels taken out of a renamed or removed state by the configuration's migrations.",
@@ -182,6 +183,13 @@ class Metrics:
         series[0].inc()
         series[1].observe(seconds)
 
+    def count_transition(self, state_machine: str, from_state: str, to_state: str) -> None:
+        key = (state_machine, from_state, to_state)
+        series = self._transition_series.get(key)
+        if series is None:  # once per machine and pair of states: labels() takes a lock
+            series = self._transition_series[key] = self.transitions.labels(*key)
+        series.inc()
+
     def registry(self, *extra: Collector) -> CollectorRegistry:
         """What to expose: this process's values, or every process's in multiprocess mode."""
         if self.multiprocess_dir is None:
@@ -225,7 +233,7 @@ class _Observer(BaseLogger):
         new_state: str | None,
         forced: bool = False,
     ) -> None:
-        self._metrics.transitions.labels(state_machine, old_state or "", new_state or "").inc()
+        self._metrics.count_transition(state_machine, old_state or "", new_state or "")
 
     @contextlib.contextmanager
     def process_webhook(self, state_machine: Any, state: Any) -> Iterator[None]:

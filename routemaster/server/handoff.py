@@ -103,7 +103,9 @@ def call(app: WSGICall, environ: dict[str, Any], start_response: Any) -> Iterabl
 
     body = app(environ, capture)
     subscription = environ.get(STREAM_KEY)
-    if not isinstance(subscription, TakesSocket) or not answered:
+    # Nearly every request leaves nothing: answered before the protocol check, which is
+    # slow (isinstance against a runtime-checkable Protocol inspects its members each time).
+    if subscription is None or not answered or not isinstance(subscription, TakesSocket):
         return body
     status, headers = answered[0]
     if not status.startswith("200"):
