@@ -7,13 +7,33 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from tests.waiting import wait_answering
 
 REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def stop_all(processes: Iterable[subprocess.Popen[bytes]], timeout: float = 30) -> None:
+    """SIGTERM every one still running, then wait for each; one still there after ``timeout`` s
+    is killed."""
+    processes = list(processes)
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def stop(process: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """:func:`stop_all` for one process."""
+    stop_all([process], timeout)
 
 
 def free_port() -> int:
@@ -59,9 +79,4 @@ def serving(
         wait_answering(base + "/", process)
         yield base
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)

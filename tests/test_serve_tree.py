@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.serving import free_port
+from tests.serving import free_port, stop
 from tests.stub_server import StubServer, running_stub
 from tests.waiting import wait_answering, wait_until
 
@@ -107,13 +107,7 @@ def _serving(
         wait_answering(base + "/", process)
         yield process, base, log
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop(process)
 
 
 def test_serve_alone_runs_one_worker_that_moves_labels_and_sigterm_stops_the_whole_tree(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.db.notifications import DueListener
 from routemaster.worker import Worker
+from tests.serving import stop_all
 from tests.stub_server import StubServer
 from tests.waiting import wait_until
 
@@ -138,15 +138,7 @@ class Workers:
         )
 
     def stop_all(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_all(self.processes, timeout=15)
 
 
 WorkersFor = Callable[[str], tuple[Workers, App]]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ import sqlalchemy as sa
 from routemaster import labels
 from routemaster.app import App
 from routemaster.config import load_config
+from tests.serving import stop_all
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
 
@@ -89,15 +89,7 @@ class Crons:
         return all(process.poll() is None for process, _ in self.processes)
 
     def stop(self) -> None:
-        for process, _ in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process, _ in self.processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_all((process for process, _ in self.processes), timeout=15)
 
 
 @pytest.fixture
