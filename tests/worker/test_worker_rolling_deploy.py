@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from routemaster.config import load_config
 from tests.serving import stop_all
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
+from tests.worker.conftest import worker_environment
 
 pytestmark = pytest.mark.slow
 
@@ -65,14 +65,7 @@ class Crons:
 
     def start(self, config: Path, **settings: str) -> Path:
         log = self.tmp_path / f"cron{len(self.processes)}.log"
-        env = {
-            **os.environ,
-            "DATABASE_URL": self.database_url,
-            "PYTHONPATH": str(ROOT),
-            "ROUTEMASTER_POLL_INTERVAL": "0.2",
-            "ROUTEMASTER_MIGRATIONS_INTERVAL": "0.3",
-            **{f"ROUTEMASTER_{name.upper()}": value for name, value in settings.items()},
-        }
+        env = worker_environment(self.database_url, **{"migrations_interval": 0.3, **settings})
         with log.open("wb") as out:
             process = subprocess.Popen(
                 [sys.executable, "-m", "routemaster", "-c", str(config), "cron"],
