@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.openapi_check import check_response
+from tests.api.tokens import tokens_layer
 from tests.serving import free_port, stop_all
 from tests.waiting import wait_answering, wait_until
 
@@ -96,8 +97,7 @@ class Service:
 
 @pytest.fixture
 def service(fresh_database: str, tmp_path: Path) -> Iterator[Service]:
-    layer = tmp_path / "tokens.yaml"
-    layer.write_text("api:\n  authentication: tokens\n")
+    layer = tokens_layer(tmp_path)
     running = Service(fresh_database, [CONFIG, layer], tmp_path)
     yield running
     running.stop()
