@@ -82,15 +82,10 @@ def main() -> None:
     args = parser.parse_args()
     trees = [Path(tree).resolve() for tree in args.trees.split(",")]
 
-    import sqlalchemy as sa
+    from scratch import ScratchDatabase
 
-    given = os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/postgres"
-    server = sa.engine.make_url(given).set(drivername="postgresql+psycopg2")
-    name = f"bench_drain_{os.getpid()}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = server.set(database=name).render_as_string(hide_password=False)
+    scratch = ScratchDatabase(f"bench_drain_{os.getpid()}")
+    url = scratch.url
     receiver = subprocess.Popen(
         [sys.executable, str(HERE / "receiver.py"), "--port", str(args.port)]
     )
@@ -123,8 +118,7 @@ def main() -> None:
     finally:
         receiver.terminate()
         receiver.wait()
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        scratch.drop()
     for tree, runs in results.items():
         rates = [rate for rate, _ in runs]
         cpus = [cpu for _, cpu in runs]

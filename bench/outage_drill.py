@@ -36,6 +36,8 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scratch import ScratchDatabase  # noqa: E402
+
 from routemaster import labels  # noqa: E402
 from routemaster.app import App  # noqa: E402
 from routemaster.config import load_config  # noqa: E402
@@ -100,13 +102,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args()
 
-    given = os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/postgres"
-    server = sa.engine.make_url(given).set(drivername="postgresql+psycopg2")
-    name = f"bench_outage_{os.getpid()}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = server.set(database=name).render_as_string(hide_password=False)
+    scratch = ScratchDatabase(f"bench_outage_{os.getpid()}")
+    url = scratch.url
     receiver = Receiver(args.outage)
     workers: list[subprocess.Popen[bytes]] = []
     engine = None
@@ -160,8 +157,7 @@ def main() -> None:
         if engine is not None:
             engine.dispose()
         receiver.server.shutdown()
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        scratch.drop()
     print(json.dumps(result, indent=2))
     out = ROOT / "bench" / "results" / "outage-drill.json"
     out.parent.mkdir(exist_ok=True)

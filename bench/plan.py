@@ -28,6 +28,8 @@ import sqlalchemy as sa
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from scratch import ScratchDatabase  # noqa: E402
+
 from routemaster.app import App  # noqa: E402
 from routemaster.config import load_config  # noqa: E402
 from routemaster.labels.migrations import current_plan  # noqa: E402
@@ -78,18 +80,11 @@ def main() -> None:
     parser.add_argument("--labels", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=5)
     options = parser.parse_args()
-    server = sa.engine.make_url(os.environ["DATABASE_URL"]).set(drivername="postgresql+psycopg2")
-    name = f"routemaster_plan_bench_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = server.set(database=name).render_as_string(hide_password=False)
+    scratch = ScratchDatabase(f"routemaster_plan_bench_{uuid.uuid4().hex[:8]}")
     try:
-        run(url, options.labels, options.runs)
+        run(scratch.url, options.labels, options.runs)
     finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        scratch.drop()
 
 
 def run(url: str, labels: int, runs: int) -> None:

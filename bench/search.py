@@ -40,6 +40,8 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scratch import ScratchDatabase
+
 from routemaster.api import create_app
 from routemaster.app import App, Settings
 from routemaster.config import load_config
@@ -93,11 +95,6 @@ QUERIES = {
 }
 
 
-def server_url() -> sa.URL:
-    raw = os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/postgres"
-    return sa.engine.make_url(raw).set(drivername="postgresql+psycopg2")
-
-
 def p50(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
@@ -114,12 +111,8 @@ def timed(client: Any, url: str, repeat: int) -> tuple[float, Any]:
 
 
 def measure(count: int, repeat: int, bulk: int) -> dict[str, Any]:
-    server = server_url()
-    name = f"routemaster_bench_search_{os.getpid()}_{count}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    engine = create_engine(server.set(database=name).render_as_string(hide_password=False))
+    scratch = ScratchDatabase(f"routemaster_bench_search_{os.getpid()}_{count}")
+    engine = create_engine(scratch.url)
     results: dict[str, Any] = {"labels": count}
     try:
         upgrade(engine)
@@ -159,9 +152,7 @@ def measure(count: int, repeat: int, bulk: int) -> dict[str, Any]:
         results["bulk_retry"] = bulk_retry(app, client, engine, bulk)
     finally:
         engine.dispose()
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        scratch.drop()
     return results
 
 

@@ -40,12 +40,13 @@ from pathlib import Path
 from typing import Any
 
 import requests
-import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from routemaster.db.database import create_engine, normalise_url  # noqa: E402
+from scratch import ScratchDatabase  # noqa: E402
+
+from routemaster.db.database import create_engine  # noqa: E402
 from routemaster.db.migrate import upgrade  # noqa: E402
 
 CONFIG = """
@@ -118,14 +119,8 @@ def main() -> None:
     parser.add_argument("--subscribers", type=int, default=20)
     parser.add_argument("--backlog", type=int, default=20_000, help="more labels, made in-process")
     args = parser.parse_args()
-    server = normalise_url(
-        os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    )
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    name = f"routemaster_bench_subs_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = sa.engine.make_url(server).set(database=name).render_as_string(hide_password=False)
+    scratch = ScratchDatabase(f"routemaster_bench_subs_{uuid.uuid4().hex[:8]}")
+    url = scratch.url
     try:
         engine = create_engine(url)
         upgrade(engine)
@@ -133,8 +128,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             run(Path(tmp), url, args)
     finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        scratch.drop()
 
 
 def start(tmp: Path, url: str, *command: str, log: str) -> subprocess.Popen[bytes]:

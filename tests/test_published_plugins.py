@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.serving import free_port
+from tests.serving import free_port, stop
 from tests.stub_server import Reply, StubServer, running_stub
 from tests.waiting import wait_until
 
@@ -124,16 +123,6 @@ def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.mark.slow
@@ -270,8 +259,8 @@ def test_published_plugins_see_requests_webhooks_feeds_cron_jobs_and_errors(
             timeout=30,
         )
     finally:
-        _stop(serve)
-        _stop(cron)
+        stop(serve)
+        stop(cron)
 
     # Prometheus, API process: request latencies by endpoint and status, the feed calls it made.
     count = "routemaster_api_request_duration_seconds_count"

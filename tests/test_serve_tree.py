@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.serving import free_port
+from tests.serving import serve_process
 from tests.stub_server import StubServer, running_stub
 from tests.waiting import wait_answering, wait_until
 
@@ -92,28 +91,18 @@ def _serving(
 ) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
     config = tmp_path / "config.yaml"
     config.write_text(CONFIG.replace("{stub}", stub.url("")))
-    env = {key: value for key, value in os.environ.items() if not key.startswith("DB_")}
-    env.update(DATABASE_URL=database_url, ROUTEMASTER_POLL_INTERVAL="0.2")
-    port = free_port()
     log = tmp_path / "serve.log"
-    command = [sys.executable, "-m", "routemaster", "-c", str(config), "serve"]
-    command += ["-b", f"127.0.0.1:{port}", "--workers", "2", *args]
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            command, cwd=REPOSITORY, env=env, stdout=output, stderr=subprocess.STDOUT
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_answering(base + "/", process)
+    with serve_process(
+        config,
+        database_url,
+        "--workers",
+        "2",
+        *args,
+        env={"ROUTEMASTER_POLL_INTERVAL": "0.2"},
+        with_worker=True,
+        log=log,
+    ) as (process, base):
         yield process, base, log
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
 
 def test_serve_alone_runs_one_worker_that_moves_labels_and_sigterm_stops_the_whole_tree(

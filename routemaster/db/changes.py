@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from routemaster.db.labels import history_kind
 from routemaster.db.statements import Row, fetch_all, fetch_value
 
 _POSITION = re.compile(r"(\d{1,19})-(\d{1,19})")
@@ -80,15 +81,7 @@ class Change:
 
     @property
     def kind(self) -> str:
-        if self.recorded_kind is not None:
-            return self.recorded_kind
-        if self.forced:
-            return "forced"
-        if self.old_state is None:
-            return "created"
-        if self.new_state is None:
-            return "deleted"
-        return "moved"
+        return history_kind(self.recorded_kind, self.forced, self.old_state, self.new_state)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import sqlalchemy as sa
 
@@ -36,6 +37,55 @@ class Delivery:
     error: str | None
     response_excerpt: str | None
     id: int | None = None  # None until written
+
+
+class OutboundCall(Protocol):
+    """What the log takes from a finished call (``routemaster.http.calls.Call`` is one)."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def started_at(self) -> datetime.datetime: ...
+    @property
+    def duration_ms(self) -> int: ...
+    @property
+    def status(self) -> int | None: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def excerpt(self) -> str | None: ...
+
+
+def entry_for(
+    call: OutboundCall,
+    *,
+    kind: str,
+    receiver: str,
+    trigger: str,
+    attempt: int | None,
+    state_machine: str | None,
+    label: str | None,
+    state: str | None,
+) -> Delivery:
+    """The log entry of ``call``: what it came to, with who made it and why."""
+    return Delivery(
+        kind=kind,
+        state_machine=state_machine,
+        label=label,
+        state=state,
+        url=call.url,
+        receiver=receiver,
+        attempt=attempt,
+        trigger=trigger,
+        started_at=call.started_at,
+        duration_ms=call.duration_ms,
+        status=call.status,
+        outcome=call.outcome,
+        error=call.error,
+        response_excerpt=call.excerpt,
+    )
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,21 @@ class Label:
         return not (self.deleted or self.paused or self.errored)
 
 
+def history_kind(
+    recorded_kind: str | None, forced: bool, old_state: str | None, new_state: str | None
+) -> str:
+    """What a history row records: created, moved, deleted, forced or errored."""
+    if recorded_kind is not None:
+        return recorded_kind
+    if forced:
+        return "forced"
+    if old_state is None:
+        return "created"
+    if new_state is None:
+        return "deleted"
+    return "moved"
+
+
 @dataclass(frozen=True)
 class HistoryEntry:
     id: int
@@ -82,16 +97,7 @@ class HistoryEntry:
 
     @property
     def kind(self) -> str:
-        """created, moved, deleted, forced or errored."""
-        if self.recorded_kind is not None:
-            return self.recorded_kind
-        if self.forced:
-            return "forced"
-        if self.old_state is None:
-            return "created"
-        if self.new_state is None:
-            return "deleted"
-        return "moved"
+        return history_kind(self.recorded_kind, self.forced, self.old_state, self.new_state)
 
     version: int | None = None  # the machine version the writing process ran
 

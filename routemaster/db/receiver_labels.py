@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
-from typing import Any
 
 import sqlalchemy as sa
 
 from routemaster.db.notifications import notify_due
+from routemaster.db.receivers import Route, route_arrays
 from routemaster.db.statements import fetch_all, run
 
-Route = tuple[str, str, str]
 """(receiver id, state machine, action state): where an action's webhooks go."""
 
 _COUNTS = """
@@ -95,7 +94,7 @@ def counts(
     """Per receiver: (labels waiting for it, calls in flight to it)."""
     if not routes:
         return {}
-    rows = fetch_all(conn, _COUNTS, {**_routes(routes), "now": now})
+    rows = fetch_all(conn, _COUNTS, {**route_arrays(routes), "now": now})
     return {receiver: (int(waiting), int(in_flight)) for receiver, waiting, in_flight in rows}
 
 
@@ -132,14 +131,6 @@ def give_up(
         return 0
     params = {**_pairs(states), "cutoff": cutoff, "now": now, "reason": reason, "batch": batch}
     return run(conn, _GIVE_UP, params)
-
-
-def _routes(routes: Sequence[Route]) -> dict[str, Any]:
-    return {
-        "route_receivers": [route[0] for route in routes],
-        "route_machines": [route[1] for route in routes],
-        "route_states": [route[2] for route in routes],
-    }
 
 
 def _pairs(states: Sequence[tuple[str, str]]) -> dict[str, list[str]]:

@@ -345,7 +345,7 @@ def claim(
             "receivers": [want.receiver for want in wanted],
             "limits": [want.limit for want in wanted],
             "counted": [int(want.counted) for want in wanted],
-            **_routes(routes),
+            **route_arrays(routes),
             "free": free,
             "now": now,
             "lease_until": lease_until,
@@ -426,7 +426,8 @@ def set_paused(conn: sa.Connection, ident: str, *, paused: bool) -> ReceiverRow 
     return ReceiverRow(*row)
 
 
-def _routes(routes: Sequence[Route]) -> dict[str, Any]:
+def route_arrays(routes: Sequence[Route]) -> dict[str, Any]:
+    """The parameters that hand ``routes`` to a statement as three parallel arrays."""
     return {
         "route_receivers": [route[0] for route in routes],
         "route_machines": [route[1] for route in routes],

@@ -60,22 +60,9 @@ def fetch_feed(
     ``on_response`` is told of the final answer (the logging plugins' hook),
     ``on_call`` of what the fetch came to, for the delivery log.
     """
-    if on_call is None:
-        return _fetch(
-            session,
-            machine,
-            feed_name,
-            label,
-            timeout,
-            observe,
-            max_response_bytes,
-            max_depth,
-            on_response,
-            {},
-        )
     started_at = datetime.datetime.now(datetime.UTC)
     started = time.monotonic()
-    seen: dict[str, Any] = {}
+    seen: dict[str, Any] = {}  # what the fetch came to, for on_call
     try:
         value = _fetch(
             session,
@@ -90,9 +77,11 @@ def fetch_feed(
             seen,
         )
     except FeedUnavailable as failure:
-        on_call(_call(seen, started_at, started, failure.reason))
+        if on_call is not None:
+            on_call(_call(seen, started_at, started, failure.reason))
         raise
-    on_call(_call(seen, started_at, started, None))
+    if on_call is not None:
+        on_call(_call(seen, started_at, started, None))
     return value
 
 

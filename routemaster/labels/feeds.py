@@ -8,7 +8,6 @@ from routemaster.app import App
 from routemaster.config.model import StateMachine
 from routemaster.config.receivers import origin_of, receiver_id
 from routemaster.db import deliveries
-from routemaster.db.deliveries import Delivery
 from routemaster.exit_conditions import FeedUnavailable
 from routemaster.http.calls import Call
 from routemaster.http.feeds import fetch_feed
@@ -66,28 +65,20 @@ class FeedFetcher:
         """Writes each fetch to the delivery log (its own statement, after the fetch)."""
 
         def record(call: Call) -> None:
-            entry = Delivery(
+            entry = deliveries.entry_for(
+                call,
                 kind="feed",
+                receiver=receiver_id(origin_of(self._machine.feed(feed).url)),
+                trigger="scheduled",
+                attempt=None,
                 state_machine=self._machine.name,
                 label=self._label,
                 state=self._state,
-                url=call.url,
-                receiver=receiver_id(origin_of(self._machine.feed(feed).url)),
-                attempt=None,
-                trigger="scheduled",
-                started_at=call.started_at,
-                duration_ms=call.duration_ms,
-                status=call.status,
-                outcome=call.outcome,
-                error=call.error,
-                response_excerpt=call.excerpt,
             )
             with self._app.db.begin() as conn:
                 deliveries.record(conn, [entry])
             if self._app.metrics is not None:
-                self._app.metrics.observe_call(
-                    entry.receiver, entry.kind, entry.outcome, entry.duration_ms / 1000
-                )
+                self._app.metrics.observe_call(entry)
 
         return record
 

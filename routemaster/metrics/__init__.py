@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, values
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from routemaster.db.deliveries import Delivery
 from routemaster.logging import BaseLogger
 
 MULTIPROCESS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
@@ -151,10 +152,11 @@ class Metrics:
             registry=registry,
         )
 
-    def observe_call(self, receiver: str, kind: str, outcome: str, seconds: float) -> None:
-        """One outbound call, as the delivery log records it."""
-        self.receiver_calls.labels(receiver, kind, outcome).inc()
-        self.receiver_seconds.labels(receiver, kind, outcome).observe(seconds)
+    def observe_call(self, delivery: Delivery) -> None:
+        """One outbound call, as the delivery log records it (per receiver, kind and outcome)."""
+        labels = (delivery.receiver, delivery.kind, delivery.outcome)
+        self.receiver_calls.labels(*labels).inc()
+        self.receiver_seconds.labels(*labels).observe(delivery.duration_ms / 1000)
 
     @classmethod
     def from_environment(cls) -> Metrics:

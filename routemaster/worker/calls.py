@@ -80,21 +80,15 @@ def record_call(
     state: str | None = None,
 ) -> Delivery:
     """Log the call and count it for or against its receiver, in ``conn``'s transaction."""
-    entry = Delivery(
+    entry = deliveries.entry_for(
+        call,
         kind=kind,
+        receiver=allowed.receiver.id,
+        trigger="probe" if allowed.probe else trigger,
+        attempt=attempt,
         state_machine=state_machine,
         label=label,
         state=state,
-        url=call.url,
-        receiver=allowed.receiver.id,
-        attempt=attempt,
-        trigger="probe" if allowed.probe else trigger,
-        started_at=call.started_at,
-        duration_ms=call.duration_ms,
-        status=call.status,
-        outcome=call.outcome,
-        error=call.error,
-        response_excerpt=call.excerpt,
     )
     deliveries.record(conn, [entry])
     now = app.now()

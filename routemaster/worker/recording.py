@@ -32,30 +32,22 @@ DELAY = 0.25  # seconds the oldest waits at most
 
 def webhook_delivery(claim: Claim, permit: Permit, call: Call) -> Delivery:
     """The log entry of one webhook call for a claimed label."""
-    return Delivery(
+    return deliveries.entry_for(
+        call,
         kind="webhook",
+        receiver=permit.receiver.id,
+        trigger=permit.trigger,
+        attempt=claim.attempts + 1 if permit.probe else claim.attempts,
         state_machine=claim.state_machine,
         label=claim.name,
         state=claim.state,
-        url=call.url,
-        receiver=permit.receiver.id,
-        attempt=claim.attempts + 1 if permit.probe else claim.attempts,
-        trigger=permit.trigger,
-        started_at=call.started_at,
-        duration_ms=call.duration_ms,
-        status=call.status,
-        outcome=call.outcome,
-        error=call.error,
-        response_excerpt=call.excerpt,
     )
 
 
 def observe(app: App, delivery: Delivery) -> None:
     """Count the call in the process's metrics (per receiver, kind and outcome)."""
     if app.metrics is not None:
-        app.metrics.observe_call(
-            delivery.receiver, delivery.kind, delivery.outcome, delivery.duration_ms / 1000
-        )
+        app.metrics.observe_call(delivery)
 
 
 class Recorder:

@@ -12,14 +12,13 @@ import sqlalchemy as sa
 from flask.testing import FlaskClient
 
 from routemaster.api import create_app
-from routemaster.api.auth import token_cache
 from routemaster.app import App, Settings
-from routemaster.auth.admin import create_token
 from routemaster.config import load_config
 from routemaster.metrics import Metrics
 from tests.api.conftest import CONFIG_PATH
 from tests.api.helpers import body
 from tests.api.openapi_check import CheckedClient
+from tests.api.tokens import bearer, secured_api, tokens_layer
 
 PUBLIC = "http://93.184.216.34/hooks"  # an address on the internet (never called here)
 LABELS = "/state-machines/user/labels"
@@ -170,14 +169,9 @@ def test_the_configuration_may_allow_an_origin(allowing: FlaskClient) -> None:
 
 @pytest.fixture
 def secured(db_engine: sa.Engine, tmp_path: Path) -> Iterator[flask.Flask]:
-    layer = tmp_path / "tokens.yaml"
-    layer.write_text("api:\n  authentication: tokens\n")
-    flask_app = create_app(App(config=load_config([CONFIG_PATH, layer]), db=db_engine))
-    flask_app.test_client_class = CheckedClient
-    cache = token_cache(flask_app)
-    assert cache is not None and cache.wait_until_current(10)
-    yield flask_app
-    cache.close()
+    app = App(config=load_config([CONFIG_PATH, tokens_layer(tmp_path)]), db=db_engine)
+    with secured_api(app) as flask_app:
+        yield flask_app
 
 
 def test_every_subscription_endpoint_needs_the_admin_scope(
@@ -185,13 +179,8 @@ def test_every_subscription_endpoint_needs_the_admin_scope(
 ) -> None:
     client = secured.test_client()
 
-    def headers(*scopes: str) -> dict[str, str]:
-        secret, confirmation = create_token(db_engine, "-".join(scopes), set(scopes), wait=10)
-        assert confirmation.complete
-        return {"Authorization": f"Bearer {secret.secret}"}
-
-    others = headers("read", "write", "operate")
-    admin = headers("admin")
+    others = bearer(db_engine, "read", "write", "operate")
+    admin = bearer(db_engine, "admin")
     calls: list[tuple[str, str, dict[str, Any] | None]] = [
         ("PUT", "/subscriptions/s", {"url": PUBLIC}),
         ("GET", "/subscriptions", None),

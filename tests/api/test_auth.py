@@ -12,16 +12,16 @@ import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
-from routemaster.api import create_app
 from routemaster.api.auth import token_cache
 from routemaster.app import App, Settings
-from routemaster.auth.admin import create_token, list_tokens, revoke_token
+from routemaster.auth.admin import list_tokens, revoke_token
 from routemaster.config import load_config
 from routemaster.logging import PythonLogger
 from routemaster.metrics import Metrics
 from tests.api.conftest import CONFIG_PATH
 from tests.api.helpers import body
-from tests.api.openapi_check import CheckedClient
+from tests.api.tokens import bearer as headers_for
+from tests.api.tokens import secured_api, tokens_layer
 
 LABELS = "/state-machines/user/labels"
 LABEL = LABELS + "/ann"
@@ -30,22 +30,15 @@ LABEL = LABELS + "/ann"
 @pytest.fixture
 def secured(db_engine: sa.Engine, tmp_path: Path) -> Iterator[flask.Flask]:
     """The API with tokens required (and metrics on, for the open /metrics)."""
-    layer = tmp_path / "tokens.yaml"
-    layer.write_text("api:\n  authentication: tokens\n")
     app = App(
-        config=load_config([CONFIG_PATH, layer]),
+        config=load_config([CONFIG_PATH, tokens_layer(tmp_path)]),
         db=db_engine,
         settings=Settings(token_use_interval=3600),  # written only when asked, below
         metrics=Metrics(),
         loggers=(PythonLogger(log_level="DEBUG"),),
     )
-    flask_app = create_app(app)
-    flask_app.test_client_class = CheckedClient
-    cache = token_cache(flask_app)
-    assert cache is not None
-    assert cache.wait_until_current(10)
-    yield flask_app
-    cache.close()
+    with secured_api(app) as flask_app:
+        yield flask_app
 
 
 @pytest.fixture
@@ -61,11 +54,7 @@ def bearer(db_engine: sa.Engine) -> Bearer:
     """Make a token with the given scopes; the headers that present it."""
 
     def make(*scopes: str, name: str | None = None) -> dict[str, str]:
-        secret, confirmation = create_token(
-            db_engine, name or "-".join(scopes) or "none", set(scopes), wait=10
-        )
-        assert confirmation.complete
-        return {"Authorization": f"Bearer {secret.secret}"}
+        return headers_for(db_engine, *scopes, name=name)
 
     return make
 

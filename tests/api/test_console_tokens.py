@@ -11,44 +11,31 @@ import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
-from routemaster.api import create_app
 from routemaster.api.auth import token_cache
 from routemaster.api.console.access import TOKEN_COOKIE
 from routemaster.app import App, Settings
-from routemaster.auth.admin import create_token, revoke_token
+from routemaster.auth.admin import revoke_token
 from routemaster.config import load_config
 from tests.api.conftest import CONFIG_PATH
-from tests.api.openapi_check import CheckedClient
+from tests.api.tokens import secured_api, token_secret, tokens_layer
 
 LABEL = "/state-machines/user/labels/ann"
 
 
 @pytest.fixture
 def secured(db_engine: sa.Engine, tmp_path: Path) -> Iterator[flask.Flask]:
-    layer = tmp_path / "tokens.yaml"
-    layer.write_text("api:\n  authentication: tokens\n")
     app = App(
-        config=load_config([CONFIG_PATH, layer]),
+        config=load_config([CONFIG_PATH, tokens_layer(tmp_path)]),
         db=db_engine,
         settings=Settings(token_use_interval=3600),
     )
-    flask_app = create_app(app)
-    flask_app.test_client_class = CheckedClient
-    cache = token_cache(flask_app)
-    assert cache is not None and cache.wait_until_current(10)
-    yield flask_app
-    cache.close()
+    with secured_api(app) as flask_app:
+        yield flask_app
 
 
 @pytest.fixture
 def client(secured: flask.Flask) -> FlaskClient:
     return secured.test_client()
-
-
-def _secret(db_engine: sa.Engine, name: str, *scopes: str) -> str:
-    secret, confirmation = create_token(db_engine, name, set(scopes), wait=10)
-    assert confirmation.complete
-    return str(secret.secret)
 
 
 def _csrf(html: str) -> str:
@@ -64,11 +51,11 @@ def _sign_in(client: FlaskClient, secret: str) -> int:
 
 def test_streams_need_a_token_with_read(client: FlaskClient, db_engine: sa.Engine) -> None:
     assert client.get("/changes").status_code == 401
-    writer = _secret(db_engine, "writer", "write")
+    writer = token_secret(db_engine, "writer", "write")
     refused = client.get("/changes", headers={"Authorization": f"Bearer {writer}"})
     assert refused.status_code == 403
     assert "read" in refused.get_json()["message"]
-    reader = _secret(db_engine, "reader", "read")
+    reader = token_secret(db_engine, "reader", "read")
     allowed = client.head(
         "/state-machines/user/changes", headers={"Authorization": f"Bearer {reader}"}
     )
@@ -77,7 +64,7 @@ def test_streams_need_a_token_with_read(client: FlaskClient, db_engine: sa.Engin
 
 
 def test_the_console_signs_in_with_an_api_token(client: FlaskClient, db_engine: sa.Engine) -> None:
-    operator = _secret(db_engine, "operator", "read", "write", "operate")
+    operator = token_secret(db_engine, "operator", "read", "write", "operate")
     client.post(LABEL, json={"metadata": {}}, headers={"Authorization": f"Bearer {operator}"})
     assert client.get("/console/").status_code == 302  # no bearer header from a browser
     assert _sign_in(client, "rm_not_a_token") == 401
@@ -98,9 +85,9 @@ def test_the_console_signs_in_with_an_api_token(client: FlaskClient, db_engine: 
 def test_a_reading_token_has_no_buttons_and_revoking_it_signs_out(
     client: FlaskClient, secured: flask.Flask, db_engine: sa.Engine
 ) -> None:
-    operator = _secret(db_engine, "operator", "read", "write")
+    operator = token_secret(db_engine, "operator", "read", "write")
     client.post(LABEL, json={"metadata": {}}, headers={"Authorization": f"Bearer {operator}"})
-    reader = _secret(db_engine, "reader", "read")
+    reader = token_secret(db_engine, "reader", "read")
     assert _sign_in(client, reader) == 303
     html = client.get("/console/machines/user/labels/ann").get_data(as_text=True)
     assert "/ann/pause" not in html
@@ -113,8 +100,8 @@ def test_a_reading_token_has_no_buttons_and_revoking_it_signs_out(
 
 
 def test_the_subscriptions_page_needs_admin(client: FlaskClient, db_engine: sa.Engine) -> None:
-    assert _sign_in(client, _secret(db_engine, "reader", "read")) in (302, 303)
+    assert _sign_in(client, token_secret(db_engine, "reader", "read")) in (302, 303)
     assert client.get("/console/subscriptions").status_code == 403
     assert "Subscriptions" not in client.get("/console/").get_data(as_text=True)
-    assert _sign_in(client, _secret(db_engine, "administrator", "read", "admin")) in (302, 303)
+    assert _sign_in(client, token_secret(db_engine, "administrator", "read", "admin")) in (302, 303)
     assert client.get("/console/subscriptions").status_code == 200

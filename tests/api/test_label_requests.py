@@ -30,6 +30,7 @@ from routemaster.db.database import create_engine
 from routemaster.metrics import Metrics
 from tests.api.conftest import CONFIG_PATH
 from tests.api.test_metrics import scrape, value
+from tests.api.tokens import tokens_layer
 
 LABELS = "/state-machines/user/labels"
 NOW = datetime.datetime(2026, 11, 23, 12, 0, tzinfo=datetime.UTC)
@@ -183,8 +184,7 @@ def test_an_unexpected_error_is_a_json_500_logged_with_its_traceback(
 def test_with_tokens_label_requests_get_401_and_403_and_are_counted(
     db_engine: sa.Engine, tmp_path: Path
 ) -> None:
-    layer = tmp_path / "tokens.yaml"
-    layer.write_text("api:\n  authentication: tokens\n")
+    layer = tokens_layer(tmp_path)
     flask_app = _app(db_engine, load_config([CONFIG_PATH, layer]), metrics=Metrics())
     cache = token_cache(flask_app)
     assert cache is not None and cache.wait_until_current(10)

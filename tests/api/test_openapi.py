@@ -26,6 +26,7 @@ from routemaster.metrics import Metrics
 from tests.api.conftest import CONFIG_PATH
 from tests.api.helpers import body
 from tests.api.openapi_check import CheckedClient, Mismatch, check_response
+from tests.api.tokens import tokens_layer
 
 LABEL = "/state-machines/{sm}/labels/{label}"
 
@@ -95,8 +96,7 @@ def test_every_route_is_in_the_document(flask_app: flask.Flask) -> None:
 
 @pytest.fixture
 def secured_app(app: App, tmp_path: Path) -> Iterator[flask.Flask]:
-    layer = tmp_path / "tokens.yaml"
-    layer.write_text("api:\n  authentication: tokens\n")
+    layer = tokens_layer(tmp_path)
     config = load_config([CONFIG_PATH, layer])
     flask_app = create_app(App(config=config, db=app.db, settings=app.settings, metrics=Metrics()))
     flask_app.test_client_class = CheckedClient

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,8 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.openapi_check import check_response
-from tests.serving import free_port
+from tests.api.tokens import tokens_layer
+from tests.serving import free_port, stop_all
 from tests.waiting import wait_answering, wait_until
 
 HERE = Path(__file__).parent
@@ -91,22 +91,13 @@ class Service:
 
     def stop(self) -> str:
         """SIGTERM every server; their output."""
-        for process, _ in self.servers:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process, _ in self.servers:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_all(process for process, _ in self.servers)
         return "".join(log.read_text() for _, log in self.servers)
 
 
 @pytest.fixture
 def service(fresh_database: str, tmp_path: Path) -> Iterator[Service]:
-    layer = tmp_path / "tokens.yaml"
-    layer.write_text("api:\n  authentication: tokens\n")
+    layer = tokens_layer(tmp_path)
     running = Service(fresh_database, [CONFIG, layer], tmp_path)
     yield running
     running.stop()

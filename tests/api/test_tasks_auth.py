@@ -11,35 +11,21 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from flask.testing import FlaskClient
 
-from routemaster.api import create_app
-from routemaster.api.auth import token_cache
 from routemaster.app import App, Settings
-from routemaster.auth.admin import create_token
 from routemaster.cli import cli
 from routemaster.config import load_config
 from tests.api.helpers import body
-from tests.api.openapi_check import CheckedClient
 from tests.api.tasks_support import CONFIG
+from tests.api.tokens import TOKENS, bearer, secured_api
 
 
 @pytest.fixture
 def secured(db_engine: sa.Engine, tmp_path: Path) -> Iterator[flask.Flask]:
     path = tmp_path / "tasks.yaml"
-    path.write_text(CONFIG + "api:\n  authentication: tokens\n")
+    path.write_text(CONFIG + TOKENS)
     app = App(config=load_config([path]), db=db_engine, settings=Settings(token_use_interval=3600))
-    flask_app = create_app(app)
-    flask_app.test_client_class = CheckedClient
-    cache = token_cache(flask_app)
-    assert cache is not None
-    assert cache.wait_until_current(10)
-    yield flask_app
-    cache.close()
-
-
-def bearer(db_engine: sa.Engine, *scopes: str) -> dict[str, str]:
-    secret, confirmation = create_token(db_engine, "-".join(scopes), set(scopes), wait=10)
-    assert confirmation.complete
-    return {"Authorization": f"Bearer {secret.secret}"}
+    with secured_api(app) as flask_app:
+        yield flask_app
 
 
 def test_claiming_needs_the_work_scope_and_the_task_id_needs_no_token(

@@ -20,6 +20,7 @@ from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from tests.api.tokens import tokens_layer
 from tests.serving import serving
 from tests.stub_server import StubServer
 
@@ -93,8 +94,7 @@ def secured_service(
     """The same service with ``api: {authentication: tokens}``."""
     config = tmp_path / "console.yaml"
     config.write_text(CONFIG.replace("{stub}", stub.url("")))
-    layer = tmp_path / "tokens.yaml"
-    layer.write_text("api:\n  authentication: tokens\n")
+    layer = tokens_layer(tmp_path)
     settings = {"ROUTEMASTER_CHANGES_POLL_INTERVAL": "0.1"}
     with serving(config, database_url, "--workers", "2", env=settings, layers=[layer]) as base:
         yield base

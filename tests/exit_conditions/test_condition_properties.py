@@ -17,6 +17,7 @@ from routemaster.exit_conditions import (
     compile_condition,
 )
 from tests.exit_conditions.conftest import FeedServer
+from tests.exit_conditions.strategies import predicates
 
 SETTINGS = settings(max_examples=200, deadline=None)
 
@@ -112,15 +113,7 @@ _SPACE = st.sampled_from([" ", "\n  ", "  # note\n"])
 
 
 def _predicates(values: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
-    return st.one_of(
-        values,
-        st.tuples(values, st.sampled_from(["=", "/=", "<", ">", "<=", ">="]), values).map(" ".join),
-        st.tuples(values, st.sampled_from(["is defined", "is not defined"])).map(" ".join),
-        st.tuples(values, st.sampled_from(["is in", "is not in"]), values).map(" ".join),
-        st.tuples(
-            _DURATIONS, st.sampled_from(["has passed since", "has not passed since"]), values
-        ).map(" ".join),
-    )
+    return predicates(values, _DURATIONS)
 
 
 def _compound(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:

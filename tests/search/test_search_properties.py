@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from routemaster.db.search import Search, search_count, search_page
 from routemaster.exit_conditions import ConditionSyntaxError, Context, compile_condition
 from routemaster.search import compile_search
+from tests.exit_conditions.strategies import predicates
 
 NOW = datetime.datetime(2026, 11, 24, 12, 0, 0, 123456, tzinfo=datetime.UTC)
 MACHINE = "search-properties"
@@ -90,15 +91,7 @@ _DURATIONS = st.sampled_from(["0s", "30m", "1h", "1d", "2d12h", "99999999d"])
 
 
 def _predicates(values: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
-    return st.one_of(
-        values,
-        st.tuples(values, st.sampled_from(["=", "/=", "<", ">", "<=", ">="]), values).map(" ".join),
-        st.tuples(values, st.sampled_from(["is defined", "is not defined"])).map(" ".join),
-        st.tuples(values, st.sampled_from(["is in", "is not in"]), values).map(" ".join),
-        st.tuples(
-            _DURATIONS, st.sampled_from(["has passed since", "has not passed since"]), values
-        ).map(" ".join),
-    )
+    return predicates(values, _DURATIONS)
 
 
 def _compound(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:

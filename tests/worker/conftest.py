@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.db.notifications import DueListener
 from routemaster.worker import Worker
+from tests.serving import stop_all
 from tests.stub_server import StubServer
 from tests.waiting import wait_until
 
@@ -97,6 +97,18 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = Path(__file__).with_name("launch_worker.py")
 
 
+def worker_environment(database_url: str, **settings: object) -> dict[str, str]:
+    """The environment of a worker process run from the repository: ``settings`` become
+    ``ROUTEMASTER_*`` variables (polling every 0.2 s unless they say otherwise)."""
+    settings = {"poll_interval": 0.2, **settings}
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "PYTHONPATH": str(ROOT),
+        **{f"ROUTEMASTER_{name.upper()}": str(value) for name, value in settings.items()},
+    }
+
+
 class Workers:
     """Worker processes started for one test; all stopped at its end."""
 
@@ -109,14 +121,7 @@ class Workers:
     def start(
         self, *, clock_offset: float | None = None, **settings: object
     ) -> subprocess.Popen[bytes]:
-        env = dict(os.environ)
-        env.update(
-            DATABASE_URL=self.database_url,
-            PYTHONPATH=str(ROOT),
-            ROUTEMASTER_POLL_INTERVAL="0.2",
-            ROUTEMASTER_WORKER_ID=f"w{len(self.processes)}",
-            **{f"ROUTEMASTER_{k.upper()}": str(v) for k, v in settings.items()},
-        )
+        env = worker_environment(self.database_url, worker_id=f"w{len(self.processes)}", **settings)
         args = [sys.executable, str(LAUNCHER), str(self.config)]
         if clock_offset is not None:
             args.append(str(clock_offset))
@@ -138,15 +143,7 @@ class Workers:
         )
 
     def stop_all(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_all(self.processes, timeout=15)
 
 
 WorkersFor = Callable[[str], tuple[Workers, App]]

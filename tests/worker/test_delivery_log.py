@@ -19,6 +19,7 @@ from tests.api.openapi_check import CheckedClient
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
 from tests.worker.conftest import MakeApp, running
+from tests.worker.notify import create
 
 CONFIG = """
 state_machines:
@@ -47,11 +48,6 @@ def label_deliveries(client: FlaskClient, name: str, **query: str) -> list[dict[
     assert response.status_code == 200, response.data
     found: list[dict[str, Any]] = response.get_json()["deliveries"]
     return found
-
-
-def create(app: App, *names: str) -> None:
-    for name in names:
-        labels.create_label(app, app.config.get_machine("m"), name, {})
 
 
 def test_each_outcome_is_recorded_with_status_error_and_excerpt(

@@ -12,22 +12,10 @@ from routemaster import labels
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
 from tests.worker.conftest import MakeApp, running
+from tests.worker.notify import notify_config
 from tests.worker.test_delivery_log import client_of
 
-RATED = """
-state_machines:
-  m:
-    states:
-      - action: notify
-        webhook: "{stub}/hook/<label>"
-        next: done
-      - gate: done
-        exit_condition: false
-receivers:
-  - match: '127\\.0\\.0\\.1'
-    rate: 100/s
-    max_in_flight: 6
-"""
+RATED = notify_config(receiver="rate: 100/s, max_in_flight: 6")
 
 
 def test_a_rate_holds_across_two_workers(make_app: MakeApp, stub: StubServer) -> None:
@@ -50,20 +38,10 @@ def test_a_rate_holds_across_two_workers(make_app: MakeApp, stub: StubServer) ->
     assert workers == {first.settings.worker_id, second.settings.worker_id}
 
 
-DRILL = """
-state_machines:
-  m:
-    retry: {max_attempts: 3, initial_delay: 1s, max_delay: 2s}
-    states:
-      - action: notify
-        webhook: "{stub}/hook/<label>"
-        next: done
-      - gate: done
-        exit_condition: false
-receivers:
-  - match: '127\\.0\\.0\\.1'
-    circuit: {failures: 5, cooldown: 1s}
-"""
+DRILL = notify_config(
+    retry="max_attempts: 3, initial_delay: 1s, max_delay: 2s",
+    receiver="circuit: {failures: 5, cooldown: 1s}",
+)
 
 
 def test_an_outage_becomes_a_backlog_drained_in_order(make_app: MakeApp, stub: StubServer) -> None:

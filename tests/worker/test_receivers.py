@@ -15,32 +15,18 @@ from routemaster.app import App
 from tests.stub_server import Reply, StubServer, running_stub
 from tests.waiting import wait_until
 from tests.worker.conftest import FakeClock, MakeApp, running
+from tests.worker.notify import create, notify_config
 from tests.worker.test_delivery_log import client_of
 
-CONFIG = """
-state_machines:
-  m:
-    retry: {max_attempts: 3, initial_delay: 1s, max_delay: 2s}
-    states:
-      - action: notify
-        webhook: "{stub}/hook/<label>"
-        next: done
-      - gate: done
-        exit_condition: false
-receivers:
-  - match: '127\\.0\\.0\\.1'
-    circuit: {failures: 3, cooldown: 1s, give_up_after: 1h}
-"""
+CONFIG = notify_config(
+    retry="max_attempts: 3, initial_delay: 1s, max_delay: 2s",
+    receiver="circuit: {failures: 3, cooldown: 1s, give_up_after: 1h}",
+)
 
 
 @pytest.fixture
 def other_stub() -> Iterator[StubServer]:
     yield from running_stub()
-
-
-def create(app: App, *names: str) -> None:
-    for name in names:
-        labels.create_label(app, app.config.get_machine("m"), name, {})
 
 
 def label(app: App, name: str) -> labels.Label:

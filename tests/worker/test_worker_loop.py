@@ -11,34 +11,13 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from routemaster import labels
-from routemaster.app import App
 from routemaster.worker.loop import OutageLog
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
 from tests.worker.conftest import MakeApp, WorkersFor, running
+from tests.worker.notify import create, notify_config, state
 
-CONFIG = """
-state_machines:
-  m:
-    retry: {max_attempts: 3, initial_delay: 1s, timeout: 30s}
-    states:
-      - action: notify
-        webhook: "{stub}/hook/<label>"
-        next: done
-      - gate: done
-        exit_condition: false
-"""
-
-
-def create(app: App, *names: str) -> None:
-    machine = app.config.get_machine("m")
-    for name in names:
-        labels.create_label(app, machine, name, {})
-
-
-def state(app: App, name: str) -> str:
-    return labels.get_label(app, app.config.get_machine("m"), name).state
+CONFIG = notify_config(retry="max_attempts: 3, initial_delay: 1s, timeout: 30s")
 
 
 def test_a_hanging_receiver_does_not_hold_up_healthy_deliveries(

@@ -14,23 +14,14 @@ from routemaster.app import App, utc_now
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
 from tests.worker.conftest import WorkersFor
+from tests.worker.notify import notify_config
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = Path(__file__).with_name("launch_worker.py")
 
-CONFIG = """
-state_machines:
-  m:
-    retry: {max_attempts: 5, initial_delay: 1s}
-    states:
-      - action: notify
-        webhook: "{stub}/hook/<label>"
-        next: done
-      - gate: done
-        exit_condition: false
-"""
+CONFIG = notify_config(retry="max_attempts: 5, initial_delay: 1s")
 
 
 def count(app: App, sql: str) -> int:

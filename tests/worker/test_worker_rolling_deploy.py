@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,8 +13,10 @@ import sqlalchemy as sa
 from routemaster import labels
 from routemaster.app import App
 from routemaster.config import load_config
+from tests.serving import stop_all
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
+from tests.worker.conftest import worker_environment
 
 pytestmark = pytest.mark.slow
 
@@ -65,14 +65,7 @@ class Crons:
 
     def start(self, config: Path, **settings: str) -> Path:
         log = self.tmp_path / f"cron{len(self.processes)}.log"
-        env = {
-            **os.environ,
-            "DATABASE_URL": self.database_url,
-            "PYTHONPATH": str(ROOT),
-            "ROUTEMASTER_POLL_INTERVAL": "0.2",
-            "ROUTEMASTER_MIGRATIONS_INTERVAL": "0.3",
-            **{f"ROUTEMASTER_{name.upper()}": value for name, value in settings.items()},
-        }
+        env = worker_environment(self.database_url, **{"migrations_interval": 0.3, **settings})
         with log.open("wb") as out:
             process = subprocess.Popen(
                 [sys.executable, "-m", "routemaster", "-c", str(config), "cron"],
@@ -89,15 +82,7 @@ class Crons:
         return all(process.poll() is None for process, _ in self.processes)
 
     def stop(self) -> None:
-        for process, _ in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process, _ in self.processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_all((process for process, _ in self.processes), timeout=15)
 
 
 @pytest.fixture
