@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import requests
+import sqlalchemy as sa
 
 from tests.serving import serve_process
 from tests.stub_server import StubServer, running_stub
@@ -40,6 +41,12 @@ state_machines:
       - gate: done
         exit_condition: false
 """
+
+
+@pytest.fixture(autouse=True)
+def emptied_database(db_engine: sa.Engine) -> None:
+    """Tables emptied before and after each test: labels left in this config's states would
+    make a later test's ``serve`` (another config) refuse to start, as stranded."""
 
 
 @pytest.fixture
