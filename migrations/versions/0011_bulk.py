@@ -1,7 +1,8 @@
 """Search and bulk commands: the jobs, their fixed sets of labels, and ``is in`` for searches.
 
 ``bulk_jobs`` holds one row per accepted bulk command (what to do, the
-filters it was accepted with, and its running counts); ``bulk_items`` the
+filters it was accepted with, a pause's end for ``pause`` with ``until``, and
+its running counts); ``bulk_items`` the
 labels it was accepted for, fixed at that moment, each with its outcome once
 a worker has handled it (``NULL`` until then). Workers claim pending items
 with ``FOR UPDATE SKIP LOCKED`` and record the outcome in the transaction
@@ -48,6 +49,7 @@ def upgrade() -> None:
             command text NOT NULL,
             arguments jsonb NOT NULL DEFAULT '{}',
             reason text NOT NULL,
+            pause_until timestamptz,
             total integer NOT NULL,
             done integer NOT NULL DEFAULT 0,
             skipped integer NOT NULL DEFAULT 0,

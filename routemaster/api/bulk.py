@@ -17,6 +17,7 @@ from routemaster.api.auth import current_token
 from routemaster.api.bodies import json_body
 from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
+from routemaster.api.operations import pause_end
 from routemaster.api.responses import json_response
 from routemaster.api.search import listing_search
 from routemaster.app import App
@@ -78,7 +79,7 @@ def bulk_request(
     unknown = sorted(set(body) - FIELDS)
     if unknown:
         raise BadRequest(f"Unknown field(s) {', '.join(unknown)} in a bulk command.")
-    command = _command(machine, body)
+    command = _command(app, machine, body)
     search = listing_search(
         app,
         machine,
@@ -126,6 +127,7 @@ def bulk_progress(job: int) -> flask.Response:
             "skipped": found.skipped,
             "failed": found.failed,
             "state": "running" if found.finished_at is None else "finished",
+            **({} if found.pause_until is None else {"until": found.pause_until.isoformat()}),
         }
     )
 
@@ -144,7 +146,7 @@ def _body() -> dict[str, Any]:
     return body
 
 
-def _command(machine: StateMachine, body: dict[str, Any]) -> BulkCommand:
+def _command(app: App, machine: StateMachine, body: dict[str, Any]) -> BulkCommand:
     command = body.get("command")
     if command not in COMMANDS:
         raise BadRequest(f'"command" must be one of {", ".join(COMMANDS)}.')
@@ -158,8 +160,9 @@ def _command(machine: StateMachine, body: dict[str, Any]) -> BulkCommand:
         raise BadRequest(
             'A bulk command needs a "reason": it is recorded in each label\'s history.'
         )
-    if body.get("until") is not None:
-        raise BadRequest('"until" is not supported yet: pause without it, resume in bulk later.')
+    if body.get("until") is not None and command != "pause":
+        raise BadRequest('"until" is for pause only.')
+    until = pause_end(app, body.get("until"))
     to = body.get("to")
     if command == "move":
         if to is None:
@@ -178,4 +181,5 @@ def _command(machine: StateMachine, body: dict[str, Any]) -> BulkCommand:
         errored=bool(body.get("errored")),
         prefix=body.get("prefix") or "",
         to=to,
+        until=until,
     )

@@ -277,7 +277,12 @@ SCHEMAS: dict[str, Schema] = {
             "errored": BOOLEAN,
             "prefix": TEXT,
             "to": TEXT,
-            "until": {**TEXT, "description": "Not supported yet (400)."},
+            "until": {
+                **TEXT,
+                "format": "date-time",
+                "description": "pause only: ISO-8601 with offset, in the future; "
+                "each label resumes by itself then.",
+            },
             "reason": TEXT,
             "dry_run": BOOLEAN,
             "expect": INTEGER,
@@ -297,7 +302,13 @@ SCHEMAS: dict[str, Schema] = {
             "skipped": INTEGER,
             "failed": INTEGER,
             "state": {"enum": ["running", "finished"]},
-        }
+            "until": {
+                **TEXT,
+                "format": "date-time",
+                "description": "A pause with until: when each label resumes.",
+            },
+        },
+        optional=("until",),
     ),
     "Command": obj({"reason": {"type": ["string", "null"]}}, optional=("reason",), strict=False),
     "Move": obj(

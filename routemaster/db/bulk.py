@@ -22,8 +22,8 @@ from routemaster.db.search import Search, filter_params, with_condition
 from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
 
 _INSERT_JOB = """
-    INSERT INTO bulk_jobs (state_machine, command, arguments, reason, total)
-    VALUES (%(sm)s, %(command)s, CAST(%(arguments)s AS jsonb), %(reason)s, 0)
+    INSERT INTO bulk_jobs (state_machine, command, arguments, reason, pause_until, total)
+    VALUES (%(sm)s, %(command)s, CAST(%(arguments)s AS jsonb), %(reason)s, %(pause_until)s, 0)
     RETURNING id
     """
 
@@ -45,7 +45,7 @@ _SET_TOTAL = """
 
 _GET_JOB = """
     SELECT id, state_machine, command, arguments, reason, total, done, skipped, failed,
-           finished_at
+           finished_at, pause_until
     FROM bulk_jobs WHERE id = %(job)s
     """
 
@@ -94,6 +94,7 @@ class Job(NamedTuple):
     skipped: int
     failed: int
     finished_at: datetime.datetime | None
+    pause_until: datetime.datetime | None
 
 
 class Item(NamedTuple):
@@ -109,17 +110,25 @@ def accept_job(
     command: str,
     arguments: str,
     reason: str,
+    pause_until: datetime.datetime | None = None,
 ) -> tuple[int, int]:
     """Record a job and copy the labels matching ``search`` into it: ``(id, how many)``.
 
-    ``arguments`` is the job's JSON (filters and the command's own arguments).
+    ``arguments`` is the job's JSON (filters and the command's own arguments);
+    ``pause_until`` the end of each label's pause, for ``pause`` only.
     The caller decides, within the same transaction, whether to keep it.
     """
     job = int(
         fetch_value(
             conn,
             _INSERT_JOB,
-            {"sm": search.machine, "command": command, "arguments": arguments, "reason": reason},
+            {
+                "sm": search.machine,
+                "command": command,
+                "arguments": arguments,
+                "reason": reason,
+                "pause_until": pause_until,
+            },
         )
     )
     items = with_condition(_INSERT_ITEMS, search)

@@ -296,6 +296,8 @@ bulk_jobs = sa.Table(
     # the filters and the command's own arguments (``to``), as accepted
     sa.Column("arguments", postgresql.JSONB, nullable=False, server_default="{}"),
     sa.Column("reason", sa.Text, nullable=False),
+    # ``pause`` with ``until``: the end of each label's pause
+    sa.Column("pause_until", sa.DateTime(timezone=True), nullable=True),
     sa.Column("total", sa.Integer, nullable=False),
     sa.Column("done", sa.Integer, nullable=False, server_default="0"),
     sa.Column("skipped", sa.Integer, nullable=False, server_default="0"),

@@ -58,6 +58,7 @@ class BulkCommand:
     errored: bool = False
     prefix: str = ""
     to: str | None = None
+    until: datetime.datetime | None = None  # pause only: each label resumes by itself then
 
     def arguments(self) -> str:
         """The filters and arguments as stored with the job (JSON)."""
@@ -85,6 +86,7 @@ def accept(app: App, search: Search, command: BulkCommand, *, expect: int) -> tu
             command=command.command,
             arguments=command.arguments(),
             reason=command.reason,
+            pause_until=command.until,
         )
         if count != expect:
             raise CountMismatch(count)
@@ -198,7 +200,8 @@ class _JobRunner:
         if command == "retry":
             retry_locked(conn, label, now=now, reason=reason)
         elif command in ("pause", "resume"):
-            pause_locked(conn, label, command == "pause", now=now, reason=reason)
+            until = self.job.pause_until if command == "pause" else None
+            pause_locked(conn, label, command == "pause", now=now, reason=reason, until=until)
         elif command == "move":
             to = str(self.arguments["to"])
             move_locked(conn, self.app, machine, label, to, now=now, reason=reason)

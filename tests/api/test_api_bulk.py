@@ -7,17 +7,21 @@ as the worker loop calls it each round.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from typing import Any
 
 import flask
+import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
+from routemaster import labels
 from routemaster.app import App
 from routemaster.labels.bulk import run_batch
 from routemaster.metrics import Metrics
 from tests.api.helpers import body
 from tests.api.test_auth import Bearer, bearer, secured
+from tests.waiting import wait_until
 
 __all__ = ["bearer", "secured"]  # fixtures shared with the authentication tests
 
@@ -158,6 +162,57 @@ def test_bulk_resume_of_paused_labels_and_bulk_move(client: FlaskClient, app: Ap
     assert _finish(app, job, client)["done"] == 5
     last = _history(client, "u004")[-1]
     assert (last["new_state"], last["forced"], last["reason"]) == ("done", True, "closing")
+
+
+def test_a_bulk_pause_with_until_pauses_each_label_until_then(
+    client: FlaskClient, app: App
+) -> None:
+    names = _create(client, 4)
+    until = (app.now() + datetime.timedelta(seconds=3)).isoformat()
+    pause = {"command": "pause", "where": "metadata.n < 3", "reason": "window", "until": until}
+    job = body(client.post(BULK, json={**pause, "expect": 3}))["id"]
+    progress = _finish(app, job, client)
+    assert (progress["done"], progress["until"]) == (3, until)
+    paused = [name for name in names if body(client.get(f"{LABELS}/{name}"))["paused"]]
+    assert paused == names[:3]
+    assert body(client.get(f"{LABELS}/u000/explain"))["paused_until"] == until
+
+    def resumed() -> bool:
+        labels.resume_ended_pauses(app)  # as the worker loop calls it each round
+        return not any(body(client.get(f"{LABELS}/{name}"))["paused"] for name in names)
+
+    wait_until(resumed, "the paused labels resumed by themselves", timeout=10)
+    reasons = [entry["reason"] for entry in _history(client, "u002")]
+    assert reasons[-2:] == ["window", "resumed: the pause ended"]
+
+
+def test_a_bulk_job_without_until_shows_none(client: FlaskClient, app: App) -> None:
+    _create(client, 1)
+    pause = {"command": "pause", "prefix": "u", "reason": "x", "expect": 1}
+    assert "until" not in _finish(app, body(client.post(BULK, json=pause))["id"], client)
+
+
+@pytest.mark.parametrize(
+    ("command", "until", "problem"),
+    [
+        ("resume", "2099-01-01T00:00:00Z", "for pause only"),
+        ("retry", "2099-01-01T00:00:00Z", "for pause only"),
+        ("pause", "tomorrow", "ISO-8601"),
+        ("pause", "2099-01-01T00:00:00", "ISO-8601"),
+        ("pause", 5, "ISO-8601"),
+        ("pause", "2000-01-01T00:00:00Z", "in the future"),
+    ],
+)
+def test_an_unusable_bulk_until_is_400(
+    client: FlaskClient, command: str, until: object, problem: str
+) -> None:
+    _create(client, 1)
+    job = {"command": command, "prefix": "u", "reason": "x", "until": until}
+    for extra in ({"dry_run": True}, {"expect": 1}):
+        refused = client.post(BULK, json={**job, **extra})
+        assert refused.status_code == 400
+        assert problem in body(refused)["message"]
+    assert body(client.get(f"{LABELS}/u000"))["paused"] is False
 
 
 def test_bulk_delete_and_the_move_destination_is_checked(client: FlaskClient, app: App) -> None:

@@ -23,7 +23,7 @@ from routemaster.api.endpoints import OPEN, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.labels.bulk import CountMismatch, get_job
 
-_FORM_FIELDS = ("command", "reason", "to", *FILTERS)
+_FORM_FIELDS = ("command", "reason", "to", "until", *FILTERS)
 
 
 @blueprint.post("/machines/<name:sm>/bulk")
@@ -77,7 +77,7 @@ def _body(form: Any) -> dict[str, Any]:
     """The form as the API's JSON body: empty fields left out, a checked box true."""
     body: dict[str, Any] = {
         key: form[key]
-        for key in ("command", "reason", "to", "where", "state", "prefix")
+        for key in ("command", "reason", "to", "until", "where", "state", "prefix")
         if form.get(key)
     }
     if form.get("errored") == "true":
