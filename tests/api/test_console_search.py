@@ -95,3 +95,26 @@ def test_a_count_that_changed_runs_nothing(client: FlaskClient) -> None:
     problem = parse_qs(urlsplit(ran.headers["Location"]).query)["problem"][0]
     assert problem == "6 labels match now, not 2: nothing was done."
     assert "6 labels match now, not 2" in _html(client, ran.headers["Location"])
+
+
+def test_a_bulk_pause_from_the_console_can_end_by_itself(client: FlaskClient, app: App) -> None:
+    _orders(client)
+    page = _html(client, PAGE + "?prefix=o1")
+    assert 'name="until"' in page
+    form = {
+        "csrf": _csrf(page),
+        "prefix": "o1",
+        "command": "pause",
+        "until": "2099-01-01T09:00:00+00:00",
+        "reason": "hold",
+    }
+    confirm = client.post("/console/machines/user/bulk", data=form).get_data(as_text=True)
+    assert "until 2099-01-01T09:00:00+00:00" in confirm
+    assert 'name="until" value="2099-01-01T09:00:00+00:00"' in confirm
+    ran = client.post("/console/machines/user/bulk", data={**form, "expect": "1"})
+    while run_batch(app, limit=100):
+        pass
+    progress = _html(client, ran.headers["Location"])
+    assert "<td>2099-01-01T09:00:00+00:00</td>" in progress
+    explained = client.get(f"{LABELS}/o1/explain").get_json()
+    assert explained["paused_until"] == "2099-01-01T09:00:00+00:00"
