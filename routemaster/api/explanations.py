@@ -27,6 +27,7 @@ from routemaster.config import describe_machine
 from routemaster.config.model import Action, StateMachine
 from routemaster.db import deliveries
 from routemaster.exit_conditions import FeedUnavailable
+from routemaster.labels.versions import machine_for
 from routemaster.machine import choose_next_state
 from routemaster.machine.triggers import what_evaluates
 
@@ -61,6 +62,7 @@ def explanation_of(app: App, machine: StateMachine, found: label_core.Label) -> 
     }
     if found.paused:
         body["paused_until"] = isoformat(paused_until(app, found))
+    machine = machine_for(app, found) or machine  # its own version's, on a continue machine
     try:
         state = machine.get_state(found.state)
     except KeyError:

@@ -185,6 +185,8 @@ SCHEMAS: dict[str, Schema] = {
             "paused": BOOLEAN,
             "errored": BOOLEAN,
             "last_error": {"type": ["string", "null"]},
+            # the machine version the label follows: its own on a continue machine
+            "version": {"type": ["integer", "null"]},
         }
     ),
     "History": obj(

@@ -90,6 +90,8 @@ def _machine(name: str, machine: dict[str, Any], checked: Checked) -> StateMachi
             for kind in ("rename", "move")
             if kind in entry
         ),
+        upgrade_strategy=machine.get("upgrade_strategy", "upgrade"),
+        abort_to=machine.get("abort_to"),
     )
 
 

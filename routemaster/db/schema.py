@@ -68,6 +68,9 @@ labels = sa.Table(
     sa.Column("task_id", sa.Text, nullable=True),
     # when a pause with "until" ends by itself (migration 0007)
     sa.Column("paused_until", sa.DateTime(timezone=True), nullable=True),
+    # the machine version the label follows (``continue``) or was created under (``abort``);
+    # NULL for ``upgrade`` machines, whose labels follow the definition in force (0015)
+    sa.Column("version", sa.Integer, nullable=True),
 )
 
 sa.Index(
@@ -96,6 +99,12 @@ sa.Index(
     "labels_paused_until",
     labels.c.paused_until,
     postgresql_where=labels.c.paused_until.isnot(None),
+)
+sa.Index(
+    "labels_by_version",
+    labels.c.state_machine,
+    labels.c.version,
+    postgresql_where=sa.and_(labels.c.version.isnot(None), sa.not_(labels.c.deleted)),
 )
 sa.Index(
     "labels_errored",

@@ -26,6 +26,7 @@ from routemaster.db.statements import single_statement
 from routemaster.exit_conditions import Context
 from routemaster.labels.errors import LabelDeleted, LabelExists, LabelNotFound
 from routemaster.labels.feeds import FeedFetcher
+from routemaster.labels.versions import machine_for
 from routemaster.machine import Plan, Position, evaluates_on_entry, plan_moves, update_fires
 from routemaster.machine.planning import FeedReader, context_for, no_feeds
 
@@ -48,18 +49,34 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
     now = app.now()
     initial = machine.initial_state
     due = isinstance(initial, Action)
+    # New labels take the version in force; only continue and abort machines keep it.
+    version = app.versions.in_force.get(machine.name) if machine.keeps_versions else None
     if not due and not evaluates_on_entry(initial):
         # The insert is all there is to do: one statement, its own transaction.
         with single_statement(app.db) as conn:
             created = store.insert(
-                conn, machine.name, name, metadata, state=initial.name, now=now, due=False
+                conn,
+                machine.name,
+                name,
+                metadata,
+                state=initial.name,
+                now=now,
+                due=False,
+                version=version,
             )
         if created is None:
             raise LabelExists(name)
         return created
     with app.db.begin() as conn:
         label = store.insert(
-            conn, machine.name, name, metadata, state=initial.name, now=now, due=due
+            conn,
+            machine.name,
+            name,
+            metadata,
+            state=initial.name,
+            now=now,
+            due=due,
+            version=version,
         )
         if label is None:
             raise LabelExists(name)
@@ -88,9 +105,15 @@ def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str,
     now = app.now()
     with app.db.begin() as conn:
         label = _merged(conn, machine, name, patch)
-        # A state this configuration lacks (a newer one's, in a rolling deploy): not evaluated.
-        known = any(state.name == label.state for state in machine.states)
-        if label.errored or not known or not update_fires(machine.get_state(label.state), patch):
+        # A state the label's definition lacks (a newer one's, in a rolling deploy): not evaluated.
+        governing = machine_for(app, label)
+        known = governing is not None and any(s.name == label.state for s in governing.states)
+        if (
+            label.errored
+            or not known
+            or governing is None
+            or not update_fires(governing.get_state(label.state), patch)
+        ):
             return label
         if label.paused:
             store.mark_due(conn, label.key, at=now)
@@ -155,7 +178,7 @@ def advance_locked(
     Feeds are not fetched here (a transaction is open): a plan that needs
     them says so, for the caller to fetch them once the transaction is over.
     """
-    plan = _plan(app, machine, label, now, no_feeds)
+    plan = _plan(app, label, now, no_feeds)
     if plan.moves:
         label = write(conn, app, [Moves(label, plan.states, due_at(app, plan, now))], now=now)[0]
     elif plan.feed_missing is not None:
@@ -190,20 +213,22 @@ def advance_with_feeds(app: App, key: LabelKey, entry_id: int, *, timeout: float
     was deleted, paused or errored. A feed that fails leaves the label where
     the plan stopped, due again after ``evaluation_retry_delay``.
     """
-    machine = app.config.get_machine(key[0])
     with single_statement(app.db) as conn:
         snapshot = store.get(conn, *key)
     if snapshot is None or not snapshot.live or snapshot.entry_id != entry_id:
         return None
+    machine = machine_for(app, snapshot)
+    if machine is None:
+        return None  # a version this process cannot find: left alone
     now = app.now()
     fetcher = FeedFetcher(app, machine, key[1], state=snapshot.state, timeout=timeout)
-    plan = _plan(app, machine, snapshot, now, fetcher.read)
+    plan = _plan(app, snapshot, now, fetcher.read)
     with app.db.begin() as conn:
         label = store.lock(conn, *key)
         if label is None or not label.live or label.entry_id != entry_id:
             return None
         if label.metadata != snapshot.metadata:
-            plan = _plan(app, machine, label, now, fetcher.fetched)
+            plan = _plan(app, label, now, fetcher.fetched)
         if plan.moves:
             moves = Moves(label, plan.states, due_at(app, plan, now))
             label = write(conn, app, [moves], now=now)[0]
@@ -236,10 +261,7 @@ def settle_batch(
     move. Labels whose evaluation reads a feed come back in ``waiting``,
     after the moves they could make without one.
     """
-    plans = [
-        (label, _plan(app, app.config.get_machine(label.state_machine), label, now, no_feeds))
-        for label in batch
-    ]
+    plans = [(label, _plan(app, label, now, no_feeds)) for label in batch]
     written = write(
         conn,
         app,
@@ -289,9 +311,11 @@ def log_transition(
     )
 
 
-def _plan(
-    app: App, machine: StateMachine, label: Label, now: datetime.datetime, read_feed: FeedReader
-) -> Plan:
+def _plan(app: App, label: Label, now: datetime.datetime, read_feed: FeedReader) -> Plan:
+    """The label's moves under the definition that governs it (none when it has none here)."""
+    machine = machine_for(app, label)
+    if machine is None:
+        return Plan()
     return plan_moves(
         machine,
         position_of(label),

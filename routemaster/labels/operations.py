@@ -17,6 +17,7 @@ from routemaster.db import pauses
 from routemaster.db.labels import Label, Moves
 from routemaster.labels.core import advance_locked, finish_in_request, write
 from routemaster.labels.errors import InvalidOperation, LabelDeleted, LabelNotFound
+from routemaster.labels.versions import machine_for
 from routemaster.machine import Plan, evaluates_on_entry
 
 
@@ -137,8 +138,10 @@ def move_locked(
 
     The plan (``None`` unless the state entered is evaluated on entry) says
     whether feeds are still to be fetched; a caller that does not fetch them
-    leaves the label due, for the worker to evaluate.
+    leaves the label due, for the worker to evaluate. The destination is a state of the
+    definition that governs the label (its own version's, on a ``continue`` machine).
     """
+    machine = machine_for(app, label) or machine
     try:
         entered = machine.get_state(destination)
     except KeyError:

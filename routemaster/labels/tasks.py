@@ -29,6 +29,7 @@ from routemaster.db.labels import Label
 from routemaster.db.notifications import notify_due
 from routemaster.db.tasks import Expiry, PullState, Task
 from routemaster.labels.core import advance_locked, finish_in_request
+from routemaster.labels.versions import machine_for
 from routemaster.machine.retry import backoff
 
 EXPIRE_BATCH = 100
@@ -264,7 +265,9 @@ def _expire(
 
 
 def _action(app: App, label: Label) -> Action:
-    action = app.config.get_machine(label.state_machine).get_state(label.state)
+    action = (machine_for(app, label) or app.config.get_machine(label.state_machine)).get_state(
+        label.state
+    )
     assert isinstance(action, Action), "tasks are only issued for labels in actions"
     return action
 

@@ -19,6 +19,7 @@ from routemaster.db import claims as work
 from routemaster.db import labels as store
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.labels import Label
+from routemaster.labels.versions import machine_for
 
 logger = logging.getLogger(__name__)
 
@@ -76,11 +77,12 @@ def evaluate_claim(app: App, claim: Claim) -> bool:
 
 
 def _known(app: App, label: Label) -> bool:
+    """Whether the definition that governs the label (its version's) has its state."""
     try:
-        app.config.get_machine(label.state_machine).get_state(label.state)
+        machine = machine_for(app, label)
+        return machine is not None and bool(machine.get_state(label.state))
     except KeyError:
         return False
-    return True
 
 
 def _settle(conn: sa.Connection, app: App, batch: Sequence[Label]) -> list[Claim]:

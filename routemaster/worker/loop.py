@@ -20,7 +20,7 @@ import schedule
 import sqlalchemy as sa
 
 from routemaster.app import App
-from routemaster.config.model import Action, Gate
+from routemaster.config.model import Action, Config, Gate
 from routemaster.db import claims as work
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.notifications import DueListener
@@ -29,6 +29,7 @@ from routemaster.labels import resume_ended_pauses
 from routemaster.labels.bulk import run_batch as run_bulk_batch
 from routemaster.labels.migrations import apply_migrations
 from routemaster.labels.tasks import expire_leases, forget_old_tasks
+from routemaster.labels.versions import load_all_versions, worker_view
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
 from routemaster.worker.receivers import Gatekeeper, Permit
@@ -52,15 +53,20 @@ class Worker:
         self.app = app
         self._rng = rng or random.Random()
         self._stopping = threading.Event()
+        # Older versions' states too, for labels of continue machines created under them.
+        load_all_versions(app)
+        view = worker_view(app)
         # Pull actions (``worker:``) wait for /tasks/claim: never delivered from here.
-        self._action_states = [key for key in _states_of_kind(app, Action) if not _pulled(app, key)]
-        self._gate_states = _states_of_kind(app, Gate)
+        self._action_states = [
+            key for key in _states_of_kind(view, Action) if not _pulled(view, key)
+        ]
+        self._gate_states = _states_of_kind(view, Gate)
         self._slots = Slots(app.settings.delivery_concurrency, on_error=app.hooks.exception)
         self._outage = OutageLog()
-        self._gate = Gatekeeper(app, self._slots.size)
+        self._gate = Gatekeeper(app, self._slots.size, view)
         self._recorder = Recorder()
         self._receiver_of: dict[tuple[str, str, int], str] = {}  # claims in flight
-        self.triggers = ClockTriggers(app, sweep=self._sweep_gate)
+        self.triggers = ClockTriggers(app, sweep=self._sweep_gate, config=view)
         self.minutely = Minutely(app, self._sweep)
         self.subscriptions = SubscriptionSender(app, rng=self._rng)
         self._jobs = schedule.Scheduler()
@@ -290,15 +296,15 @@ class OutageLog:
             self._down_since = None
 
 
-def _pulled(app: App, key: StateKey) -> bool:
-    state = app.config.get_machine(key[0]).get_state(key[1])
+def _pulled(config: Config, key: StateKey) -> bool:
+    state = config.get_machine(key[0]).get_state(key[1])
     return isinstance(state, Action) and state.pulled
 
 
-def _states_of_kind(app: App, kind: type[Action] | type[Gate]) -> list[StateKey]:
+def _states_of_kind(config: Config, kind: type[Action] | type[Gate]) -> list[StateKey]:
     return [
         (machine.name, state.name)
-        for machine in app.config.state_machines
+        for machine in config.state_machines
         for state in machine.states
         if isinstance(state, kind)
     ]

@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from routemaster.app import App
 from routemaster.config.model import (
+    Config,
     IntervalTrigger,
     MetadataTimezone,
     NamedTimezone,
@@ -40,11 +41,19 @@ MIN_OCCURRENCE_RETENTION = datetime.timedelta(days=7)
 class ClockTriggers:
     """The config's clock triggers, the occurrences this worker has handled, the zones in use."""
 
-    def __init__(self, app: App, sweep: Callable[[StateKey], None] | None = None) -> None:
-        """``sweep``: evaluates a gate's due labels; run after each occurrence handled here."""
+    def __init__(
+        self,
+        app: App,
+        sweep: Callable[[StateKey], None] | None = None,
+        config: Config | None = None,
+    ) -> None:
+        """``sweep``: evaluates a gate's due labels; run after each occurrence handled here.
+
+        ``config``: whose triggers (the worker's view, with older versions' gates).
+        """
         self._app = app
         self._sweep = sweep
-        self.triggers = list(scheduled_triggers(app.config))
+        self.triggers = list(scheduled_triggers(config or app.config))
         self._fixed_zones = {  # resolved once: the system zone is read from disk
             s.key: fixed_zone(s.trigger.timezone)
             for s in self.triggers
