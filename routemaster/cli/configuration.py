@@ -21,8 +21,14 @@ from routemaster.config.model import Config
 from routemaster.db.database import create_engine
 from routemaster.db.search_indexes import ensure_search_index
 from routemaster.db.versions import stamp_connections
-from routemaster.labels.migrations import LabelsStranded, apply_migrations, record_configuration
+from routemaster.labels.migrations import (
+    LabelsStranded,
+    abort_older_labels,
+    apply_migrations,
+    record_configuration,
+)
 from routemaster.machine.upgrades import stranded_message
+from routemaster.machine.versions import LoadedVersions
 
 Versions = dict[str, int]
 """Machine -> the version of its definition this process runs."""
@@ -38,10 +44,13 @@ def prepare_database(url: str, config: Config) -> Versions:
     engine = create_engine(url, pool_size=2, max_overflow=2)
     app = App(config=config, db=engine)
     try:
-        versions = record_configuration(app)
+        recorded = record_configuration(app)
+        versions = recorded.versions
         engine.dispose()  # the migrations' history rows carry the new versions
-        stamp_connections(engine, versions)
+        stamp_connections(engine, versions, continuing(config))
+        app.versions = LoadedVersions(in_force=versions)
         migrated = apply_migrations(app, wait=True)
+        aborted = abort_older_labels(app, recorded)
         built = _build_search_indexes(engine, config)
     except LabelsStranded as stranded:
         click.echo(stranded_message(stranded.plan), err=True)
@@ -53,9 +62,18 @@ def prepare_database(url: str, config: Config) -> Versions:
         engine.dispose()
     if migrated:
         click.echo(f"Migrated {migrated} labels to the configuration.", err=True)
+    if aborted:
+        click.echo(
+            f"Aborted {aborted} labels of older versions (upgrade_strategy: abort).", err=True
+        )
     for machine, path in built:
         click.echo(f"Built the search index of {machine}'s metadata.{path}.", err=True)
     return versions
+
+
+def continuing(config: Config) -> list[str]:
+    """The machines whose history rows carry the label's own version (``continue``)."""
+    return [machine.name for machine in config.state_machines if machine.continues]
 
 
 def _build_search_indexes(engine: sa.Engine, config: Config) -> list[tuple[str, str]]:
