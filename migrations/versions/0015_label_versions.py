@@ -6,7 +6,8 @@ a bulk ``upgrade`` moves it on), or the version it was created under when the
 strategy is ``abort`` (an ``abort`` moves older ones away and stamps the new
 version). It stays NULL for ``upgrade`` machines: their labels follow the
 definition in force. ``labels_by_version`` serves the counts per version
-(``plan --json``, ``/metrics``) and the ``abort`` pass.
+(``plan --json``, ``/metrics``), the stranded check of a ``continue`` machine
+(labels whose own version has their state are not stranded) and the ``abort`` pass.
 
 History's ``version`` (migration 0008) comes from the writing process's
 ``routemaster.versions`` setting, except for the machines that setting lists
@@ -30,7 +31,7 @@ def upgrade() -> None:
     op.execute(
         """
         ALTER TABLE labels ADD COLUMN version integer;
-        CREATE INDEX labels_by_version ON labels (state_machine, version)
+        CREATE INDEX labels_by_version ON labels (state_machine, version, state)
             WHERE version IS NOT NULL AND NOT deleted;
 
         CREATE OR REPLACE FUNCTION routemaster_history_version() RETURNS trigger

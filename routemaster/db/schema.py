@@ -104,6 +104,7 @@ sa.Index(
     "labels_by_version",
     labels.c.state_machine,
     labels.c.version,
+    labels.c.state,
     postgresql_where=sa.and_(labels.c.version.isnot(None), sa.not_(labels.c.deleted)),
 )
 sa.Index(

@@ -104,6 +104,17 @@ def version_counts(conn: sa.Connection) -> dict[str, dict[int, int]]:
     return counts
 
 
+def version_state_counts(conn: sa.Connection) -> list[tuple[str, int, str, int]]:
+    """Live labels that keep a version, per (machine, version, state): an index-only scan."""
+    exists = fetch_one(conn, _VERSION_COLUMN_EXISTS, {})
+    if not (exists and exists[0]):
+        return []
+    return [
+        (str(machine), int(version), str(state), int(count))
+        for machine, version, state, count in fetch_all(conn, _VERSION_STATE_COUNTS, {})
+    ]
+
+
 def set_label_version(conn: sa.Connection, machine: str, name: str, version: int) -> None:
     """Put a (locked) label on ``version``: what it follows from now on."""
     run(conn, _SET_VERSION, {"sm": machine, "name": name, "key": label_key(name), "v": version})
@@ -251,6 +262,12 @@ _VERSION_COUNTS = """
     SELECT state_machine, version, count(*) FROM labels
     WHERE version IS NOT NULL AND NOT deleted
     GROUP BY state_machine, version
+    """
+
+_VERSION_STATE_COUNTS = """
+    SELECT state_machine, version, state, count(*) FROM labels
+    WHERE version IS NOT NULL AND NOT deleted
+    GROUP BY state_machine, version, state
     """
 
 _SET_VERSION = """

@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import sqlalchemy as sa
+
 from routemaster.app import App
 from routemaster.config.graph import describe_machine
 from routemaster.config.model import Migration, NoNext, StateMachine
@@ -27,6 +29,7 @@ from routemaster.db import versions
 from routemaster.labels.core import finish_in_request
 from routemaster.labels.errors import LabelDeleted, LabelNotFound
 from routemaster.labels.operations import force_move, move_locked
+from routemaster.labels.versions import MAX_VERSIONS
 from routemaster.machine.upgrades import ConfigPlan, plan_config
 
 logger = logging.getLogger(__name__)
@@ -51,7 +54,29 @@ def current_plan(app: App) -> ConfigPlan:
         }
         counts = versions.label_counts(conn)
         kept = versions.version_counts(conn) if applied else {}
-    return plan_config(app.config, applied, counts, kept)
+        at_home = _labels_at_home(conn, app) if applied else {}
+    return plan_config(app.config, applied, counts, kept, at_home)
+
+
+def _labels_at_home(conn: sa.Connection, app: App) -> dict[str, dict[str, int]]:
+    """Per ``continue`` machine and state, the labels whose own version has that state.
+
+    They finish under their version, so a configuration that lacks the state
+    does not strand them.
+    """
+    continuing = {machine.name for machine in app.config.state_machines if machine.continues}
+    if not continuing:
+        return {}
+    states = {
+        (found.machine, found.version): {state["name"] for state in found.definition["states"]}
+        for name in continuing
+        for found in versions.versions_of(conn, name, after=0, limit=MAX_VERSIONS)
+    }
+    home: dict[str, dict[str, int]] = {}
+    for machine, version, state, count in versions.version_state_counts(conn):
+        if machine in continuing and state in states.get((machine, version), ()):
+            home.setdefault(machine, {})[state] = home.get(machine, {}).get(state, 0) + count
+    return home
 
 
 def record_configuration(app: App) -> Recorded:
@@ -162,6 +187,9 @@ def apply_migrations(app: App, *, wait: bool, batch: int = BATCH) -> int:
 
 
 def _migrate_machine(app: App, machine: StateMachine, batch: int) -> int:
+    # A continue machine's older labels keep their states (they reach the version in force
+    # only through a bulk upgrade): only those following the version in force migrate.
+    version = app.versions.in_force.get(machine.name) if machine.continues else None
     migrated = 0
     for migration in machine.migrations:
         while True:
@@ -175,11 +203,17 @@ def _migrate_machine(app: App, machine: StateMachine, batch: int) -> int:
                         reason=migration.reason,
                         now=app.now(),
                         limit=batch,
+                        version=version,
                     )
             else:
                 with app.db.connect() as conn:
                     names = store.names_in_state(
-                        conn, machine.name, migration.from_state, now=app.now(), limit=batch
+                        conn,
+                        machine.name,
+                        migration.from_state,
+                        now=app.now(),
+                        limit=batch,
+                        version=version,
                     )
                 found = len(names)
                 done = sum(_move(app, machine, name, migration) for name in names)

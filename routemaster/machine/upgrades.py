@@ -70,16 +70,23 @@ def plan_config(
     applied: Mapping[str, tuple[int, Definition]],
     counts: Mapping[str, Mapping[str, int]],
     version_counts: Mapping[str, Mapping[int, int]] | None = None,
+    at_home: Mapping[str, Mapping[str, int]] | None = None,
 ) -> ConfigPlan:
     """The plan of ``config`` against ``applied`` (machine -> (version, definition)).
 
     ``counts``: live labels per machine and state, as the database holds them now;
-    ``version_counts``: live labels per machine and the version they keep (``continue``).
+    ``version_counts``: live labels per machine and the version they keep (``continue``);
+    ``at_home``: per machine and state, labels whose own version has that state (they are
+    never stranded: a ``continue`` machine's labels finish under their version).
     """
     version_counts = version_counts or {}
+    at_home = at_home or {}
     machines = [
         dataclasses.replace(
-            plan_machine(machine, applied.get(machine.name), counts.get(machine.name, {})),
+            _unstrand(
+                plan_machine(machine, applied.get(machine.name), counts.get(machine.name, {})),
+                at_home.get(machine.name, {}) if machine.continues else {},
+            ),
             versions=labels_by_version(
                 applied.get(machine.name, (None,))[0],
                 sum(counts.get(machine.name, {}).values()),
@@ -103,6 +110,18 @@ def plan_config(
         (plan.name, state, labels) for plan in machines for state, labels in plan.stranded
     )
     return ConfigPlan(tuple(machines), stranded)
+
+
+def _unstrand(plan: MachinePlan, at_home: Mapping[str, int]) -> MachinePlan:
+    """``plan`` without the labels that finish under their own version (``at_home``)."""
+    if not at_home:
+        return plan
+    stranded = tuple(
+        (state, labels - at_home.get(state, 0))
+        for state, labels in plan.stranded
+        if labels > at_home.get(state, 0)
+    )
+    return dataclasses.replace(plan, stranded=stranded)
 
 
 def labels_by_version(
@@ -291,6 +310,6 @@ def plan_as_text(plan: ConfigPlan) -> list[str]:
             detail = f" -> {state.to}" if state.to else ""
             if state.aspects:
                 detail = f" ({', '.join(state.aspects)})"
-            stranded = " STRANDED" if (state.name, state.labels) in machine.stranded else ""
+            stranded = " STRANDED" if state.name in dict(machine.stranded) else ""
             lines.append(f"  {state.change} {state.name}{detail}: {count}{stranded}")
     return lines
