@@ -273,7 +273,7 @@ SCHEMAS: dict[str, Schema] = {
     "LabelListOrCount": {"anyOf": [ref("LabelList"), ref("LabelCount")]},
     "Bulk": obj(
         {
-            "command": {"enum": ["retry", "pause", "resume", "move", "delete"]},
+            "command": {"enum": ["retry", "pause", "resume", "move", "delete", "upgrade"]},
             "where": TEXT,
             "state": TEXT,
             "errored": BOOLEAN,

@@ -18,6 +18,7 @@ import click
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
+from werkzeug.test import TestResponse
 
 from routemaster import labels
 from routemaster.api import create_app
@@ -303,7 +304,7 @@ def test_bulk_upgrade_renames_through_the_migrations_and_fails_without_one(
     )
     assert accepted.status_code == 202, accepted.json
     assert run_batch(new, limit=100) == 3
-    job = client.get(f"/bulk/{accepted.json['id']}").json
+    job = _json(client.get(f"/bulk/{_json(accepted)['id']}"))
     assert (job["done"], job["skipped"], job["failed"]) == (2, 0, 1)
 
     renamed = _label(new, "u1")
@@ -323,8 +324,12 @@ def test_bulk_upgrade_renames_through_the_migrations_and_fails_without_one(
     )
     parked = _label(new, "u3")  # version 2 has no parked and no migration names it
     assert (parked.state, parked.version) == ("parked", 1)
-    assert client.get("/state-machines/m/labels/u1").json["version"] == 2
-    assert client.get("/state-machines/m/labels/u3").json["version"] == 1
+    assert _json(client.get("/state-machines/m/labels/u1"))["version"] == 2
+    assert _json(client.get("/state-machines/m/labels/u3"))["version"] == 1
+    machine_page = client.get("/console/machines/m").get_data(as_text=True)
+    assert "1: 1 label, 2: 3 labels" in machine_page  # the versions in use
+    label_page = client.get("/console/machines/m/labels/u3").get_data(as_text=True)
+    assert '<td id="version"><a href="/console/machines/m/versions">1</a>' in label_page
     # Upgraded, u1 follows version 2 now.
     assert _patch(new, "u1", {"go": True}).state == "done"
 
@@ -332,7 +337,13 @@ def test_bulk_upgrade_renames_through_the_migrations_and_fails_without_one(
         "/state-machines/plain/bulk", json={"command": "upgrade", "reason": "x", "dry_run": True}
     )
     assert refused.status_code == 400
-    assert "continue" in refused.json["message"]
+    assert "continue" in _json(refused)["message"]
+
+
+def _json(response: TestResponse) -> Any:
+    body = response.json
+    assert body is not None
+    return body
 
 
 def test_plan_json_counts_labels_per_version(deployment: Deployment, database_url: str) -> None:

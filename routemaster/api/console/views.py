@@ -31,7 +31,10 @@ from routemaster.db import deliveries
 from routemaster.db import labels as store
 from routemaster.db.changes import Snapshot, recent_changes, snapshot
 from routemaster.db.listings import count_labels, label_page
+from routemaster.db.versions import version_counts
 from routemaster.labels.bulk import COMMANDS as BULK_COMMANDS
+from routemaster.machine.upgrades import labels_by_version
+from routemaster.machine.versions import version_of_label
 
 blueprint = flask.Blueprint("console", __name__, url_prefix="/console", template_folder="templates")
 
@@ -166,7 +169,11 @@ def machine_page(sm: str) -> str:
         counts = count_labels(conn, machine.name)
         recent = recent_changes(conn, machine.name, limit=30)
         errored = label_page(conn, machine.name, after="", limit=21, errored=True)
+        kept = version_counts(conn).get(machine.name, {}) if machine.continues else {}
     held = tasks_in_flight(app)
+    in_use = labels_by_version(
+        app.versions.in_force.get(machine.name), sum(c.labels for c in counts.values()), kept
+    )
     described = describe_machine(machine)
     return render_page(
         "machine.html",
@@ -184,6 +191,7 @@ def machine_page(sm: str) -> str:
         ],
         changes_url=machine_url(machine.name, "changes"),
         snapshot=seen,
+        versions_in_use=in_use,
     )
 
 
@@ -248,6 +256,7 @@ def label_page_view(sm: str, label: str) -> str:
         label=found,
         metadata=json.dumps(found.metadata, indent=2, ensure_ascii=False, sort_keys=True),
         history=history,
+        version=version_of_label(app.config, app.versions, machine.name, found.version),
         tasks=tasks,
         explanation=explanation,
         changes_url=machine_url(machine.name, "changes"),
