@@ -27,6 +27,7 @@ from routemaster.config import describe_machine
 from routemaster.config.model import Action, StateMachine
 from routemaster.db import deliveries
 from routemaster.exit_conditions import FeedUnavailable
+from routemaster.labels.scheduling import explain_next_check
 from routemaster.machine import choose_next_state
 from routemaster.machine.triggers import what_evaluates
 
@@ -57,6 +58,8 @@ def explanation_of(app: App, machine: StateMachine, found: label_core.Label) -> 
         "last_error": found.last_error,
         "attempts": found.attempts,
         "due_at": isoformat(found.due_at),
+        "next_check_at": None,
+        "next_check_reason": None,
         "recent_deliveries": recent_deliveries(app, machine, found.name),
     }
     if found.paused:
@@ -74,6 +77,10 @@ def explanation_of(app: App, machine: StateMachine, found: label_core.Label) -> 
         body.update(action_explanation(app, state, found))
         return body
     body["triggers"] = described[state.name].get("triggers", [])
+    check = explain_next_check(app, machine, found)
+    if check is not None:
+        body["next_check_at"] = isoformat(check.at)
+        body["next_check_reason"] = check.reason
     context = label_core.label_context(
         app, machine, found, feed_timeout=app.settings.feed_timeout_in_request
     )

@@ -111,6 +111,7 @@ class Moves:
     due_at: datetime.datetime | None  # when the worker next looks at it (an action: now)
     forced: bool = False
     reason: str | None = None
+    next_check_at: datetime.datetime | None = None  # in a gate evaluated at moments (SPEC E1)
 
 
 def label_from_row(row: Row) -> Label:
@@ -131,9 +132,18 @@ def insert(
     *,
     state: str,
     now: datetime.datetime,
-    due: bool,
+    due: bool = False,
+    due_at: datetime.datetime | None = None,
+    next_check_at: datetime.datetime | None = None,
 ) -> Label | None:
-    """A new label and its first history entry; ``None`` when the name is taken."""
+    """A new label and its first history entry; ``None`` when the name is taken.
+
+    When the worker first looks at it: ``due_at`` (a gate evaluated at
+    moments: its schedule), else now if ``due`` (an action); ``next_check_at``:
+    a gate's next check (SPEC E1).
+    """
+    if due_at is None and due:
+        due_at = now
     row = fetch_one(
         conn,
         _PREPARED_INSERT,
@@ -143,10 +153,11 @@ def insert(
             "metadata": json.dumps(metadata),
             "state": state,
             "now": now,
-            "due_at": now if due else None,
+            "due_at": due_at,
+            "next_check_at": next_check_at,
         },
     )
-    if row is not None and due:
+    if row is not None and due_at is not None and due_at <= now:
         notify_due(conn)
     return None if row is None else label_from_row(row)
 
@@ -181,15 +192,25 @@ def lock_entries(conn: sa.Connection, entries: Sequence[tuple[str, str, int]]) -
 
 
 def merge_metadata(
-    conn: sa.Connection, state_machine: str, name: str, patch: dict[str, Any]
+    conn: sa.Connection,
+    state_machine: str,
+    name: str,
+    patch: dict[str, Any],
+    *,
+    scheduled_states: Sequence[str] = (),
 ) -> Label | None:
     """Deep-merge ``patch`` into a live label's metadata; ``None`` if there is no such label.
 
     The row lock the UPDATE takes serialises concurrent merges: none is lost.
+    A label in one of ``scheduled_states`` (gates evaluated at moments) is left
+    for the caller to reschedule in the same transaction (:func:`schedule`).
     """
-    row = fetch_one(
-        conn, _MERGE_METADATA, {**_one(state_machine, name), "patch": json.dumps(patch)}
-    )
+    params = {
+        **_one(state_machine, name),
+        "patch": json.dumps(patch),
+        "scheduled_states": list(scheduled_states),
+    }
+    row = fetch_one(conn, _MERGE_METADATA, params)
     return None if row is None else label_from_row(row)
 
 
@@ -200,10 +221,80 @@ def is_deleted(conn: sa.Connection, state_machine: str, name: str) -> bool | Non
 
 
 def clear_due(conn: sa.Connection, keys: Iterable[LabelKey]) -> None:
-    """Nothing more to do for these labels until a trigger or an update makes them due."""
+    """Nothing more to do for these labels (an action with no ``next``) until someone acts."""
     params = label_key_arrays(keys)
     if params["names"]:
         run(conn, _CLEAR_DUE, params)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One label's next check and due time, computed for its entry ``entry_id`` (SPEC E1)."""
+
+    key: LabelKey
+    entry_id: int
+    next_check_at: datetime.datetime | None
+    due_at: datetime.datetime | None
+
+
+def settle_unmoved(conn: sa.Connection, schedules: Sequence[Schedule]) -> None:
+    """Evaluated and not moved: nothing to do until their next due time (``None``: an update).
+
+    A row that already holds exactly this is not written at all, so a
+    label evaluated at its next check that stays where it is costs no write.
+    """
+    if schedules:
+        run(conn, _SETTLE_UNMOVED, _schedule_arrays(schedules))
+
+
+def schedule(conn: sa.Connection, schedules: Sequence[Schedule]) -> None:
+    """Store next checks and due times computed after an update or for a row that had none.
+
+    A label leased to a worker (its evaluation in flight) is left alone: it is
+    settled when that evaluation ends.
+    """
+    if schedules:
+        run(conn, _SCHEDULE, _schedule_arrays(schedules))
+        if any(s.due_at is not None for s in schedules):
+            notify_due(conn)
+
+
+def lock_unscheduled(
+    conn: sa.Connection, states: Sequence[tuple[str, str]], *, limit: int
+) -> list[Label]:
+    """Up to ``limit`` live rows in ``states`` written since their schedule was computed.
+
+    Found through the partial index ``labels_unscheduled``, so the cost is
+    that of the rows returned, never of the table.
+    """
+    if limit <= 0 or not states:
+        return []
+    params = {
+        "machines": [machine for machine, _ in states],
+        "states": [state for _, state in states],
+        "limit": limit,
+    }
+    return [label_from_row(row) for row in fetch_all(conn, _LOCK_UNSCHEDULED, params)]
+
+
+def count_unscheduled(conn: sa.Connection) -> int:
+    """Live rows whose schedule is not computed yet (the index's size): for progress."""
+    return int(fetch_one(conn, _COUNT_UNSCHEDULED)[0])  # type: ignore[index]
+
+
+def next_check_of(conn: sa.Connection, key: LabelKey) -> datetime.datetime | None:
+    """The stored next check of one label (``None``: none, or not computed yet)."""
+    row = fetch_one(conn, _NEXT_CHECK, _one(*key))
+    return None if row is None else row[0]
+
+
+def _schedule_arrays(schedules: Sequence[Schedule]) -> dict[str, Any]:
+    return {
+        **label_key_arrays(s.key for s in schedules),
+        "entries": [s.entry_id for s in schedules],
+        "next_checks": [s.next_check_at for s in schedules],
+        "dues": [s.due_at for s in schedules],
+    }
 
 
 def mark_due(conn: sa.Connection, key: LabelKey, *, at: datetime.datetime) -> None:
@@ -282,9 +373,10 @@ def history(conn: sa.Connection, state_machine: str, name: str) -> list[HistoryE
 _INSERT = """
     WITH created AS (
         INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, entry_id,
-                            due_at, created_at, updated_at)
+                            due_at, next_check_at, created_at, updated_at, scheduled_at)
         VALUES (%(sm)s, %(name)s, CAST(%(metadata)s AS jsonb), %(state)s, %(now)s,
-                nextval(pg_get_serial_sequence('history', 'id')), %(due_at)s, %(now)s, %(now)s)
+                nextval(pg_get_serial_sequence('history', 'id')), %(due_at)s,
+                %(next_check_at)s, %(now)s, %(now)s, %(now)s)
         ON CONFLICT (state_machine, name_key) DO NOTHING
         RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
                   previous_state, deleted, paused, errored, last_error, attempts, due_at,
@@ -330,7 +422,11 @@ _LOCK_ENTRIES = """
 
 _MERGE_METADATA = """
     UPDATE labels SET metadata = routemaster_deep_merge(metadata, CAST(%(patch)s AS jsonb)),
-                      updated_at = now()
+                      updated_at = now(),
+                      scheduled_at = CASE
+                          WHEN state = ANY(CAST(%(scheduled_states)s AS text[])) THEN scheduled_at
+                          WHEN scheduled_at = updated_at THEN now()
+                          ELSE scheduled_at END
     WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s AND NOT deleted
     RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
               deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
@@ -347,6 +443,57 @@ _CLEAR_DUE = """
                 CAST(%(names)s AS text[])) AS done(sm, key, name)
     WHERE labels.state_machine = done.sm AND labels.name_key = done.key
       AND labels.name = done.name
+    """
+
+# Evaluated without moving: the new schedule, and a clean slate of attempts; rows that
+# already hold all of it are not written (no new row version, no WAL).
+_SETTLE_UNMOVED = """
+    UPDATE labels SET next_check_at = done.next_check_at, due_at = done.due_at,
+                      scheduled_at = labels.updated_at,
+                      attempts = 0, last_error = NULL, lease_owner = NULL
+    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
+                CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]),
+                CAST(%(next_checks)s AS timestamptz[]), CAST(%(dues)s AS timestamptz[]))
+         AS done(sm, key, name, entry_id, next_check_at, due_at)
+    WHERE labels.state_machine = done.sm AND labels.name_key = done.key
+      AND labels.name = done.name AND labels.entry_id = done.entry_id
+      AND (labels.next_check_at IS DISTINCT FROM done.next_check_at
+           OR labels.due_at IS DISTINCT FROM done.due_at
+           OR labels.scheduled_at IS DISTINCT FROM labels.updated_at
+           OR labels.attempts <> 0 OR labels.last_error IS NOT NULL
+           OR labels.lease_owner IS NOT NULL)
+    """
+
+_SCHEDULE = """
+    UPDATE labels SET next_check_at = computed.next_check_at, due_at = computed.due_at,
+                      scheduled_at = labels.updated_at
+    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
+                CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]),
+                CAST(%(next_checks)s AS timestamptz[]), CAST(%(dues)s AS timestamptz[]))
+         AS computed(sm, key, name, entry_id, next_check_at, due_at)
+    WHERE labels.state_machine = computed.sm AND labels.name_key = computed.key
+      AND labels.name = computed.name AND labels.entry_id = computed.entry_id
+      AND labels.lease_owner IS NULL
+    """
+
+_LOCK_UNSCHEDULED = """
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+    FROM labels
+    WHERE NOT deleted AND scheduled_at IS DISTINCT FROM updated_at AND lease_owner IS NULL
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+    """
+
+_COUNT_UNSCHEDULED = """
+    SELECT count(*) FROM labels WHERE NOT deleted AND scheduled_at IS DISTINCT FROM updated_at
+    """
+
+_NEXT_CHECK = """
+    SELECT next_check_at FROM labels
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
     """
 
 _MARK_DUE = """
@@ -379,14 +526,17 @@ _RECORD_FORCED = """
 
 _RETRY = """
     UPDATE labels SET errored = false, attempts = 0, due_at = %(now)s, lease_owner = NULL,
-                      updated_at = now()
+                      updated_at = now(), scheduled_at = CASE WHEN scheduled_at = updated_at
+                                                             THEN now() ELSE scheduled_at END
     WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
     RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
               deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
     """
 
 _SET_PAUSED = """
-    UPDATE labels SET paused = %(paused)s, lease_owner = NULL, updated_at = now()
+    UPDATE labels SET paused = %(paused)s, lease_owner = NULL, updated_at = now(),
+                      scheduled_at = CASE WHEN scheduled_at = updated_at
+                                          THEN now() ELSE scheduled_at END
     WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
     RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
               deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at

@@ -18,14 +18,20 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.app import App
-from routemaster.config.model import Action, StateMachine
+from routemaster.config.model import Action, Gate, State, StateMachine
 from routemaster.db import labels as store
-from routemaster.db.labels import HistoryEntry, Label, LabelKey, Moves
+from routemaster.db.labels import HistoryEntry, Label, LabelKey, Moves, Schedule
 from routemaster.db.moves import write_moves
 from routemaster.db.statements import single_statement
 from routemaster.exit_conditions import Context
 from routemaster.labels.errors import LabelDeleted, LabelExists, LabelNotFound
 from routemaster.labels.feeds import FeedFetcher
+from routemaster.labels.scheduling import (
+    after_evaluation_of,
+    arrival,
+    scheduled_states,
+    store_after_update,
+)
 from routemaster.machine import Plan, Position, evaluates_on_entry, plan_moves, update_fires
 from routemaster.machine.planning import FeedReader, context_for, no_feeds
 
@@ -47,19 +53,35 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
     """
     now = app.now()
     initial = machine.initial_state
-    due = isinstance(initial, Action)
-    if not due and not evaluates_on_entry(initial):
+    due_at, next_check_at = arrival(
+        app, machine, name, metadata, state=initial.name, previous_state=None, now=now
+    )
+    if not isinstance(initial, Action) and not evaluates_on_entry(initial):
         # The insert is all there is to do: one statement, its own transaction.
         with single_statement(app.db) as conn:
             created = store.insert(
-                conn, machine.name, name, metadata, state=initial.name, now=now, due=False
+                conn,
+                machine.name,
+                name,
+                metadata,
+                state=initial.name,
+                now=now,
+                due_at=due_at,
+                next_check_at=next_check_at,
             )
         if created is None:
             raise LabelExists(name)
         return created
     with app.db.begin() as conn:
         label = store.insert(
-            conn, machine.name, name, metadata, state=initial.name, now=now, due=due
+            conn,
+            machine.name,
+            name,
+            metadata,
+            state=initial.name,
+            now=now,
+            due_at=due_at,
+            next_check_at=next_check_at,
         )
         if label is None:
             raise LabelExists(name)
@@ -86,11 +108,18 @@ def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str,
     due, and the worker evaluates it once the label is resumed.
     """
     now = app.now()
+    scheduled = scheduled_states(machine)
     with app.db.begin() as conn:
-        label = _merged(conn, machine, name, patch)
+        label = _merged(conn, machine, name, patch, scheduled)
         # A state this configuration lacks (a newer one's, in a rolling deploy): not evaluated.
         known = any(state.name == label.state for state in machine.states)
-        if label.errored or not known or not update_fires(machine.get_state(label.state), patch):
+        if label.errored or not known:
+            return label
+        fires = update_fires(machine.get_state(label.state), patch)
+        if label.state in scheduled and (label.paused or not fires):
+            # The metadata a waiting label's next check was solved from has changed.
+            store_after_update(conn, app, machine, label)
+        if not fires:
             return label
         if label.paused:
             store.mark_due(conn, label.key, at=now)
@@ -99,7 +128,13 @@ def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str,
     return finish_in_request(app, machine, label, plan)
 
 
-def _merged(conn: sa.Connection, machine: StateMachine, name: str, patch: dict[str, Any]) -> Label:
+def _merged(
+    conn: sa.Connection,
+    machine: StateMachine,
+    name: str,
+    patch: dict[str, Any],
+    scheduled: list[str],
+) -> Label:
     """The label with ``patch`` merged in; ``LabelNotFound`` or ``LabelDeleted`` if it cannot be.
 
     Each statement reads its own snapshot (READ COMMITTED), so when the merge
@@ -109,7 +144,7 @@ def _merged(conn: sa.Connection, machine: StateMachine, name: str, patch: dict[s
     nothing either, the label was deleted since (only a delete hides a label
     from the merge, and a deleted label stays deleted).
     """
-    label = store.merge_metadata(conn, machine.name, name, patch)
+    label = store.merge_metadata(conn, machine.name, name, patch, scheduled_states=scheduled)
     if label is not None:
         return label
     deleted = store.is_deleted(conn, machine.name, name)
@@ -117,7 +152,7 @@ def _merged(conn: sa.Connection, machine: StateMachine, name: str, patch: dict[s
         raise LabelNotFound(name)
     if deleted:
         raise LabelDeleted(name)
-    label = store.merge_metadata(conn, machine.name, name, patch)
+    label = store.merge_metadata(conn, machine.name, name, patch, scheduled_states=scheduled)
     if label is None:
         raise LabelDeleted(name)
     return label
@@ -157,10 +192,14 @@ def advance_locked(
     """
     plan = _plan(app, machine, label, now, no_feeds)
     if plan.moves:
-        label = write(conn, app, [Moves(label, plan.states, due_at(app, plan, now))], now=now)[0]
+        label = write(conn, app, [moves_for(app, machine, label, plan, now)], now=now)[0]
     elif plan.feed_missing is not None:
         # A safety net: if the feeds are never fetched (the process dies), the worker retries.
         store.mark_due(conn, label.key, at=due_at(app, plan, now) or now)
+    elif isinstance(_state_of(machine, label), Gate):
+        settled = after_evaluation_of(app, machine, label, now)
+        store.settle_unmoved(conn, [settled])
+        label = replace(label, due_at=settled.due_at, attempts=0, last_error=None)
     return label, plan
 
 
@@ -205,16 +244,16 @@ def advance_with_feeds(app: App, key: LabelKey, entry_id: int, *, timeout: float
         if label.metadata != snapshot.metadata:
             plan = _plan(app, machine, label, now, fetcher.fetched)
         if plan.moves:
-            moves = Moves(label, plan.states, due_at(app, plan, now))
-            label = write(conn, app, [moves], now=now)[0]
+            label = write(conn, app, [moves_for(app, machine, label, plan, now)], now=now)[0]
         if plan.feed_missing is not None:
             retry_at = now + app.settings.evaluation_retry_delay
             error = str(plan.feed_missing)
             store.record_evaluation_failure(conn, label.key, error=error, due_at=retry_at)
             return replace(label, due_at=retry_at, last_error=error)
-        if not plan.moves and (label.due_at is not None or label.attempts):
-            store.clear_due(conn, [label.key])
-            label = replace(label, due_at=None, attempts=0, last_error=None)
+        if not plan.moves:
+            settled = after_evaluation_of(app, machine, label, now)
+            store.settle_unmoved(conn, [settled])
+            label = replace(label, due_at=settled.due_at, attempts=0, last_error=None)
         return label
 
 
@@ -222,7 +261,7 @@ def advance_with_feeds(app: App, key: LabelKey, entry_id: int, *, timeout: float
 class Settled:
     """What :func:`settle_batch` did with a batch of locked labels."""
 
-    unmoved: list[LabelKey]  # evaluated: nothing to do until the next trigger
+    unmoved: list[Schedule]  # evaluated: nothing to do until their next due time
     waiting: list[Label]  # their next evaluation reads feeds, as they are now
 
 
@@ -237,19 +276,26 @@ def settle_batch(
     after the moves they could make without one.
     """
     plans = [
-        (label, _plan(app, app.config.get_machine(label.state_machine), label, now, no_feeds))
+        (label, app.config.get_machine(label.state_machine), label_plan)
         for label in batch
+        for label_plan in [
+            _plan(app, app.config.get_machine(label.state_machine), label, now, no_feeds)
+        ]
     ]
     written = write(
         conn,
         app,
-        [Moves(label, plan.states, due_at(app, plan, now)) for label, plan in plans if plan.moves],
+        [moves_for(app, machine, label, plan, now) for label, machine, plan in plans if plan.moves],
         now=now,
     )
     current = {label.key: label for label in batch} | {label.key: label for label in written}
     return Settled(
-        unmoved=[label.key for label, plan in plans if not plan.moves and not plan.feed_missing],
-        waiting=[current[label.key] for label, plan in plans if plan.feed_missing is not None],
+        unmoved=[
+            after_evaluation_of(app, machine, label, now)
+            for label, machine, plan in plans
+            if not plan.moves and not plan.feed_missing
+        ],
+        waiting=[current[label.key] for label, _, plan in plans if plan.feed_missing is not None],
     )
 
 
@@ -266,6 +312,24 @@ def write(
             )
             old = state
     return written
+
+
+def moves_for(
+    app: App, machine: StateMachine, label: Label, plan: Plan, now: datetime.datetime
+) -> Moves:
+    """``label``'s moves by ``plan``, with when the worker next looks at it where it stops."""
+    if plan.feed_missing is not None or plan.ends_in_action:
+        return Moves(label, plan.states, due_at(app, plan, now))
+    due, next_check_at = arrival(
+        app,
+        machine,
+        label.name,
+        label.metadata,
+        state=plan.states[-1],
+        previous_state=plan.states[-2] if len(plan.states) > 1 else label.state,
+        now=now,
+    )
+    return Moves(label, plan.states, due, next_check_at=next_check_at)
 
 
 def due_at(app: App, plan: Plan, now: datetime.datetime) -> datetime.datetime | None:
@@ -287,6 +351,13 @@ def log_transition(
     app.hooks.transition(
         state_machine=state_machine, label=name, old_state=old, new_state=new, forced=forced
     )
+
+
+def _state_of(machine: StateMachine, label: Label) -> State | None:
+    try:
+        return machine.get_state(label.state)
+    except KeyError:
+        return None
 
 
 def _plan(

@@ -11,12 +11,13 @@ import datetime
 import sqlalchemy as sa
 
 from routemaster.app import App
-from routemaster.config.model import Action, StateMachine
+from routemaster.config.model import StateMachine
 from routemaster.db import labels as store
 from routemaster.db import pauses
 from routemaster.db.labels import Label, Moves
 from routemaster.labels.core import advance_locked, finish_in_request, write
 from routemaster.labels.errors import InvalidOperation, LabelDeleted, LabelNotFound
+from routemaster.labels.scheduling import arrival
 from routemaster.machine import Plan, evaluates_on_entry
 
 
@@ -145,12 +146,22 @@ def move_locked(
         raise InvalidOperation(
             f"state machine {machine.name!r} has no state {destination!r}"
         ) from None
+    due, next_check_at = arrival(
+        app,
+        machine,
+        label.name,
+        label.metadata,
+        state=destination,
+        previous_state=label.state,
+        now=now,
+    )
     forced = Moves(
         label,
         (destination,),
-        due_at=now if isinstance(entered, Action) else None,
+        due_at=due,
         forced=True,
         reason=reason or "moved by operator",
+        next_check_at=next_check_at,
     )
     label = write(conn, app, [forced], now=now)[0]
     if not evaluates_on_entry(entered):

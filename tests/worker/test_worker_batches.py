@@ -69,7 +69,7 @@ def test_a_batch_moves_each_label_as_far_as_it_goes(tmp_path: Path, db_engine: s
             conn, app, _locked(conn, "express", "normal", "stuck"), now=app.now()
         )
 
-    assert settled.unmoved == [("order", "stuck")]
+    assert [schedule.key for schedule in settled.unmoved] == [("order", "stuck")]
     assert settled.waiting == []
 
     express = labels.get_label(app, machine, "express")

@@ -1,8 +1,8 @@
 """Gates evaluated by the worker: clock triggers, retried evaluations, feeds.
 
 Clock-driven tests inject a :class:`FakeClock` and drive one worker round at
-a time (``triggers.fire``, ``triggers.refresh_zones``, ``work_once``) so daily times
-and zones are tested at exact moments.
+a time (``triggers.fire``, ``work_once``) so daily times and zones are tested at exact
+moments.
 """
 
 from __future__ import annotations
@@ -133,6 +133,7 @@ def test_daily_time_in_system_time(make_app: MakeApp, monkeypatch: pytest.Monkey
 
 
 def test_daily_time_in_each_labels_zone(make_app: MakeApp) -> None:
+    """Each label falls due at the daily time in its own zone; a bad or missing zone never."""
     clock = FakeClock(datetime.datetime(2024, 7, 1, 8, 0, 30, tzinfo=UTC))  # 09:00:30 in London
     app = make_app(gate_config("{time: 9h, timezone: metadata.user.tz}"), clock=clock)
     machine = app.config.get_machine("m")
@@ -141,10 +142,13 @@ def test_daily_time_in_each_labels_zone(make_app: MakeApp) -> None:
     labels.create_label(app, machine, "bad", {"user": {"tz": "Not/AZone"}})
     labels.create_label(app, machine, "none", {})
     worker = Worker(app)
-    worker.triggers.refresh_zones()
+    clock.current = datetime.datetime(2024, 7, 1, 23, 59, 59, tzinfo=UTC)  # 08:59:59 in Tokyo
     one_round(worker)
-    assert states(app) == {"london": "done", "tokyo": "start", "bad": "start", "none": "start"}
-    clock.current = datetime.datetime(2024, 7, 2, 0, 0, 30, tzinfo=UTC)  # 09:00:30 in Tokyo
+    assert set(states(app).values()) == {"start"}, "09:00 in London was before they entered"
+    clock.current = datetime.datetime(2024, 7, 2, 0, 0, 0, tzinfo=UTC)  # 09:00 in Tokyo
+    one_round(worker)
+    assert states(app) == {"london": "start", "tokyo": "done", "bad": "start", "none": "start"}
+    clock.current = datetime.datetime(2024, 7, 2, 8, 0, 0, tzinfo=UTC)  # 09:00 in London
     one_round(worker)
     assert states(app) == {"london": "done", "tokyo": "done", "bad": "start", "none": "start"}
 
@@ -182,12 +186,18 @@ def test_feeds_in_condition_and_context_transition_fetched_once(
     clock = FakeClock(datetime.datetime(2024, 7, 1, 12, 0, 30, tzinfo=UTC))
     app = make_app(gate_config("{interval: 1h}", "feeds.f.ready = true", next_), clock=clock)
     create(app, "x", "y")
+    worker = Worker(app)
+    one_round(worker)
     assert stub.received() == [], "feeds are fetched only when an evaluation reads them"
-    one_round(Worker(app))
+    clock.current = datetime.datetime(2024, 7, 1, 13, 0, 0, tzinfo=UTC)  # the next occurrence
+    one_round(worker)
     assert states(app) == {"x": "b", "y": "start"}
     assert len(stub.received("/feed/x")) == 1
     assert len(stub.received("/feed/y")) == 1
-    assert labels.get_label(app, app.config.get_machine("m"), "y").due_at is None
+    waiting = labels.get_label(app, app.config.get_machine("m"), "y")
+    assert waiting.due_at == datetime.datetime(2024, 7, 1, 14, 0, tzinfo=UTC), (
+        "a feed may change at any moment: evaluated again at the next occurrence"
+    )
 
 
 def test_a_failed_feed_leaves_the_label_in_its_gate(
@@ -197,6 +207,7 @@ def test_a_failed_feed_leaves_the_label_in_its_gate(
     clock = FakeClock(datetime.datetime(2024, 7, 1, 12, 0, 30, tzinfo=UTC))
     app = make_app(gate_config("{interval: 1h}", "feeds.f.ready = true"), clock=clock)
     create(app, "x")
+    clock.current = datetime.datetime(2024, 7, 1, 13, 0, 0, tzinfo=UTC)  # the next occurrence
     one_round(Worker(app))
     label = labels.get_label(app, app.config.get_machine("m"), "x")
     assert label.state == "start"
@@ -245,12 +256,13 @@ def test_metadata_sent_while_paused_is_evaluated_on_resume(make_app: MakeApp) ->
 
 
 def test_a_clock_trigger_that_fired_while_paused_is_owed_on_resume(make_app: MakeApp) -> None:
-    app = make_app(gate_config("{interval: 1h}", "metadata.ready = true"))
+    clock = FakeClock(datetime.datetime(2024, 7, 1, 12, 0, 30, tzinfo=UTC))
+    app = make_app(gate_config("{interval: 1h}", "metadata.ready = true"), clock=clock)
     machine = app.config.get_machine("m")
     create(app, "p", ready=True)  # no entry trigger: it waits for the interval
     labels.set_paused(app, machine, "p", True)
     worker = Worker(app)
-    worker.triggers.fire()
+    clock.current = datetime.datetime(2024, 7, 1, 13, 0, 0, tzinfo=UTC)  # the next occurrence
     one_round(worker)
     assert states(app) == {"p": "start"}
     labels.set_paused(app, machine, "p", False)

@@ -122,6 +122,8 @@ def trigger_text(trigger: dict[str, Any]) -> str:
         return f"every {_duration(trigger['seconds'])}"
     if kind == "time":
         return f"daily at {trigger['time'][:5]} ({_shorten(trigger['timezone'], 14)})"
+    if trigger.get("event") == "timer":
+        return "at its next check"
     return "on entry"
 
 
