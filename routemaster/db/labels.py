@@ -288,6 +288,23 @@ def next_check_of(conn: sa.Connection, key: LabelKey) -> datetime.datetime | Non
     return None if row is None else row[0]
 
 
+@dataclass(frozen=True)
+class NextMove:
+    """A label waiting in a gate, with when the worker evaluates it and its next check."""
+
+    name: str
+    due_at: datetime.datetime
+    next_check_at: datetime.datetime | None
+
+
+def next_moves(
+    conn: sa.Connection, state_machine: str, state: str, *, limit: int
+) -> list[NextMove]:
+    """The gate's labels the worker evaluates soonest (index ``labels_awaiting_claim``)."""
+    params = {"sm": state_machine, "state": state, "limit": limit}
+    return [NextMove(*row) for row in fetch_all(conn, _NEXT_MOVES, params)]
+
+
 def _schedule_arrays(schedules: Sequence[Schedule]) -> dict[str, Any]:
     return {
         **label_key_arrays(s.key for s in schedules),
@@ -489,6 +506,14 @@ _LOCK_UNSCHEDULED = """
 
 _COUNT_UNSCHEDULED = """
     SELECT count(*) FROM labels WHERE NOT deleted AND scheduled_at IS DISTINCT FROM updated_at
+    """
+
+_NEXT_MOVES = """
+    SELECT name, due_at, next_check_at FROM labels
+    WHERE state_machine = %(sm)s AND state = %(state)s AND lease_owner IS NULL
+      AND due_at IS NOT NULL AND NOT deleted AND NOT paused AND NOT errored
+    ORDER BY due_at
+    LIMIT %(limit)s
     """
 
 _NEXT_CHECK = """

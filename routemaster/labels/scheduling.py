@@ -119,6 +119,15 @@ def explain_next_check(app: App, machine: StateMachine, label: Label) -> NextChe
     return NextCheck(stored if stored is not None else solved.at, solved.reason)
 
 
+def next_moves(
+    app: App, machine: StateMachine, *, limit: int
+) -> list[tuple[str, list[store.NextMove]]]:
+    """Per gate evaluated at moments, the labels the worker evaluates soonest: the console."""
+    gates = scheduled_states(machine)
+    with app.db.connect() as conn:
+        return [(gate, store.next_moves(conn, machine.name, gate, limit=limit)) for gate in gates]
+
+
 def schedule_unscheduled(app: App, *, limit: int) -> int:
     """Compute the schedule of up to ``limit`` rows written without one; how many.
 

@@ -32,6 +32,7 @@ from routemaster.db import labels as store
 from routemaster.db.changes import Snapshot, recent_changes, snapshot
 from routemaster.db.listings import count_labels, label_page
 from routemaster.labels.bulk import COMMANDS as BULK_COMMANDS
+from routemaster.labels.scheduling import next_moves
 
 blueprint = flask.Blueprint("console", __name__, url_prefix="/console", template_folder="templates")
 
@@ -182,6 +183,7 @@ def machine_page(sm: str) -> str:
             for state in machine.states
             if isinstance(state, Action) and (state.pulled or state.async_timeout)
         ],
+        next_moves=next_moves(app, machine, limit=5),
         changes_url=machine_url(machine.name, "changes"),
         snapshot=seen,
     )
