@@ -46,8 +46,11 @@ _UTC = datetime.UTC
 _TICK = datetime.timedelta(microseconds=1)
 _DAY = datetime.timedelta(days=1)
 _MIDNIGHT = datetime.time(0, 0)
-MAX_EVALUATIONS = 2000
-"""Evaluations one search may spend; past them it answers the next unexamined moment."""
+MAX_EVALUATIONS = 256
+"""Evaluations one search may spend (a few suffice for most conditions; metadata with
+hundreds of moments needs more); past them it answers the next unexamined moment, which
+is sound: the condition held at none before it."""
+_STOPPED = "the analysis stops here: evaluate again then"
 
 ContextAt = Callable[[datetime.datetime], Context]
 Moments = dict[datetime.datetime, str]  # breakpoint (UTC) -> the clause that sets it
@@ -182,6 +185,8 @@ class Timing:
         budget = MAX_EVALUATIONS
         context = first
         for index, start in enumerate(starts):
+            if budget <= 0:
+                return NextCheck(start, _STOPPED)
             if index:
                 context = context_at(start)
             held = self._holds(context)
@@ -195,13 +200,11 @@ class Timing:
                 end = min(end, starts[index + 1])
             for moment, reason in clock.daily(times, start, end):
                 if budget <= 0:
-                    return NextCheck(moment, "the analysis stops here: evaluate again then")
+                    return NextCheck(moment, _STOPPED)
                 held = self._holds(context_at(moment))
                 budget -= 1
                 if held is not False:
                     return NextCheck(moment, self._reason(held, reason))
-            if budget <= 0 and index + 1 < len(starts):
-                return NextCheck(starts[index + 1], "the analysis stops here: evaluate again then")
         blocking = _blocking(self.program.root, context)
         return NextCheck(None, f"{_text(self.program, blocking)}: waits for an update")
 
