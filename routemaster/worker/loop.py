@@ -118,7 +118,7 @@ class Worker:
             while not self._stopping.is_set():
                 try:
                     if first:
-                        self._jobs.run_all()
+                        self._steps.run("clock jobs", self._jobs.run_all, None)
                         first = False
                     busy = self.work_once()
                     sleep = 0.0 if busy else self._sleep_for()

@@ -105,7 +105,9 @@ class ClockTriggers:
         if first:
             logger.info("trigger %s fired for %s", key, occurrence.isoformat())
         else:
-            logger.debug("trigger %s already handled by another worker: %s", key, occurrence)
+            logger.debug(
+                "trigger %s already handled by another worker: %s", key, occurrence.isoformat()
+            )
 
     def _retention(self) -> datetime.timedelta:
         intervals = [

@@ -111,10 +111,12 @@ state_machines:
 """
     workers, app = workers_for(config)
     machine = app.config.get_machine("m")
-    for index in range(50):
-        labels.create_label(app, machine, f"l{index}", {})
     london_half_six = datetime.datetime(2031, 3, 3, 18, 30, tzinfo=datetime.UTC)  # GMT in March
     offset = (london_half_six - datetime.timedelta(seconds=4) - utc_now()).total_seconds()
+    # The labels enter on the workers' clock: each is due at the next 18:30 after it entered.
+    app.clock = lambda: utc_now() + datetime.timedelta(seconds=offset)
+    for index in range(50):
+        labels.create_label(app, machine, f"l{index}", {})
     for _ in range(3):
         workers.start(clock_offset=offset)
     workers.wait_started()
