@@ -171,7 +171,9 @@ def test_a_statement_timeout_in_one_trigger_leaves_deliveries_running(
     stub: StubServer,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    config = gate_config("{interval: 1s}", "false") + """
+    config = (
+        gate_config("{interval: 1s}", "false")
+        + """
   n:
     states:
       - action: notify
@@ -180,6 +182,7 @@ def test_a_statement_timeout_in_one_trigger_leaves_deliveries_running(
       - gate: done
         exit_condition: false
 """
+    )
     template = make_app(config)
     engine = create_engine(database_url, statement_timeout=1)
     app = App(config=template.config, db=engine, settings=Settings(poll_interval=0.2))
