@@ -258,6 +258,15 @@ def test_has_passed_since_a_moment_in_the_clocks_zone_counts_wall_time() -> None
     assert check.at == at("2024-03-31T01:30:00Z")
 
 
+def test_a_wall_time_skipped_by_spring_forward_is_reached_at_the_jump() -> None:
+    # Entered at 00:15 GMT: 1h "passes" when the wall clock reads 01:15, which it never
+    # does that night; it jumps from 01:00 GMT to 02:00 BST, at 01:00 UTC.
+    entered = datetime.datetime(2024, 3, 31, 0, 15, tzinfo=LONDON)
+    timing = compile_timing(compile_condition("1h has passed since history.entered_state"))
+    check = timing.next_check(contexts(zone=LONDON, entered=entered), at("2024-03-31T00:15:00Z"))
+    assert check.at == at("2024-03-31T01:00:00Z")
+
+
 # --- and, or, not, parentheses -------------------------------------------------------
 
 
@@ -274,7 +283,10 @@ def test_and_is_due_when_both_sides_hold() -> None:
 
 
 def test_not_of_a_time_window() -> None:
-    source = "not (system.time >= 09:00 and system.time < 17:00) and 2h has passed since history.entered_state"
+    source = (
+        "not (system.time >= 09:00 and system.time < 17:00)"
+        " and 2h has passed since history.entered_state"
+    )
     assert next_check(source).at == at("2024-03-01T17:00:00Z")
 
 
