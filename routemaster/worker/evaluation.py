@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App
 from routemaster.db import claims as work
 from routemaster.db import labels as store
@@ -60,7 +60,9 @@ def complete_deliveries(app: App, delivered: Sequence[Claim]) -> list[Claim]:
 def evaluate_claim(app: App, claim: Claim) -> bool:
     """A slot's job: evaluate one leased label, reading its feeds over HTTP."""
     try:
-        labels.advance_with_feeds(app, claim.key, claim.entry_id, timeout=app.settings.feed_timeout)
+        service.advance_with_feeds(
+            app, claim.key, claim.entry_id, timeout=app.settings.feed_timeout
+        )
     except Exception as error:
         logger.exception("evaluating %s/%s failed", claim.state_machine, claim.name)
         app.hooks.exception(f"evaluating {claim.state_machine}/{claim.name} failed")
@@ -84,7 +86,7 @@ def _known(app: App, label: Label) -> bool:
 
 
 def _settle(conn: sa.Connection, app: App, batch: Sequence[Label]) -> list[Claim]:
-    settled = labels.settle_batch(conn, app, batch, now=app.now())
+    settled = service.settle_batch(conn, app, batch, now=app.now())
     store.clear_due(conn, settled.unmoved)
     return _lease(conn, app, settled.waiting)
 
