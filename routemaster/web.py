@@ -77,7 +77,8 @@ class RoutemasterFlask(flask.Flask):
 
 
 def create_app(app: App) -> flask.Flask:
-    flask_app = RoutemasterFlask(__name__, static_folder=None)
+    # Named for the API's package, as before the console moved out: plugins see this name.
+    flask_app = RoutemasterFlask("routemaster.api", static_folder=None)
     flask_app.config["MAX_CONTENT_LENGTH"] = app.settings.max_request_body
     # Unexpected errors reach got_request_exception and the JSON 500 handler, even when testing.
     flask_app.config["PROPAGATE_EXCEPTIONS"] = False

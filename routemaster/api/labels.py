@@ -25,12 +25,8 @@ from routemaster.api.responses import isoformat, json_response
 from routemaster.app import App, Settings
 from routemaster.auth import READ, WRITE
 from routemaster.config.model import StateMachine
-from routemaster.service.search import (
-    count_matches,
-    listing_search,
-    page_of_labels,
-    page_of_matches,
-)
+from routemaster.service.listings import page_of_labels
+from routemaster.service.search import count_matches, listing_search, page_of_matches
 
 blueprint = flask.Blueprint("labels", __name__)
 

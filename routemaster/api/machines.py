@@ -13,7 +13,7 @@ from routemaster.api.paths import link
 from routemaster.api.responses import json_response
 from routemaster.auth import READ
 from routemaster.config import describe_machine
-from routemaster.service.search import StateCount, state_counts
+from routemaster.service.listings import StateCount, state_counts
 
 blueprint = flask.Blueprint("machines", __name__)
 

@@ -1,4 +1,4 @@
-"""Searches and listings of labels: ``?where=`` compiled for the database, with the filters.
+"""Searches from the faces: ``?where=`` compiled for the database, with the listing's filters.
 
 A search expression that does not compile, or that the database could not
 answer as a gate would, is :class:`~routemaster.service.errors.Malformed` (a
@@ -11,20 +11,11 @@ from __future__ import annotations
 
 from routemaster.app import App
 from routemaster.config.model import StateMachine
-from routemaster.db.listings import StateCount, label_counts, label_page
 from routemaster.db.search import Search, search_count, search_page
 from routemaster.search import ConditionSyntaxError, compile_search
 from routemaster.service.errors import Malformed
 
-__all__ = [
-    "Search",
-    "StateCount",
-    "count_matches",
-    "listing_search",
-    "page_of_labels",
-    "page_of_matches",
-    "state_counts",
-]
+__all__ = ["Search", "count_matches", "listing_search", "page_of_matches"]
 
 
 def listing_search(
@@ -58,24 +49,3 @@ def count_matches(app: App, search: Search) -> int:
 def page_of_matches(app: App, search: Search, *, after: str, limit: int) -> list[tuple[str, str]]:
     with app.db.connect() as conn:
         return search_page(conn, search, after=after, limit=limit)
-
-
-def page_of_labels(
-    app: App,
-    machine: str,
-    *,
-    after: str,
-    limit: int,
-    state: str | None,
-    errored: bool,
-    prefix: str,
-) -> list[tuple[str, str]]:
-    """A page of the machine's labels by name, ``(name, state)``, with the listing's filters."""
-    return label_page(
-        app.db, machine, after=after, limit=limit, state=state, errored=errored, prefix=prefix
-    )
-
-
-def state_counts(app: App, machine: str) -> dict[str, StateCount]:
-    """How many live labels, and how many of them errored, are in each state."""
-    return label_counts(app.db, machine)
