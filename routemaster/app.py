@@ -1,7 +1,7 @@
 """The application object: everything a request handler or worker needs, passed explicitly.
 
-There are no module-level singletons: the API (``create_app`` in
-:mod:`routemaster.api`) and the worker each build one :class:`App` per process
+There are no module-level singletons: the web app (``create_app`` in
+:mod:`routemaster.web`) and the worker each build one :class:`App` per process
 and hand it down.
 """
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App
 from routemaster.db import claims as work
 from routemaster.db import labels as store
@@ -32,7 +32,7 @@ def evaluate_due_gates(
     try:
         with app.db.begin() as conn:
             due = work.lock_due_gates(conn, gate_states, limit=limit, now=now)
-            settled = labels.settle_batch(conn, app, due, now=now)
+            settled = service.settle_batch(conn, app, due, now=now)
             store.settle_unmoved(conn, settled.unmoved)
             leased = _lease(conn, app, settled.waiting)
         _observe(app, due, settled, now)
@@ -65,7 +65,9 @@ def complete_deliveries(app: App, delivered: Sequence[Claim]) -> list[Claim]:
 def evaluate_claim(app: App, claim: Claim) -> bool:
     """A slot's job: evaluate one leased label, reading its feeds over HTTP."""
     try:
-        labels.advance_with_feeds(app, claim.key, claim.entry_id, timeout=app.settings.feed_timeout)
+        service.advance_with_feeds(
+            app, claim.key, claim.entry_id, timeout=app.settings.feed_timeout
+        )
     except Exception as error:
         logger.exception("evaluating %s/%s failed", claim.state_machine, claim.name)
         app.hooks.exception(f"evaluating {claim.state_machine}/{claim.name} failed")
@@ -89,7 +91,7 @@ def _known(app: App, label: Label) -> bool:
 
 
 def _observe(
-    app: App, due: Sequence[Label], settled: labels.Settled, now: datetime.datetime
+    app: App, due: Sequence[Label], settled: service.Settled, now: datetime.datetime
 ) -> None:
     """Per gate: labels evaluated, moved, and how late after their due time (SPEC E1)."""
     if app.metrics is None or not due:
@@ -112,7 +114,7 @@ def _observe(
 
 
 def _settle(conn: sa.Connection, app: App, batch: Sequence[Label]) -> list[Claim]:
-    settled = labels.settle_batch(conn, app, batch, now=app.now())
+    settled = service.settle_batch(conn, app, batch, now=app.now())
     store.settle_unmoved(conn, settled.unmoved)
     return _lease(conn, app, settled.waiting)
 

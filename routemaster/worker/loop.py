@@ -27,11 +27,11 @@ from routemaster.db.claims import Claim, StateKey
 from routemaster.db.errors import Kind, describe_failure
 from routemaster.db.notifications import DueListener
 from routemaster.http.client import BoundedAdapter
-from routemaster.labels import resume_ended_pauses
-from routemaster.labels.bulk import run_batch as run_bulk_batch
-from routemaster.labels.migrations import apply_migrations
-from routemaster.labels.scheduling import schedule_unscheduled
-from routemaster.labels.tasks import expire_leases, forget_old_tasks
+from routemaster.service import resume_ended_pauses
+from routemaster.service.bulk import run_batch as run_bulk_batch
+from routemaster.service.configuration import apply_migrations
+from routemaster.service.scheduling import schedule_unscheduled
+from routemaster.service.tasks import expire_leases, forget_old_tasks
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
 from routemaster.worker.receivers import Gatekeeper, Permit
@@ -86,7 +86,7 @@ class Worker:
             # Labels a process running the previous configuration moved into a migrated state.
             every = app.settings.migrations_interval  # schedule takes fractions of seconds too
             self._jobs.every(every).seconds.do(self.apply_migrations)  # type: ignore[arg-type]
-        # Pull tasks whose lease ran out are failed attempts (routemaster.labels.tasks).
+        # Pull tasks whose lease ran out are failed attempts (routemaster.service.tasks).
         self._jobs.every(1).seconds.do(self.expire_tasks)
         self._jobs.every(60).seconds.do(lambda: forget_old_tasks(app))
         # Bounded: every webhook and feed call has one total deadline (routemaster.http).
@@ -208,7 +208,7 @@ class Worker:
         resume_ended_pauses(self.app)
 
     def apply_migrations(self) -> None:
-        """Migrate labels found in a migrated state (see :mod:`routemaster.labels.migrations`).
+        """Migrate labels found in a migrated state (see :mod:`routemaster.service.configuration`).
 
         A failure is logged and tried again next time: it must not stop the worker.
         """

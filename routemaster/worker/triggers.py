@@ -1,7 +1,7 @@
 """Interval and daily-time triggers as they fire: 1.x's jobs, over labels already due.
 
 Which labels an occurrence evaluates is written on their rows (``due_at``,
-computed from each label's next check: :mod:`routemaster.labels.scheduling`),
+computed from each label's next check: :mod:`routemaster.service.scheduling`),
 so firing a trigger touches no label that is still waiting: the worker's
 loop evaluates the due ones whatever fires. What remains here is 1.x's
 meaning of the occurrence itself: ``process_cron`` (``process_gate``) wraps

@@ -14,7 +14,7 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from routemaster import labels
+from routemaster import service
 from routemaster.api.explanations import explanation_of
 from routemaster.app import App, Settings
 from routemaster.db.database import create_engine
@@ -35,8 +35,8 @@ def row_versions(app: App) -> dict[str, str]:
     return {row.name: row.version for row in rows}
 
 
-def create(app: App, name: str, **metadata: object) -> labels.Label:
-    return labels.create_label(app, app.config.get_machine("m"), name, dict(metadata))
+def create(app: App, name: str, **metadata: object) -> service.Label:
+    return service.create_label(app, app.config.get_machine("m"), name, dict(metadata))
 
 
 def test_waiting_labels_are_never_written_at_occurrences(make_app: MakeApp) -> None:
@@ -87,7 +87,7 @@ def test_a_daily_time_in_a_window_that_the_occurrence_misses_is_rechecked_next_d
     worker = Worker(app)
     clock.current = datetime.datetime(2024, 7, 1, 19, 0, tzinfo=UTC)
     one_round(worker)
-    label = labels.get_label(app, app.config.get_machine("m"), "x")
+    label = service.get_label(app, app.config.get_machine("m"), "x")
     assert label.state == "start"
     assert label.due_at == datetime.datetime(2024, 7, 2, 19, 0, tzinfo=UTC)
 
@@ -120,7 +120,7 @@ def test_a_timer_on_a_reply_or_a_deadline(make_app: MakeApp) -> None:
     clock.advance(minutes=30)
     one_round(worker)
     assert row_versions(app) == written
-    labels.update_metadata(app, machine, "replied", {"reply": "yes"})  # no metadata trigger
+    service.update_metadata(app, machine, "replied", {"reply": "yes"})  # no metadata trigger
     one_round(worker)
     assert states(app) == {"replied": "done", "silent": "start"}
     clock.current = NOON + datetime.timedelta(hours=2)
@@ -135,9 +135,9 @@ def test_an_update_reschedules_a_waiting_label(make_app: MakeApp) -> None:
     machine = app.config.get_machine("m")
     assert create(app, "x").due_at is None, "cannot hold until the metadata changes"
     clock.advance(minutes=10)
-    updated = labels.update_metadata(app, machine, "x", {"ready": True})
+    updated = service.update_metadata(app, machine, "x", {"ready": True})
     assert updated.due_at is None  # the label as merged; the schedule is on the row
-    stored = labels.get_label(app, machine, "x")
+    stored = service.get_label(app, machine, "x")
     assert stored.due_at == datetime.datetime(2024, 7, 1, 13, 1, tzinfo=UTC)
     explained = explanation_of(app, machine, stored)
     assert explained["next_check_at"] == "2024-07-01T13:00:30+00:00"
@@ -155,7 +155,7 @@ def test_rows_written_without_a_next_check_get_one_from_the_worker(make_app: Mak
         conn.execute(sa.text("UPDATE labels SET due_at = NULL, updated_at = now()"))
     worker = Worker(app)
     one_round(worker)
-    label = labels.get_label(app, app.config.get_machine("m"), "x")
+    label = service.get_label(app, app.config.get_machine("m"), "x")
     assert label.due_at == datetime.datetime(2024, 7, 2, 0, 1, tzinfo=UTC)
     with app.db.connect() as conn:
         unscheduled = conn.execute(
@@ -198,7 +198,7 @@ def test_a_statement_timeout_in_one_trigger_leaves_deliveries_running(
                 "the trigger's statement cut off",
             )
             for i in range(5):
-                labels.create_label(app, app.config.get_machine("n"), f"n{i}", {})
+                service.create_label(app, app.config.get_machine("n"), f"n{i}", {})
             wait_until(lambda: len(stub.received()) == 5, "deliveries while the trigger fails")
             assert "database unavailable" not in caplog.text
             transaction.rollback()
