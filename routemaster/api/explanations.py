@@ -26,10 +26,10 @@ from routemaster.auth import READ
 from routemaster.config import describe_machine
 from routemaster.config.model import Action, StateMachine
 from routemaster.exit_conditions import FeedUnavailable
-from routemaster.service.scheduling import explain_next_check
 from routemaster.machine import choose_next_state
 from routemaster.machine.triggers import what_evaluates
 from routemaster.service import deliveries
+from routemaster.service.scheduling import explain_next_check
 
 blueprint = flask.Blueprint("explanations", __name__)
 

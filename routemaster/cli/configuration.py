@@ -21,9 +21,9 @@ from routemaster.config.model import Config
 from routemaster.db.database import create_engine
 from routemaster.db.search_indexes import ensure_search_index
 from routemaster.db.versions import stamp_connections
-from routemaster.service.scheduling import schedule_unscheduled
 from routemaster.machine.upgrades import stranded_message
 from routemaster.service.configuration import LabelsStranded, apply_migrations, record_configuration
+from routemaster.service.scheduling import schedule_unscheduled
 
 Versions = dict[str, int]
 """Machine -> the version of its definition this process runs."""

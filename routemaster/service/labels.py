@@ -20,20 +20,22 @@ import sqlalchemy as sa
 from routemaster.app import App
 from routemaster.config.model import Action, Gate, State, StateMachine
 from routemaster.db import labels as store
-from routemaster.db.labels import HistoryEntry, Label, LabelKey, Moves, Schedule
+from routemaster.db import schedules
+from routemaster.db.labels import HistoryEntry, Label, LabelKey, Moves
 from routemaster.db.moves import write_moves
+from routemaster.db.schedules import Schedule
 from routemaster.db.statements import single_statement
 from routemaster.exit_conditions import Context
+from routemaster.machine import Plan, Position, evaluates_on_entry, plan_moves, update_fires
+from routemaster.machine.planning import FeedReader, context_for, no_feeds
+from routemaster.service.errors import LabelDeleted, LabelExists, LabelNotFound
+from routemaster.service.feeds import FeedFetcher
 from routemaster.service.scheduling import (
     after_evaluation_of,
     arrival,
     scheduled_states,
     store_after_update,
 )
-from routemaster.machine import Plan, Position, evaluates_on_entry, plan_moves, update_fires
-from routemaster.machine.planning import FeedReader, context_for, no_feeds
-from routemaster.service.errors import LabelDeleted, LabelExists, LabelNotFound
-from routemaster.service.feeds import FeedFetcher
 
 
 def position_of(label: Label) -> Position:
@@ -198,7 +200,7 @@ def advance_locked(
         store.mark_due(conn, label.key, at=due_at(app, plan, now) or now)
     elif isinstance(_state_of(machine, label), Gate):
         settled = after_evaluation_of(app, machine, label, now)
-        store.settle_unmoved(conn, [settled])
+        schedules.settle_unmoved(conn, [settled])
         label = replace(label, due_at=settled.due_at, attempts=0, last_error=None)
     return label, plan
 
@@ -252,7 +254,7 @@ def advance_with_feeds(app: App, key: LabelKey, entry_id: int, *, timeout: float
             return replace(label, due_at=retry_at, last_error=error)
         if not plan.moves:
             settled = after_evaluation_of(app, machine, label, now)
-            store.settle_unmoved(conn, [settled])
+            schedules.settle_unmoved(conn, [settled])
             label = replace(label, due_at=settled.due_at, attempts=0, last_error=None)
         return label
 

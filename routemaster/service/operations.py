@@ -15,10 +15,10 @@ from routemaster.config.model import StateMachine
 from routemaster.db import labels as store
 from routemaster.db import pauses
 from routemaster.db.labels import Label, Moves
-from routemaster.service.scheduling import arrival
 from routemaster.machine import Plan, evaluates_on_entry
 from routemaster.service.errors import InvalidOperation, LabelDeleted, LabelNotFound
 from routemaster.service.labels import advance_locked, finish_in_request, write
+from routemaster.service.scheduling import arrival
 
 
 def retry_label(app: App, machine: StateMachine, name: str, *, reason: str | None = None) -> Label:

@@ -22,8 +22,9 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.model import Action, Gate, StateMachine
-from routemaster.db import labels as store
-from routemaster.db.labels import Label, Schedule
+from routemaster.db import schedules
+from routemaster.db.labels import Label
+from routemaster.db.schedules import Schedule
 from routemaster.exit_conditions.next_check import NextCheck
 from routemaster.machine.planning import Position
 from routemaster.machine.schedule import (
@@ -110,7 +111,7 @@ def explain_next_check(app: App, machine: StateMachine, label: Label) -> NextChe
     if not isinstance(state, Gate) or label.deleted:
         return None
     with app.db.connect() as conn:
-        stored = store.next_check_of(conn, label.key)
+        stored = schedules.next_check_of(conn, label.key)
     position = _position(label)
     after = stored if stored is not None else app.now()
     solved = next_check(state, position, after=after)
@@ -121,11 +122,13 @@ def explain_next_check(app: App, machine: StateMachine, label: Label) -> NextChe
 
 def next_moves(
     app: App, machine: StateMachine, *, limit: int
-) -> list[tuple[str, list[store.NextMove]]]:
+) -> list[tuple[str, list[schedules.NextMove]]]:
     """Per gate evaluated at moments, the labels the worker evaluates soonest: the console."""
     gates = scheduled_states(machine)
     with app.db.connect() as conn:
-        return [(gate, store.next_moves(conn, machine.name, gate, limit=limit)) for gate in gates]
+        return [
+            (gate, schedules.next_moves(conn, machine.name, gate, limit=limit)) for gate in gates
+        ]
 
 
 def schedule_unscheduled(app: App, *, limit: int) -> int:
@@ -141,21 +144,21 @@ def schedule_unscheduled(app: App, *, limit: int) -> int:
         for state in machine.states
     ]
     with app.db.begin() as conn:
-        rows = store.lock_unscheduled(conn, states, limit=limit)
-        store.schedule(conn, [_backfilled(app, label) for label in rows])
+        rows = schedules.lock_unscheduled(conn, states, limit=limit)
+        schedules.schedule(conn, [_backfilled(app, label) for label in rows])
     return len(rows)
 
 
 def count_unscheduled(app: App) -> int:
     with app.db.connect() as conn:
-        return store.count_unscheduled(conn)
+        return schedules.count_unscheduled(conn)
 
 
 def store_after_update(conn: sa.Connection, app: App, machine: StateMachine, label: Label) -> None:
     """Keep the schedule of an updated label that stays where it is, in ``conn``."""
     schedule = after_update(app, machine, label)
     if schedule is not None:
-        store.schedule(conn, [schedule])
+        schedules.schedule(conn, [schedule])
 
 
 def _backfilled(app: App, label: Label) -> Schedule:

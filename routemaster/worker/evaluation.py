@@ -18,6 +18,7 @@ from routemaster import service
 from routemaster.app import App
 from routemaster.db import claims as work
 from routemaster.db import labels as store
+from routemaster.db import schedules
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.labels import Label
 
@@ -33,7 +34,7 @@ def evaluate_due_gates(
         with app.db.begin() as conn:
             due = work.lock_due_gates(conn, gate_states, limit=limit, now=now)
             settled = service.settle_batch(conn, app, due, now=now)
-            store.settle_unmoved(conn, settled.unmoved)
+            schedules.settle_unmoved(conn, settled.unmoved)
             leased = _lease(conn, app, settled.waiting)
         _observe(app, due, settled, now)
         return len(due), leased
@@ -115,7 +116,7 @@ def _observe(
 
 def _settle(conn: sa.Connection, app: App, batch: Sequence[Label]) -> list[Claim]:
     settled = service.settle_batch(conn, app, batch, now=app.now())
-    store.settle_unmoved(conn, settled.unmoved)
+    schedules.settle_unmoved(conn, settled.unmoved)
     return _lease(conn, app, settled.waiting)
 
 
