@@ -42,15 +42,16 @@ def settle_unmoved(conn: sa.Connection, schedules: Sequence[Schedule]) -> None:
         run(conn, _SETTLE_UNMOVED, _schedule_arrays(schedules))
 
 
-def schedule(conn: sa.Connection, schedules: Sequence[Schedule]) -> None:
+def schedule(conn: sa.Connection, schedules: Sequence[Schedule], *, now: datetime.datetime) -> None:
     """Store next checks and due times computed after an update or for a row that had none.
 
     A label leased to a worker (its evaluation in flight) is left alone: it is
-    settled when that evaluation ends.
+    settled when that evaluation ends. Workers are woken only for labels due
+    already; a later due time is found by their next look at the queue.
     """
     if schedules:
         run(conn, _SCHEDULE, _schedule_arrays(schedules))
-        if any(s.due_at is not None for s in schedules):
+        if any(s.due_at is not None and s.due_at <= now for s in schedules):
             notify_due(conn)
 
 

@@ -145,7 +145,7 @@ def schedule_unscheduled(app: App, *, limit: int) -> int:
     ]
     with app.db.begin() as conn:
         rows = schedules.lock_unscheduled(conn, states, limit=limit)
-        schedules.schedule(conn, [_backfilled(app, label) for label in rows])
+        schedules.schedule(conn, [_backfilled(app, label) for label in rows], now=app.now())
     return len(rows)
 
 
@@ -158,7 +158,7 @@ def store_after_update(conn: sa.Connection, app: App, machine: StateMachine, lab
     """Keep the schedule of an updated label that stays where it is, in ``conn``."""
     schedule = after_update(app, machine, label)
     if schedule is not None:
-        schedules.schedule(conn, [schedule])
+        schedules.schedule(conn, [schedule], now=app.now())
 
 
 def _backfilled(app: App, label: Label) -> Schedule:
