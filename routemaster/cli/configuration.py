@@ -21,14 +21,16 @@ from routemaster.config.model import Config
 from routemaster.db.database import create_engine
 from routemaster.db.search_indexes import ensure_search_index
 from routemaster.db.versions import stamp_connections
-from routemaster.labels.migrations import (
+from routemaster.machine.upgrades import stranded_message
+from routemaster.machine.versions import LoadedVersions
+from routemaster.service.configuration import (
     LabelsStranded,
     abort_older_labels,
     apply_migrations,
     record_configuration,
 )
-from routemaster.machine.upgrades import stranded_message
-from routemaster.machine.versions import LoadedVersions
+from routemaster.service.scheduling import schedule_unscheduled
+from routemaster.service.versions import load_all_versions
 
 Versions = dict[str, int]
 """Machine -> the version of its definition this process runs."""
@@ -74,6 +76,41 @@ def prepare_database(url: str, config: Config) -> Versions:
 def continuing(config: Config) -> list[str]:
     """The machines whose history rows carry the label's own version (``continue``)."""
     return [machine.name for machine in config.state_machines if machine.continues]
+
+
+NEXT_CHECK_BATCH = 5000
+
+
+def compute_next_checks(url: str, config: Config, versions: Versions) -> int:
+    """``migrate -c``: every row written without a next check gets one, in bounded batches.
+
+    Each batch is one short transaction over rows found through an index
+    (``labels_unscheduled``), with ``SKIP LOCKED``: the API and the workers go
+    on meanwhile, and workers doing the same share the rows. ``serve`` and
+    ``cron`` leave this to the workers, so they start at once. ``versions``: the ones
+    :func:`prepare_database` recorded; a ``continue`` machine's label is scheduled by its own
+    version's gate (SPEC E4).
+    """
+    engine = create_engine(url, pool_size=1, max_overflow=0)
+    app = App(config=config, db=engine, versions=LoadedVersions(in_force=versions))
+    total = 0
+    try:
+        load_all_versions(app)
+        while True:
+            done = schedule_unscheduled(app, limit=NEXT_CHECK_BATCH)
+            total += done
+            if done < NEXT_CHECK_BATCH:
+                break
+            if total % (20 * NEXT_CHECK_BATCH) == 0:
+                click.echo(f"Computed the next checks of {total} labels...", err=True)
+    except sa.exc.SQLAlchemyError as error:
+        raise unreachable(url, error) from None
+    finally:
+        app.http.close()
+        engine.dispose()
+    if total:
+        click.echo(f"Computed the next checks of {total} labels.", err=True)
+    return total
 
 
 def _build_search_indexes(engine: sa.Engine, config: Config) -> list[tuple[str, str]]:

@@ -77,6 +77,7 @@ def versions_of(
 
 
 def version_of(conn: sa.Connection, machine: str, version: int) -> MachineVersion | None:
+    """One recorded version (a ``continue`` machine's label's own, loaded once per process)."""
     row = fetch_one(conn, _ONE_VERSION, {"machine": machine, "version": version})
     return None if row is None else MachineVersion(*row)
 

@@ -43,6 +43,7 @@ from routemaster.config.model import (
     State,
     StateMachine,
     SystemTimezone,
+    TimerTrigger,
     TimeTrigger,
     Timezone,
     Trigger,
@@ -165,7 +166,7 @@ def _trigger(trigger: Mapping[str, Any]) -> Trigger:
             raise ValueError(f"a stored time trigger without a time: {trigger['time']!r}")
         return TimeTrigger(at, _timezone(trigger["timezone"]))
     if kind == "event":
-        return EntryTrigger()
+        return TimerTrigger() if trigger.get("event") == "timer" else EntryTrigger()
     raise ValueError(f"a stored trigger of an unknown kind: {kind!r}")
 
 

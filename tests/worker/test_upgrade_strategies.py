@@ -20,8 +20,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from werkzeug.test import TestResponse
 
-from routemaster import labels
-from routemaster.api import create_app
+from routemaster import service
 from routemaster.app import App, Settings
 from routemaster.cli import cli
 from routemaster.cli.configuration import continuing
@@ -29,8 +28,9 @@ from routemaster.config import load_config
 from routemaster.db import labels as store
 from routemaster.db.database import create_engine
 from routemaster.db.versions import last_applied, stamp_connections
-from routemaster.labels.bulk import run_batch
 from routemaster.machine.versions import LoadedVersions
+from routemaster.service.bulk import run_batch
+from routemaster.web import create_app
 from tests.stub_server import StubServer
 from tests.waiting import wait_until
 from tests.worker.conftest import running
@@ -139,7 +139,7 @@ def _history(app: App, name: str) -> list[tuple[str | None, str | None, int | No
 
 
 def _patch(app: App, name: str, metadata: dict[str, Any]) -> store.Label:
-    return labels.update_metadata(app, app.config.get_machine("m"), name, metadata)
+    return service.update_metadata(app, app.config.get_machine("m"), name, metadata)
 
 
 def test_labels_of_two_versions_move_by_their_own_definitions_while_old_and_new_run(
@@ -147,10 +147,10 @@ def test_labels_of_two_versions_move_by_their_own_definitions_while_old_and_new_
 ) -> None:
     old = deployment.start(V1)
     for name in ("a1", "a2", "a3"):
-        labels.create_label(old, old.config.get_machine("m"), name, {})
+        service.create_label(old, old.config.get_machine("m"), name, {})
     new = deployment.start(V2)  # not refused: a1..a3 keep version 1, which has their states
     for name in ("b1", "b2"):
-        labels.create_label(new, new.config.get_machine("m"), name, {})
+        service.create_label(new, new.config.get_machine("m"), name, {})
     assert [_label(new, n).version for n in ("a1", "b1")] == [1, 2]
 
     with running(old), running(new):  # a rolling deploy: both versions' workers at once
@@ -203,7 +203,7 @@ def test_abort_moves_older_versions_labels_when_a_new_version_is_applied(
 ) -> None:
     old = deployment.start(ABORT_V1)
     for name in ("waiting", "finished"):
-        labels.create_label(old, old.config.get_machine("m"), name, {})
+        service.create_label(old, old.config.get_machine("m"), name, {})
     _patch(old, "finished", {"go": True})
     # The same version started again aborts nothing.
     again = deployment.start(ABORT_V1)
@@ -222,7 +222,7 @@ def test_abort_moves_older_versions_labels_when_a_new_version_is_applied(
         2,
     )
     assert _label(new, "finished").state == "done"  # an end state is left alone
-    labels.create_label(new, new.config.get_machine("m"), "fresh", {})
+    service.create_label(new, new.config.get_machine("m"), "fresh", {})
     deployment.start(ABORT_V1.replace("exit_condition: metadata.go", "exit_condition: true"))
     assert _label(new, "fresh").state == "start"  # created under the version in force
 
@@ -286,11 +286,11 @@ def test_bulk_upgrade_renames_through_the_migrations_and_fails_without_one(
     old = deployment.start(GATES_V1)
     machine = old.config.get_machine("m")
     for name in ("u1", "u2", "u3"):
-        labels.create_label(old, machine, name, {"batch": 1})
-    labels.force_move(old, machine, "u3", "parked")
+        service.create_label(old, machine, name, {"batch": 1})
+    service.force_move(old, machine, "u3", "parked")
     before = _label(old, "u1")
     new = deployment.start(GATES_V2)
-    labels.create_label(new, new.config.get_machine("m"), "n1", {"batch": 1})
+    service.create_label(new, new.config.get_machine("m"), "n1", {"batch": 1})
     client = create_app(new).test_client()
 
     dry = client.post(
@@ -349,10 +349,10 @@ def _json(response: TestResponse) -> Any:
 def test_plan_json_counts_labels_per_version(deployment: Deployment, database_url: str) -> None:
     old = deployment.start(GATES_V1)
     for name in ("u1", "u2"):
-        labels.create_label(old, old.config.get_machine("m"), name, {})
-    labels.create_label(old, old.config.get_machine("plain"), "p1", {})
+        service.create_label(old, old.config.get_machine("m"), name, {})
+    service.create_label(old, old.config.get_machine("plain"), "p1", {})
     new = deployment.start(GATES_V2)
-    labels.create_label(new, new.config.get_machine("m"), "n1", {})
+    service.create_label(new, new.config.get_machine("m"), "n1", {})
     env = {"DATABASE_URL": database_url, "DB_HOST": None, "DB_NAME": None}
     planned = CliRunner().invoke(cli, ["-c", str(deployment.path), "plan", "--json"], env=env)
     assert planned.exit_code == 0, planned.output
