@@ -57,8 +57,9 @@ def _section(path: ConfigPath, section: Any) -> Iterator[tuple[ConfigPath, str]]
             yield (*path, key), f"must be longer than zero, got {text!r}"
 
 
-def compile_retention(section: dict[str, Any] | None, base: Retention = Retention()) -> Retention:
+def compile_retention(section: dict[str, Any] | None, base: Retention | None = None) -> Retention:
     """``section``'s keys over ``base`` (checked already: every value parses)."""
+    base = Retention() if base is None else base
     if not section:
         return base
     values = {key: parse_duration(section[key]) for key in KEYS if key in section}

@@ -28,8 +28,8 @@ from routemaster.config.migrations import migration_problems
 from routemaster.config.model import Config, Gate
 from routemaster.config.patterns import pattern_problems
 from routemaster.config.receivers import receiver_problems, url_templates
-from routemaster.config.source import ConfigPath, ScalarMark, SourceMap
 from routemaster.config.retention import retention_problems
+from routemaster.config.source import ConfigPath, ScalarMark, SourceMap
 from routemaster.config.subscriptions import subscription_problems
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
 

@@ -106,7 +106,12 @@ sa.Index(
 )
 # retention (migration 0013): deleted labels by when they were deleted, labels by how long
 # they have been in their state (finished labels)
-sa.Index("labels_deleted", labels.c.state_machine, labels.c.updated_at, postgresql_where=labels.c.deleted)
+sa.Index(
+    "labels_deleted",
+    labels.c.state_machine,
+    labels.c.updated_at,
+    postgresql_where=labels.c.deleted,
+)
 sa.Index(
     "labels_by_state_entered",
     labels.c.state_machine,

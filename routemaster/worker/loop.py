@@ -33,6 +33,7 @@ from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
 from routemaster.worker.receivers import Gatekeeper, Permit
 from routemaster.worker.recording import Recorder
+from routemaster.worker.retention import prune as prune_retained
 from routemaster.worker.slots import Slots
 from routemaster.worker.subscriptions import SubscriptionSender
 from routemaster.worker.sweeps import Minutely, Sweep
@@ -79,6 +80,10 @@ class Worker:
         # Pull tasks whose lease ran out are failed attempts (routemaster.labels.tasks).
         self._jobs.every(1).seconds.do(self.expire_tasks)
         self._jobs.every(60).seconds.do(lambda: forget_old_tasks(app))
+        # retention: history, deleted and finished labels, bulk jobs (one leader per batch)
+        self._jobs.every(app.settings.retention_interval).seconds.do(  # type: ignore[arg-type]
+            prune_retained, app
+        )
         # Bounded: every webhook and feed call has one total deadline (routemaster.http).
         adapter = BoundedAdapter(pool_connections=self._slots.size, pool_maxsize=self._slots.size)
         app.http.mount("http://", adapter)
