@@ -5,8 +5,9 @@ takes), ``routemaster_subscription_oldest_pending_seconds`` (the age of the
 oldest of those, 0 when none) and ``routemaster_subscription_failures_in_a_row``,
 labelled by ``subscription``, and ``routemaster_subscription_lost_events_total``
 (changes retention removed or skipped before the subscription was sent
-them). Counted at most every ``interval`` seconds per process (a lag is counted over the history index from the cursor, so a
-subscription far behind costs in proportion), never once per scrape.
+them). Counted at most every ``interval`` seconds per process (a lag is
+counted over the history index from the cursor, so a subscription far behind
+costs in proportion), never once per scrape.
 """
 
 from __future__ import annotations
