@@ -235,7 +235,7 @@ _DELETE_FINISHED = """
     ),
     marked AS (
         UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
-                          lease_owner = NULL, updated_at = now()
+                          lease_owner = NULL, updated_at = %(now)s
         FROM done
         WHERE labels.state_machine = %(sm)s AND labels.name_key = done.name_key
           AND NOT labels.deleted

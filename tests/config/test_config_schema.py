@@ -63,7 +63,7 @@ def test_unknown_top_level_key(
             "state_machine",
             1,
             "unknown key 'state_machine' (expected one of: state_machines, plugins, placeholders, "
-            "api, receivers, subscriptions)",
+            "api, receivers, subscriptions, retention)",
         ),
     ]
 
