@@ -7,6 +7,9 @@ and stops the run when another worker has it. A batch holds its rows for
 milliseconds and skips labels the API has locked, so pruning never holds up
 a request for longer than one batch, and never waits on one.
 
+Then finished bulk jobs (``bulk_retention``) and the receiver slots of
+worker processes long gone.
+
 The order within a machine matters: finished labels are deleted first (a
 history entry each, so streams see them go), deleted labels removed next
 (their rows and all their history: the name is free again), history pruned
@@ -25,13 +28,14 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.model import NoNext, StateMachine
-from routemaster.db import bulk
+from routemaster.db import bulk, receivers
 from routemaster.db import retention as store
 
 logger = logging.getLogger(__name__)
 
 BATCH = 1_000  # rows per transaction
 MAX_BATCHES = 50  # per kind and machine in one run
+SLOTS_KEPT = datetime.timedelta(days=1)  # a receiver slot this long expired: its worker is gone
 
 
 @dataclass
@@ -57,6 +61,7 @@ def prune(app: App, *, now: datetime.datetime | None = None) -> RunReport:
         for machine in app.config.state_machines:
             _machine(app, machine, now, report)
         _bulk_jobs(app, now, report)
+        _receiver_slots(app, now, report)
     except _NotLeader:
         report.led = False
     if any(report.rows.values()):
@@ -113,6 +118,18 @@ def _bulk_jobs(app: App, now: datetime.datetime, report: RunReport) -> None:
         report.add("bulk_items", items)
         report.add("bulk_jobs", jobs)
         return items + jobs
+
+    _batches(app, forget)
+
+
+def _receiver_slots(app: App, now: datetime.datetime, report: RunReport) -> None:
+    cutoff = now - SLOTS_KEPT
+
+    def forget(conn: sa.Connection) -> int:
+        count = receivers.forget_expired_slots(conn, before=cutoff, limit=BATCH)
+        _record(conn, "receiver_slots", count, now, cutoff)
+        report.add("receiver_slots", count)
+        return count
 
     _batches(app, forget)
 

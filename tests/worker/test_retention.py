@@ -80,7 +80,7 @@ def all_history(db: sa.Engine) -> list[tuple[str, str | None, str | None]]:
         rows = conn.execute(
             sa.text("SELECT label, old_state, new_state FROM history ORDER BY xact_id, id")
         )
-        return [tuple(row) for row in rows]  # type: ignore[misc]
+        return [tuple(row) for row in rows]
 
 
 def three_labels(app: App, clock: FakeClock) -> None:
@@ -215,3 +215,28 @@ def test_a_subscription_behind_the_horizon_moves_on_and_reports_what_it_lost(
     assert found is not None
     assert found.lost_events == 4  # and a's kept entry, before the horizon, skipped
     assert found.acknowledged > oldest
+
+
+def test_finished_bulk_jobs_and_the_slots_of_gone_workers_are_forgotten(
+    app: App, clock: FakeClock, db_engine: sa.Engine
+) -> None:
+    with db_engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO bulk_jobs (id, state_machine, command, reason, total, finished_at)"
+                " VALUES (1, 'm', 'retry', 'old', 2, :old), (2, 'm', 'retry', 'new', 1, :new),"
+                " (3, 'm', 'retry', 'running', 1, NULL);"
+                " INSERT INTO bulk_items (job_id, name_key, name) VALUES"
+                " (1, 'a', 'a'), (1, 'b', 'b'), (2, 'a', 'a'), (3, 'a', 'a');"
+                " INSERT INTO receiver_slots (receiver, worker, in_flight, expires_at) VALUES"
+                " ('r', 'gone', 0, :old), ('r', 'alive', 1, :new)"
+            ),
+            {"old": clock() - datetime.timedelta(days=31), "new": clock()},
+        )
+    report = prune(app)
+    assert (report.rows["bulk_jobs"], report.rows["bulk_items"]) == (1, 2)
+    assert report.rows["receiver_slots"] == 1
+    with db_engine.connect() as conn:
+        jobs = conn.execute(sa.text("SELECT id FROM bulk_jobs ORDER BY id")).scalars().all()
+        slots = conn.execute(sa.text("SELECT worker FROM receiver_slots")).scalars().all()
+    assert (jobs, slots) == ([2, 3], ["alive"])
