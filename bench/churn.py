@@ -1,6 +1,6 @@
 """Churn under retention: do table sizes level off, what pruning costs, what it does to the API.
 
-    python bench/churn.py [--rate 200] [--minutes 60] [--vacuum-every 10]
+    python bench/churn.py [--rate 200] [--minutes 60] [--vacuum-every 10] [--only pruning|none]
 
 Simulates an hour (``--minutes`` ticks, one simulated minute each, the
 app's clock moved on a minute per tick) of steady churn through the API
@@ -216,11 +216,16 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=200, help="labels created per minute")
     parser.add_argument("--minutes", type=int, default=60, help="simulated minutes")
     parser.add_argument("--vacuum-every", type=int, default=10, help="ticks between VACUUMs")
+    parser.add_argument(
+        "--only", choices=("pruning", "none"), help="run one of the two (default: both)"
+    )
     args = parser.parse_args()
-    with_pruning = run(args.rate, args.minutes, args.vacuum_every, pruning=True)
-    report("retention on, pruning while the API works", with_pruning)
-    without = run(args.rate, args.minutes, args.vacuum_every, pruning=False)
-    report("no retention (nothing pruned)", without)
+    if args.only != "none":
+        with_pruning = run(args.rate, args.minutes, args.vacuum_every, pruning=True)
+        report("retention on, pruning while the API works", with_pruning)
+    if args.only != "pruning":
+        without = run(args.rate, args.minutes, args.vacuum_every, pruning=False)
+        report("no retention (nothing pruned)", without)
 
 
 if __name__ == "__main__":
