@@ -43,11 +43,11 @@ from typing import Any
 import sqlalchemy as sa
 from scratch import ScratchDatabase
 
-from routemaster.api import create_app
 from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.db.database import create_engine
 from routemaster.db.migrate import upgrade
+from routemaster.web import create_app
 from routemaster.worker.retention import prune
 
 CONFIG = """

@@ -16,7 +16,7 @@ import pytest
 import requests
 import sqlalchemy as sa
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.db import retention as retention_store
@@ -48,12 +48,12 @@ def pruned(tmp_path: Path, db_engine: sa.Engine) -> Iterator[App]:
     app = App(config=load_config([CONFIG_PATH, layer]), db=db_engine, settings=Settings())
     app.clock = clock
     user = app.config.get_machine("user")
-    labels.create_label(app, user, "ann", {})
-    labels.create_label(app, user, "bob", {})
-    labels.update_metadata(app, user, "ann", {"ready": True, "route": "fast"})
-    labels.update_metadata(app, user, "bob", {"ready": True, "route": "fast"})
+    service.create_label(app, user, "ann", {})
+    service.create_label(app, user, "bob", {})
+    service.update_metadata(app, user, "ann", {"ready": True, "route": "fast"})
+    service.update_metadata(app, user, "bob", {"ready": True, "route": "fast"})
     clock.advance(hours=2)
-    labels.create_label(app, user, "cat", {})
+    service.create_label(app, user, "cat", {})
     assert prune(app).rows["history"] == 2  # ann's and bob's creation
     yield app
     app.http.close()

@@ -8,20 +8,24 @@ database, the worker's sender, the receiver) is real.
 from __future__ import annotations
 
 import datetime
+import logging
 import threading
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App
+from routemaster.app import Settings as AppSettings
 from routemaster.db import retention as retention_store
 from routemaster.db import subscriptions as subscription_store
 from routemaster.db.changes import START, Position, read_changes
+from routemaster.db.database import create_engine
 from routemaster.db.retention import FINISHED_REASON
+from routemaster.db.schedules import count_unscheduled
 from routemaster.db.subscriptions import Settings
-from routemaster.labels import LabelExists
+from routemaster.service import LabelExists
 from routemaster.worker.retention import prune
 from tests.stub_server import StubServer
 from tests.waiting import wait_until
@@ -72,7 +76,7 @@ def machine(app: App) -> Any:
 
 
 def history_of(app: App, name: str) -> list[tuple[str | None, str | None, str | None]]:
-    return [(e.old_state, e.new_state, e.reason) for e in labels.history(app, machine(app), name)]
+    return [(e.old_state, e.new_state, e.reason) for e in service.history(app, machine(app), name)]
 
 
 def all_history(db: sa.Engine) -> list[tuple[str, str | None, str | None]]:
@@ -86,13 +90,13 @@ def all_history(db: sa.Engine) -> list[tuple[str, str | None, str | None]]:
 def three_labels(app: App, clock: FakeClock) -> None:
     """``a`` moved once, ``b`` moved to its end, both two hours ago; ``c`` created now."""
     m = machine(app)
-    labels.create_label(app, m, "a", {})
-    labels.create_label(app, m, "b", {})
-    labels.update_metadata(app, m, "a", {"go": True})
-    labels.update_metadata(app, m, "b", {"go": True})
-    labels.update_metadata(app, m, "b", {"end": True})
+    service.create_label(app, m, "a", {})
+    service.create_label(app, m, "b", {})
+    service.update_metadata(app, m, "a", {"go": True})
+    service.update_metadata(app, m, "b", {"go": True})
+    service.update_metadata(app, m, "b", {"end": True})
     clock.advance(hours=2)
-    labels.create_label(app, m, "c", {})
+    service.create_label(app, m, "c", {})
 
 
 def test_history_is_pruned_but_each_labels_current_entry_is_kept(
@@ -105,8 +109,8 @@ def test_history_is_pruned_but_each_labels_current_entry_is_kept(
     assert history_of(app, "b") == [("middle", "done", None)]
     assert history_of(app, "c") == [(None, "start", None)]
     for name in ("a", "b", "c"):  # the current entry is still there for explain and moves
-        label = labels.get_label(app, machine(app), name)
-        assert label.entry_id in {e.id for e in labels.history(app, machine(app), name)}
+        label = service.get_label(app, machine(app), name)
+        assert label.entry_id in {e.id for e in service.history(app, machine(app), name)}
     assert prune(app).rows.get("history", 0) == 0  # kept rows are not read again
 
 
@@ -114,18 +118,18 @@ def test_a_deleted_label_goes_with_its_history_after_deleted_and_its_name_is_fre
     app: App, clock: FakeClock
 ) -> None:
     m = machine(app)
-    labels.create_label(app, m, "gone", {"x": 1})
-    labels.update_metadata(app, m, "gone", {"go": True})
-    labels.delete_label(app, m, "gone")
+    service.create_label(app, m, "gone", {"x": 1})
+    service.update_metadata(app, m, "gone", {"go": True})
+    service.delete_label(app, m, "gone")
     with pytest.raises(LabelExists):  # deleted, not yet removed: the name is still taken
-        labels.create_label(app, m, "gone", {})
+        service.create_label(app, m, "gone", {})
     assert prune(app, now=clock() + datetime.timedelta(hours=23)).rows.get("labels", 0) == 0
 
     report = prune(app, now=clock() + datetime.timedelta(days=1, minutes=1))
 
     assert report.rows["labels"] == 1
     assert history_of(app, "gone") == []
-    fresh = labels.create_label(app, m, "gone", {"y": 2})
+    fresh = service.create_label(app, m, "gone", {"y": 2})
     assert (fresh.state, fresh.metadata, fresh.deleted) == ("start", {"y": 2}, False)
     assert history_of(app, "gone") == [(None, "start", None)]
 
@@ -140,8 +144,10 @@ def test_a_finished_label_is_deleted_after_finished_then_removed_after_deleted(
     assert prune(app).rows["labels_finished"] == 1
 
     assert history_of(app, "b")[-1] == ("done", None, FINISHED_REASON)
-    assert labels.get_label(app, machine(app), "b").deleted
-    assert labels.get_label(app, machine(app), "a").state == "middle"  # not an end state
+    assert service.get_label(app, machine(app), "b").deleted
+    assert service.get_label(app, machine(app), "a").state == "middle"  # not an end state
+    with db_engine.connect() as conn:  # a deleted row is no work for the next-check backfill
+        assert count_unscheduled(conn) == 0
     assert prune(app, now=clock() + datetime.timedelta(days=1, minutes=1)).rows["labels"] == 1
     assert [row for row in all_history(db_engine) if row[0] == "b"] == []
 
@@ -160,7 +166,7 @@ def test_pruning_skips_a_label_the_api_holds_and_never_waits_for_it(
         wait_until(lambda: bool(reports), timeout=10)  # finished while the row is held
         held.execute(sa.text("ROLLBACK"))
     assert reports[0].rows.get("labels_finished", 0) == 0
-    assert labels.get_label(app, machine(app), "b").state == "done"
+    assert service.get_label(app, machine(app), "b").state == "done"
     assert prune(app).rows["labels_finished"] == 1  # taken at the next run
 
 
@@ -240,3 +246,49 @@ def test_finished_bulk_jobs_and_the_slots_of_gone_workers_are_forgotten(
         jobs = conn.execute(sa.text("SELECT id FROM bulk_jobs ORDER BY id")).scalars().all()
         slots = conn.execute(sa.text("SELECT worker FROM receiver_slots")).scalars().all()
     assert (jobs, slots) == ([2, 3], ["alive"])
+
+
+NOTIFY = """
+  n:
+    states:
+      - action: notify
+        webhook: "{stub}/hook/<label>"
+        next: sent
+      - gate: sent
+        exit_condition: false
+"""
+
+
+def test_a_statement_timeout_in_pruning_leaves_deliveries_running_and_is_retried(
+    database_url: str,
+    db_engine: sa.Engine,
+    make_app: MakeApp,
+    clock: FakeClock,
+    stub: StubServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    template = make_app(CONFIG + NOTIFY, clock=clock)
+    three_labels(template, clock)  # three history entries to prune
+    engine = create_engine(database_url, statement_timeout=1)
+    settings = AppSettings(poll_interval=0.2, retention_interval=0.5)
+    app = App(config=template.config, db=engine, settings=settings, clock=clock)
+    blocker = db_engine.connect()
+    transaction = blocker.begin()  # every pruning batch records its progress here: it waits
+    blocker.execute(sa.text("LOCK TABLE retention_progress IN ACCESS EXCLUSIVE MODE"))
+    caplog.set_level(logging.ERROR, logger="routemaster.worker.loop")
+    try:
+        with running(app):
+            wait_until(lambda: "statement timeout while pruning" in caplog.text, "cut off")
+            for i in range(5):
+                service.create_label(app, app.config.get_machine("n"), f"n{i}", {})
+            wait_until(lambda: len(stub.received()) == 5, "deliveries while pruning fails")
+            assert "database unavailable" not in caplog.text
+            assert len(history_of(app, "a")) == 2  # the failed batch removed nothing
+            transaction.rollback()
+            wait_until(lambda: len(history_of(app, "a")) == 1, "pruned at a later interval")
+    finally:
+        if transaction.is_active:
+            transaction.rollback()
+        blocker.close()
+        app.http.close()
+        engine.dispose()
