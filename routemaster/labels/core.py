@@ -224,6 +224,7 @@ class Settled:
 
     unmoved: list[LabelKey]  # evaluated: nothing to do until the next trigger
     waiting: list[Label]  # their next evaluation reads feeds, as they are now
+    labels: dict[LabelKey, Label]  # every label of the batch, as written
 
 
 def settle_batch(
@@ -250,6 +251,7 @@ def settle_batch(
     return Settled(
         unmoved=[label.key for label, plan in plans if not plan.moves and not plan.feed_missing],
         waiting=[current[label.key] for label, plan in plans if plan.feed_missing is not None],
+        labels=current,
     )
 
 
