@@ -82,7 +82,7 @@ def test_the_console_shows_tasks_in_flight_and_who_holds_a_label(client: FlaskCl
 def test_a_machine_description_names_its_pull_actions(client: FlaskClient) -> None:
     response = client.get("/state-machines/jobs")
     states = {state["name"]: state for state in response.get_json()["states"]}
-    assert states["process"]["worker"] == {"lease": 30}
+    assert states["process"]["worker"] == {"lease": 30, "at_most_once": False}
     assert states["process"]["webhook"] is None
     assert states["check"]["worker"] is None
 
