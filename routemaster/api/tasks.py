@@ -17,16 +17,15 @@ from werkzeug.exceptions import BadRequest, NotFound, ServiceUnavailable
 
 from routemaster.api.auth import require_scope
 from routemaster.api.bodies import json_body
-from routemaster.api.claim_waits import ClaimWaiter, PendingClaim, task_json
 from routemaster.api.endpoints import CAPABILITY, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, label_body, live_label
 from routemaster.api.responses import isoformat, json_response
 from routemaster.api.task_views import past_tasks
 from routemaster.auth import READ, WORK
+from routemaster.changes.claim_waits import ClaimWaiter, PendingClaim, task_json
 from routemaster.changes.hub import STREAM_KEY
-from routemaster.db.tasks import PullState
-from routemaster.labels import tasks as task_service
+from routemaster.service import tasks as task_service
 
 blueprint = flask.Blueprint("tasks", __name__)
 
@@ -69,7 +68,19 @@ def claim_waiter(flask_app: flask.Flask) -> ClaimWaiter:
     tags=("tasks",),
 )
 def claim() -> flask.Response:
-    return _claim(_object_body(optional=False))
+    app = routemaster_app()
+    claim_request, wait = _claim_request(_object_body(optional=False))
+    waiter = claim_waiter(flask.current_app)
+    tasks = task_service.claim_tasks(
+        app,
+        claim_request.states,
+        worker=claim_request.worker,
+        limit=claim_request.limit,
+        rng=waiter.rng,
+        expire=waiter.expiry_due(),
+        leases=waiter.leases,
+    )
+    return _claimed(claim_request, wait, tasks)
 
 
 @blueprint.post("/tasks/complete")
@@ -96,23 +107,29 @@ def complete_many() -> flask.Response:
     if not tasks and wanted is None:
         raise BadRequest('"tasks" is empty: give tasks to complete, or a "claim".')
     completions = [_completion(index, task) for index, task in enumerate(tasks)]
+    then, wait = None, 0.0
     if wanted is not None:
         refused = require_scope(flask.current_app, WORK, 'Completing with a "claim"')
         if refused is not None:
             return refused
-        claim_request = _claim_request(wanted)  # a bad claim completes nothing
-    app = routemaster_app()
-    done = [_completed(answer) for answer in task_service.complete_many(app, completions)]
-    if wanted is None:
-        return json_response({"completed": done, "tasks": []}, headers=NO_STORE)
-    return _claim(wanted, before={"completed": done}, parsed=claim_request)
+        then, wait = _claim_request(wanted)  # a bad claim completes nothing
+    waiter = claim_waiter(flask.current_app)
+    done, claimed = task_service.complete_and_claim(
+        routemaster_app(),
+        completions,
+        then,
+        rng=waiter.rng,
+        expire=then is not None and waiter.expiry_due(),
+        leases=waiter.leases,
+    )
+    completed = {"completed": [_completed(answer) for answer in done]}
+    if then is None:
+        return json_response({**completed, "tasks": []}, headers=NO_STORE)
+    return _claimed(then, wait, claimed, before=completed)
 
 
-ClaimRequest = tuple[list[PullState], str, int, float]
-
-
-def _claim_request(body: dict[str, Any]) -> ClaimRequest:
-    """A claim's pull actions, worker, limit and wait; 400 or 404 when the body is wrong."""
+def _claim_request(body: dict[str, Any]) -> tuple[task_service.NextClaim, float]:
+    """A claim's pull actions, worker and limit, and its wait; 400 or 404 when wrong."""
     app = routemaster_app()
     worker = body.get("worker")
     if not isinstance(worker, str) or not worker.strip() or len(worker) > MAX_WORKER_NAME:
@@ -134,38 +151,34 @@ def _claim_request(body: dict[str, Any]) -> ClaimRequest:
         raise BadRequest(
             f"{error}" + (f" in state machine {machine!r}." if machine else ".")
         ) from None
-    return states, worker, int(limit), wait
+    return task_service.NextClaim(states, worker, int(limit)), wait
 
 
-def _claim(
-    body: dict[str, Any],
+def _claimed(
+    claim_request: task_service.NextClaim,
+    wait: float,
+    tasks: list[task_service.Task],
     *,
     before: dict[str, Any] | None = None,
-    parsed: ClaimRequest | None = None,
 ) -> flask.Response:
-    """Claim as /tasks/claim does; the fields of ``before`` go ahead of ``"tasks"``."""
+    """The claim's answer, after the fields of ``before``: these tasks, or, when there are
+    none and the claim may wait, the answer the claim waiter gives later."""
     app = routemaster_app()
-    states, worker, limit, wait = parsed or _claim_request(body)
-    waiter = claim_waiter(flask.current_app)
-    tasks = task_service.claim_tasks(
-        app,
-        states,
-        worker=worker,
-        limit=limit,
-        rng=waiter.rng,
-        expire=waiter.expiry_due(),
-        leases=waiter.leases,
-    )
-    if tasks or not wait or not states:
+    if tasks or not wait or not claim_request.states:
         answer = {**(before or {}), "tasks": [task_json(task) for task in tasks]}
         return json_response(answer, headers=NO_STORE)
+    waiter = claim_waiter(flask.current_app)
     if waiter.waiting >= app.settings.max_waiting_claims:
         raise ServiceUnavailable(
             f"Too many waiting claims in this process ({app.settings.max_waiting_claims}): "
             "retry shortly."
         )
     pending = PendingClaim(
-        states, worker=worker, limit=limit, deadline=time.monotonic() + wait, before=before
+        claim_request.states,
+        worker=claim_request.worker,
+        limit=claim_request.limit,
+        deadline=time.monotonic() + wait,
+        before=before,
     )
     waiter.add(pending)
     # Under our gunicorn workers the server takes the socket and the waiter answers on it.

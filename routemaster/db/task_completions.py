@@ -84,6 +84,8 @@ _TAKE_COMPLETED = """
                       AS a(id, patch)
     ), taken AS (
         UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL, updated_at = now(),
+                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                              THEN now() ELSE labels.scheduled_at END,
                           metadata = CASE WHEN asked.patch IS NULL THEN labels.metadata
                                           ELSE routemaster_deep_merge(labels.metadata,
                                                                       CAST(asked.patch AS jsonb))

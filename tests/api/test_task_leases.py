@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from routemaster.labels.tasks import expire_leases
+from routemaster.service.tasks import expire_leases
 from tests.api.helpers import body
 from tests.api.tasks_support import START, Client, MakeClient, claim, create, label, tasks_client
 from tests.worker.conftest import FakeClock
