@@ -189,3 +189,47 @@ def test_completing_needs_no_token_and_claiming_in_the_batch_needs_work(
     operation = document["paths"]["/tasks/complete"]["post"]
     assert operation["security"] == [{}, {"bearerToken": ["work"]}]
     assert {"401", "403"} <= set(operation["responses"])
+
+
+TIMED = """
+state_machines:
+  mail:
+    states:
+      - action: send
+        worker: {lease: 1m}
+        next: wait
+      - gate: wait
+        triggers: [{event: timer}]
+        exit_condition: metadata.reply is defined or 2h has passed since history.entered_state
+        next: done
+      - gate: done
+        exit_condition: false
+  once:
+    states:
+      - action: only
+        worker: {lease: 1m}
+"""
+
+
+def test_a_batch_schedules_labels_moved_into_timed_gates_and_settles_those_that_rest(
+    tmp_path: Path, db_engine: sa.Engine
+) -> None:
+    """Issue 28's rows stay exact: a next check where a timer waits, none owed elsewhere."""
+    client, _ = tasks_client(tmp_path, db_engine)(FakeClock(START), config=TIMED)
+    create(client, "mail", "a")
+    create(client, "once", "b")
+    tasks = {task["label"]: task["id"] for task in claim(client, limit=2)}
+    answer = client.post(
+        "/tasks/complete", json={"tasks": [{"id": tasks["a"]}, {"id": tasks["b"]}]}
+    )
+    moved, rested = (entry["label"] for entry in body(answer)["completed"])
+    assert moved["state"] == "wait" and rested["state"] == "only"
+    assert rested == label(client, "once", "b")
+    explained = body(client.get("/state-machines/mail/labels/a/explain"))
+    assert explained["next_check_at"] == "2026-11-24T14:00:00+00:00"
+    assert "2h has passed since history.entered_state" in explained["next_check_reason"]
+    with db_engine.connect() as conn:
+        unscheduled = conn.execute(
+            sa.text("SELECT count(*) FROM labels WHERE scheduled_at IS DISTINCT FROM updated_at")
+        ).scalar_one()
+    assert unscheduled == 0  # nothing left for the workers to compute
