@@ -217,10 +217,20 @@ tasks = sa.Table(
     ),
     sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("outcome", sa.Text, nullable=True),
+    # how the lease was chosen at the claim (migration 0016): fixed, percentile, min, max
+    sa.Column("lease_source", sa.Text, nullable=True),
+    sa.Column("lease_samples", sa.Integer, nullable=True),
 )
 
 sa.Index("tasks_by_label", tasks.c.label, postgresql_using="hash")
 sa.Index("tasks_by_claim", tasks.c.claimed_at)
+sa.Index(
+    "tasks_completed",
+    tasks.c.state_machine,
+    tasks.c.state,
+    tasks.c.ended_at,
+    postgresql_where=tasks.c.outcome == "completed",
+)
 deliveries = sa.Table(
     "deliveries",
     metadata,
