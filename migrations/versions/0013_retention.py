@@ -17,14 +17,14 @@ again), labels by how long they have been in their state; finished bulk
 jobs by when they finished.
 
 Revision ID: 0013
-Revises: 0016
+Revises: 0012
 Create Date: 2026-11-25
 """
 
 from alembic import op
 
 revision = "0013"
-down_revision = "0016"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 

@@ -72,24 +72,33 @@ class Worker:
         self.minutely = Minutely(app, self._sweep)
         self.subscriptions = SubscriptionSender(app, rng=self._rng)
         self._jobs = schedule.Scheduler()
+        # Each clock job is a step of its own: one that fails (a statement timeout) is logged and
+        # tried again at its next time, never keeping the jobs after it (lease renewal) waiting.
+        job = self._job
         self._jobs.every(OCCURRENCES_FORGET_SECONDS).seconds.do(
-            self.triggers.forget_old_occurrences
+            job("forgetting old occurrences", self.triggers.forget_old_occurrences)
         )
-        self._jobs.every(1).seconds.do(self.triggers.fire)
+        self._jobs.every(1).seconds.do(job("clock triggers", self.triggers.fire))
         self._jobs.every(SCHEDULE_BACKFILL_SECONDS).seconds.do(self._wish_backfill)
         self._backfill_wanted = True
         # A third of the lease: two renewals may fail before another worker could take over.
         renew_every = max(1, int(app.settings.lease.total_seconds() / 3))
-        self._jobs.every(renew_every).seconds.do(self.renew_leases)
-        self._jobs.every(PRUNE_SECONDS).seconds.do(prune_deliveries, app)
-        self._jobs.every(GIVE_UP_SECONDS).seconds.do(give_up_on_open_receivers, app, self._gate)
+        self._jobs.every(renew_every).seconds.do(job("renewing leases", self.renew_leases))
+        self._jobs.every(PRUNE_SECONDS).seconds.do(
+            job("pruning the delivery log", lambda: prune_deliveries(app))
+        )
+        self._jobs.every(GIVE_UP_SECONDS).seconds.do(
+            job("giving up on open receivers", lambda: give_up_on_open_receivers(app, self._gate))
+        )
         if any(machine.migrations for machine in app.config.state_machines):
             # Labels a process running the previous configuration moved into a migrated state.
             every = app.settings.migrations_interval  # schedule takes fractions of seconds too
-            self._jobs.every(every).seconds.do(self.apply_migrations)  # type: ignore[arg-type]
+            self._jobs.every(every).seconds.do(  # type: ignore[arg-type]
+                job("applying migrations", self.apply_migrations)
+            )
         # Pull tasks whose lease ran out are failed attempts (routemaster.service.tasks).
-        self._jobs.every(1).seconds.do(self.expire_tasks)
-        self._jobs.every(60).seconds.do(lambda: forget_old_tasks(app))
+        self._jobs.every(1).seconds.do(job("expiring task leases", self.expire_tasks))
+        self._jobs.every(60).seconds.do(job("forgetting old tasks", lambda: forget_old_tasks(app)))
         # Retention: history, deleted and finished labels, bulk jobs (one leader per batch).
         # The clock job only asks; the run is a step of its own (see work_once).
         self._jobs.every(app.settings.retention_interval).seconds.do(  # type: ignore[arg-type]
@@ -182,6 +191,14 @@ class Worker:
         )
         self._evaluate(waiting)
         return evaluated
+
+    def _job(self, name: str, work: Callable[[], object]) -> Callable[[], None]:
+        """A clock job run as a step: a statement of it that fails is logged, not raised."""
+
+        def run() -> None:
+            self._steps.run(name, work, None)
+
+        return run
 
     def _wish_backfill(self) -> None:
         self._backfill_wanted = True
