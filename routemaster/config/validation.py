@@ -28,6 +28,7 @@ from routemaster.config.migrations import migration_problems, strategy_problems
 from routemaster.config.model import Config, Gate
 from routemaster.config.patterns import pattern_problems
 from routemaster.config.receivers import receiver_problems, url_templates
+from routemaster.config.retention import retention_problems
 from routemaster.config.source import ConfigPath, ScalarMark, SourceMap
 from routemaster.config.subscriptions import subscription_problems
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
@@ -60,6 +61,8 @@ def semantic_problems(document: Any, source: SourceMap, environ: Mapping[str, st
     if isinstance(plugins, dict):
         checker.logging_plugins(plugins.get("logging"))
     for path, problem in subscription_problems(document):
+        checker.report(path, problem)
+    for path, problem in retention_problems(document):
         checker.report(path, problem)
     if isinstance(document, dict) and isinstance(machines, dict):
         urls = [url for m in machines.values() if isinstance(m, dict) for url in url_templates(m)]
@@ -130,12 +133,10 @@ class _Checker:
                     )
                 elif name_of_state in edges:
                     edges[name_of_state].add(target)
-        abort_to = machine.get("abort_to")  # reachable: older versions' labels are sent there
         if not dangling:  # else unreachable states would only echo the unknown destination
-            self.connected(path, states, names, edges, also=abort_to)
-        for where, message in migration_problems(
-            (*path, "migrations"), machine.get("migrations"), names
-        ) + strategy_problems(path, machine, names):
+            self.connected(path, states, names, edges, also=machine.get("abort_to"))
+        problems = migration_problems((*path, "migrations"), machine.get("migrations"), names)
+        for where, message in problems + strategy_problems(path, machine, names):
             self.report(where, message)
 
     def feeds(self, path: ConfigPath, feeds: list[Any]) -> set[str]:
@@ -411,7 +412,7 @@ class _Checker:
         states: list[Any],
         names: list[str],
         edges: dict[str, set[str]],
-        also: Any = None,
+        also: Any = None,  # abort_to, reached too: older versions' labels are sent there
     ) -> None:
         if not names:
             return
