@@ -20,7 +20,7 @@ from routemaster.cli.options import migrate_database, unreachable
 from routemaster.config.model import Config
 from routemaster.db.database import create_engine
 from routemaster.db.search_indexes import ensure_search_index
-from routemaster.db.versions import stamp_connections
+from routemaster.db.transaction_settings import stamp_versions
 from routemaster.labels.migrations import LabelsStranded, apply_migrations, record_configuration
 from routemaster.machine.upgrades import stranded_message
 
@@ -31,7 +31,7 @@ Versions = dict[str, int]
 def prepare_database(url: str, config: Config) -> Versions:
     """Schema, stranded check, versions, migrations; exit 1 with one message on a problem.
 
-    Returns the versions, for :func:`stamp_connections` on the process's engine.
+    Returns the versions, for :func:`stamp_versions` on the process's engine.
     """
     migrate_database(url)
     # One connection holds the lock; moves need one more (and one for a feed read after).
@@ -39,8 +39,7 @@ def prepare_database(url: str, config: Config) -> Versions:
     app = App(config=config, db=engine)
     try:
         versions = record_configuration(app)
-        engine.dispose()  # the migrations' history rows carry the new versions
-        stamp_connections(engine, versions)
+        stamp_versions(engine, versions)
         migrated = apply_migrations(app, wait=True)
         built = _build_search_indexes(engine, config)
     except LabelsStranded as stranded:

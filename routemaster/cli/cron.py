@@ -11,7 +11,7 @@ from routemaster.cli.metrics import instrumented, multiprocess_directory, worker
 from routemaster.cli.options import Options
 from routemaster.cli.plugins import sending_statsd_at_once
 from routemaster.db.database import create_engine
-from routemaster.db.versions import stamp_connections
+from routemaster.db.transaction_settings import stamp_versions
 
 
 @click.command()
@@ -44,7 +44,7 @@ def cron(options: Options, metrics_bind: str | None, given_metrics_dir: str | No
             max_overflow=settings.delivery_concurrency + 5,
             statement_timeout=settings.statement_timeout,
         )
-        stamp_connections(engine, versions)
+        stamp_versions(engine, versions)
         try:
             with worker_metrics(metrics_bind, plugins) as (metrics, loggers):
                 if given_metrics_dir is not None and settings.metrics:

@@ -24,7 +24,7 @@ from routemaster.cli.environment import (
 from routemaster.cli.metrics import instrumented, multiprocess_directory, wants_metrics_directory
 from routemaster.cli.options import Options
 from routemaster.db.database import create_engine
-from routemaster.db.versions import stamp_connections
+from routemaster.db.transaction_settings import stamp_versions
 from routemaster.logging import wants_json
 from routemaster.server.application import WSGIApp, default_threads, run_server
 from routemaster.server.supervisor import Child, supervise
@@ -152,7 +152,7 @@ def _serve(
             max_overflow=4,
             statement_timeout=settings.statement_timeout,
         )
-        stamp_connections(engine, versions)
+        stamp_versions(engine, versions)
         app = App(config=config, db=engine, settings=settings, loggers=loggers)
         if metrics_dir is not None and settings.metrics:
             app.metrics, app.loggers = instrumented(loggers, metrics_dir)

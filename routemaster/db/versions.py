@@ -3,8 +3,9 @@
 A definition is the machine as the API describes it (JSON, no header values
 or secrets); its digest is the SHA-256 of its canonical JSON, so the same
 definition started again keeps its number. ``history.version`` is filled in
-by a trigger (migration 0008) from the session setting that
-:func:`stamp_connections` puts on each of a process's connections.
+by a trigger (migration 0008) from the setting ``routemaster.versions``,
+which every transaction of a process sets first
+(:func:`routemaster.db.transaction_settings.stamp_versions`).
 """
 
 from __future__ import annotations
@@ -88,24 +89,6 @@ def label_counts(conn: sa.Connection) -> dict[str, dict[str, int]]:
     return counts
 
 
-def stamp_connections(engine: sa.Engine, versions: Mapping[str, int]) -> None:
-    """Every new connection of ``engine`` records ``versions`` (machine -> version) in history.
-
-    Set once per connection, committed so that the pool's rollback on
-    check-in does not undo it.
-    """
-    setting = json.dumps(dict(versions), sort_keys=True)
-
-    def stamp(dbapi_connection: Any, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        cursor.execute(_SET_VERSIONS, {"versions": setting})
-        cursor.close()
-        if not dbapi_connection.autocommit:
-            dbapi_connection.commit()
-
-    sa.event.listen(engine, "connect", stamp)
-
-
 _RECORD = """
     WITH seen AS (
         UPDATE machine_versions SET last_applied_at = clock_timestamp()
@@ -151,5 +134,3 @@ _COUNTS = """
     WHERE NOT deleted
     GROUP BY state_machine, state
     """
-
-_SET_VERSIONS = "SELECT set_config('routemaster.versions', %(versions)s, false)"
