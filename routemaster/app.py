@@ -81,6 +81,12 @@ class Settings:
 
 @dataclass
 class App:
+    """``db`` serves every transaction (it may be a transaction-mode pooler); ``direct``, when
+    given, is a connection straight to PostgreSQL for what needs a session of its own
+    (``LISTEN`` wake-ups, session advisory locks). Without it nothing needs a session:
+    wake-ups are polled every ``poll_interval`` and locks are lease rows (docs/deployment.md).
+    """
+
     config: Config
     db: sa.Engine
     settings: Settings = field(default_factory=Settings)
@@ -88,6 +94,7 @@ class App:
     http: requests.Session = field(default_factory=outbound_session)
     loggers: tuple[BaseLogger, ...] = ()  # the config's logging plugins
     metrics: Metrics | None = None  # its observer is one of ``loggers``
+    direct: sa.Engine | None = None
     _hooks: Hooks | None = field(default=None, init=False, repr=False, compare=False)
 
     def now(self) -> datetime.datetime:

@@ -16,7 +16,7 @@ import click
 import sqlalchemy as sa
 
 from routemaster.app import App
-from routemaster.cli.options import migrate_database, unreachable
+from routemaster.cli.options import direct_engine, migrate_database, unreachable
 from routemaster.config.model import Config
 from routemaster.db.database import create_engine
 from routemaster.db.search_indexes import ensure_search_index
@@ -36,12 +36,12 @@ def prepare_database(url: str, config: Config) -> Versions:
     migrate_database(url)
     # One connection holds the lock; moves need one more (and one for a feed read after).
     engine = create_engine(url, pool_size=2, max_overflow=2)
-    app = App(config=config, db=engine)
+    app = App(config=config, db=engine, direct=direct_engine())
     try:
         versions = record_configuration(app)
         stamp_versions(engine, versions)
         migrated = apply_migrations(app, wait=True)
-        built = _build_search_indexes(engine, config)
+        built = _build_search_indexes(app, config)
     except LabelsStranded as stranded:
         click.echo(stranded_message(stranded.plan), err=True)
         sys.exit(1)
@@ -50,6 +50,8 @@ def prepare_database(url: str, config: Config) -> Versions:
     finally:
         app.http.close()
         engine.dispose()
+        if app.direct is not None:
+            app.direct.dispose()
     if migrated:
         click.echo(f"Migrated {migrated} labels to the configuration.", err=True)
     for machine, path in built:
@@ -57,11 +59,11 @@ def prepare_database(url: str, config: Config) -> Versions:
     return versions
 
 
-def _build_search_indexes(engine: sa.Engine, config: Config) -> list[tuple[str, str]]:
+def _build_search_indexes(app: App, config: Config) -> list[tuple[str, str]]:
     """Each machine's ``search:`` indexes that were missing, built: (machine, path) of each."""
     return [
         (machine.name, ".".join(path))
         for machine in config.state_machines
         for path in machine.search
-        if ensure_search_index(engine, machine.name, path)
+        if ensure_search_index(app.db, machine.name, path, direct=app.direct)
     ]

@@ -22,7 +22,7 @@ from routemaster.cli.environment import (
     use_json_logs,
 )
 from routemaster.cli.metrics import instrumented, multiprocess_directory, wants_metrics_directory
-from routemaster.cli.options import Options
+from routemaster.cli.options import Options, direct_engine
 from routemaster.db.database import create_engine
 from routemaster.db.transaction_settings import stamp_versions
 from routemaster.logging import wants_json
@@ -153,7 +153,9 @@ def _serve(
             statement_timeout=settings.statement_timeout,
         )
         stamp_versions(engine, versions)
-        app = App(config=config, db=engine, settings=settings, loggers=loggers)
+        app = App(
+            config=config, db=engine, settings=settings, loggers=loggers, direct=direct_engine()
+        )
         if metrics_dir is not None and settings.metrics:
             app.metrics, app.loggers = instrumented(loggers, metrics_dir)
         return create_app(app)

@@ -331,3 +331,12 @@ sa.Index(
     bulk_items.c.name_key,
     postgresql_where=bulk_items.c.outcome.is_(None),
 )
+
+leases = sa.Table(
+    "leases",
+    metadata,
+    # what is held ("configuration", "search indexes"), by whom, until when (database time)
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("holder", sa.Text, nullable=False),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+)

@@ -6,9 +6,10 @@ server connection, and one server connection serves many clients in turn:
 a setting made once per connection (the ``options`` startup parameter, a
 ``SET`` or a session ``set_config``) is refused, lost, or applied to another
 process's work. So nothing is set per connection. Every transaction starts
-with :data:`~routemaster.db.statements.PROLOGUE`, which sets both values with ``set_config(..., true)``
-(they end with the transaction): :mod:`routemaster.db.statements` sends it
-in front of the first statement of each transaction, in the same round trip
+with :data:`~routemaster.db.statements.PROLOGUE`, which sets both values
+with ``set_config(..., true)`` (they end with the transaction).
+:mod:`routemaster.db.statements` sends it in front of the first statement
+of each transaction, in the same round trip
 (``SELECT set_config(...); <statement>``), and in front of a single
 autocommit statement, which the two then share one implicit transaction
 with. The statement runs under the timeout; a history row it writes is
@@ -29,7 +30,7 @@ import sqlalchemy as sa
 
 from routemaster.db.statements import SETTINGS_OPTION
 
-__all__ = ["TransactionSettings", "set_statement_timeout", "stamp_versions", "settings_of"]
+__all__ = ["TransactionSettings", "set_statement_timeout", "settings_of", "stamp_versions"]
 
 
 @dataclass
@@ -70,6 +71,6 @@ def set_statement_timeout(engine: sa.Engine, seconds: float | None) -> None:
 
 
 def stamp_versions(engine: sa.Engine, versions: Mapping[str, int]) -> None:
-    """History rows written through ``engine`` from now on carry ``versions`` (machine -> version)."""
+    """History rows written through ``engine`` from now on carry ``versions`` (machine: version)."""
     settings = settings_of(engine)
     settings.versions = json.dumps(dict(versions), sort_keys=True) if versions else ""

@@ -56,7 +56,7 @@ def record_configuration(app: App) -> dict[str, int]:
     Under the configuration lock. Raises :class:`LabelsStranded`, having
     recorded nothing, when labels would be stranded.
     """
-    with store.config_lock(app.db, wait=True):
+    with store.config_lock(app.db, app.direct, wait=True):
         plan = current_plan(app)
         if plan.strands_labels:
             raise LabelsStranded(plan)
@@ -73,7 +73,7 @@ def apply_migrations(app: App, *, wait: bool, batch: int = BATCH) -> int:
     Under the configuration lock; with ``wait=False`` nothing is done when
     another process holds it (it is applying them).
     """
-    with store.config_lock(app.db, wait=wait) as held:
+    with store.config_lock(app.db, app.direct, wait=wait) as held:
         if not held:
             return 0
         return sum(_migrate_machine(app, machine, batch) for machine in app.config.state_machines)
