@@ -67,11 +67,17 @@ def _rate(base: str, clients: int, seconds: float, request: Callable[..., int]) 
     counts = [0] * clients
 
     def run(client: int) -> None:
-        with requests.Session() as session:
-            while time.monotonic() < stop:
+        session = requests.Session()
+        while time.monotonic() < stop:
+            try:
                 status = request(session, base, client, counts[client])
-                assert status in (200, 201), status
-                counts[client] += 1
+            except requests.ConnectionError:  # a kept-alive connection closed as it was reused
+                session.close()
+                session = requests.Session()
+                continue
+            assert status in (200, 201), status
+            counts[client] += 1
+        session.close()
 
     started = time.monotonic()
     with ThreadPoolExecutor(clients) as pool:
