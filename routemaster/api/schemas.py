@@ -219,6 +219,15 @@ SCHEMAS: dict[str, Schema] = {
             "last_error": {"type": ["string", "null"]},
             "attempts": INTEGER,
             "due_at": TIME,
+            "next_check_at": {
+                **TIME,
+                "description": "In a gate: the earliest moment its exit condition could hold "
+                "with the label's metadata (null: not until the metadata changes).",
+            },
+            "next_check_reason": {
+                "type": ["string", "null"],
+                "description": "The clause that sets next_check_at.",
+            },
             "kind": {"enum": ["gate", "action", None]},
             "message": TEXT,
             "next": ref("Next"),

@@ -35,6 +35,7 @@ from routemaster.config.model import (
     StateMachine,
     SubscriptionsConfig,
     SystemTimezone,
+    TimerTrigger,
     TimeTrigger,
     Timezone,
     Trigger,
@@ -146,6 +147,8 @@ def _trigger(trigger: dict[str, Any]) -> Trigger:
         time = parse_time_of_day(trigger["time"])
         assert time is not None  # checked by validation
         return TimeTrigger(time, _timezone(trigger.get("timezone")))
+    if trigger["event"] == "timer":
+        return TimerTrigger()
     return EntryTrigger()
 
 

@@ -18,6 +18,7 @@ from routemaster.config.model import (
     NoNext,
     State,
     StateMachine,
+    TimerTrigger,
     TimeTrigger,
     Trigger,
 )
@@ -70,6 +71,8 @@ def _trigger(trigger: Trigger) -> dict[str, Any]:
         else:
             zone = "system"
         return {"kind": "time", "time": trigger.time.isoformat(), "timezone": zone}
+    if isinstance(trigger, TimerTrigger):
+        return {"kind": "event", "event": "timer"}
     assert isinstance(trigger, EntryTrigger)
     return {"kind": "event", "event": "entry"}
 

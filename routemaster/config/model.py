@@ -65,7 +65,18 @@ class EntryTrigger:
     """Evaluate as a label enters the gate (``event: entry``)."""
 
 
-Trigger = MetadataTrigger | IntervalTrigger | TimeTrigger | EntryTrigger
+@dataclass(frozen=True)
+class TimerTrigger:
+    """Evaluate each label at its next check itself, to the second (``event: timer``).
+
+    No occurrences: the moment comes from the exit condition and the label's
+    metadata (SPEC E1), so a waiting label costs nothing until then.
+    """
+
+
+Trigger = MetadataTrigger | IntervalTrigger | TimeTrigger | EntryTrigger | TimerTrigger
+ClockTrigger = IntervalTrigger | TimeTrigger | TimerTrigger
+"""The triggers that evaluate a waiting label at a moment, not on an event."""
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,7 @@ _TRIGGER = _tagged(
             },
             required=("time",),
         ),
-        "event": _object({"event": {"enum": ["entry"]}}, required=("event",)),
+        "event": _object({"event": {"enum": ["entry", "timer"]}}, required=("event",)),
     },
 )
 _CONSTANT_NEXT = _object(

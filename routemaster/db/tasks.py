@@ -289,7 +289,9 @@ _EXPIRE = """
     ), updated AS (
         UPDATE labels SET due_at = expired.due_at, errored = expired.due_at IS NULL,
                           last_error = %(error)s, lease_owner = NULL, task_id = NULL,
-                          updated_at = now()
+                          updated_at = now(),
+                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                              THEN now() ELSE labels.scheduled_at END
         FROM expired
         WHERE labels.state_machine = expired.sm AND labels.name_key = expired.key
           AND labels.name = expired.name AND labels.task_id = expired.id
@@ -317,7 +319,9 @@ _HEARTBEAT = """
 # The label is returned with its lease ended, followed by the task's attempt number.
 _TAKE = """
     WITH taken AS (
-        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL, updated_at = now()
+        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL, updated_at = now(),
+                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                              THEN now() ELSE labels.scheduled_at END
         WHERE labels.task_id = %(id)s AND labels.lease_owner IS NOT NULL
           AND labels.due_at > %(now)s AND NOT labels.deleted AND NOT labels.errored
         RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
@@ -340,7 +344,9 @@ _ISSUED = "SELECT 1 FROM tasks WHERE id = %(id)s"
 _SET_DUE = """
     WITH updated AS (
         UPDATE labels SET due_at = %(due_at)s, errored = %(errored)s, last_error = %(error)s,
-                          attempts = %(attempts)s, updated_at = now()
+                          attempts = %(attempts)s, updated_at = now(),
+                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                              THEN now() ELSE labels.scheduled_at END
         WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
         RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
                   previous_state, deleted, paused, errored, last_error, attempts, due_at,

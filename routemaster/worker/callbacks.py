@@ -19,7 +19,7 @@ from routemaster.config.model import Action
 from routemaster.db.claims import Claim
 from routemaster.db.errored import mark_errored
 from routemaster.http.webhooks import DeliveryResult, Outcome, WebhookRequest
-from routemaster.labels.tasks import hold_for_callback, open_callback_task
+from routemaster.service.tasks import hold_for_callback, open_callback_task
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from routemaster.app import App
 from routemaster.config import describe_machine
 from routemaster.db.transaction_settings import stamp_versions
 from routemaster.db.versions import digest_of, record_version
-from routemaster.labels import create_label
-from routemaster.labels.migrations import record_configuration
+from routemaster.service import create_label
+from routemaster.service.configuration import record_configuration
 
 
 def test_each_distinct_definition_is_one_version(app: App, client: FlaskClient) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from routemaster.labels.tasks import forget_old_tasks
+from routemaster.service.tasks import forget_old_tasks
 from tests.api.helpers import body
 from tests.api.tasks_support import (
     CONFIG,

@@ -9,10 +9,10 @@ import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
-from routemaster.api import create_app
 from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.metrics import Metrics
+from routemaster.web import create_app
 from tests.api.openapi_check import CheckedClient
 from tests.api.tasks_support import CONFIG, START, claim, create
 from tests.api.test_metrics import scrape, value
