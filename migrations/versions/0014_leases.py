@@ -8,14 +8,14 @@ is serialised instead by a row of ``leases``: taken when it is free or has
 run out, renewed while held, deleted when done (routemaster/db/leases.py).
 
 Revision ID: 0014
-Revises: 0012
+Revises: 0016
 Create Date: 2026-12-01
 """
 
 from alembic import op
 
 revision = "0014"
-down_revision = "0012"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
