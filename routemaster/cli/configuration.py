@@ -16,11 +16,11 @@ import click
 import sqlalchemy as sa
 
 from routemaster.app import App
-from routemaster.cli.options import migrate_database, unreachable
+from routemaster.cli.options import direct_engine, migrate_database, unreachable
 from routemaster.config.model import Config
 from routemaster.db.database import create_engine
 from routemaster.db.search_indexes import ensure_search_index
-from routemaster.db.versions import stamp_connections
+from routemaster.db.transaction_settings import stamp_versions
 from routemaster.machine.upgrades import stranded_message
 from routemaster.machine.versions import LoadedVersions
 from routemaster.service.configuration import (
@@ -39,21 +39,20 @@ Versions = dict[str, int]
 def prepare_database(url: str, config: Config) -> Versions:
     """Schema, stranded check, versions, migrations; exit 1 with one message on a problem.
 
-    Returns the versions, for :func:`stamp_connections` on the process's engine.
+    Returns the versions, for :func:`stamp_versions` on the process's engine.
     """
     migrate_database(url)
     # One connection holds the lock; moves need one more (and one for a feed read after).
     engine = create_engine(url, pool_size=2, max_overflow=2)
-    app = App(config=config, db=engine)
+    app = App(config=config, db=engine, direct=direct_engine())
     try:
         recorded = record_configuration(app)
         versions = recorded.versions
-        engine.dispose()  # the migrations' history rows carry the new versions
-        stamp_connections(engine, versions, continuing(config))
+        stamp_versions(engine, versions, continuing(config))
         app.versions = LoadedVersions(in_force=versions)
         migrated = apply_migrations(app, wait=True)
         aborted = abort_older_labels(app, recorded)
-        built = _build_search_indexes(engine, config)
+        built = _build_search_indexes(app, config)
     except LabelsStranded as stranded:
         click.echo(stranded_message(stranded.plan), err=True)
         sys.exit(1)
@@ -62,6 +61,8 @@ def prepare_database(url: str, config: Config) -> Versions:
     finally:
         app.http.close()
         engine.dispose()
+        if app.direct is not None:
+            app.direct.dispose()
     if migrated:
         click.echo(f"Migrated {migrated} labels to the configuration.", err=True)
     if aborted:
@@ -113,11 +114,11 @@ def compute_next_checks(url: str, config: Config, versions: Versions) -> int:
     return total
 
 
-def _build_search_indexes(engine: sa.Engine, config: Config) -> list[tuple[str, str]]:
+def _build_search_indexes(app: App, config: Config) -> list[tuple[str, str]]:
     """Each machine's ``search:`` indexes that were missing, built: (machine, path) of each."""
     return [
         (machine.name, ".".join(path))
         for machine in config.state_machines
         for path in machine.search
-        if ensure_search_index(engine, machine.name, path)
+        if ensure_search_index(app.db, machine.name, path, direct=app.direct)
     ]

@@ -22,9 +22,9 @@ from routemaster.cli.environment import (
     use_json_logs,
 )
 from routemaster.cli.metrics import instrumented, multiprocess_directory, wants_metrics_directory
-from routemaster.cli.options import Options
+from routemaster.cli.options import Options, direct_engine
 from routemaster.db.database import create_engine
-from routemaster.db.versions import stamp_connections
+from routemaster.db.transaction_settings import stamp_versions
 from routemaster.logging import wants_json
 from routemaster.machine.versions import LoadedVersions
 from routemaster.server.application import WSGIApp, default_threads, run_server
@@ -153,13 +153,14 @@ def _serve(
             max_overflow=4,
             statement_timeout=settings.statement_timeout,
         )
-        stamp_connections(engine, versions, continuing(config))
+        stamp_versions(engine, versions, continuing(config))
         app = App(
             config=config,
             db=engine,
             settings=settings,
             loggers=loggers,
             versions=LoadedVersions(in_force=versions),
+            direct=direct_engine(),
         )
         if metrics_dir is not None and settings.metrics:
             app.metrics, app.loggers = instrumented(loggers, metrics_dir)

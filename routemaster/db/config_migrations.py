@@ -15,31 +15,25 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 
-from routemaster.db.statements import fetch_all, fetch_one, run
+from routemaster.db.leases import exclusive
+from routemaster.db.statements import fetch_all
 
 CONFIG_LOCK = 2021
 """The advisory lock held while versions are recorded and migrations applied (schema: 2017)."""
 
 
+CONFIG_LEASE = "configuration"
+"""The lease row that stands for it behind a transaction pooler (:mod:`routemaster.db.leases`)."""
+
+
 @contextmanager
-def config_lock(engine: sa.Engine, *, wait: bool) -> Iterator[bool]:
-    """Hold the configuration lock on a connection of its own; yields whether it is held.
+def config_lock(engine: sa.Engine, direct: sa.Engine | None, *, wait: bool) -> Iterator[bool]:
+    """Hold the configuration lock (on ``direct``, else as a lease row); whether it is held.
 
     ``wait=False`` gives up at once when another process holds it.
     """
-    with engine.connect() as conn:
-        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-        if wait:
-            run(conn, _LOCK, {"key": CONFIG_LOCK})
-            held = True
-        else:
-            row = fetch_one(conn, _TRY_LOCK, {"key": CONFIG_LOCK})
-            held = bool(row and row[0])
-        try:
-            yield held
-        finally:
-            if held and not conn.invalidated:
-                run(conn, _UNLOCK, {"key": CONFIG_LOCK})
+    with exclusive(engine, direct, key=CONFIG_LOCK, name=CONFIG_LEASE, wait=wait) as held:
+        yield held
 
 
 def rename_batch(
@@ -97,10 +91,6 @@ def names_in_state(
     )
     return [str(row[0]) for row in rows]
 
-
-_LOCK = "SELECT pg_advisory_lock(%(key)s)"
-_TRY_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
-_UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
 
 _RENAME = """
     WITH batch AS (

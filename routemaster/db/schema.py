@@ -406,3 +406,12 @@ retention_progress = sa.Table(
     sa.Column("last_run_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("horizon", sa.DateTime(timezone=True), nullable=True),
 )
+
+leases = sa.Table(
+    "leases",
+    metadata,
+    # what is held ("configuration", "search indexes"), by whom, until when (database time)
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("holder", sa.Text, nullable=False),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+)

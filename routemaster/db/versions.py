@@ -3,8 +3,9 @@
 A definition is the machine as the API describes it (JSON, no header values
 or secrets); its digest is the SHA-256 of its canonical JSON, so the same
 definition started again keeps its number. ``history.version`` is filled in
-by a trigger (migration 0008) from the session setting that
-:func:`stamp_connections` puts on each of a process's connections.
+by a trigger (migration 0008) from the setting ``routemaster.versions``,
+which every transaction of a process sets first
+(:func:`routemaster.db.transaction_settings.stamp_versions`).
 """
 
 from __future__ import annotations
@@ -186,27 +187,6 @@ def versions_setting(versions: Mapping[str, int], continuing: Iterable[str] = ()
     return json.dumps(setting, sort_keys=True)
 
 
-def stamp_connections(
-    engine: sa.Engine, versions: Mapping[str, int], continuing: Iterable[str] = ()
-) -> None:
-    """Every new connection of ``engine`` records ``versions`` (machine -> version) in history.
-
-    ``continuing``: the machines whose rows carry the label's own version instead.
-    Set once per connection, committed so that the pool's rollback on
-    check-in does not undo it.
-    """
-    setting = versions_setting(versions, continuing)
-
-    def stamp(dbapi_connection: Any, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        cursor.execute(_SET_VERSIONS, {"versions": setting})
-        cursor.close()
-        if not dbapi_connection.autocommit:
-            dbapi_connection.commit()
-
-    sa.event.listen(engine, "connect", stamp)
-
-
 _RECORD = """
     WITH seen AS (
         UPDATE machine_versions SET last_applied_at = clock_timestamp()
@@ -305,5 +285,3 @@ _UNVERSIONED_LABELS = """
     ORDER BY name_key
     LIMIT %(limit)s
     """
-
-_SET_VERSIONS = "SELECT set_config('routemaster.versions', %(versions)s, false)"

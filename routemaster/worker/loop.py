@@ -134,7 +134,7 @@ class Worker:
             len(self._action_states),
             len(self.triggers.triggers),
         )
-        listener = DueListener(self.app.db)
+        listener = DueListener(self.app.direct)
         first = True
         self.subscriptions.start()
         try:

@@ -9,7 +9,8 @@ from flask.testing import FlaskClient
 
 from routemaster.app import App
 from routemaster.config import describe_machine
-from routemaster.db.versions import digest_of, record_version, stamp_connections
+from routemaster.db.transaction_settings import stamp_versions
+from routemaster.db.versions import digest_of, record_version
 from routemaster.service import create_label
 from routemaster.service.configuration import record_configuration
 
@@ -61,7 +62,7 @@ def test_history_entries_carry_the_version_they_were_made_under(
 ) -> None:
     versions = record_configuration(app).versions
     engine = sa.create_engine(database_url)
-    stamp_connections(engine, versions)
+    stamp_versions(engine, versions)
     stamped = dataclasses.replace(app, db=engine)
     try:
         create_label(stamped, app.config.get_machine("user"), "alice", {})

@@ -27,7 +27,8 @@ from routemaster.cli.configuration import continuing
 from routemaster.config import load_config
 from routemaster.db import labels as store
 from routemaster.db.database import create_engine
-from routemaster.db.versions import last_applied, stamp_connections
+from routemaster.db.transaction_settings import stamp_versions
+from routemaster.db.versions import last_applied
 from routemaster.machine.versions import LoadedVersions
 from routemaster.service.bulk import run_batch
 from routemaster.web import create_app
@@ -99,7 +100,7 @@ class Deployment:
             versions = {name: found.version for name, found in last_applied(conn).items()}
         reader.dispose()
         engine = create_engine(self.database_url)
-        stamp_connections(engine, versions, continuing(config))
+        stamp_versions(engine, versions, continuing(config))
         self.engines.append(engine)
         app = App(
             config=config,
