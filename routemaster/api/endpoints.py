@@ -24,6 +24,9 @@ TEXT = "text/plain"
 EVENT_STREAM = "text/event-stream"
 HTML = "text/html"
 
+CONSOLE = "console"
+"""The tag of the console's pages: their errors are pages too (JSON when the database fails)."""
+
 OPEN = None
 """The scope of an endpoint anyone may call, even with tokens required (``GET /``, ``/metrics``)."""
 

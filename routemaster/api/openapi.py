@@ -16,11 +16,22 @@ from typing import Any
 import flask
 
 from routemaster import __version__
-from routemaster.api.endpoints import CAPABILITY, JSON, OPEN, Endpoint, Reply, declared, endpoint
+from routemaster.api.endpoints import (
+    CAPABILITY,
+    CONSOLE,
+    HTML,
+    JSON,
+    OPEN,
+    Endpoint,
+    Reply,
+    declared,
+    endpoint,
+)
 from routemaster.api.extension import routemaster_app
 from routemaster.api.outbound_schemas import OUTBOUND_SCHEMAS
 from routemaster.api.responses import json_response
 from routemaster.api.schemas import SCHEMAS, Schema, ref
+from routemaster.api.validation import EMPTY_QUERY_VALUES
 from routemaster.auth import READ
 
 blueprint = flask.Blueprint("openapi", __name__)
@@ -74,7 +85,9 @@ def build_document(flask_app: flask.Flask) -> dict[str, Any]:
             "title": "routemaster",
             "version": __version__,
             "description": "State machines as a service. Label names and machine names are "
-            "percent-encoded path segments; a '/' inside a name travels as %2F.",
+            "percent-encoded path segments; a '/' inside a name travels as %2F. "
+            "Requests are checked against this document: a body or query parameter outside it "
+            "is a 400 whose message names the field and the rule. " + EMPTY_QUERY_VALUES,
         },
         "paths": {path: paths[path] for path in sorted(paths)},
         "components": {"schemas": {**SCHEMAS, **OUTBOUND_SCHEMAS}},
@@ -107,7 +120,12 @@ def _operation(
         for name in sorted(arguments)
     ]
     parameters += [
-        {"name": q.name, "in": "query", "schema": dict(q.schema), "description": q.description}
+        {
+            "name": q.name,
+            "in": "query",
+            "schema": dict(q.schema),
+            "description": q.description + " Empty: as if left out.",
+        }
         for q in declaration.query
     ]
     if parameters:
@@ -134,6 +152,11 @@ def _operation(
     for status in sorted(replies):
         operation["responses"][str(status)] = _response(status, replies[status])
     operation["responses"]["default"] = _response(0, Reply("Error", description="An error"))
+    if CONSOLE in declaration.tags:
+        operation["responses"]["default"] = {
+            "description": "An error: a page, or JSON when the database failed",
+            "content": {HTML: {"schema": {"type": "string"}}, JSON: {"schema": ref("Error")}},
+        }
     return operation
 
 

@@ -8,19 +8,18 @@ no token, and accept a valid one. A stale id answers 409 with
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 import flask
 from werkzeug.exceptions import BadRequest, NotFound, ServiceUnavailable
 
-from routemaster.api.bodies import json_body
 from routemaster.api.endpoints import CAPABILITY, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, label_body, live_label
 from routemaster.api.responses import isoformat, json_response
 from routemaster.api.task_views import past_tasks
+from routemaster.api.validation import checked_body
 from routemaster.auth import READ, WORK
 from routemaster.changes.claim_waits import ClaimWaiter, PendingClaim, task_json
 from routemaster.changes.hub import STREAM_KEY
@@ -29,9 +28,6 @@ from routemaster.service import tasks as task_service
 blueprint = flask.Blueprint("tasks", __name__)
 
 WAITER_KEY = "routemaster.claims"
-MAX_LIMIT = 100
-MAX_WAIT = 60
-MAX_WORKER_NAME = 200
 HISTORY_LIMIT = 100  # a label's latest tasks shown
 TASK = "/tasks/<task_id>"
 NO_STORE = {"Cache-Control": "no-store"}
@@ -68,19 +64,12 @@ def claim_waiter(flask_app: flask.Flask) -> ClaimWaiter:
 )
 def claim() -> flask.Response:
     app = routemaster_app()
-    body = _object_body(optional=False)
-    worker = body.get("worker")
-    if not isinstance(worker, str) or not worker.strip() or len(worker) > MAX_WORKER_NAME:
-        raise BadRequest(
-            f'"worker" must name the worker: text of 1 to {MAX_WORKER_NAME} characters.'
-        )
-    machine = body.get("state_machine")
-    state = body.get("state")
-    for key, value in (("state_machine", machine), ("state", state)):
-        if value is not None and not isinstance(value, str):
-            raise BadRequest(f'"{key}" must be text.')
-    limit = _number(body, "limit", 1, 1, MAX_LIMIT, integer=True)
-    wait = _number(body, "wait", 0, 0, MAX_WAIT, integer=False)
+    body = checked_body()
+    worker: str = body["worker"]
+    machine: str | None = body.get("state_machine")
+    state: str | None = body.get("state")
+    limit: int = body.get("limit", 1)
+    wait: float = body.get("wait", 0)
     if machine is not None:
         machine_or_404(app, machine)
     try:
@@ -94,7 +83,7 @@ def claim() -> flask.Response:
         app,
         states,
         worker=worker,
-        limit=int(limit),
+        limit=limit,
         rng=waiter.rng,
         expire=waiter.expiry_due(),
     )
@@ -105,9 +94,7 @@ def claim() -> flask.Response:
             f"Too many waiting claims in this process ({app.settings.max_waiting_claims}): "
             "retry shortly."
         )
-    pending = PendingClaim(
-        states, worker=worker, limit=int(limit), deadline=time.monotonic() + wait
-    )
+    pending = PendingClaim(states, worker=worker, limit=limit, deadline=time.monotonic() + wait)
     waiter.add(pending)
     # Under our gunicorn workers the server takes the socket and the waiter answers on it.
     flask.request.environ[STREAM_KEY] = pending
@@ -124,7 +111,7 @@ def claim() -> flask.Response:
     tags=("tasks",),
 )
 def heartbeat(task_id: str) -> flask.Response:
-    _object_body(optional=True)
+    checked_body(optional=True)
     app = routemaster_app()
     return _answer(lambda: {"lease_expires_at": isoformat(task_service.heartbeat(app, task_id))})
 
@@ -139,10 +126,7 @@ def heartbeat(task_id: str) -> flask.Response:
     tags=("tasks",),
 )
 def complete(task_id: str) -> flask.Response:
-    body = _object_body(optional=True)
-    metadata = body.get("metadata")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise BadRequest('"metadata" must be a JSON object.')
+    metadata = (checked_body(optional=True) or {}).get("metadata")
     app = routemaster_app()
     return _answer(lambda: label_body(task_service.complete(app, task_id, metadata)))
 
@@ -156,16 +140,10 @@ def complete(task_id: str) -> flask.Response:
     tags=("tasks",),
 )
 def fail(task_id: str) -> flask.Response:
-    body = _object_body(optional=False)
-    error = body.get("error")
-    if not isinstance(error, str):
-        raise BadRequest('"error" must say what went wrong, as text.')
-    retry = body.get("retry", True)
-    if not isinstance(retry, bool):
-        raise BadRequest('"retry" must be true or false.')
-    retry_after = None
-    if body.get("retry_after") is not None:
-        retry_after = _number(body, "retry_after", 0, 0, 86_400, integer=False)
+    body = checked_body()
+    error: str = body["error"]
+    retry: bool = body.get("retry", True)
+    retry_after: float | None = body.get("retry_after")
     app = routemaster_app()
     waiter = claim_waiter(flask.current_app)
     return _answer(
@@ -187,7 +165,7 @@ def fail(task_id: str) -> flask.Response:
     tags=("tasks",),
 )
 def release(task_id: str) -> flask.Response:
-    _object_body(optional=True)
+    checked_body(optional=True)
     app = routemaster_app()
     return _answer(lambda: label_body(task_service.release(app, task_id)))
 
@@ -212,28 +190,3 @@ def _answer(act: Any) -> flask.Response:
         raise NotFound(str(error)) from None
     except task_service.LeaseLost as error:
         return json_response({"message": str(error), "reason": "lease_lost"}, 409)
-
-
-def _object_body(*, optional: bool) -> dict[str, Any]:
-    body = json_body(optional=optional)
-    if body is None:
-        return {}
-    if not isinstance(body, dict):
-        raise BadRequest("The request body must be a JSON object.")
-    return body
-
-
-def _number(
-    body: dict[str, Any], key: str, default: float, low: float, high: float, *, integer: bool
-) -> float:
-    value = body.get(key, default)
-    kind = "an integer" if integer else "a number"
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or (integer and not isinstance(value, int))
-        or not math.isfinite(value)
-        or not low <= value <= high
-    ):
-        raise BadRequest(f'"{key}" must be {kind} from {low:g} to {high:g}.')
-    return value
