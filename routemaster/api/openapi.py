@@ -31,6 +31,7 @@ from routemaster.api.extension import routemaster_app
 from routemaster.api.outbound_schemas import OUTBOUND_SCHEMAS
 from routemaster.api.responses import json_response
 from routemaster.api.schemas import SCHEMAS, Schema, ref
+from routemaster.api.task_schemas import TASK_SCHEMAS
 from routemaster.api.validation import EMPTY_QUERY_VALUES
 from routemaster.auth import READ
 
@@ -90,7 +91,7 @@ def build_document(flask_app: flask.Flask) -> dict[str, Any]:
             "is a 400 whose message names the field and the rule. " + EMPTY_QUERY_VALUES,
         },
         "paths": {path: paths[path] for path in sorted(paths)},
-        "components": {"schemas": {**SCHEMAS, **OUTBOUND_SCHEMAS}},
+        "components": {"schemas": {**SCHEMAS, **OUTBOUND_SCHEMAS, **TASK_SCHEMAS}},
     }
     if tokens:
         document["components"]["securitySchemes"] = {
@@ -141,10 +142,20 @@ def _operation(
             [{}]
             if declaration.scope is OPEN
             else [{}, {SECURITY_SCHEME: []}]
-            if declaration.scope == CAPABILITY
+            if declaration.scope == CAPABILITY and declaration.scope_with is None
+            else [{}, {SECURITY_SCHEME: [declaration.scope_with[1]]}]
+            if declaration.scope == CAPABILITY and declaration.scope_with is not None
             else [{SECURITY_SCHEME: [declaration.scope]}]
         )
-        if declaration.scope == CAPABILITY:
+        if declaration.scope_with is not None:
+            key, scope = declaration.scope_with
+            operation["description"] = (
+                f"A body with `{key}` needs a token with the `{scope}` scope; "
+                "without it, no token is needed."
+            )
+            replies.setdefault(401, Reply("Error", description=f"`{key}` without a valid token"))
+            replies.setdefault(403, Reply("Error", description=f"The token lacks `{scope}`"))
+        elif declaration.scope == CAPABILITY:
             replies.setdefault(401, Reply("Error", description="A token was sent and is not valid"))
         elif declaration.scope is not OPEN:
             replies.setdefault(401, Reply("Error"))

@@ -5,7 +5,8 @@ to a handler but not here fails the conformance tests instead of drifting
 silently. Endpoints name these schemas in their :func:`~routemaster.api.endpoints.endpoint`
 declaration; add a schema here when adding an endpoint with a new body.
 The outbound calls' schemas (the delivery log, receivers, push
-subscriptions) are in :mod:`routemaster.api.outbound_schemas`.
+subscriptions) are in :mod:`routemaster.api.outbound_schemas`, pull workers'
+tasks in :mod:`routemaster.api.task_schemas`.
 """
 
 from __future__ import annotations
@@ -19,10 +20,6 @@ INTEGER: Schema = {"type": "integer"}
 BOOLEAN: Schema = {"type": "boolean"}
 ANY: Schema = {}
 
-MAX_WORKER_NAME = 200
-MAX_CLAIM = 100  # tasks in one claim
-MAX_CLAIM_WAIT = 60  # seconds
-MAX_RETRY_AFTER = 86_400  # seconds
 UNTIL_REFUSED = '"until" must be an ISO-8601 time with its UTC offset, e.g. "2030-01-01T09:00:00Z".'
 TIME: Schema = {"type": ["string", "null"], "format": "date-time"}
 
@@ -84,8 +81,8 @@ _MACHINE_STATE = obj(
         "triggers": array(ref("Trigger")),
         "webhook": {"type": ["string", "null"]},
         "worker": {
-            "anyOf": [obj({"lease": INTEGER}), {"type": "null"}],
-            "description": "A pull action: claimed through /tasks/claim (lease in seconds).",
+            "anyOf": [ref("WorkerSettings"), {"type": "null"}],
+            "description": "A pull action: claimed through /tasks/claim.",
         },
         "next": ref("Next"),
         "end": BOOLEAN,
@@ -261,7 +258,7 @@ SCHEMAS: dict[str, Schema] = {
             "message": TEXT,
             "next": ref("Next"),
             "webhook": TEXT,
-            "worker": obj({"lease": {**INTEGER, "description": "Seconds."}}),
+            "worker": ref("WorkerSettings"),
             "async_timeout": {**INTEGER, "description": "Seconds a 202 keeps the label leased."},
             "task": {
                 "anyOf": [
@@ -271,6 +268,7 @@ SCHEMAS: dict[str, Schema] = {
                             "attempt": INTEGER,
                             "claimed_at": TIME,
                             "lease_expires_at": TIME,
+                            "lease": ref("Lease"),
                         }
                     ),
                     {"type": "null"},
@@ -415,84 +413,6 @@ SCHEMAS: dict[str, Schema] = {
             },
         },
         optional=("reason", "until"),
-        strict=False,
-    ),
-    "Claim": obj(
-        {
-            "worker": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": MAX_WORKER_NAME,
-                "pattern": "\\S",
-                "description": "Who claims: shown in explanations and the console.",
-                "x-error": '"worker" must name the worker: text of 1 to '
-                f"{MAX_WORKER_NAME} characters.",
-            },
-            "state_machine": TEXT_OR_NULL,
-            "state": {**TEXT_OR_NULL, "description": "A pull action (worker:) to claim from."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_CLAIM, "default": 1},
-            "wait": {
-                "type": "number",
-                "minimum": 0,
-                "maximum": MAX_CLAIM_WAIT,
-                "default": 0,
-                "description": "Seconds to wait for a task when none is due now.",
-            },
-        },
-        optional=("state_machine", "state", "limit", "wait"),
-    ),
-    "Task": obj(
-        {
-            "id": {**TEXT, "description": "The task's capability: keep it secret."},
-            "state_machine": TEXT,
-            "label": TEXT,
-            "state": TEXT,
-            "metadata": {"type": "object"},
-            "attempt": INTEGER,
-            "idempotency_token": TEXT,
-            "lease_expires_at": {**TEXT, "format": "date-time"},
-        }
-    ),
-    "TaskHistory": obj(
-        {
-            "tasks": array(
-                obj(
-                    {
-                        "state": TEXT,
-                        "attempt": INTEGER,
-                        "worker": TEXT,
-                        "idempotency_token": TEXT,
-                        "claimed_at": TIME,
-                        "ended_at": TIME,
-                        "outcome": {
-                            "enum": ["completed", "failed", "released", "expired", None],
-                            "description": "null: in flight, or ended by a move or a pause.",
-                        },
-                    }
-                )
-            )
-        }
-    ),
-    "TaskList": obj({"tasks": array(ref("Task"))}),
-    "Heartbeat": obj({"lease_expires_at": {**TEXT, "format": "date-time"}}),
-    "Empty": obj({}, strict=False),
-    "Completion": obj(
-        {"metadata": {"type": ["object", "null"], "description": "Deep-merged as PATCH does."}},
-        optional=("metadata",),
-        strict=False,
-    ),
-    "Failure": obj(
-        {
-            "error": {**TEXT, "x-error": '"error" must say what went wrong, as text.'},
-            "retry": {**BOOLEAN, "default": True},
-            "retry_after": {
-                "type": ["number", "null"],
-                "minimum": 0,
-                "maximum": MAX_RETRY_AFTER,
-                "description": "Seconds until the next attempt, instead of the backoff.",
-            },
-        },
-        optional=("retry", "retry_after"),
         strict=False,
     ),
 }

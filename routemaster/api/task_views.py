@@ -7,6 +7,7 @@ from typing import Any
 
 from routemaster.api.responses import isoformat
 from routemaster.app import App
+from routemaster.config.graph import worker_settings
 from routemaster.config.model import Action
 from routemaster.service import Label
 from routemaster.service import tasks as task_service
@@ -21,7 +22,7 @@ def action_explanation(app: App, action: Action, label: Label) -> dict[str, Any]
     if action.webhook is not None:
         body["webhook"] = action.webhook
     if action.worker is not None:
-        body["worker"] = {"lease": int(action.worker.lease.total_seconds())}
+        body["worker"] = worker_settings(action.worker)
     if action.async_timeout is not None:
         body["async_timeout"] = int(action.async_timeout.total_seconds())
     held = task_service.current_task(app, label)
@@ -33,6 +34,11 @@ def action_explanation(app: App, action: Action, label: Label) -> dict[str, Any]
             "attempt": held.attempt,
             "claimed_at": isoformat(held.claimed_at),
             "lease_expires_at": isoformat(held.lease_expires_at),
+            "lease": {
+                "seconds": held.lease.total_seconds(),
+                "source": held.lease_source or "fixed",
+                "samples": held.lease_samples or 0,
+            },
         }
     )
     return body

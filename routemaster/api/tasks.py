@@ -14,6 +14,7 @@ from typing import Any
 import flask
 from werkzeug.exceptions import BadRequest, NotFound, ServiceUnavailable
 
+from routemaster.api.auth import require_scope
 from routemaster.api.endpoints import CAPABILITY, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, label_body, live_label
@@ -64,7 +65,63 @@ def claim_waiter(flask_app: flask.Flask) -> ClaimWaiter:
 )
 def claim() -> flask.Response:
     app = routemaster_app()
+    claim_request, wait = _claim_request(checked_body())
+    waiter = claim_waiter(flask.current_app)
+    tasks = task_service.claim_tasks(
+        app,
+        claim_request.states,
+        worker=claim_request.worker,
+        limit=claim_request.limit,
+        rng=waiter.rng,
+        expire=waiter.expiry_due(),
+        leases=waiter.leases,
+    )
+    return _claimed(claim_request, wait, tasks)
+
+
+@blueprint.post("/tasks/complete")
+@endpoint(
+    CAPABILITY,
+    "Complete many tasks in order, then claim the next ones (with `claim`), in one request",
+    {
+        200: Reply("Completed"),
+        400: Reply("Error"),
+        404: Reply("Error", description="`claim` names a state machine that does not exist"),
+        503: Reply("Error", description="This process has too many waiting claims"),
+    },
+    body="Completions",
+    tags=("tasks",),
+    scope_with=("claim", WORK),
+)
+def complete_many() -> flask.Response:
     body = checked_body()
+    wanted = body.get("claim")
+    completions = [(task["id"], task.get("metadata")) for task in body["tasks"]]
+    then, wait = None, 0.0
+    if wanted is not None:
+        refused = require_scope(flask.current_app, WORK, 'Completing with a "claim"')
+        if refused is not None:
+            return refused
+        then, wait = _claim_request(wanted)  # a bad claim completes nothing
+    waiter = claim_waiter(flask.current_app)
+    done, claimed = task_service.complete_and_claim(
+        routemaster_app(),
+        completions,
+        then,
+        rng=waiter.rng,
+        expire=then is not None and waiter.expiry_due(),
+        leases=waiter.leases,
+    )
+    completed = {"completed": [_completed(answer) for answer in done]}
+    if then is None:
+        return json_response({**completed, "tasks": []}, headers=NO_STORE)
+    return _claimed(then, wait, claimed, before=completed)
+
+
+def _claim_request(body: dict[str, Any]) -> tuple[task_service.NextClaim, float]:
+    """A claim (checked against ``Claim``): its pull actions, worker, limit and wait; 400
+    or 404 when the machine or the state is not one."""
+    app = routemaster_app()
     worker: str = body["worker"]
     machine: str | None = body.get("state_machine")
     state: str | None = body.get("state")
@@ -78,27 +135,53 @@ def claim() -> flask.Response:
         raise BadRequest(
             f"{error}" + (f" in state machine {machine!r}." if machine else ".")
         ) from None
+    return task_service.NextClaim(states, worker, limit), wait
+
+
+def _claimed(
+    claim_request: task_service.NextClaim,
+    wait: float,
+    tasks: list[task_service.Task],
+    *,
+    before: dict[str, Any] | None = None,
+) -> flask.Response:
+    """The claim's answer, after the fields of ``before``: these tasks, or, when there are
+    none and the claim may wait, the answer the claim waiter gives later."""
+    app = routemaster_app()
+    if tasks or not wait or not claim_request.states:
+        answer = {**(before or {}), "tasks": [task_json(task) for task in tasks]}
+        return json_response(answer, headers=NO_STORE)
     waiter = claim_waiter(flask.current_app)
-    tasks = task_service.claim_tasks(
-        app,
-        states,
-        worker=worker,
-        limit=limit,
-        rng=waiter.rng,
-        expire=waiter.expiry_due(),
-    )
-    if tasks or not wait or not states:
-        return json_response({"tasks": [task_json(task) for task in tasks]}, headers=NO_STORE)
     if waiter.waiting >= app.settings.max_waiting_claims:
         raise ServiceUnavailable(
             f"Too many waiting claims in this process ({app.settings.max_waiting_claims}): "
             "retry shortly."
         )
-    pending = PendingClaim(states, worker=worker, limit=limit, deadline=time.monotonic() + wait)
+    pending = PendingClaim(
+        claim_request.states,
+        worker=claim_request.worker,
+        limit=claim_request.limit,
+        deadline=time.monotonic() + wait,
+        before=before,
+    )
     waiter.add(pending)
     # Under our gunicorn workers the server takes the socket and the waiter answers on it.
     flask.request.environ[STREAM_KEY] = pending
     return flask.Response(pending.body(), mimetype="application/json", headers=NO_STORE)
+
+
+def _completed(answer: task_service.Completed) -> dict[str, Any]:
+    """One completion as /tasks/{id}/complete would have answered it."""
+    if answer.label is not None:
+        return {"id": answer.task_id, "status": 200, "label": label_body(answer.label)}
+    if isinstance(answer.refusal, task_service.LeaseLost):
+        return {
+            "id": answer.task_id,
+            "status": 409,
+            "message": str(answer.refusal),
+            "reason": "lease_lost",
+        }
+    return {"id": answer.task_id, "status": 404, "message": str(answer.refusal)}
 
 
 @blueprint.post(TASK + "/heartbeat")

@@ -29,13 +29,14 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from routemaster.app import App
 from routemaster.db.notifications import DueListener
 from routemaster.db.tasks import PullState, Task
 from routemaster.service import tasks as task_service
+from routemaster.service.leases import LeaseBook
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +57,9 @@ def task_json(task: Task) -> dict[str, Any]:
     }
 
 
-def tasks_body(tasks: Sequence[Task]) -> bytes:
-    body = {"tasks": [task_json(task) for task in tasks]}
+def tasks_body(tasks: Sequence[Task], before: Mapping[str, Any] | None = None) -> bytes:
+    """The claim's answer: ``{"tasks": [...]}``, after the fields of ``before`` if given."""
+    body = {**(before or {}), "tasks": [task_json(task) for task in tasks]}
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -65,10 +67,17 @@ class PendingClaim:
     """One waiting claim: what it wants, until when, and where its answer goes."""
 
     def __init__(
-        self, states: Sequence[PullState], *, worker: str, limit: int, deadline: float
+        self,
+        states: Sequence[PullState],
+        *,
+        worker: str,
+        limit: int,
+        deadline: float,
+        before: Mapping[str, Any] | None = None,
     ) -> None:
         self.states = list(states)
-        self.keys = frozenset((machine, state) for machine, state, _ in states)
+        self.keys = frozenset(states)
+        self.before = before  # answered ahead of the tasks (the batch endpoint's completions)
         self.worker = worker
         self.limit = limit
         self.deadline = deadline  # time.monotonic()
@@ -91,7 +100,7 @@ class PendingClaim:
         """The waiter's thread: the claim is over, with these tasks (maybe none)."""
         with self._lock:
             self.tasks = tasks
-            self._answer = tasks_body(tasks)
+            self._answer = tasks_body(tasks, self.before)
             attached, self._socket = self._socket, None
         self._answered.set()
         if attached is not None:
@@ -122,6 +131,7 @@ class ClaimWaiter:
     def __init__(self, app: App) -> None:
         self.app = app
         self.rng = random.Random()
+        self.leases = LeaseBook()  # the percentile leases' recent durations, for every claim
         self._pending: list[PendingClaim] = []
         self._lock = threading.Lock()
         self._pid: int | None = None
@@ -220,6 +230,7 @@ class ClaimWaiter:
                 limit=claim.limit,
                 rng=self.rng,
                 expire=self.expiry_due(),
+                leases=self.leases,
             )
             if len(tasks) < claim.limit:
                 empty |= claim.keys

@@ -29,7 +29,9 @@ from routemaster.config.model import (
     NamedTimezone,
     NextStates,
     NoNext,
+    PercentileLease,
     PullWorker,
+    Retention,
     RetryPolicy,
     State,
     StateMachine,
@@ -42,6 +44,7 @@ from routemaster.config.model import (
     WebhookHeaderRule,
 )
 from routemaster.config.receivers import compile_receivers
+from routemaster.config.retention import compile_retention
 from routemaster.config.source import ConfigPath
 from routemaster.config.validation import Checked
 
@@ -49,8 +52,10 @@ from routemaster.config.validation import Checked
 def compile_config(
     document: dict[str, Any], checked: Checked, *, sources: tuple[str, ...]
 ) -> Config:
+    retention = compile_retention(document.get("retention"))
     machines = tuple(
-        _machine(name, machine, checked) for name, machine in document["state_machines"].items()
+        _machine(name, machine, checked, retention)
+        for name, machine in document["state_machines"].items()
     )
     plugins = tuple(
         LoggingPlugin(plugin["class"], tuple(plugin.get("kwargs", {}).items()))
@@ -65,10 +70,13 @@ def compile_config(
         sources=sources,
         receivers=compile_receivers(document.get("receivers", [])),
         subscriptions=subscriptions,
+        retention=retention,
     )
 
 
-def _machine(name: str, machine: dict[str, Any], checked: Checked) -> StateMachine:
+def _machine(
+    name: str, machine: dict[str, Any], checked: Checked, retention: Retention
+) -> StateMachine:
     retry = _retry(machine.get("retry"), RetryPolicy())
     path: ConfigPath = ("state_machines", name, "states")
     return StateMachine(
@@ -91,6 +99,7 @@ def _machine(name: str, machine: dict[str, Any], checked: Checked) -> StateMachi
             for kind in ("rename", "move")
             if kind in entry
         ),
+        retention=compile_retention(machine.get("retention"), retention),
     )
 
 
@@ -110,8 +119,24 @@ def _state(state: dict[str, Any], path: ConfigPath, retry: RetryPolicy, checked:
         webhook=state.get("webhook"),
         next_states=next_states,
         retry=_retry(state.get("retry"), retry),
-        worker=PullWorker(_duration(worker["lease"])) if worker is not None else None,
+        worker=_worker(worker) if worker is not None else None,
         async_timeout=_duration(async_timeout) if async_timeout is not None else None,
+    )
+
+
+def _worker(worker: dict[str, Any]) -> PullWorker:
+    lease = worker["lease"]
+    return PullWorker(
+        lease=(
+            _duration(lease)
+            if isinstance(lease, str)
+            else PercentileLease(
+                percentile=float(lease["percentile"]),
+                min=_duration(lease["min"]),
+                max=_duration(lease["max"]),
+            )
+        ),
+        at_most_once=bool(worker.get("at_most_once", False)),
     )
 
 

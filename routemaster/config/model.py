@@ -125,10 +125,32 @@ class Gate:
 
 
 @dataclass(frozen=True)
+class PercentileLease:
+    """``lease: {percentile: P, min: D, max: D}``: a lease set at each claim from past work.
+
+    The P-th percentile (nearest rank) of the claim-to-completion durations of
+    the action's last 100 completed tasks, clamped to [min, max]; ``min`` while
+    fewer than 20 have completed (SPEC E4, dfsmr's timeout strategies).
+    """
+
+    percentile: float  # in (0, 100]
+    min: datetime.timedelta
+    max: datetime.timedelta
+
+
+@dataclass(frozen=True)
 class PullWorker:
     """``worker: {lease: ...}``: the label waits for a worker process to claim it (SPEC D1)."""
 
-    lease: datetime.timedelta  # how long a claim holds the label without a heartbeat
+    # How long a claim holds the label without a heartbeat: fixed, or derived at each claim.
+    lease: datetime.timedelta | PercentileLease
+    # A lease that runs out errors the label at once instead of offering the work again.
+    at_most_once: bool = False
+
+    @property
+    def longest_lease(self) -> datetime.timedelta:
+        """The longest lease a claim may set (the fixed one, or the percentile's ``max``)."""
+        return self.lease.max if isinstance(self.lease, PercentileLease) else self.lease
 
 
 @dataclass(frozen=True)
@@ -184,6 +206,22 @@ class Migration:
 
 
 @dataclass(frozen=True)
+class Retention:
+    """How long rows stay (``retention:``); ``None``: kept for ever, as in 1.x.
+
+    ``history``: history entries older than this are pruned, but never the
+    entry that put a label in its current state. ``deleted``: a deleted label
+    and its whole history are removed this long after its deletion (its name
+    is then free). ``finished``: a label this long in an end state (no
+    ``next``) is deleted, then removed after ``deleted`` like any other.
+    """
+
+    history: datetime.timedelta | None = None
+    deleted: datetime.timedelta | None = None
+    finished: datetime.timedelta | None = None
+
+
+@dataclass(frozen=True)
 class StateMachine:
     name: str
     states: tuple[State, ...]  # the first is where new labels start
@@ -194,6 +232,8 @@ class StateMachine:
     # metadata paths (without "metadata") that searches compare often: each gets an index
     search: tuple[tuple[str, ...], ...] = ()
     migrations: tuple[Migration, ...] = ()
+    # the top level's ``retention`` with this machine's keys over it
+    retention: Retention = field(default_factory=Retention)
 
     def get_state(self, name: str) -> State:
         """The state called ``name``; ``KeyError`` when the machine has none."""
@@ -249,6 +289,7 @@ class Config:
     subscriptions: SubscriptionsConfig = field(default_factory=SubscriptionsConfig)
     sources: tuple[str, ...] = ()  # the files it was loaded from, for messages
     receivers: tuple[ReceiverPolicy, ...] = ()  # the ``receivers:`` rules, first match wins
+    retention: Retention = field(default_factory=Retention)  # the top level's ``retention``
 
     def get_machine(self, name: str) -> StateMachine:
         """The machine called ``name``; ``KeyError`` when there is none."""

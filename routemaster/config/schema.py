@@ -15,6 +15,7 @@ import jsonschema
 
 from routemaster.config.errors import ConfigProblem
 from routemaster.config.receivers import SCHEMA as RECEIVERS_SCHEMA
+from routemaster.config.retention import SCHEMA as RETENTION_SCHEMA
 from routemaster.config.source import ConfigPath, SourceMap
 
 Schema = dict[str, Any]
@@ -61,6 +62,23 @@ _RETRY = _object(
         "timeout": _DURATION,
     }
 )
+_LEASE: Schema = {
+    "if": {"type": "object"},
+    "then": _object(
+        {
+            "percentile": {"type": "number", "exclusiveMinimum": 0, "maximum": 100},
+            "min": _DURATION,
+            "max": _DURATION,
+        },
+        required=("percentile", "min", "max"),
+    ),
+    "else": {
+        "type": "string",
+        "x-messages": {
+            "type": "expected a duration such as 30s, or {percentile: 95, min: 10s, max: 10m}"
+        },
+    },
+}
 _TRIGGER = _tagged(
     "a trigger: one of metadata, interval, time or event",
     {
@@ -134,7 +152,9 @@ _STATE = _tagged(
             {
                 "action": _TEXT,
                 "webhook": _TEXT,
-                "worker": _object({"lease": _DURATION}, required=("lease",)),
+                "worker": _object(
+                    {"lease": _LEASE, "at_most_once": {"type": "boolean"}}, required=("lease",)
+                ),
                 "async_timeout": _DURATION,
                 "next": _NEXT,
                 "retry": _RETRY,
@@ -189,6 +209,7 @@ _MACHINE = _object(
         "retry": _RETRY,
         "signing_secret": _NAME,
         "signing_secret_env": _NAME,
+        "retention": RETENTION_SCHEMA,
     },
     required=("states",),
 )
@@ -231,6 +252,7 @@ SCHEMA: Schema = {
             ),
             "receivers": RECEIVERS_SCHEMA,
             "subscriptions": _object({"allow": {"type": "array", "items": _TEXT}}),
+            "retention": RETENTION_SCHEMA,
         },
         required=("state_machines",),
     ),

@@ -106,11 +106,21 @@ def _lines(state: dict[str, Any]) -> tuple[str, ...]:
     lines = [trigger_text(trigger) for trigger in state["triggers"]]
     if state["webhook"]:
         lines.append("webhook " + _shorten(state["webhook"]))
-    if state.get("worker"):
-        lines.append(f"pull workers, lease {state['worker']['lease']}s")
+    worker = state.get("worker")
+    if worker:
+        lines.append(_worker_line(worker))
     if state["end"]:
         lines.append("end state")
     return tuple(lines)
+
+
+def _worker_line(worker: dict[str, Any]) -> str:
+    """A pull action's lease in a few words: fixed, or a percentile between its bounds."""
+    if "lease" in worker:
+        lease = f"lease {worker['lease']}s"
+    else:
+        lease = f"lease p{worker['percentile']:g} {worker['min']}-{worker['max']}s"
+    return f"pull workers, {lease}" + (", at most once" if worker["at_most_once"] else "")
 
 
 def trigger_text(trigger: dict[str, Any]) -> str:

@@ -265,6 +265,7 @@ class Settled:
 
     unmoved: list[Schedule]  # evaluated: nothing to do until their next due time
     waiting: list[Label]  # their next evaluation reads feeds, as they are now
+    labels: dict[LabelKey, Label]  # every label of the batch, as written
 
 
 def settle_batch(
@@ -298,6 +299,7 @@ def settle_batch(
             if not plan.moves and not plan.feed_missing
         ],
         waiting=[current[label.key] for label, _, plan in plans if plan.feed_missing is not None],
+        labels=current,
     )
 
 

@@ -16,6 +16,7 @@ import datetime
 import random
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,16 +24,27 @@ import sqlalchemy as sa
 from routemaster.app import App
 from routemaster.config.model import Action, Config
 from routemaster.db import labels as store
-from routemaster.db import pauses, task_records
+from routemaster.db import pauses, schedules, task_completions, task_records
 from routemaster.db import tasks as task_store
 from routemaster.db.labels import Label
 from routemaster.db.notifications import notify_due
 from routemaster.db.task_records import PastTask, TaskInfo
-from routemaster.db.tasks import Expiry, PullState, Task
+from routemaster.db.tasks import Expiry
+from routemaster.db.tasks import PullState as PullState  # for the faces
+from routemaster.db.tasks import Task as Task  # for the faces
 from routemaster.machine.retry import backoff
-from routemaster.service.labels import advance_locked, finish_in_request
+from routemaster.service.labels import (
+    advance_locked,
+    advance_with_feeds,
+    finish_in_request,
+    get_label,
+    settle_batch,
+)
+from routemaster.service.leases import LeaseBook
 
 EXPIRE_BATCH = 100
+RAN_OUT = "the lease ran out without a heartbeat"
+AT_MOST_ONCE_RAN_OUT = "lease ran out (at most once)"
 
 
 class TaskNotFound(Exception):
@@ -50,13 +62,13 @@ class NoSuchPullState(Exception):
 def pull_states(
     config: Config, state_machine: str | None = None, state: str | None = None
 ) -> list[PullState]:
-    """The pull actions a claim may take from, with their lease lengths in seconds.
+    """The pull actions a claim may take from: (state machine, state).
 
     ``NoSuchPullState`` when ``state`` is given and no machine in scope has
     a pull action of that name.
     """
     found = [
-        (machine.name, action.name, action.worker.lease.total_seconds())
+        (machine.name, action.name)
         for machine in config.state_machines
         if state_machine is None or machine.name == state_machine
         for action in machine.states
@@ -81,18 +93,22 @@ def claim_tasks(
     limit: int,
     rng: random.Random,
     expire: bool = True,
+    leases: LeaseBook | None = None,
 ) -> list[Task]:
     """Lease up to ``limit`` due labels in ``states`` to ``worker``, oldest due first.
 
     With ``expire``, leases that ran out in those states are counted as
-    failed attempts first (the worker loop also does so every second).
+    failed attempts first (the worker loop also does so every second). Each
+    state's lease is chosen now (:mod:`routemaster.service.leases`), from
+    durations ``leases`` kept if given.
     """
     now = app.now()
     with app.db.begin() as conn:
         if expire:
-            _expire(conn, app, [(machine, state) for machine, state, _ in states], now, rng)
+            _expire(conn, app, states, now, rng)
+        leased = (leases or LeaseBook()).leases(conn, app.config, states, now=now)
         claimed = task_store.claim(
-            conn, states, ids=[new_task_id() for _ in range(limit)], worker=worker, now=now
+            conn, leased, ids=[new_task_id() for _ in range(limit)], worker=worker, now=now
         )
     for task in claimed:
         _event(app, task.state_machine, task.state, task.label, "claimed")
@@ -101,7 +117,7 @@ def claim_tasks(
 
 def expire_leases(app: App, rng: random.Random) -> int:
     """Count run-out leases in every pull action as failed attempts; how many there were."""
-    states = [(machine, state) for machine, state, _ in pull_states(app.config)]
+    states = pull_states(app.config)
     if not states:
         return 0
     with app.db.begin() as conn:
@@ -140,6 +156,99 @@ def complete(app: App, task_id: str, patch: dict[str, Any] | None) -> Label:
             label = store.get(conn, label.state_machine, label.name) or label
     _event(app, machine.name, action_state, label.name, "completed")
     return finish_in_request(app, machine, label, plan)
+
+
+@dataclass(frozen=True)
+class Completed:
+    """One completion of a batch: the label moved on, or why the task id was refused."""
+
+    task_id: str
+    label: Label | None
+    refusal: TaskNotFound | LeaseLost | None
+
+
+def complete_many(
+    app: App, completions: Sequence[tuple[str, dict[str, Any] | None]]
+) -> list[Completed]:
+    """Complete many tasks in one transaction, each fenced as :func:`complete` is; in order.
+
+    Each answer is what :func:`complete` alone would have given, called in
+    the same order: an id given twice is completed once, then refused.
+    Leases are ended and metadata merged in one statement, and the labels
+    planned together and moved in one more (:func:`settle_batch`); those whose
+    next evaluation reads a feed are evaluated after the commit, as a single
+    completion's are.
+    """
+    now = app.now()
+    first: dict[str, dict[str, Any] | None] = {}
+    for task_id, patch in completions:
+        first.setdefault(task_id, patch)
+    with app.db.begin() as conn:
+        taken = task_completions.take_completed(conn, list(first.items()), now=now)
+        issued = task_completions.issued_among(conn, [i for i in first if i not in taken])
+        settled = settle_batch(conn, app, list(taken.values()), now=now)
+        schedules.settle_unmoved(conn, settled.unmoved)
+        for label in settled.waiting:
+            store.mark_due(conn, label.key, at=now + app.settings.evaluation_retry_delay)
+    resting = {schedule.key: schedule for schedule in settled.unmoved}
+    moved: dict[str, Label] = {}
+    for task_id, label in taken.items():
+        _event(app, label.state_machine, label.state, label.name, "completed")
+        current = settled.labels[label.key]
+        rest = resting.get(label.key)
+        if rest is not None:  # an action with no next: the label rests there
+            current = replace(current, due_at=rest.due_at, attempts=0, last_error=None)
+        moved[task_id] = current
+    task_of = {label.key: task_id for task_id, label in taken.items()}
+    for label in settled.waiting:  # feeds fetched now, with no transaction open
+        machine = app.config.get_machine(label.state_machine)
+        moved[task_of[label.key]] = advance_with_feeds(
+            app, label.key, label.entry_id, timeout=app.settings.feed_timeout_in_request
+        ) or get_label(app, machine, label.name)
+    answers = []
+    for task_id, _ in completions:
+        done = moved.pop(task_id) if task_id in moved else None  # the same id again: refused
+        refusal = None if done else _refused(task_id, task_id in issued or task_id in taken)
+        answers.append(Completed(task_id, done, refusal))
+    return answers
+
+
+@dataclass(frozen=True)
+class NextClaim:
+    """The claim a batch completion makes after it: a ``/tasks/claim`` body, checked."""
+
+    states: list[PullState]
+    worker: str
+    limit: int
+
+
+def complete_and_claim(
+    app: App,
+    completions: Sequence[tuple[str, dict[str, Any] | None]],
+    then: NextClaim | None,
+    *,
+    rng: random.Random,
+    expire: bool,
+    leases: LeaseBook,
+) -> tuple[list[Completed], list[Task]]:
+    """``POST /tasks/complete``: :func:`complete_many`, then the claim ``then`` if given.
+
+    The claim comes after the completions' commit, so it may take the labels
+    they moved into another pull action.
+    """
+    done = complete_many(app, completions)
+    if then is None:
+        return done, []
+    claimed = claim_tasks(
+        app,
+        then.states,
+        worker=then.worker,
+        limit=then.limit,
+        rng=rng,
+        expire=expire,
+        leases=leases,
+    )
+    return done, claimed
 
 
 def fail(
@@ -231,7 +340,11 @@ def _take(conn: sa.Connection, task_id: str, outcome: str, now: datetime.datetim
 
 
 def _refusal(conn: sa.Connection, task_id: str) -> Exception:
-    if task_store.issued(conn, task_id):
+    return _refused(task_id, task_store.issued(conn, task_id))
+
+
+def _refused(task_id: str, issued: bool) -> TaskNotFound | LeaseLost:
+    if issued:
         return LeaseLost(
             "This task's lease is over (it ran out, the task was completed, failed or "
             "released, or the label left the action): another worker may hold the label now."
@@ -252,13 +365,17 @@ def _expire(
         action = app.config.get_machine(lease.state_machine).get_state(lease.state)
         assert isinstance(action, Action)
         policy = action.retry
+        if action.worker is not None and action.worker.at_most_once:
+            # The work may have run: never offer it again, whatever ``retry`` says.
+            expiries.append(Expiry(lease, None, AT_MOST_ONCE_RAN_OUT))
+            continue
         due = (
             None
             if lease.attempts >= policy.max_attempts
             else now + backoff(policy, lease.attempts, rng)
         )
-        expiries.append(Expiry(lease, due))
-    task_store.expire(conn, expiries, error="the lease ran out without a heartbeat", now=now)
+        expiries.append(Expiry(lease, due, RAN_OUT))
+    task_store.expire(conn, expiries, now=now)
     for lease in held:
         _event(app, lease.state_machine, lease.state, lease.name, "expired")
     return len(held)
