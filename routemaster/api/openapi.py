@@ -28,11 +28,9 @@ from routemaster.api.endpoints import (
     endpoint,
 )
 from routemaster.api.extension import routemaster_app
-from routemaster.api.outbound_schemas import OUTBOUND_SCHEMAS
 from routemaster.api.responses import json_response
-from routemaster.api.schemas import SCHEMAS, Schema, ref
-from routemaster.api.task_schemas import TASK_SCHEMAS
-from routemaster.api.validation import EMPTY_QUERY_VALUES
+from routemaster.api.schemas import Schema, ref
+from routemaster.api.validation import COMPONENTS, EMPTY_QUERY_VALUES
 from routemaster.auth import READ
 
 blueprint = flask.Blueprint("openapi", __name__)
@@ -91,7 +89,7 @@ def build_document(flask_app: flask.Flask) -> dict[str, Any]:
             "is a 400 whose message names the field and the rule. " + EMPTY_QUERY_VALUES,
         },
         "paths": {path: paths[path] for path in sorted(paths)},
-        "components": {"schemas": {**SCHEMAS, **OUTBOUND_SCHEMAS, **TASK_SCHEMAS}},
+        "components": {"schemas": dict(COMPONENTS)},
     }
     if tokens:
         document["components"]["securitySchemes"] = {

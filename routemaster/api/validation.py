@@ -32,7 +32,12 @@ from werkzeug.exceptions import BadRequest
 
 from routemaster.api.bodies import json_body
 from routemaster.api.endpoints import Endpoint, Query, declared
-from routemaster.api.schemas import Schema, ref
+from routemaster.api.outbound_schemas import OUTBOUND_SCHEMAS
+from routemaster.api.schemas import SCHEMAS, Schema, ref
+from routemaster.api.task_schemas import TASK_SCHEMAS
+
+COMPONENTS: Mapping[str, Schema] = {**SCHEMAS, **OUTBOUND_SCHEMAS, **TASK_SCHEMAS}
+"""Every schema the OpenAPI document has, by name."""
 
 EMPTY_QUERY_VALUES = "An empty query value (`?name=`) is the same as leaving the parameter out."
 _INTEGER = re.compile(r"-?[0-9]{1,30}")
@@ -150,10 +155,7 @@ _Validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
 
 @functools.cache
 def _body_validator(name: str) -> Any:
-    from routemaster.api.outbound_schemas import OUTBOUND_SCHEMAS
-    from routemaster.api.schemas import SCHEMAS
-
-    root = {**ref(name), "components": {"schemas": {**SCHEMAS, **OUTBOUND_SCHEMAS}}}
+    root = {**ref(name), "components": {"schemas": COMPONENTS}}
     return _Validator(root, format_checker=_format_checker())
 
 
