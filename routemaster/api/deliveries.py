@@ -18,7 +18,7 @@ from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, check_label_name
 from routemaster.api.paths import link
 from routemaster.api.responses import isoformat, json_response
-from routemaster.api.validation import checked_query
+from routemaster.api.validation import checked_query, utc_time
 from routemaster.auth import READ
 from routemaster.service import deliveries as log
 from routemaster.service.deliveries import Delivery, DeliveryFilter
@@ -120,10 +120,7 @@ def delivery_json(delivery: Delivery) -> dict[str, Any]:
 
 def parse_time(raw: str | None) -> datetime.datetime | None:
     """A time checked as ``format: date-time`` (UTC when it names no offset); None for none."""
-    if raw is None:
-        return None
-    moment = datetime.datetime.fromisoformat(raw)
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
+    return None if raw is None else utc_time(raw)
 
 
 def _page(

@@ -67,6 +67,8 @@ class Endpoint:
     # (body key, scope): a body with this key also needs a token with this scope (checked
     # by the handler, which has parsed the body: :func:`routemaster.api.auth.require_scope`)
     scope_with: tuple[str, str] | None = None
+    # Schemas of path parameters that are more than any text (``{"type": "string"}``).
+    path: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 _ATTRIBUTE = "routemaster_endpoint"
@@ -82,9 +84,12 @@ def endpoint(
     query: tuple[Query, ...] = (),
     tags: tuple[str, ...] = (),
     scope_with: tuple[str, str] | None = None,
+    path: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Callable[[F], F]:
     """Declare a handler's scope (or :data:`OPEN`), summary, replies and inputs."""
-    declared = Endpoint(scope, summary, replies, body, body_required, query, tags, scope_with)
+    declared = Endpoint(
+        scope, summary, replies, body, body_required, query, tags, scope_with, path or {}
+    )
 
     def mark(view: F) -> F:
         setattr(view, _ATTRIBUTE, declared)

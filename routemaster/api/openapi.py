@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 import flask
+from werkzeug.routing import IntegerConverter
 
 from routemaster import __version__
 from routemaster.api.endpoints import (
@@ -75,8 +76,12 @@ def build_document(flask_app: flask.Flask) -> dict[str, Any]:
             operation_id = rule.endpoint.replace(".", "_")
             if len(methods) > 1:
                 operation_id += "_" + method
+            arguments = {
+                name: _path_schema(declaration, name, rule._converters.get(name))
+                for name in rule.arguments
+            }
             paths.setdefault(path, {})[method] = _operation(
-                declaration, operation_id, list(rule.arguments), tokens=tokens
+                declaration, operation_id, arguments, tokens=tokens
             )
     document: dict[str, Any] = {
         "openapi": "3.1.0",
@@ -86,7 +91,10 @@ def build_document(flask_app: flask.Flask) -> dict[str, Any]:
             "description": "State machines as a service. Label names and machine names are "
             "percent-encoded path segments; a '/' inside a name travels as %2F. "
             "Requests are checked against this document: a body or query parameter outside it "
-            "is a 400 whose message names the field and the rule. " + EMPTY_QUERY_VALUES,
+            "is a 400 whose message names the field and the rule. " + EMPTY_QUERY_VALUES + " "
+            "Every body is also held to the server's limits (docs/limits.md): its size, its "
+            "depth, and no string or key holding NUL (\\u0000) or an unpaired surrogate, "
+            "which the database cannot store.",
         },
         "paths": {path: paths[path] for path in sorted(paths)},
         "components": {"schemas": dict(COMPONENTS)},
@@ -104,8 +112,16 @@ def build_document(flask_app: flask.Flask) -> dict[str, Any]:
     return document
 
 
+def _path_schema(declaration: Endpoint, name: str, converter: object) -> dict[str, Any]:
+    if name in declaration.path:
+        return dict(declaration.path[name])
+    if isinstance(converter, IntegerConverter):
+        return {"type": "integer", "minimum": 0}
+    return {"type": "string"}
+
+
 def _operation(
-    declaration: Endpoint, operation_id: str, arguments: list[str], *, tokens: bool
+    declaration: Endpoint, operation_id: str, arguments: dict[str, Any], *, tokens: bool
 ) -> dict[str, Any]:
     operation: dict[str, Any] = {
         "operationId": operation_id,
@@ -115,7 +131,7 @@ def _operation(
     if declaration.tags:
         operation["tags"] = list(declaration.tags)
     parameters = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        {"name": name, "in": "path", "required": True, "schema": arguments[name]}
         for name in sorted(arguments)
     ]
     parameters += [
@@ -124,6 +140,7 @@ def _operation(
             "in": "query",
             "schema": dict(q.schema),
             "description": q.description + " Empty: as if left out.",
+            "allowEmptyValue": True,
         }
         for q in declaration.query
     ]

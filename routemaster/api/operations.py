@@ -19,7 +19,7 @@ from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, check_label_name, label_body
 from routemaster.api.responses import json_response
 from routemaster.api.schemas import UNTIL_REFUSED
-from routemaster.api.validation import checked_body
+from routemaster.api.validation import checked_body, utc_time
 from routemaster.app import App
 from routemaster.auth import OPERATE
 from routemaster.config.model import StateMachine
@@ -99,9 +99,9 @@ def pause_end(app: App, until: Any) -> datetime.datetime | None:
     """``until`` of a pause: an ISO-8601 time with a UTC offset, in the future."""
     if until is None:
         return None
-    moment = datetime.datetime.fromisoformat(until)  # checked as format: date-time
-    if moment.tzinfo is None:
+    if datetime.datetime.fromisoformat(until).tzinfo is None:  # checked as format: date-time
         raise BadRequest(UNTIL_REFUSED)
+    moment = utc_time(until)
     if moment <= app.now():
         raise BadRequest('"until" must be in the future.')
     return moment

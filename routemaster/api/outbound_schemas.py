@@ -127,12 +127,16 @@ OUTBOUND_SCHEMAS: dict[str, Schema] = {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": MAX_URL,
-                "description": "http or https; never inside the network unless allowed",
+                "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://[^/?#@]+([/?#]|$)",
+                "description": "http or https, without user or password; refused (400, "
+                '"reason": "forbidden_address") when it resolves inside the network, unless '
+                "the configuration allows it",
                 "x-error": f'"url" must be an http or https URL of at most {MAX_URL} characters.',
             },
             "state_machines": {
                 "anyOf": [{**array(TEXT), "minItems": 1}, {"type": "null"}],
-                "description": "Only these machines' changes (null or left out: every machine).",
+                "description": "Only these machines' changes (null or left out: every machine); "
+                "a name the configuration lacks is refused (400).",
                 "x-error": '"state_machines" must be a non-empty list of state machine names.',
             },
             "max_events": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},

@@ -33,6 +33,12 @@ blueprint = flask.Blueprint("subscriptions", __name__)
 
 SUBSCRIPTION = "/subscriptions/<name>"
 NAME = re.compile(r"[A-Za-z0-9_.~-]{1,200}")
+NAME_SCHEMA = {
+    "type": "string",
+    "pattern": f"^{NAME.pattern}$",
+    "not": {"enum": [".", ".."]},
+    "description": "1 to 200 of A-Z a-z 0-9 _ . ~ - (and not . or ..).",
+}
 DEFAULT_MAX_EVENTS = 100
 DEFAULT_BATCH_DELAY_MS = 500
 MAX_XID8 = 2**63 - 1
@@ -47,7 +53,13 @@ def _invalid(error: Invalid) -> flask.Response:
 
 @blueprint.errorhandler(InvalidRequest)
 def _outside_the_document(error: InvalidRequest) -> flask.Response:
-    reason = "invalid_cursor" if error.field == "after" else "invalid"
+    reason = (
+        "invalid_cursor"
+        if error.field == "after"
+        else "invalid_url"
+        if (error.field, error.rule) == ("url", "pattern")
+        else "invalid"
+    )
     return json_response({"message": error.description, "reason": reason}, 400)
 
 
@@ -67,9 +79,19 @@ def list_subscriptions() -> flask.Response:
 @endpoint(
     ADMIN,
     "Create or replace a push subscription (replacing keeps its cursor)",
-    {200: Reply("Subscription"), 201: Reply("Subscription", description="Created"), **ERRORS},
+    {
+        200: Reply("Subscription"),
+        201: Reply("Subscription", description="Created"),
+        **ERRORS,
+        400: Reply(
+            "Error",
+            description="Outside this document, or refused by the configuration: a url inside "
+            "the network, a state machine it lacks, an after ahead of the stream",
+        ),
+    },
     body="SubscriptionBody",
     tags=("subscriptions",),
+    path={"name": NAME_SCHEMA},
 )
 def put_subscription(name: str) -> flask.Response:
     app = routemaster_app()
@@ -85,6 +107,7 @@ def put_subscription(name: str) -> flask.Response:
     "A push subscription, with its lag",
     {200: Reply("Subscription"), **ERRORS},
     tags=("subscriptions",),
+    path={"name": NAME_SCHEMA},
 )
 def get_subscription(name: str) -> flask.Response:
     app = routemaster_app()
@@ -98,6 +121,7 @@ def get_subscription(name: str) -> flask.Response:
     "Delete a push subscription (a batch in flight is dropped)",
     {204: Reply(None), **ERRORS},
     tags=("subscriptions",),
+    path={"name": NAME_SCHEMA},
 )
 def delete_subscription(name: str) -> flask.Response:
     app = routemaster_app()
@@ -111,9 +135,14 @@ def delete_subscription(name: str) -> flask.Response:
 @endpoint(
     ADMIN,
     "Replay from a stream position (supersedes the batch in flight)",
-    {200: Reply("Subscription"), **ERRORS},
+    {
+        200: Reply("Subscription"),
+        **ERRORS,
+        400: Reply("Error", description="Outside this document, or after is ahead of the stream"),
+    },
     body="Cursor",
     tags=("subscriptions",),
+    path={"name": NAME_SCHEMA},
 )
 def set_cursor(name: str) -> flask.Response:
     app = routemaster_app()

@@ -161,11 +161,15 @@ TASK_SCHEMAS: dict[str, Schema] = {
             },
             optional=("claim",),
         ),
-        "anyOf": [
-            {"properties": {"tasks": {"minItems": 1}}},
-            {"required": ["claim"], "properties": {"claim": {"type": "object"}}},
+        "allOf": [
+            {
+                "anyOf": [
+                    {"properties": {"tasks": {"minItems": 1}}},
+                    {"required": ["claim"], "properties": {"claim": {"not": {"type": "null"}}}},
+                ],
+                "x-error": '"tasks" is empty: give tasks to complete, or a "claim".',
+            }
         ],
-        "x-error": '"tasks" is empty: give tasks to complete, or a "claim".',
     },
     "Completed": obj(
         {

@@ -33,6 +33,11 @@ HISTORY_LIMIT = 100  # a label's latest tasks shown
 TASK = "/tasks/<task_id>"
 NO_STORE = {"Cache-Control": "no-store"}
 
+CLAIM_REFUSED = Reply(
+    "Error",
+    description="The request is outside this document, or `state` is not a pull action "
+    "(worker:) of the configuration",
+)
 TASK_REPLIES = {
     400: Reply("Error"),
     404: Reply("Error", description="No task with this id was ever issued"),
@@ -56,7 +61,7 @@ def claim_waiter(flask_app: flask.Flask) -> ClaimWaiter:
     "Claim due labels of pull actions (worker:), waiting up to `wait` seconds for one",
     {
         200: Reply("TaskList"),
-        400: Reply("Error"),
+        400: CLAIM_REFUSED,
         404: Reply("Error"),
         503: Reply("Error", description="This process has too many waiting claims"),
     },
@@ -85,7 +90,7 @@ def claim() -> flask.Response:
     "Complete many tasks in order, then claim the next ones (with `claim`), in one request",
     {
         200: Reply("Completed"),
-        400: Reply("Error"),
+        400: CLAIM_REFUSED,
         404: Reply("Error", description="`claim` names a state machine that does not exist"),
         503: Reply("Error", description="This process has too many waiting claims"),
     },

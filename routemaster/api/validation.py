@@ -46,9 +46,10 @@ _INTEGER = re.compile(r"-?[0-9]{1,30}")
 class InvalidRequest(BadRequest):
     """A request outside its endpoint's declaration: a 400 naming the field and the rule."""
 
-    def __init__(self, message: str, field: str | None = None) -> None:
+    def __init__(self, message: str, field: str | None = None, rule: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+        self.rule = rule  # the JSON Schema keyword that failed
 
 
 def checked_query() -> dict[str, Any]:
@@ -72,7 +73,7 @@ def checked_query() -> dict[str, Any]:
             values[name] = _converted(given[0], parameters[name].schema)
     error = best_match(_query_validator(declaration.query).iter_errors(values))
     if error is not None:
-        raise InvalidRequest(_message(error, quoted=False), _field_of(error))
+        raise InvalidRequest(_message(error, quoted=False), _field_of(error), error.validator)
     return values
 
 
@@ -95,10 +96,24 @@ def checked_value(schema_name: str, value: Any) -> Any:
     validator = _body_validator(schema_name)
     error = best_match(validator.iter_errors(value))
     if error is not None:
-        raise InvalidRequest(_message(error, quoted=True), _field_of(error))
-    if isinstance(value, dict):
-        _integers(value, validator.schema)
-    return value
+        raise InvalidRequest(_message(error, quoted=True), _field_of(error), error.validator)
+    return _integers(value, validator.schema, validator.schema)
+
+
+def utc_time(raw: str) -> datetime.datetime:
+    """A time checked as ``format: date-time``, in UTC (taken as UTC when it names no offset).
+
+    In UTC because PostgreSQL refuses offsets past 15:59 that ISO 8601 allows; a
+    moment past the ends of the calendar once in UTC is the end it passed.
+    """
+    moment = datetime.datetime.fromisoformat(raw)
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=datetime.UTC)
+    try:
+        return moment.astimezone(datetime.UTC)
+    except OverflowError:
+        end = datetime.datetime.min if moment.year == 1 else datetime.datetime.max
+        return end.replace(tzinfo=datetime.UTC)
 
 
 def _declaration() -> Endpoint:
@@ -164,13 +179,20 @@ def _query_validator(parameters: Sequence[Query]) -> Any:
     return _Validator(schema, format_checker=_format_checker())
 
 
-def _integers(body: dict[str, Any], root: Schema) -> None:
-    """3.0 where an integer is declared becomes 3, so handlers see ``int``."""
-    schema = _resolved(root, root)
-    for name, declared_schema in schema.get("properties", {}).items():
-        value = body.get(name)
-        if isinstance(value, float) and "integer" in _types(declared_schema):
-            body[name] = int(value)
+def _integers(value: Any, schema: Schema, root: Schema) -> Any:
+    """``value`` with 3.0 as 3 wherever an integer is declared, so handlers see ``int``."""
+    schema = _resolved(schema, root)
+    if isinstance(value, float) and "integer" in _types(schema):
+        return int(value)
+    for choice in schema.get("anyOf", ()):
+        value = _integers(value, choice, root)
+    if isinstance(value, dict):
+        for name, declared_schema in schema.get("properties", {}).items():
+            if name in value:
+                value[name] = _integers(value[name], declared_schema, root)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_integers(item, schema["items"], root) for item in value]
+    return value
 
 
 def _resolved(schema: Schema, root: Schema) -> Schema:
@@ -238,6 +260,9 @@ def _describe_any(choices: list[Schema]) -> str:
 
 def describe(schema: Mapping[str, Any]) -> str:
     """A schema in words: "an integer from 1 to 100", "text of 1 to 200 characters"..."""
+    target = schema.get("$ref")
+    if isinstance(target, str):
+        return describe(COMPONENTS[target.rpartition("/")[2]])
     if "const" in schema:
         return repr(schema["const"])
     if "enum" in schema:
@@ -245,9 +270,10 @@ def describe(schema: Mapping[str, Any]) -> str:
             "null" if value is None else str(value) for value in schema["enum"]
         )
     kinds = _types(schema)
-    words = [_describe_type(kind, schema) for kind in sorted(kinds - {"null"})] or ["a value"]
+    words = [_describe_type(kind, schema) for kind in sorted(kinds - {"null"})]
     if "null" in kinds:
         words.append("null")
+    words = words or ["a value"]
     return " or ".join(words)
 
 
@@ -272,5 +298,7 @@ def _describe_type(kind: str, schema: Mapping[str, Any]) -> str:
     if kind == "boolean":
         return "true or false"
     if kind == "array":
-        return "a non-empty list" if schema.get("minItems") else "a list"
+        most = schema.get("maxItems")
+        noun = "a non-empty list" if schema.get("minItems") else "a list"
+        return noun if most is None else f"{noun} of at most {most} items"
     return "a JSON object" if kind == "object" else f"of type {kind}"
