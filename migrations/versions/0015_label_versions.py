@@ -15,14 +15,14 @@ under ``"$continue"``: there a history row carries the label's own version
 when it has one (one primary-key lookup of the label per row written).
 
 Revision ID: 0015
-Revises: 0016
+Revises: 0013
 Create Date: 2026-11-25
 """
 
 from alembic import op
 
 revision = "0015"
-down_revision = "0016"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
