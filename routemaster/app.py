@@ -22,6 +22,7 @@ from routemaster.config.model import Config
 from routemaster.hooks import Hooks
 from routemaster.http.client import outbound_session
 from routemaster.logging import BaseLogger
+from routemaster.machine.versions import LoadedVersions
 
 if TYPE_CHECKING:  # imported for real only by whoever builds the App: see routemaster.metrics
     from routemaster.metrics import Metrics
@@ -113,6 +114,9 @@ class App:
     loggers: tuple[BaseLogger, ...] = ()  # the config's logging plugins
     metrics: Metrics | None = None  # its observer is one of ``loggers``
     system_zone: datetime.tzinfo = field(default_factory=system_zone)  # read once per process
+    # the machine versions this process runs, and older ones it has compiled (SPEC E4);
+    # replaced whole when it learns one (routemaster.service.versions)
+    versions: LoadedVersions = field(default_factory=LoadedVersions)
     _hooks: Hooks | None = field(default=None, init=False, repr=False, compare=False)
 
     def now(self) -> datetime.datetime:

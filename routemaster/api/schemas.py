@@ -211,6 +211,8 @@ SCHEMAS: dict[str, Schema] = {
             "paused": BOOLEAN,
             "errored": BOOLEAN,
             "last_error": {"type": ["string", "null"]},
+            # the machine version the label follows: its own on a continue machine
+            "version": {"type": ["integer", "null"]},
         }
     ),
     "History": obj(
@@ -312,7 +314,7 @@ SCHEMAS: dict[str, Schema] = {
     "Bulk": {
         **obj(
             {
-                "command": {"enum": ["retry", "pause", "resume", "move", "delete"]},
+                "command": {"enum": ["retry", "pause", "resume", "move", "delete", "upgrade"]},
                 "where": TEXT_OR_NULL,
                 "state": TEXT_OR_NULL,
                 "errored": {"type": ["boolean", "null"]},

@@ -51,28 +51,49 @@ def rename_batch(
     reason: str,
     now: datetime.datetime,
     limit: int,
+    version: int | None = None,
 ) -> int:
     """Rename up to ``limit`` live labels from ``old`` to ``new``; how many were renamed.
 
     Labels locked by another transaction, or leased by a worker (a delivery
     in flight, perhaps by a worker running the previous configuration), are
     skipped: the next pass takes those still there. So a webhook in flight
-    is finished by the worker that sent it and never sent again.
+    is finished by the worker that sent it and never sent again. ``version``: only labels
+    that follow it (or keep none): a ``continue`` machine's older labels keep their states.
     """
     rows = fetch_all(
         conn,
         _RENAME,
-        {"sm": machine, "old": old, "new": new, "reason": reason, "now": now, "limit": limit},
+        {
+            "sm": machine,
+            "old": old,
+            "new": new,
+            "reason": reason,
+            "now": now,
+            "limit": limit,
+            "version": version,
+        },
     )
     return len(rows)
 
 
 def names_in_state(
-    conn: sa.Connection, machine: str, state: str, *, now: datetime.datetime, limit: int
+    conn: sa.Connection,
+    machine: str,
+    state: str,
+    *,
+    now: datetime.datetime,
+    limit: int,
+    version: int | None = None,
 ) -> list[str]:
-    """Up to ``limit`` live labels in ``state`` that no worker holds a lease on, in index order."""
+    """Up to ``limit`` live labels in ``state`` that no worker holds a lease on, in index order.
+
+    ``version``: only labels that follow it or keep none (as :func:`rename_batch`).
+    """
     rows = fetch_all(
-        conn, _NAMES_IN_STATE, {"sm": machine, "state": state, "now": now, "limit": limit}
+        conn,
+        _NAMES_IN_STATE,
+        {"sm": machine, "state": state, "now": now, "limit": limit, "version": version},
     )
     return [str(row[0]) for row in rows]
 
@@ -86,6 +107,8 @@ _RENAME = """
         SELECT state_machine, name_key FROM labels
         WHERE state_machine = %(sm)s AND state = %(old)s AND NOT deleted
           AND (lease_owner IS NULL OR due_at IS NULL OR due_at <= %(now)s)
+          AND (CAST(%(version)s AS integer) IS NULL OR version IS NULL
+               OR version = %(version)s)
         ORDER BY name_key
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -104,6 +127,7 @@ _NAMES_IN_STATE = """
     SELECT name FROM labels
     WHERE state_machine = %(sm)s AND state = %(state)s AND NOT deleted
       AND (lease_owner IS NULL OR due_at IS NULL OR due_at <= %(now)s)
+      AND (CAST(%(version)s AS integer) IS NULL OR version IS NULL OR version = %(version)s)
     ORDER BY name_key
     LIMIT %(limit)s
     """
