@@ -22,7 +22,8 @@ from __future__ import annotations
 import datetime
 import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import flask
@@ -31,8 +32,9 @@ from jsonschema.exceptions import ValidationError, best_match
 from werkzeug.exceptions import BadRequest
 
 from routemaster.api.bodies import json_body
-from routemaster.api.endpoints import Endpoint, Query, declared
+from routemaster.api.endpoints import Query, declared
 from routemaster.api.outbound_schemas import OUTBOUND_SCHEMAS
+from routemaster.api.schema_checks import Check, compile_check
 from routemaster.api.schemas import SCHEMAS, Schema, ref
 from routemaster.api.task_schemas import TASK_SCHEMAS
 
@@ -54,8 +56,8 @@ class InvalidRequest(BadRequest):
 
 def checked_query() -> dict[str, Any]:
     """The current request's query parameters, converted and checked; empty ones left out."""
-    declaration = _declaration()
-    parameters = {q.name: q for q in declaration.query}
+    checks = _query_checks(_view())
+    parameters = checks.parameters
     values: dict[str, Any] = {}
     args = flask.request.args
     for name in args:
@@ -71,9 +73,10 @@ def checked_query() -> dict[str, Any]:
             raise InvalidRequest(f"Query parameter {name!r} must not contain NUL characters.")
         if given[0] != "":
             values[name] = _converted(given[0], parameters[name].schema)
-    error = best_match(_query_validator(declaration.query).iter_errors(values))
-    if error is not None:
-        raise InvalidRequest(_message(error, quoted=False), _field_of(error), error.validator)
+    if checks.passes is None or not checks.passes(values):
+        error = best_match(checks.validator.iter_errors(values))
+        if error is not None:
+            raise InvalidRequest(_message(error, quoted=False), _field_of(error), error.validator)
     return values
 
 
@@ -83,8 +86,8 @@ def checked_body(*, optional: bool = False, wrapper_levels: int = 0) -> Any:
     With ``optional`` (the declaration's ``body_required=False``), an empty
     body is ``None``.
     """
-    declaration = _declaration()
-    assert declaration.body is not None, "the endpoint declares no body"
+    declaration = declared(_view())
+    assert declaration is not None and declaration.body is not None, "no body declared"
     body = json_body(optional=optional, wrapper_levels=wrapper_levels)
     if body is None and optional:
         return None
@@ -93,11 +96,14 @@ def checked_body(*, optional: bool = False, wrapper_levels: int = 0) -> Any:
 
 def checked_value(schema_name: str, value: Any) -> Any:
     """``value`` if the named request schema accepts it (3.0 as 3 where integers are due)."""
-    validator = _body_validator(schema_name)
-    error = best_match(validator.iter_errors(value))
-    if error is not None:
-        raise InvalidRequest(_message(error, quoted=True), _field_of(error), error.validator)
-    return _integers(value, validator.schema, validator.schema)
+    checks = _body_checks(schema_name)
+    if checks.passes is None or not checks.passes(value):
+        error = best_match(checks.validator.iter_errors(value))
+        if error is not None:
+            raise InvalidRequest(_message(error, quoted=True), _field_of(error), error.validator)
+    if not checks.integers:
+        return value
+    return _integers(value, checks.validator.schema, checks.validator.schema)
 
 
 def utc_time(raw: str) -> datetime.datetime:
@@ -116,11 +122,19 @@ def utc_time(raw: str) -> datetime.datetime:
         return end.replace(tzinfo=datetime.UTC)
 
 
-def _declaration() -> Endpoint:
-    view = flask.current_app.view_functions.get(flask.request.endpoint or "")
-    declaration = declared(view)
-    assert declaration is not None, "every route has a declaration"
-    return declaration
+@dataclass(frozen=True)
+class _Checks:
+    """One schema made ready once: its validator, its compiled check, what else it needs."""
+
+    validator: Any
+    passes: Check | None  # None: not compiled (the validator decides every request)
+    integers: bool  # whether it declares an integer anywhere (3.0 read as 3)
+    parameters: Mapping[str, Query] = field(default_factory=dict)  # by name (query strings)
+
+
+def _view() -> Callable[..., Any]:
+    view: Callable[..., Any] = flask.current_app.view_functions[flask.request.endpoint or ""]
+    return view
 
 
 def _converted(raw: str, schema: Mapping[str, Any]) -> Any:
@@ -149,9 +163,14 @@ def _is_time(value: object) -> bool:
     return True
 
 
+_FORMATS: Mapping[str, Check] = {"date-time": _is_time}
+"""The formats requests are checked for (others are annotations)."""
+
+
 def _format_checker() -> jsonschema.FormatChecker:
     checker = jsonschema.FormatChecker(formats=())
-    checker.checks("date-time")(_is_time)
+    for name, check in _FORMATS.items():
+        checker.checks(name)(check)
     return checker
 
 
@@ -169,14 +188,46 @@ _Validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
 
 
 @functools.cache
-def _body_validator(name: str) -> Any:
+def _body_checks(name: str) -> _Checks:
     root = {**ref(name), "components": {"schemas": COMPONENTS}}
-    return _Validator(root, format_checker=_format_checker())
+    validator = _Validator(root, format_checker=_format_checker())
+    passes = compile_check(ref(name), COMPONENTS, _FORMATS)
+    return _Checks(validator, passes, _declares_integer(root, root))
 
 
-def _query_validator(parameters: Sequence[Query]) -> Any:
+@functools.cache
+def _query_checks(view: Callable[..., Any]) -> _Checks:
+    """Per endpoint (its view function, the same in every app): its query parameters' checks."""
+    declaration = declared(view)
+    assert declaration is not None, "every route has a declaration"
+    parameters = declaration.query
     schema = {"type": "object", "properties": {q.name: dict(q.schema) for q in parameters}}
-    return _Validator(schema, format_checker=_format_checker())
+    validator = _Validator(schema, format_checker=_format_checker())
+    passes = compile_check(schema, COMPONENTS, _FORMATS)
+    by_name = {q.name: q for q in parameters}
+    return _Checks(validator, passes, _declares_integer(schema, schema), by_name)
+
+
+def _declares_integer(schema: Any, root: Schema, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether ``integer`` is a type anywhere in ``schema`` (through its references)."""
+    if isinstance(schema, list):
+        return any(_declares_integer(each, root, seen) for each in schema)
+    if not isinstance(schema, dict):
+        return False
+    target = schema.get("$ref")
+    if (
+        isinstance(target, str)
+        and target not in seen
+        and _declares_integer(_resolved(schema, root), root, seen | {target})
+    ):
+        return True
+    if "integer" in _types(schema):
+        return True
+    return any(
+        _declares_integer(value, root, seen)
+        for key, value in schema.items()
+        if key not in ("enum", "const", "default", "examples", "example", "components")
+    )
 
 
 def _integers(value: Any, schema: Schema, root: Schema) -> Any:
