@@ -2,21 +2,27 @@
 
 Layers follow the shortest path from the first state, so a machine reads
 top to bottom in the order labels go through it; edges that go back up (or
-to the same layer) are drawn round the right-hand side. Pure layout: the
-console's template draws it.
+to the same layer) are drawn round the right-hand side. Edges joining the same
+two states (a context rule's value and its default) fan out as separate
+curves, and each edge's label is moved along until it overlaps neither
+another label nor a state. Pure layout: the console's template draws it.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass
+from collections import Counter, deque
+from dataclasses import dataclass, replace
 from typing import Any
 
-NODE_WIDTH = 200
+NODE_WIDTH = 200  # at least; wider for long names and triggers, up to NODE_MAX
+NODE_MAX = 320
+NAME_CHAR = 9  # pixels per character of a state's name, at most (14px bold)
 NODE_GAP = 40
 LAYER_GAP = 70
 LINE = 15  # pixels per line of text in a node
 MARGIN = 20
+LABEL_CHAR = 7  # pixels per character of an edge's label, at most (12px text)
+FAN = 36  # pixels between the curves of edges joining the same two states
 
 
 @dataclass(frozen=True)
@@ -58,30 +64,73 @@ def layout(described: dict[str, Any]) -> Layout:
     rows: dict[int, list[dict[str, Any]]] = {}
     for state in states:
         rows.setdefault(layers[state["name"]], []).append(state)
-    widest = max(len(row) for row in rows.values())
-    width = MARGIN * 2 + widest * NODE_WIDTH + (widest - 1) * NODE_GAP + 80  # room for loops
+    sized = {state["name"]: _sized(state) for state in states}
+    spans = {
+        layer: sum(sized[state["name"]][1] for state in row) + (len(row) - 1) * NODE_GAP
+        for layer, row in rows.items()
+    }
+    width = MARGIN * 2 + max(spans.values()) + 80  # room for loops
     nodes: dict[str, Node] = {}
     y = float(MARGIN)
     for layer in sorted(rows):
         row = rows[layer]
-        span = len(row) * NODE_WIDTH + (len(row) - 1) * NODE_GAP
-        x = (width - 80 - span) / 2
+        x = (width - 80 - spans[layer]) / 2
         heights = []
         for state in row:
-            lines = _lines(state)
+            lines, node_width = sized[state["name"]]
             height = 2 * LINE + 18 + LINE * len(lines)
             heights.append(height)
             nodes[state["name"]] = Node(
-                state["name"], state["kind"], lines, state["end"], x, y, NODE_WIDTH, height
+                state["name"], state["kind"], lines, state["end"], x, y, node_width, height
             )
-            x += NODE_WIDTH + NODE_GAP
+            x += node_width + NODE_GAP
         y += max(heights) + LAYER_GAP
-    edges = tuple(
-        _edge(nodes[edge["from"]], nodes[edge["to"]], edge, layers, width)
-        for edge in described["edges"]
-        if edge["from"] in nodes and edge["to"] in nodes
-    )
-    return Layout(tuple(nodes.values()), edges, width, y - LAYER_GAP + MARGIN)
+    drawn = [edge for edge in described["edges"] if edge["from"] in nodes and edge["to"] in nodes]
+    parallel = Counter((edge["from"], edge["to"]) for edge in drawn)
+    seen: Counter[tuple[str, str]] = Counter()
+    edges = []
+    for edge in drawn:
+        pair = (edge["from"], edge["to"])
+        fan = (seen[pair] - (parallel[pair] - 1) / 2) * FAN  # 0 for a lone edge
+        seen[pair] += 1
+        edges.append(_edge(nodes[edge["from"]], nodes[edge["to"]], edge, layers, width, fan))
+    bottom = y - LAYER_GAP + MARGIN
+    placed = _without_overlaps(edges, list(nodes.values()), bottom)
+    return Layout(tuple(nodes.values()), placed, width, bottom)
+
+
+Box = tuple[float, float, float, float]
+
+
+def label_box(edge: Edge) -> Box:
+    """Where an edge's label is drawn (text from its baseline): left, top, right, bottom."""
+    right = edge.label_x + LABEL_CHAR * len(edge.label)
+    return (edge.label_x, edge.label_y - LINE + 3, right, edge.label_y + 3)
+
+
+def _overlap(a: Box, b: Box) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _without_overlaps(edges: list[Edge], nodes: list[Node], height: float) -> tuple[Edge, ...]:
+    """Each label moved down (else up) by a line at a time until it covers no label or state."""
+    taken: list[Box] = [(n.x, n.y, n.x + n.width, n.y + n.height) for n in nodes]
+    placed = []
+    for edge in edges:
+        if edge.label:
+            for step in _steps(int(height // LINE) + 1):
+                moved = replace(edge, label_y=edge.label_y + step * LINE)
+                if not any(_overlap(label_box(moved), box) for box in taken):
+                    edge = moved
+                    break
+            taken.append(label_box(edge))
+        placed.append(edge)
+    return tuple(placed)
+
+
+def _steps(most: int) -> list[int]:
+    """0, 1, -1, 2, -2, ...: the nearest free line first."""
+    return [0] + [sign * n for n in range(1, most + 1) for sign in (1, -1)]
 
 
 def _layers(names: list[str], edges: list[dict[str, Any]]) -> dict[str, int]:
@@ -100,6 +149,20 @@ def _layers(names: list[str], edges: list[dict[str, Any]]) -> dict[str, int]:
     for name in names:  # unreachable states (the config forbids them) go last
         layers.setdefault(name, deepest + 1)
     return layers
+
+
+def _sized(state: dict[str, Any]) -> tuple[tuple[str, ...], float]:
+    """A state's lines and the width that holds them and its name beside its kind.
+
+    Wider than :data:`NODE_WIDTH` when they need it, at most :data:`NODE_MAX`;
+    lines still too long are shortened to fit.
+    """
+    lines = _lines(state)
+    heading = len(state["name"]) * NAME_CHAR + 12 + len(state["kind"]) * LABEL_CHAR
+    longest = max((len(line) * LABEL_CHAR for line in lines), default=0)
+    width = min(NODE_MAX, max(NODE_WIDTH, 20 + max(heading, longest)))
+    fits = int((width - 20) // LABEL_CHAR)
+    return tuple(_shorten(line, fits) for line in lines), width
 
 
 def _lines(state: dict[str, Any]) -> tuple[str, ...]:
@@ -151,7 +214,12 @@ def _shorten(text: str, limit: int = 22) -> str:
 
 
 def _edge(
-    source: Node, target: Node, edge: dict[str, Any], layers: dict[str, int], width: float
+    source: Node,
+    target: Node,
+    edge: dict[str, Any],
+    layers: dict[str, int],
+    width: float,
+    fan: float,
 ) -> Edge:
     label = ""
     if edge["kind"] == "context":
@@ -163,13 +231,17 @@ def _edge(
         x2, y2 = target.centre, target.y
         bend = (y2 - y1) / 2
         path = (
-            f"M{x1:.0f},{y1:.0f} C{x1:.0f},{y1 + bend:.0f} "
-            f"{x2:.0f},{y2 - bend:.0f} {x2:.0f},{y2:.0f}"
+            f"M{x1:.0f},{y1:.0f} C{x1 + fan:.0f},{y1 + bend:.0f} "
+            f"{x2 + fan:.0f},{y2 - bend:.0f} {x2:.0f},{y2:.0f}"
         )
-        return Edge(path, label, (x1 + x2) / 2 + 6, (y1 + y2) / 2)
+        # the curve's middle is 3/4 of the fan aside; the text beside it, on the outer side
+        middle = (x1 + x2) / 2 + fan * 0.75
+        if x2 < x1:  # leftwards: the text ends left of the curve
+            return Edge(path, label, middle - 6 - LABEL_CHAR * len(label), (y1 + y2) / 2)
+        return Edge(path, label, middle + 6, (y1 + y2) / 2)
     # back to an earlier layer (or a loop): round the right-hand side
     x1, y1 = source.x + source.width, source.y + source.height / 2
     x2, y2 = target.x + target.width, target.y + target.height / 2 + 8
-    out = min(width - 10, max(x1, x2) + 60)
+    out = min(width - 10, max(x1, x2) + 60 + fan)
     path = f"M{x1:.0f},{y1:.0f} C{out:.0f},{y1:.0f} {out:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"
     return Edge(path, label, out - 20, (y1 + y2) / 2)

@@ -82,7 +82,14 @@ def protect(response: Response) -> Response:
 
 @blueprint.errorhandler(HTTPException)
 def error_page(error: HTTPException) -> tuple[str, int]:
-    return flask.render_template("console/error.html", error=error), error.code or 500
+    """The error as a page, with the navigation every page has.
+
+    An address that matches no page never ran :func:`require_access`, so what
+    the request may do (which links the navigation shows) is read here.
+    """
+    seen = flask.g.get("access") or access.current_access()
+    page = flask.render_template("console/error.html", error=error, access=seen)
+    return page, error.code or 500
 
 
 @blueprint.errorhandler(Missing)

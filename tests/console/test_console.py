@@ -38,6 +38,14 @@ def test_the_change_streams_refuse_as_pages_as_documented(client: FlaskClient) -
     assert "position" in _page(client, "/console/machines/user/changes?after=1", 400)
 
 
+def test_error_pages_have_the_navigation_of_every_page(client: FlaskClient) -> None:
+    """A missing machine or bulk job: the same links as the front page."""
+    front = _page(client, "/console/", 200)
+    assert "Subscriptions" in front
+    for address in ("/console/bulk/12345", "/console/machines/nope"):
+        assert "Subscriptions" in _page(client, address, 404), address
+
+
 def test_front_page_lists_each_machine_with_counts_per_state(client: FlaskClient) -> None:
     for name in ("a", "b"):
         client.post(f"{LABELS}/{name}", json={"metadata": {}})

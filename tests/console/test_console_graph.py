@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from routemaster.config import describe_machine
+from routemaster.config.loader import load_config
 from routemaster.config.model import Config
-from routemaster.console.graph import layout
+from routemaster.console.graph import label_box, layout
 
 
 def test_states_are_layered_by_distance_from_the_first(config: Config) -> None:
@@ -35,3 +38,26 @@ def test_a_single_state_machine_is_drawn(config: Config) -> None:
     drawn = layout(describe_machine(config.get_machine("empty")))
     assert [node.name for node in drawn.nodes] == ["only"]
     assert drawn.edges == ()
+
+
+def _overlap(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def test_the_labels_of_edges_leaving_one_state_do_not_overlap() -> None:
+    """example.yaml's ship: "= courier" and "otherwise" both lead to awaiting_delivery."""
+    config = load_config([Path(__file__).parents[2] / "example.yaml"])
+    drawn = layout(describe_machine(config.get_machine("order")))
+    labelled = [edge for edge in drawn.edges if edge.label]
+    assert sorted(edge.label for edge in labelled) == ["= collect", "= courier", "otherwise"]
+    for i, edge in enumerate(labelled):
+        for other in labelled[i + 1 :]:
+            assert not _overlap(label_box(edge), label_box(other)), (edge.label, other.label)
+        for node in drawn.nodes:
+            box = (node.x, node.y, node.x + node.width, node.y + node.height)
+            assert not _overlap(label_box(edge), box), (edge.label, node.name)
+    # two edges between the same states are two curves, each with its label beside it
+    courier, otherwise = sorted(
+        (edge for edge in labelled if edge.label != "= collect"), key=lambda edge: edge.label
+    )
+    assert courier.path != otherwise.path
