@@ -32,7 +32,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from routemaster.app import App, Settings
 from routemaster.config import load_config
-from routemaster.db.database import create_engine
+from routemaster.db.plumbing.database import create_engine
 from routemaster.worker import Worker
 
 labels, config, url = int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]

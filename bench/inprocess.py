@@ -110,7 +110,7 @@ def build(url: str) -> WSGIApp:
     from routemaster.app import App
     from routemaster.cli.environment import settings_from_environment
     from routemaster.config.loader import load_config
-    from routemaster.db.database import create_engine
+    from routemaster.db.plumbing.database import create_engine
     from routemaster.logging import load_plugins
     from routemaster.web import create_app
 
@@ -138,8 +138,8 @@ def main() -> None:
 
     import sqlalchemy as sa
 
-    from routemaster.db.database import normalise_url
-    from routemaster.db.migrate import upgrade
+    from routemaster.db.plumbing.database import normalise_url
+    from routemaster.db.plumbing.migrate import upgrade
 
     url = normalise_url(os.environ["DATABASE_URL"])
     engine = sa.create_engine(url)

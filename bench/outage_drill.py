@@ -41,7 +41,7 @@ from scratch import ScratchDatabase  # noqa: E402
 from routemaster import service  # noqa: E402
 from routemaster.app import App  # noqa: E402
 from routemaster.config import load_config  # noqa: E402
-from routemaster.db.database import create_engine  # noqa: E402
+from routemaster.db.plumbing.database import create_engine  # noqa: E402
 
 CONFIG = """
 state_machines:

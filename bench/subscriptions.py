@@ -46,8 +46,8 @@ sys.path.insert(0, str(ROOT))
 
 from scratch import ScratchDatabase  # noqa: E402
 
-from routemaster.db.database import create_engine  # noqa: E402
-from routemaster.db.migrate import upgrade  # noqa: E402
+from routemaster.db.plumbing.database import create_engine  # noqa: E402
+from routemaster.db.plumbing.migrate import upgrade  # noqa: E402
 
 CONFIG = """
 subscriptions:

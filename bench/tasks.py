@@ -45,7 +45,7 @@ from typing import Any
 import requests
 import sqlalchemy as sa
 
-from routemaster.db.database import create_engine
+from routemaster.db.plumbing.database import create_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 10

@@ -37,8 +37,8 @@ def main() -> None:
     from routemaster.app import App
     from routemaster.auth.admin import create_token
     from routemaster.config import load_config
-    from routemaster.db.database import create_engine
-    from routemaster.db.migrate import upgrade
+    from routemaster.db.plumbing.database import create_engine
+    from routemaster.db.plumbing.migrate import upgrade
     from routemaster.web import create_app
 
     configs = [BENCH_DIR / "bench.yaml"]

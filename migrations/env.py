@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context
 
-from routemaster.db.database import DatabaseURLError, url_from_environment
+from routemaster.db.plumbing.database import DatabaseURLError, url_from_environment
 from routemaster.db.schema import metadata
 
 target_metadata = metadata

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from routemaster.db.database import create_engine, normalise_url
-from routemaster.db.migrate import upgrade
+from routemaster.db.plumbing.database import create_engine, normalise_url
+from routemaster.db.plumbing.migrate import upgrade
 from tests.pooler import pooled_run, running_pgbouncer
 from tests.stub_server import StubServer, running_stub
 
@@ -29,7 +29,7 @@ def _server_url() -> str:
             pass
         return local
     except sa.exc.OperationalError:
-        from routemaster.db.embedded import embedded_database_url
+        from routemaster.db.plumbing.embedded import embedded_database_url
 
         return embedded_database_url()
 

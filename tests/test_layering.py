@@ -194,7 +194,7 @@ def _module_imports(path: Path) -> set[str]:
 
 def test_the_package_is_found() -> None:
     assert "routemaster.app" in MODULES
-    assert "routemaster.db.database" in MODULES
+    assert "routemaster.db.plumbing.database" in MODULES
     assert "routemaster" in MODULES
 
 

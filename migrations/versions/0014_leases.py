@@ -5,7 +5,7 @@ Behind PgBouncer in transaction mode (and without
 on whichever server connection ran the statement and left there. Work that
 spans many transactions (applying a configuration, building search indexes)
 is serialised instead by a row of ``leases``: taken when it is free or has
-run out, renewed while held, deleted when done (routemaster/db/leases.py).
+run out, renewed while held, deleted when done (routemaster/db/lock_rows.py).
 
 Revision ID: 0014
 Revises: 0013

@@ -15,8 +15,8 @@ from routemaster.cli.environment import late_config_option
 from routemaster.cli.options import Options, load_plugins_of, named_database_url
 from routemaster.config import config_warnings
 from routemaster.config.model import Config
-from routemaster.db.database import safe_url
 from routemaster.db.errors import describe_failure
+from routemaster.db.plumbing.database import safe_url
 from routemaster.logging import PluginError
 from routemaster.machine.upgrades import ConfigPlan, stranded_message
 from routemaster.service.configuration import current_plan

@@ -9,7 +9,7 @@ import click
 from routemaster.cli.configuration import compute_next_checks, prepare_database
 from routemaster.cli.environment import database_url, late_config_option
 from routemaster.cli.options import Options, migrate_database
-from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable
+from routemaster.db.plumbing.embedded import EmbeddedPostgres, EmbeddedUnavailable
 
 
 @click.command()

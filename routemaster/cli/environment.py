@@ -18,12 +18,12 @@ from typing import Any, TypeVar
 import click
 
 from routemaster.app import Settings
-from routemaster.db.database import (
+from routemaster.db.plumbing.database import (
     DatabaseURLError,
     direct_url_from_environment,
     url_from_environment,
 )
-from routemaster.db.embedded import EmbeddedUnavailable, embedded_database_url
+from routemaster.db.plumbing.embedded import EmbeddedUnavailable, embedded_database_url
 from routemaster.logging import JsonFormatter
 
 ENV_PREFIX = "ROUTEMASTER_"

@@ -11,9 +11,14 @@ import sqlalchemy as sa
 from routemaster.cli.environment import direct_database_url, use_json_logs
 from routemaster.config import ConfigError, load_config
 from routemaster.config.model import Config
-from routemaster.db.database import DatabaseURLError, create_engine, safe_url, url_from_environment
 from routemaster.db.errors import describe_failure
-from routemaster.db.migrate import upgrade
+from routemaster.db.plumbing.database import (
+    DatabaseURLError,
+    create_engine,
+    safe_url,
+    url_from_environment,
+)
+from routemaster.db.plumbing.migrate import upgrade
 from routemaster.logging import BaseLogger, PluginError, load_plugins, wants_json
 
 

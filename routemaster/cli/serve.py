@@ -23,7 +23,7 @@ from routemaster.cli.environment import (
 )
 from routemaster.cli.metrics import instrumented, multiprocess_directory, wants_metrics_directory
 from routemaster.cli.options import Options, direct_engine
-from routemaster.db.database import create_engine
+from routemaster.db.plumbing.database import create_engine
 from routemaster.db.transaction_settings import stamp_versions
 from routemaster.logging import wants_json
 from routemaster.machine.versions import LoadedVersions

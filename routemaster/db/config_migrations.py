@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 
-from routemaster.db.leases import exclusive
+from routemaster.db.lock_rows import exclusive
 from routemaster.db.statements import fetch_all
 
 CONFIG_LOCK = 2021
@@ -23,7 +23,7 @@ CONFIG_LOCK = 2021
 
 
 CONFIG_LEASE = "configuration"
-"""The lease row that stands for it behind a transaction pooler (:mod:`routemaster.db.leases`)."""
+"""Its lease row behind a transaction pooler (:mod:`routemaster.db.lock_rows`)."""
 
 
 @contextmanager

@@ -9,7 +9,7 @@ path, so every worker and ``routemaster migrate`` agree on it.
 They are built with ``CREATE INDEX CONCURRENTLY`` (writes go on meanwhile),
 which cannot run in a transaction, so this runs in autocommit (on the
 direct connection when there is one), one index at a time under a lock
-(:func:`routemaster.db.leases.exclusive`: an advisory lock, or a lease row
+(:func:`routemaster.db.lock_rows.exclusive`: an advisory lock, or a lease row
 behind a transaction pooler). No statement timeout applies: the engine's
 is set per transaction, and these statements are not one. A build that was interrupted leaves an
 invalid index behind; it is dropped and built again. Each path also gets
@@ -36,7 +36,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from routemaster.db.leases import exclusive
+from routemaster.db.lock_rows import exclusive
 from routemaster.db.statements import fetch_one, fetch_value, run
 
 SEARCH_INDEX_LOCK = 2024_11_24

@@ -12,8 +12,8 @@ from flask.testing import FlaskClient
 
 from routemaster.app import App, Settings
 from routemaster.config.model import Config
-from routemaster.db.database import create_engine
 from routemaster.db.errors import Kind, describe_failure
+from routemaster.db.plumbing.database import create_engine
 from routemaster.db.statements import fetch_value, run, single_statement
 from routemaster.web import create_app
 from tests.api.helpers import body

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from flask.testing import FlaskClient
 
 from routemaster.app import App
-from routemaster.db.database import create_engine
+from routemaster.db.plumbing.database import create_engine
 from routemaster.web import create_app
 from tests.api.helpers import body
 

@@ -29,7 +29,7 @@ from routemaster.api.tasks import claim_waiter
 from routemaster.app import App, Settings
 from routemaster.auth.admin import create_token
 from routemaster.config import load_config
-from routemaster.db.database import create_engine
+from routemaster.db.plumbing.database import create_engine
 from routemaster.web import create_app
 from tests.pooler import running_pgbouncer
 from tests.serving import REPOSITORY, serve_process, stop

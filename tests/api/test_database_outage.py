@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from routemaster import __version__
 from routemaster.app import App
 from routemaster.config.model import Config
-from routemaster.db.database import create_engine
+from routemaster.db.plumbing.database import create_engine
 from routemaster.web import create_app
 from tests.api.helpers import body
 from tests.api.tcp_proxy import TcpProxy

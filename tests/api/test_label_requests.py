@@ -25,7 +25,7 @@ from routemaster.app import App, Settings
 from routemaster.auth.admin import create_token
 from routemaster.config import load_config
 from routemaster.config.model import Config
-from routemaster.db.database import create_engine
+from routemaster.db.plumbing.database import create_engine
 from routemaster.metrics import Metrics
 from routemaster.web import create_app
 from tests.api.conftest import CONFIG_PATH

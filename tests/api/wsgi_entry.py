@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config import load_config
-from routemaster.db.database import create_engine
+from routemaster.db.plumbing.database import create_engine
 from routemaster.web import create_app
 
 engine = create_engine(os.environ["ROUTEMASTER_TEST_DATABASE_URL"])

@@ -175,7 +175,7 @@ def test_json_logs_are_pure_json_lines(tmp_path: Path, database_url: str) -> Non
 
 
 def test_the_1x_database_variables_keep_1x_defaults() -> None:
-    from routemaster.db.database import url_from_environment
+    from routemaster.db.plumbing.database import url_from_environment
 
     assert url_from_environment({"DB_PASS": "pw"}) == (
         "postgresql+psycopg2://routemaster:pw@localhost:5432/routemaster"

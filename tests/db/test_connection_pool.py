@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from routemaster.db.database import create_engine
+from routemaster.db.plumbing.database import create_engine
 
 
 def _terminate_other_backends(database_url: str) -> int:

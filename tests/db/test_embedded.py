@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from routemaster.db.database import create_engine
-from routemaster.db.embedded import (
+from routemaster.db.plumbing.database import create_engine
+from routemaster.db.plumbing.embedded import (
     EmbeddedPostgres,
     EmbeddedUnavailable,
     data_dir_from_environment,

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from routemaster.app import utc_now
 from routemaster.db import labels as store
-from routemaster.db.database import create_engine
+from routemaster.db.plumbing.database import create_engine
 from routemaster.db.statements import single_statement
 from tests.pooler import running_pgbouncer
 

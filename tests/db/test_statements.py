@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from routemaster.db.database import create_engine
+from routemaster.db.plumbing.database import create_engine
 from routemaster.db.statements import (
     Prepared,
     fetch_all,

@@ -14,7 +14,7 @@ from routemaster import service
 from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.config.model import StateMachine
-from routemaster.db.database import create_engine
+from routemaster.db.plumbing.database import create_engine
 from tests.stub_server import StubServer
 from tests.waiting import run_together
 

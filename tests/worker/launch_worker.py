@@ -16,7 +16,7 @@ import sys
 from routemaster.app import App, utc_now
 from routemaster.cli.environment import settings_from_environment
 from routemaster.config import load_config
-from routemaster.db.database import (
+from routemaster.db.plumbing.database import (
     create_engine,
     direct_url_from_environment,
     url_from_environment,

@@ -21,7 +21,7 @@ from routemaster.app import Settings as AppSettings
 from routemaster.db import retention as retention_store
 from routemaster.db import subscriptions as subscription_store
 from routemaster.db.changes import START, Position, read_changes
-from routemaster.db.database import create_engine
+from routemaster.db.plumbing.database import create_engine
 from routemaster.db.retention import FINISHED_REASON
 from routemaster.db.schedules import count_unscheduled
 from routemaster.db.subscriptions import Settings

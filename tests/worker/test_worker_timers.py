@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from routemaster import service
 from routemaster.api.explanations import explanation_of
 from routemaster.app import App, Settings
-from routemaster.db.database import create_engine
+from routemaster.db.plumbing.database import create_engine
 from routemaster.worker import Worker
 from tests.stub_server import StubServer
 from tests.waiting import wait_until

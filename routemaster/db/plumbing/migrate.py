@@ -24,7 +24,7 @@ def migrations_dir() -> Path:
     spec = importlib.util.find_spec("routemaster.migrations")
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))
-    beside = Path(__file__).resolve().parents[2] / "migrations"
+    beside = Path(__file__).resolve().parents[3] / "migrations"
     if (beside / "env.py").is_file():
         return beside
     raise RuntimeError("routemaster's migrations are missing: reinstall the package")

@@ -25,7 +25,7 @@ def url_from_environment(environ: Mapping[str, str] | None = None) -> str | None
     """``DATABASE_URL``, else the reference's ``DB_*`` variables, else ``None``.
 
     ``None`` means "no server was named": the CLI then falls back to the
-    embedded PostgreSQL (see :mod:`routemaster.db.embedded`). A URL that
+    embedded PostgreSQL (see :mod:`routemaster.db.plumbing.embedded`). A URL that
     cannot be used raises :class:`DatabaseURLError`.
     """
     env = os.environ if environ is None else environ
