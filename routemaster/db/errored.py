@@ -1,45 +1,93 @@
-"""A label becoming errored: the label's row and its history entry, in one statement.
+"""A label becoming errored: the one statement every path to it runs.
 
-Becoming errored is not an entry into a state: the history row has ``kind``
-``errored``, ``forced`` false, the action as both old and new state, and the
-last error as its ``reason``, so it shows in ``/history`` and on the changes
-streams, and the label's ``entry_id`` (its idempotency token) is unchanged.
+A webhook given up on (:func:`mark_errored`), a pull task failed for the last
+time or whose lease ran out for the last time (``db/tasks.py``), labels left
+waiting on an open circuit too long (``db/receiver_labels.py``): each picks
+its labels and then calls :func:`become_errored`, so what becoming errored
+means is written once. The label's row: errored, not due, its lease and task
+id cleared, the error kept as ``last_error``. Its history entry: ``kind``
+``errored``, ``forced`` false, the state as both old and new state, the error
+as ``reason``, so it shows in ``/history`` and on the changes streams; the
+label's ``entry_id`` (its idempotency token) is unchanged. Only a live label
+still in the entry it was picked in, and not errored already, becomes errored.
 """
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 
 from routemaster.db.claims import Claim
-from routemaster.db.keys import label_key
-from routemaster.db.statements import run
+from routemaster.db.keys import label_keys
+from routemaster.db.labels import Label, label_from_row
+from routemaster.db.statements import fetch_all
 
-_MARK_ERRORED = """
-    WITH errored AS (
-        UPDATE labels SET errored = true, due_at = NULL, last_error = %(error)s,
-                          lease_owner = NULL, updated_at = now(),
+
+@dataclass(frozen=True)
+class Erring:
+    """A label to error: in the entry it was picked in, with what went wrong."""
+
+    state_machine: str
+    name: str
+    entry_id: int
+    error: str
+
+
+_BECOME_ERRORED = """
+    WITH erring AS (
+        SELECT * FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
+                             CAST(%(names)s AS text[]), CAST(%(entry_ids)s AS bigint[]),
+                             CAST(%(errors)s AS text[]))
+                      AS e(sm, key, name, entry_id, error)
+    ), errored AS (
+        UPDATE labels SET errored = true, due_at = NULL, last_error = erring.error,
+                          lease_owner = NULL, task_id = NULL, updated_at = now(),
                           scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
                                               THEN now() ELSE labels.scheduled_at END
-        WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
-          AND entry_id = %(entry_id)s AND NOT deleted AND NOT errored
-        RETURNING state_machine, name, state
+        FROM erring
+        WHERE labels.state_machine = erring.sm AND labels.name_key = erring.key
+          AND labels.name = erring.name AND labels.entry_id = erring.entry_id
+          AND NOT labels.deleted AND NOT labels.errored
+        RETURNING labels.state_machine, labels.name, labels.metadata, labels.state,
+                  labels.state_entered_at, labels.entry_id, labels.previous_state,
+                  labels.deleted, labels.paused, labels.errored, labels.last_error,
+                  labels.attempts, labels.due_at, labels.created_at, labels.updated_at,
+                  labels.version
+    ), entries AS (
+        INSERT INTO history (state_machine, label, old_state, new_state, created, forced,
+                             reason, kind)
+        SELECT state_machine, name, state, state, %(now)s, false, last_error, 'errored'
+        FROM errored
     )
-    INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason,
-                         kind)
-    SELECT state_machine, name, state, state, %(now)s, false, %(error)s, 'errored' FROM errored
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version
+    FROM errored
     """
+
+
+def become_errored(
+    conn: sa.Connection, erring: Sequence[Erring], *, now: datetime.datetime
+) -> list[Label]:
+    """Error each label still live, in its entry and not errored: the labels it errored."""
+    if not erring:
+        return []
+    names = [each.name for each in erring]
+    params = {
+        "machines": [each.state_machine for each in erring],
+        "names": names,
+        "keys": label_keys(names),
+        "entry_ids": [each.entry_id for each in erring],
+        "errors": [each.error for each in erring],
+        "now": now,
+    }
+    return [label_from_row(row) for row in fetch_all(conn, _BECOME_ERRORED, params)]
 
 
 def mark_errored(conn: sa.Connection, claim: Claim, *, error: str, now: datetime.datetime) -> bool:
     """Give up on the claimed entry: errored until an operator retries it; whether it was."""
-    params = {
-        "sm": claim.state_machine,
-        "name": claim.name,
-        "key": label_key(claim.name),
-        "entry_id": claim.entry_id,
-        "error": error,
-        "now": now,
-    }
-    return run(conn, _MARK_ERRORED, params) == 1
+    erring = Erring(claim.state_machine, claim.name, claim.entry_id, error)
+    return bool(become_errored(conn, [erring], now=now))

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
+from routemaster.db.errored import Erring, become_errored
 from routemaster.db.notifications import notify_due
 from routemaster.db.receivers import Route, route_arrays
 from routemaster.db.statements import fetch_all, run
@@ -67,28 +68,18 @@ _RETRY_ERRORED = """
     SELECT state_machine, name, state, state, %(now)s, true, %(reason)s FROM retried
     """
 
-_GIVE_UP = """
+# Labels due since before the cutoff, locked (skipping those another worker holds) until
+# they are errored in the same transaction (routemaster.db.errored).
+_STALE = """
     WITH routes AS (
         SELECT * FROM unnest(CAST(%(route_machines)s AS text[]), CAST(%(route_states)s AS text[]))
                  AS r(sm, state)
-    ), stale AS (
-        SELECT state_machine, name_key FROM labels
-        WHERE due_at < %(cutoff)s AND NOT deleted AND NOT paused AND NOT errored
-          AND (state_machine, state) IN (SELECT sm, state FROM routes)
-        ORDER BY due_at LIMIT %(batch)s
-        FOR UPDATE SKIP LOCKED
-    ), given_up AS (
-        UPDATE labels SET errored = true, due_at = NULL, last_error = %(reason)s,
-                          lease_owner = NULL, updated_at = now(),
-                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
-                                              THEN now() ELSE labels.scheduled_at END
-        FROM stale
-        WHERE labels.state_machine = stale.state_machine AND labels.name_key = stale.name_key
-        RETURNING labels.state_machine, labels.name, labels.state
     )
-    INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason,
-                         kind)
-    SELECT state_machine, name, state, state, %(now)s, false, %(reason)s, 'errored' FROM given_up
+    SELECT state_machine, name, entry_id FROM labels
+    WHERE due_at < %(cutoff)s AND NOT deleted AND NOT paused AND NOT errored
+      AND (state_machine, state) IN (SELECT sm, state FROM routes)
+    ORDER BY due_at LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
     """
 
 
@@ -130,11 +121,16 @@ def give_up(
     reason: str,
     batch: int,
 ) -> int:
-    """Error up to ``batch`` labels in these states due since before ``cutoff``: how many."""
+    """Error up to ``batch`` labels in these states due since before ``cutoff``: how many.
+
+    Run in a transaction: the labels stay locked from being picked to being errored.
+    """
     if not states:
         return 0
-    params = {**_pairs(states), "cutoff": cutoff, "now": now, "reason": reason, "batch": batch}
-    return run(conn, _GIVE_UP, params)
+    params = {**_pairs(states), "cutoff": cutoff, "batch": batch}
+    stale = fetch_all(conn, _STALE, params)
+    erring = [Erring(machine, name, entry_id, reason) for machine, name, entry_id in stale]
+    return len(become_errored(conn, erring, now=now))
 
 
 def _pairs(states: Sequence[tuple[str, str]]) -> dict[str, list[str]]:

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 
+from routemaster.db.errored import Erring, become_errored
 from routemaster.db.keys import label_keys
 from routemaster.db.labels import Label, label_from_row
 from routemaster.db.statements import fetch_all, fetch_one, run
@@ -63,6 +64,7 @@ class Held:
     state: str
     task_id: str
     attempts: int
+    entry_id: int
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,12 @@ def expire(conn: sa.Connection, expiries: Sequence[Expiry], *, now: datetime.dat
             "now": now,
         },
     )
+    erring = [
+        Erring(e.held.state_machine, e.held.name, e.held.entry_id, e.error)
+        for e in expiries
+        if e.due_at is None
+    ]
+    become_errored(conn, erring, now=now)
 
 
 def heartbeat(
@@ -174,12 +182,11 @@ def set_due(
     conn: sa.Connection,
     label: Label,
     *,
-    due_at: datetime.datetime | None,
-    errored: bool = False,
+    due_at: datetime.datetime,
     error: str | None = None,
     attempts: int | None = None,
 ) -> Label:
-    """After ``take``: when the label is next due, or errored, and its attempt count."""
+    """After ``take``: when the label is next due, its last error and attempt count."""
     row = fetch_one(
         conn,
         _SET_DUE,
@@ -188,13 +195,20 @@ def set_due(
             "name": label.name,
             "key": label_keys([label.name])[0],
             "due_at": due_at,
-            "errored": errored,
             "error": error,
             "attempts": label.attempts if attempts is None else attempts,
         },
     )
     assert row is not None, "the label is locked by the caller"
     return label_from_row(row)
+
+
+def give_up(conn: sa.Connection, label: Label, *, error: str, now: datetime.datetime) -> Label:
+    """After ``take``: the label errored with ``error`` (routemaster.db.errored)."""
+    [errored] = become_errored(
+        conn, [Erring(label.state_machine, label.name, label.entry_id, error)], now=now
+    )
+    return errored
 
 
 def open_callback(
@@ -284,7 +298,7 @@ _CLAIM = """
     """
 
 _LOCK_EXPIRED = """
-    SELECT state_machine, name, state, task_id, attempts FROM labels
+    SELECT state_machine, name, state, task_id, attempts, entry_id FROM labels
     WHERE due_at <= %(now)s AND lease_owner IS NOT NULL AND task_id IS NOT NULL
       AND NOT deleted AND NOT errored
       AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
@@ -294,6 +308,8 @@ _LOCK_EXPIRED = """
     FOR UPDATE SKIP LOCKED
     """
 
+# Run-out leases: every task ended; labels due again rescheduled here, those to be errored
+# left to routemaster.db.errored (expire runs both in one transaction).
 _EXPIRE = """
     WITH expired AS (
         SELECT * FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
@@ -303,22 +319,15 @@ _EXPIRE = """
     ), ended AS (
         UPDATE tasks SET ended_at = %(now)s, outcome = 'expired'
         FROM expired WHERE tasks.id = expired.id
-    ), updated AS (
-        UPDATE labels SET due_at = expired.due_at, errored = expired.due_at IS NULL,
-                          last_error = expired.error, lease_owner = NULL, task_id = NULL,
-                          updated_at = now(),
-                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
-                                              THEN now() ELSE labels.scheduled_at END
-        FROM expired
-        WHERE labels.state_machine = expired.sm AND labels.name_key = expired.key
-          AND labels.name = expired.name AND labels.task_id = expired.id
-        RETURNING labels.state_machine, labels.name, labels.state, labels.errored,
-                  labels.last_error
     )
-    INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason,
-                         kind)
-    SELECT state_machine, name, state, state, %(now)s, false, last_error, 'errored'
-    FROM updated WHERE errored
+    UPDATE labels SET due_at = expired.due_at, last_error = expired.error, lease_owner = NULL,
+                      task_id = NULL, updated_at = now(),
+                      scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                          THEN now() ELSE labels.scheduled_at END
+    FROM expired
+    WHERE labels.state_machine = expired.sm AND labels.name_key = expired.key
+      AND labels.name = expired.name AND labels.task_id = expired.id
+      AND expired.due_at IS NOT NULL
     """
 
 # A live lease, which every call made with a task id checks in its one statement:
@@ -359,26 +368,16 @@ _TAKE = """
 
 _ISSUED = "SELECT 1 FROM tasks WHERE id = %(id)s"
 
-# Becoming errored is also a history entry (kind "errored"; routemaster.db.errored).
+# Becoming errored instead: routemaster.db.errored (give_up).
 _SET_DUE = """
-    WITH updated AS (
-        UPDATE labels SET due_at = %(due_at)s, errored = %(errored)s, last_error = %(error)s,
-                          attempts = %(attempts)s, updated_at = now(),
-                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
-                                              THEN now() ELSE labels.scheduled_at END
-        WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
-        RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
-                  previous_state, deleted, paused, errored, last_error, attempts, due_at,
-                  created_at, updated_at, version
-    ), entry AS (
-        INSERT INTO history (state_machine, label, old_state, new_state, forced, reason, kind)
-        SELECT state_machine, name, state, state, false, last_error, 'errored'
-        FROM updated WHERE %(errored)s
-    )
-    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
-           version
-    FROM updated
+    UPDATE labels SET due_at = %(due_at)s, last_error = %(error)s, attempts = %(attempts)s,
+                      updated_at = now(),
+                      scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                          THEN now() ELSE labels.scheduled_at END
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+              deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+              version
     """
 
 _OPEN_CALLBACK = """

@@ -272,9 +272,7 @@ def fail(
         policy = _action(app, label).retry
         if not retry or label.attempts >= policy.max_attempts:
             why = "gave up" if not retry else f"attempt {label.attempts} of {policy.max_attempts}"
-            label = task_store.set_due(
-                conn, label, due_at=None, errored=True, error=f"{error} ({why})"
-            )
+            label = task_store.give_up(conn, label, error=f"{error} ({why})", now=now)
         else:
             delay = (
                 datetime.timedelta(seconds=retry_after)
