@@ -1,10 +1,8 @@
 """Counts for the label gauges of ``/metrics``: labels, due and errored, per machine and state,
 and labels per machine version (those that keep one).
 
-Four grouped counts in one read-only transaction, each served by a partial
-index (``labels_by_state``, ``labels_errored``, ``labels_due``,
-``labels_by_version``). Callers run
-it at most every few seconds, never once per scrape per process.
+The grouped counts of ``db/counts.py``, read together in one connection.
+Callers run it at most every few seconds, never once per scrape per process.
 """
 
 from __future__ import annotations
@@ -13,26 +11,8 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from routemaster.db.statements import fetch_all
-
-_LABELS = "SELECT state_machine, state, count(*) FROM labels WHERE NOT deleted GROUP BY 1, 2"
-
-_ERRORED = """
-    SELECT state_machine, state, count(*) FROM labels
-    WHERE errored AND NOT deleted GROUP BY 1, 2
-    """
-
-_DUE = """
-    SELECT state_machine, state, count(*) FROM labels
-    WHERE due_at <= now() AND NOT deleted GROUP BY 1, 2
-    """
-
-_VERSIONS = """
-    SELECT state_machine, CAST(version AS text), count(*) FROM labels
-    WHERE version IS NOT NULL AND NOT deleted GROUP BY 1, 2
-    """
-
-StateCounts = dict[tuple[str, str], int]
+from routemaster.db import counts
+from routemaster.db.counts import StateCounts
 
 
 @dataclass(frozen=True)
@@ -44,15 +24,16 @@ class LabelCounts:
     versions: StateCounts = field(default_factory=dict)
 
 
-def label_counts_by_state(engine: sa.Engine) -> LabelCounts:
+def gauge_counts(engine: sa.Engine) -> LabelCounts:
+    """Every count the label gauges show."""
     with engine.connect() as conn:
-
-        def counts(query: str) -> StateCounts:
-            return {(machine, state): n for machine, state, n in fetch_all(conn, query)}
-
         return LabelCounts(
-            labels=counts(_LABELS),
-            due=counts(_DUE),
-            errored=counts(_ERRORED),
-            versions=counts(_VERSIONS),
+            labels=counts.per_state(conn),
+            due=counts.due_per_state(conn),
+            errored=counts.errored_per_state(conn),
+            versions={
+                (machine, str(version)): n
+                for machine, per_version in counts.per_version(conn).items()
+                for version, n in per_version.items()
+            },
         )

@@ -1,4 +1,4 @@
-"""Read-only queries: label pages, counts per state, the states in use, the health ping.
+"""Read-only queries: label pages and the health ping (counts per state: ``db/counts.py``).
 
 Listings page by key (``name_key > key(after) ORDER BY name_key``; keys in
 ``db/keys.py``), so each page is an index range scan whose cost depends on
@@ -11,18 +11,12 @@ is a total order: following ``after`` visits every label once.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, NamedTuple
+from typing import Any
 
 import sqlalchemy as sa
 
 from routemaster.db.keys import label_key, prefix_bounds
 from routemaster.db.statements import fetch_all, fetch_one
-
-
-class StateCount(NamedTuple):
-    labels: int
-    errored: int
-
 
 _PAGE = """
     SELECT name, state FROM labels
@@ -57,13 +51,6 @@ _PAGE_PREFIX = """
 _PING = "SELECT 1"
 
 
-_COUNTS = """
-    SELECT state, count(*), count(*) FILTER (WHERE errored) FROM labels
-    WHERE state_machine = %(sm)s AND NOT deleted
-    GROUP BY state
-    """
-
-
 def label_page(
     source: sa.Engine | sa.Connection,
     machine: str,
@@ -93,23 +80,6 @@ def label_page(
     opened = source.connect() if isinstance(source, sa.Engine) else contextlib.nullcontext(source)
     with opened as connection:
         return [(name, label_state) for name, label_state in fetch_all(connection, query, params)]
-
-
-def label_counts(engine: sa.Engine, machine: str) -> dict[str, StateCount]:
-    """How many live labels, and how many of them errored, are in each state.
-
-    States with no labels are absent.
-    """
-    with engine.connect() as connection:
-        return count_labels(connection, machine)
-
-
-def count_labels(conn: sa.Connection, machine: str) -> dict[str, StateCount]:
-    """:func:`label_counts` in the caller's transaction (and snapshot)."""
-    return {
-        state: StateCount(labels, errored)
-        for state, labels, errored in fetch_all(conn, _COUNTS, {"sm": machine})
-    }
 
 
 def ping(engine: sa.Engine) -> None:

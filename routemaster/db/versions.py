@@ -83,40 +83,6 @@ def version_of(conn: sa.Connection, machine: str, version: int) -> MachineVersio
     return None if row is None else MachineVersion(*row)
 
 
-def label_counts(conn: sa.Connection) -> dict[str, dict[str, int]]:
-    """Live labels per machine and state: one grouped count (an index-only scan)."""
-    counts: dict[str, dict[str, int]] = {}
-    for machine, state, count in fetch_all(conn, _COUNTS, {}):
-        counts.setdefault(machine, {})[state] = int(count)
-    return counts
-
-
-def version_counts(conn: sa.Connection) -> dict[str, dict[int, int]]:
-    """Live labels per machine and recorded version (labels without one are not counted).
-
-    Empty on a database whose schema predates labels' versions (``plan`` runs before
-    ``migrate``).
-    """
-    exists = fetch_one(conn, _VERSION_COLUMN_EXISTS, {})
-    if not (exists and exists[0]):
-        return {}
-    counts: dict[str, dict[int, int]] = {}
-    for machine, version, count in fetch_all(conn, _VERSION_COUNTS, {}):
-        counts.setdefault(machine, {})[int(version)] = int(count)
-    return counts
-
-
-def version_state_counts(conn: sa.Connection) -> list[tuple[str, int, str, int]]:
-    """Live labels that keep a version, per (machine, version, state): an index-only scan."""
-    exists = fetch_one(conn, _VERSION_COLUMN_EXISTS, {})
-    if not (exists and exists[0]):
-        return []
-    return [
-        (str(machine), int(version), str(state), int(count))
-        for machine, version, state, count in fetch_all(conn, _VERSION_STATE_COUNTS, {})
-    ]
-
-
 def set_label_version(conn: sa.Connection, machine: str, name: str, version: int) -> None:
     """Put a (locked) label on ``version``: what it follows from now on."""
     run(conn, _SET_VERSION, {"sm": machine, "name": name, "key": label_key(name), "v": version})
@@ -225,30 +191,6 @@ _ONE_VERSION = """
     SELECT machine, version, digest, definition, applied_at, last_applied_at
     FROM machine_versions
     WHERE machine = %(machine)s AND version = %(version)s
-    """
-
-_COUNTS = """
-    SELECT state_machine, state, count(*) FROM labels
-    WHERE NOT deleted
-    GROUP BY state_machine, state
-    """
-
-_VERSION_COLUMN_EXISTS = """
-    SELECT EXISTS (SELECT 1 FROM pg_attribute
-                   WHERE attrelid = to_regclass('labels') AND attname = 'version'
-                     AND NOT attisdropped)
-    """
-
-_VERSION_COUNTS = """
-    SELECT state_machine, version, count(*) FROM labels
-    WHERE version IS NOT NULL AND NOT deleted
-    GROUP BY state_machine, version
-    """
-
-_VERSION_STATE_COUNTS = """
-    SELECT state_machine, version, state, count(*) FROM labels
-    WHERE version IS NOT NULL AND NOT deleted
-    GROUP BY state_machine, version, state
     """
 
 _SET_VERSION = """

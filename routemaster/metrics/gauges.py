@@ -25,7 +25,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from routemaster.config.model import Config
-from routemaster.db.gauges import LabelCounts, StateCounts, label_counts_by_state
+from routemaster.db.counts import StateCounts
+from routemaster.db.gauges import LabelCounts, gauge_counts
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ class LabelGauges(Collector):
 
     def _count(self) -> LabelCounts | None:
         try:
-            return label_counts_by_state(self._engine)
+            return gauge_counts(self._engine)
         except sa.exc.SQLAlchemyError as error:
             logger.warning("label gauges not refreshed: %s", type(error).__name__)
             return None

@@ -13,11 +13,12 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.model import StateMachine
-from routemaster.db import changes, versions
+from routemaster.db import changes, counts
 from routemaster.db import labels as store
 from routemaster.db.changes import Change, Position, Snapshot
+from routemaster.db.counts import StateCount
 from routemaster.db.labels import HistoryEntry, Label
-from routemaster.db.listings import StateCount, count_labels, label_page
+from routemaster.db.listings import label_page
 from routemaster.machine.upgrades import labels_by_version
 
 __all__ = [
@@ -44,7 +45,7 @@ def machines_counted(app: App) -> tuple[Snapshot, list[tuple[StateMachine, dict[
     with _snapshot_connection(app) as conn:
         seen = changes.snapshot(conn)
         for machine in app.config.state_machines:
-            machines.append((machine, count_labels(conn, machine.name)))
+            machines.append((machine, counts.in_machine(conn, machine.name)))
     return seen, machines
 
 
@@ -65,16 +66,16 @@ def machine_overview(
 ) -> MachineOverview:
     """Counts per state, the latest ``recent`` changes and the first ``errored`` errored labels."""
     with _snapshot_connection(app) as conn:
-        counts = count_labels(conn, machine.name)
-        kept = versions.version_counts(conn).get(machine.name, {}) if machine.continues else {}
+        per_state = counts.in_machine(conn, machine.name)
+        kept = counts.per_version(conn).get(machine.name, {}) if machine.continues else {}
         return MachineOverview(
             snapshot=changes.snapshot(conn),
-            counts=counts,
+            counts=per_state,
             recent=changes.recent_changes(conn, machine.name, limit=recent),
             errored=label_page(conn, machine.name, after="", limit=errored, errored=True),
             versions_in_use=labels_by_version(
                 app.versions.in_force.get(machine.name),
-                sum(count.labels for count in counts.values()),
+                sum(count.labels for count in per_state.values()),
                 kept,
             ),
         )

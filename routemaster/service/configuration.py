@@ -24,8 +24,8 @@ from routemaster.app import App
 from routemaster.config.graph import describe_machine
 from routemaster.config.model import Migration, NoNext, StateMachine
 from routemaster.db import config_migrations as store
+from routemaster.db import counts, versions
 from routemaster.db import labels as db_labels
-from routemaster.db import versions
 from routemaster.db.versions import MachineVersion as MachineVersion  # for the faces
 from routemaster.machine.upgrades import ConfigPlan, plan_config
 from routemaster.service.errors import LabelDeleted, LabelNotFound
@@ -53,10 +53,12 @@ def current_plan(app: App) -> ConfigPlan:
             name: (found.version, found.definition)
             for name, found in versions.last_applied(conn).items()
         }
-        counts = versions.label_counts(conn)
-        kept = versions.version_counts(conn) if applied else {}
+        per_state: dict[str, dict[str, int]] = {}
+        for (machine, state), count in counts.per_state(conn).items():
+            per_state.setdefault(machine, {})[state] = count
+        kept = counts.per_version(conn) if applied else {}
         at_home = _labels_at_home(conn, app) if applied else {}
-    return plan_config(app.config, applied, counts, kept, at_home)
+    return plan_config(app.config, applied, per_state, kept, at_home)
 
 
 def _labels_at_home(conn: sa.Connection, app: App) -> dict[str, dict[str, int]]:
@@ -74,7 +76,7 @@ def _labels_at_home(conn: sa.Connection, app: App) -> dict[str, dict[str, int]]:
         for found in versions.versions_of(conn, name, after=0, limit=MAX_VERSIONS)
     }
     home: dict[str, dict[str, int]] = {}
-    for machine, version, state, count in versions.version_state_counts(conn):
+    for machine, version, state, count in counts.per_version_state(conn):
         if machine in continuing and state in states.get((machine, version), ()):
             home.setdefault(machine, {})[state] = home.get(machine, {}).get(state, 0) + count
     return home

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from routemaster.app import App
-from routemaster.db.listings import StateCount, label_counts, label_page
+from routemaster.db import counts
+from routemaster.db.counts import StateCount
+from routemaster.db.listings import label_page
 
 __all__ = ["StateCount", "page_of_labels", "state_counts"]
 
@@ -26,4 +28,5 @@ def page_of_labels(
 
 def state_counts(app: App, machine: str) -> dict[str, StateCount]:
     """How many live labels, and how many of them errored, are in each state."""
-    return label_counts(app.db, machine)
+    with app.db.connect() as conn:
+        return counts.in_machine(conn, machine)

@@ -1,0 +1,121 @@
+"""Labels counted: live labels grouped per machine and state (or version), each count once.
+
+The console, the API's machine description, ``/metrics``' label gauges and a
+configuration's plan all read these; each is one grouped count served by a
+partial index (``labels_by_state``, ``labels_errored``, ``labels_due``,
+``labels_by_version``), so its cost grows with the states, not the labels.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import sqlalchemy as sa
+
+from routemaster.db.statements import fetch_all, fetch_one
+
+StateCounts = dict[tuple[str, str], int]
+"""Labels per (machine, state)."""
+
+
+class StateCount(NamedTuple):
+    """In one state: how many live labels, and how many of them errored."""
+
+    labels: int
+    errored: int
+
+
+_PER_STATE = """
+    SELECT state_machine, state, count(*) FROM labels
+    WHERE NOT deleted
+    GROUP BY state_machine, state
+    """
+
+_ERRORED_PER_STATE = """
+    SELECT state_machine, state, count(*) FROM labels
+    WHERE errored AND NOT deleted
+    GROUP BY state_machine, state
+    """
+
+_DUE_PER_STATE = """
+    SELECT state_machine, state, count(*) FROM labels
+    WHERE due_at <= now() AND NOT deleted
+    GROUP BY state_machine, state
+    """
+
+_IN_MACHINE = """
+    SELECT state, count(*), count(*) FILTER (WHERE errored) FROM labels
+    WHERE state_machine = %(sm)s AND NOT deleted
+    GROUP BY state
+    """
+
+_VERSION_COLUMN_EXISTS = """
+    SELECT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = to_regclass('labels') AND attname = 'version'
+                     AND NOT attisdropped)
+    """
+
+_PER_VERSION = """
+    SELECT state_machine, version, count(*) FROM labels
+    WHERE version IS NOT NULL AND NOT deleted
+    GROUP BY state_machine, version
+    """
+
+_PER_VERSION_STATE = """
+    SELECT state_machine, version, state, count(*) FROM labels
+    WHERE version IS NOT NULL AND NOT deleted
+    GROUP BY state_machine, version, state
+    """
+
+
+def per_state(conn: sa.Connection) -> StateCounts:
+    """Live labels per machine and state (states with none are absent)."""
+    return _grouped(conn, _PER_STATE)
+
+
+def errored_per_state(conn: sa.Connection) -> StateCounts:
+    """Live errored labels per machine and state."""
+    return _grouped(conn, _ERRORED_PER_STATE)
+
+
+def due_per_state(conn: sa.Connection) -> StateCounts:
+    """Live labels due now (or overdue) per machine and state."""
+    return _grouped(conn, _DUE_PER_STATE)
+
+
+def in_machine(conn: sa.Connection, machine: str) -> dict[str, StateCount]:
+    """One machine's live labels, and how many of them errored, per state (none: absent)."""
+    return {
+        state: StateCount(int(labels), int(errored))
+        for state, labels, errored in fetch_all(conn, _IN_MACHINE, {"sm": machine})
+    }
+
+
+def per_version(conn: sa.Connection) -> dict[str, dict[int, int]]:
+    """Live labels per machine and recorded version (labels without one are not counted).
+
+    Empty on a database whose schema predates labels' versions (``plan`` runs before
+    ``migrate``).
+    """
+    exists = fetch_one(conn, _VERSION_COLUMN_EXISTS, {})
+    if not (exists and exists[0]):
+        return {}
+    counts: dict[str, dict[int, int]] = {}
+    for machine, version, count in fetch_all(conn, _PER_VERSION, {}):
+        counts.setdefault(machine, {})[int(version)] = int(count)
+    return counts
+
+
+def per_version_state(conn: sa.Connection) -> list[tuple[str, int, str, int]]:
+    """Live labels that keep a version, per (machine, version, state) (as ``per_version``)."""
+    exists = fetch_one(conn, _VERSION_COLUMN_EXISTS, {})
+    if not (exists and exists[0]):
+        return []
+    return [
+        (machine, int(version), state, int(count))
+        for machine, version, state, count in fetch_all(conn, _PER_VERSION_STATE, {})
+    ]
+
+
+def _grouped(conn: sa.Connection, statement: str) -> StateCounts:
+    return {(machine, state): int(n) for machine, state, n in fetch_all(conn, statement, {})}
