@@ -8,8 +8,9 @@ next evaluation reads a feed is leased instead and handed to a delivery slot
 
 from __future__ import annotations
 
+import datetime
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 
@@ -43,18 +44,27 @@ def evaluate_due_gates(
             return len(due), _lease(conn, app, due)
 
 
-def complete_deliveries(app: App, delivered: Sequence[Claim]) -> list[Claim]:
+def complete_deliveries(
+    app: App,
+    delivered: Sequence[Claim],
+    record: Callable[[sa.Connection, datetime.datetime], None] | None = None,
+) -> list[Claim]:
     """Move delivered labels on, all in one transaction; those leased to read feeds.
 
-    Labels no longer in the delivered entry (an operator moved them) are left alone, and
-    so are labels in a state this configuration lacks (renamed by a newer configuration
-    during a rolling deploy): a worker running that one moves them on.
+    ``record`` writes the calls' delivery-log entries in that same transaction,
+    so the log never lags the labels. Labels no longer in the delivered entry
+    (an operator moved them) are left alone, and so are labels in a state this
+    configuration lacks (renamed by a newer configuration during a rolling
+    deploy): a worker running that one moves them on.
     """
     if not delivered:
         return []
     with app.db.begin() as conn:
         locked = store.lock_entries(conn, [claim.entry for claim in delivered])
-        return _settle(conn, app, [label for label in locked if _known(app, label)])
+        waiting = _settle(conn, app, [label for label in locked if _known(app, label)])
+        if record is not None:
+            record(conn, app.now())
+        return waiting
 
 
 def evaluate_claim(app: App, claim: Claim) -> bool:

@@ -9,6 +9,7 @@ time, whichever is first (at most ``poll_interval``).
 
 from __future__ import annotations
 
+import datetime
 import logging
 import random
 import threading
@@ -22,6 +23,7 @@ import sqlalchemy as sa
 from routemaster.app import App
 from routemaster.config.model import Action, Gate
 from routemaster.db import claims as work
+from routemaster.db import receivers
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.notifications import DueListener
 from routemaster.http.client import BoundedAdapter
@@ -32,11 +34,12 @@ from routemaster.labels.tasks import expire_leases, forget_old_tasks
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
 from routemaster.worker.receivers import Gatekeeper, Permit
-from routemaster.worker.recording import Recorder
+from routemaster.worker.recording import Recorder, write_answered
 from routemaster.worker.slots import Slots
 from routemaster.worker.subscriptions import SubscriptionSender
 from routemaster.worker.sweeps import Minutely, Sweep
 from routemaster.worker.triggers import ClockTriggers
+from routemaster.worker.unsent import put_back
 from routemaster.worker.upkeep import give_up_on_open_receivers, prune_deliveries
 
 logger = logging.getLogger(__name__)
@@ -90,7 +93,10 @@ class Worker:
         return len(self._slots.held())
 
     def stop(self) -> None:
-        """Stop claiming; :meth:`run` returns once in-flight work is done."""
+        """Stop claiming and sending; :meth:`run` returns once in-flight work is recorded.
+
+        Safe from a signal handler: it only sets a flag and writes to a pipe.
+        """
         self._stopping.set()
         self._slots.wake()
 
@@ -105,7 +111,8 @@ class Worker:
         first = True
         self.subscriptions.start()
         try:
-            while not self._stopping.is_set():
+            # Stopping, the loop goes on only to record (and lease) what is still in flight.
+            while not self._stopping.is_set() or self._slots.held():
                 try:
                     if first:
                         self._jobs.run_all()
@@ -123,30 +130,40 @@ class Worker:
                     listener.wait(sleep, [self._slots.wake_fd])
                     self._slots.clear_wake()
         finally:
-            logger.info("worker %s stopping: finishing in-flight work", self.app.settings.worker_id)
+            logger.info("worker %s stopping", self.app.settings.worker_id)
             self._slots.shutdown()
             self.subscriptions.stop()
             try:
                 self._complete(self._slots.take_done())
-                self._recorder.flush(self.app)
+                with self.app.db.begin() as conn:
+                    receivers.forget_slots(conn, worker_id=self.app.settings.worker_id)
             except sa.exc.SQLAlchemyError:
                 logger.warning("could not record the last deliveries; they will be sent again")
             listener.close()
+            logger.info("worker %s stopped", self.app.settings.worker_id)
 
     def work_once(self) -> bool:
-        """One round: clock jobs, finished deliveries, new claims, due gates; whether any work."""
+        """One round: clock jobs, finished deliveries, new claims, due gates; whether any work.
+
+        Once :meth:`stop` is called nothing new is claimed or sent: a round only
+        records what slots finished, and work claimed meanwhile is given back.
+        """
         self._jobs.run_pending()
         if self.triggers.next_interval_at and self.app.now() >= self.triggers.next_interval_at:
             self.triggers.fire()
         self.minutely.run_pending()
         completed = self._complete(self._slots.take_done())
+        if self._stopping.is_set():
+            return completed
         claimed = self._claim_deliveries()
         evaluated, waiting = evaluate_due_gates(
             self.app, self._gate_states, limit=self.app.settings.batch_size
         )
         self._evaluate(waiting)
         # Bulk commands: one batch a round, so deliveries and gates are never kept waiting.
-        carried_out = run_bulk_batch(self.app, limit=self.app.settings.batch_size)
+        carried_out = 0
+        if not self._stopping.is_set():
+            carried_out = run_bulk_batch(self.app, limit=self.app.settings.batch_size)
         return completed or claimed or evaluated > 0 or carried_out > 0
 
     def renew_leases(self) -> None:
@@ -189,6 +206,8 @@ class Worker:
 
     def _sweep_gate(self, gate: StateKey) -> None:
         """Evaluate one gate's due labels now (those reading feeds go to slots)."""
+        if self._stopping.is_set():
+            return
         _, waiting = evaluate_due_gates(self.app, [gate], limit=self.app.settings.batch_size)
         self._evaluate(waiting)
 
@@ -196,29 +215,21 @@ class Worker:
         """Claim as many due deliveries as there are free slots (any free slot is used)."""
         states = self._action_states if states is None else states
         free = self._slots.free
-        if free <= 0 or not states:
-            self._recorder.flush(self.app, only_due=True)
+        if free <= 0 or not states or self._stopping.is_set():
             return False
         held = self._slots.held()
         receiver_of = self._receiver_of
         for entry in set(receiver_of) - {claim.entry for claim in held}:
             del receiver_of[entry]
         in_flight = Counter(receiver_of.values())
-        pending = self._recorder.take_due()
         if self._recorder.take_failures():
             self._gate.invalidate()
-        try:
-            claimed = self._gate.claim(
-                free,
-                in_flight,
-                lambda conn, now: self._recorder.write(
-                    conn, pending, now=now, answered=self._gate.answered
-                ),
-                states=None if states is self._action_states else states,
-            )
-        except Exception:
-            self._recorder.restore(pending)
-            raise
+        claimed = self._gate.claim(
+            free, in_flight, states=None if states is self._action_states else states
+        )
+        if self._stopping.is_set():  # the signal came during the claim: none of it is sent
+            put_back(self.app, deliveries=claimed)
+            return False
         for claim, permit in claimed:
             receiver_of[claim.entry] = permit.receiver.id
             self._slots.submit(claim, self._delivery(permit))
@@ -226,20 +237,44 @@ class Worker:
 
     def _delivery(self, permit: Permit) -> Callable[[Claim], bool]:
         def deliver(claim: Claim) -> bool:
+            if self._stopping.is_set():  # stopped between the claim and this slot
+                put_back(self.app, deliveries=[(claim, permit)])
+                return False
             return deliver_claim(self.app, claim, self._rng, permit, self._recorder)
 
         return deliver
 
     def _complete(self, delivered: list[Claim]) -> bool:
-        """Move delivered labels on in one transaction; whether there were any."""
-        if not delivered:
+        """Move delivered labels on and write their calls' log entries, in one transaction;
+        whether there were any."""
+        taken = self._recorder.take(delivered)
+        if not taken:
             return False
-        self._evaluate(complete_deliveries(self.app, delivered))
+        entries = [entry for _, entry in taken]
+
+        def record(conn: sa.Connection, now: datetime.datetime) -> None:
+            write_answered(conn, entries, now=now, answered=self._gate.answered)
+
+        try:
+            waiting = complete_deliveries(self.app, [claim for claim, _ in taken], record)
+        except Exception:
+            self._recorder.restore(taken)  # written with the next round's
+            raise
+        self._evaluate(waiting)
         return True
 
     def _evaluate(self, waiting: list[Claim]) -> None:
+        if self._stopping.is_set():
+            put_back(self.app, gates=waiting)
+            return
         for claim in waiting:
-            self._slots.submit(claim, lambda leased: evaluate_claim(self.app, leased))
+            self._slots.submit(claim, self._evaluation)
+
+    def _evaluation(self, claim: Claim) -> bool:
+        if self._stopping.is_set():  # stopped between the lease and this slot
+            put_back(self.app, gates=[claim])
+            return False
+        return evaluate_claim(self.app, claim)
 
     def _sleep_for(self) -> float:
         """Until the next clock job, interval occurrence or known due time; at most a poll."""
@@ -250,9 +285,6 @@ class Worker:
             timeout = min(timeout, max(until_job, 0.0))
         if self._gate.wake_at is not None:  # a receiver's rate or cooldown: past means now
             timeout = min(timeout, max((self._gate.wake_at - now).total_seconds(), 0.0))
-        log_deadline = self._recorder.deadline()
-        if log_deadline is not None:  # the delivery log's pending entries
-            timeout = min(timeout, max(log_deadline - time.monotonic(), 0.0))
         wakes = [self.triggers.next_interval_at]
         with self.app.db.connect() as conn:
             wakes.append(work.next_due_at(conn))
