@@ -98,6 +98,7 @@ class Worker:
         Safe from a signal handler: it only sets a flag and writes to a pipe.
         """
         self._stopping.set()
+        self.subscriptions.stop_sending()
         self._slots.wake()
 
     def run(self) -> None:

@@ -93,11 +93,15 @@ class SubscriptionSender:
         self._thread.daemon = True
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop claiming and sending, and wait for the batches in flight (each within its
-        deadline); a subscription claimed but not sent is given back, due at once."""
+    def stop_sending(self) -> None:
+        """From now on claim and send nothing: a subscription claimed but not sent is given
+        back, due at once. Returns at once (a signal handler calls it)."""
         self._stopping.set()
         self._wake.set()
+
+    def stop(self) -> None:
+        """:meth:`stop_sending`, then wait for the batches in flight (each within its deadline)."""
+        self.stop_sending()
         if self._thread is not None:
             self._thread.join()
         self._pool.shutdown(wait=True)
