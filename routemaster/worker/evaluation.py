@@ -60,11 +60,16 @@ def complete_deliveries(
     if not delivered:
         return []
     with app.db.begin() as conn:
-        locked = store.lock_entries(conn, [claim.entry for claim in delivered])
-        waiting = _settle(conn, app, [label for label in locked if _known(app, label)])
+        waiting = move_delivered(conn, app, delivered)
         if record is not None:
             record(conn, app.now())
         return waiting
+
+
+def move_delivered(conn: sa.Connection, app: App, delivered: Sequence[Claim]) -> list[Claim]:
+    """:func:`complete_deliveries`' moves, in the caller's transaction (the worker's claim)."""
+    locked = store.lock_entries(conn, [claim.entry for claim in delivered])
+    return _settle(conn, app, [label for label in locked if _known(app, label)])
 
 
 def evaluate_claim(app: App, claim: Claim) -> bool:

@@ -15,7 +15,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import schedule
 import sqlalchemy as sa
@@ -32,7 +32,12 @@ from routemaster.labels.bulk import run_batch as run_bulk_batch
 from routemaster.labels.migrations import apply_migrations
 from routemaster.labels.tasks import expire_leases, forget_old_tasks
 from routemaster.worker.delivery import deliver_claim
-from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
+from routemaster.worker.evaluation import (
+    complete_deliveries,
+    evaluate_claim,
+    evaluate_due_gates,
+    move_delivered,
+)
 from routemaster.worker.receivers import Gatekeeper, Permit
 from routemaster.worker.recording import Recorder, write_answered
 from routemaster.worker.slots import Slots
@@ -153,10 +158,10 @@ class Worker:
         if self.triggers.next_interval_at and self.app.now() >= self.triggers.next_interval_at:
             self.triggers.fire()
         self.minutely.run_pending()
-        completed = self._complete(self._slots.take_done())
+        delivered = self._slots.take_done()
         if self._stopping.is_set():
-            return completed
-        claimed = self._claim_deliveries()
+            return self._complete(delivered)
+        claimed = self._claim_deliveries(delivered=delivered)
         evaluated, waiting = evaluate_due_gates(
             self.app, self._gate_states, limit=self.app.settings.batch_size
         )
@@ -165,7 +170,7 @@ class Worker:
         carried_out = 0
         if not self._stopping.is_set():
             carried_out = run_bulk_batch(self.app, limit=self.app.settings.batch_size)
-        return completed or claimed or evaluated > 0 or carried_out > 0
+        return claimed or evaluated > 0 or carried_out > 0
 
     def renew_leases(self) -> None:
         """Keep every claim in flight leased, however long its receiver takes."""
@@ -212,12 +217,19 @@ class Worker:
         _, waiting = evaluate_due_gates(self.app, [gate], limit=self.app.settings.batch_size)
         self._evaluate(waiting)
 
-    def _claim_deliveries(self, states: list[StateKey] | None = None) -> bool:
-        """Claim as many due deliveries as there are free slots (any free slot is used)."""
+    def _claim_deliveries(
+        self, states: list[StateKey] | None = None, *, delivered: Sequence[Claim] = ()
+    ) -> bool:
+        """Claim as many due deliveries as there are free slots (any free slot is used);
+        whether anything was claimed or moved.
+
+        The claim's transaction first moves the ``delivered`` labels on and writes
+        their calls' log entries: one transaction a round, the log never behind.
+        """
         states = self._action_states if states is None else states
         free = self._slots.free
         if free <= 0 or not states or self._stopping.is_set():
-            return False
+            return self._complete(delivered)
         held = self._slots.held()
         receiver_of = self._receiver_of
         for entry in set(receiver_of) - {claim.entry for claim in held}:
@@ -225,16 +237,30 @@ class Worker:
         in_flight = Counter(receiver_of.values())
         if self._recorder.take_failures():
             self._gate.invalidate()
-        claimed = self._gate.claim(
-            free, in_flight, states=None if states is self._action_states else states
-        )
+        taken = self._recorder.take(delivered)
+        waiting: list[Claim] = []
+
+        def complete(conn: sa.Connection, now: datetime.datetime) -> None:
+            if taken:
+                waiting.extend(move_delivered(conn, self.app, [claim for claim, _ in taken]))
+                entries = [entry for _, entry in taken]
+                write_answered(conn, entries, now=now, answered=self._gate.answered)
+
+        try:
+            claimed = self._gate.claim(
+                free, in_flight, complete, states=None if states is self._action_states else states
+            )
+        except Exception:
+            self._recorder.restore(taken)  # written with the next round's
+            raise
+        self._evaluate(waiting)
         if self._stopping.is_set():  # the signal came during the claim: none of it is sent
             put_back(self.app, deliveries=claimed)
-            return False
+            return bool(taken)
         for claim, permit in claimed:
             receiver_of[claim.entry] = permit.receiver.id
             self._slots.submit(claim, self._delivery(permit))
-        return bool(claimed)
+        return bool(claimed or taken)
 
     def _delivery(self, permit: Permit) -> Callable[[Claim], bool]:
         def deliver(claim: Claim) -> bool:
@@ -245,9 +271,9 @@ class Worker:
 
         return deliver
 
-    def _complete(self, delivered: list[Claim]) -> bool:
-        """Move delivered labels on and write their calls' log entries, in one transaction;
-        whether there were any."""
+    def _complete(self, delivered: Sequence[Claim]) -> bool:
+        """Move delivered labels on and write their calls' log entries, in one transaction of
+        their own (no claim to share it with); whether there were any."""
         taken = self._recorder.take(delivered)
         if not taken:
             return False

@@ -18,7 +18,7 @@ import datetime
 import math
 import time
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -95,11 +95,15 @@ class Gatekeeper:
         self,
         free: int,
         held: Counter[str],
+        first: Callable[[sa.Connection, datetime.datetime], None] | None = None,
         *,
         states: Collection[StateKey] | None = None,
     ) -> list[tuple[Claim, Permit]]:
         """Lease due deliveries for up to ``free`` slots; ``held``: calls in flight per receiver.
 
+        ``first`` runs at the start of the same transaction (the loop moves the
+        labels delivered since its last round on there, with their delivery-log
+        entries, saving a transaction per round).
         ``states``: only these action states (a minutely sweep's one); None: all.
         """
         routes, calling = self._routes, self._calling
@@ -111,9 +115,11 @@ class Gatekeeper:
         now = self.app.now()
         lease_until = now + self.app.settings.lease
         worker_id = self.app.settings.worker_id
-        if free <= 0 or not calling:
-            return []
         with self.app.db.begin() as conn:
+            if first is not None:
+                first(conn, now)
+            if free <= 0 or not calling:
+                return []
             if not self._ensured:  # again after a rollback: a receiver's row is missing
                 shared.ensure(conn, [(r.id, r.origin) for r in self.receivers.values()])
             limited = [r.id for r in calling if r.policy.rate or r.policy.max_in_flight]
