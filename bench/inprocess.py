@@ -107,12 +107,12 @@ def backend_cpu(monitor: Any) -> float:
 
 def build(url: str) -> WSGIApp:
     """The app exactly as ``routemaster serve`` builds it in a worker (logging included)."""
-    from routemaster.api import create_app
     from routemaster.app import App
     from routemaster.cli.environment import settings_from_environment
     from routemaster.config.loader import load_config
     from routemaster.db.database import create_engine
     from routemaster.logging import load_plugins
+    from routemaster.web import create_app
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from scratch import ScratchDatabase  # noqa: E402
 
-from routemaster import labels  # noqa: E402
+from routemaster import service  # noqa: E402
 from routemaster.app import App  # noqa: E402
 from routemaster.config import load_config  # noqa: E402
 from routemaster.db.database import create_engine  # noqa: E402
@@ -124,7 +124,7 @@ def main() -> None:
         machine = app.config.get_machine("drill")
         names = [f"l{i:04}" for i in range(args.labels)]
         for label in names:
-            labels.create_label(app, machine, label, {})
+            service.create_label(app, machine, label, {})
         for index in range(args.workers):
             log = (workdir / f"worker{index}.log").open("wb")
             workers.append(

@@ -32,7 +32,7 @@ from scratch import ScratchDatabase  # noqa: E402
 
 from routemaster.app import App  # noqa: E402
 from routemaster.config import load_config  # noqa: E402
-from routemaster.labels.migrations import current_plan  # noqa: E402
+from routemaster.service.configuration import current_plan  # noqa: E402
 
 MACHINE = """
   {name}:

@@ -42,13 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scratch import ScratchDatabase
 
-from routemaster.api import create_app
 from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.db.database import create_engine
 from routemaster.db.migrate import upgrade
 from routemaster.db.search_indexes import ensure_search_index
-from routemaster.labels.bulk import run_batch
+from routemaster.service.bulk import run_batch
+from routemaster.web import create_app
 
 CONFIG = """
 state_machines:

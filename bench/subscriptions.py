@@ -272,7 +272,7 @@ def create_flat_out(api: str, seconds: float, clients: int = 8) -> int:
 
 def create_backlog(tmp: Path, url: str, count: int, threads: int = 4) -> int:
     """``count`` more labels through the label service (no HTTP): a backlog to drain."""
-    from routemaster import labels
+    from routemaster import service
     from routemaster.app import App
     from routemaster.config import load_config
 
@@ -282,7 +282,7 @@ def create_backlog(tmp: Path, url: str, count: int, threads: int = 4) -> int:
 
     def make(offset: int) -> None:
         for index in range(offset, count, threads):
-            labels.create_label(app, machine, f"b{index}", {})
+            service.create_label(app, machine, f"b{index}", {})
 
     workers = [threading.Thread(target=make, args=(i,)) for i in range(threads)]
     for worker in workers:

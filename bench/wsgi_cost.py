@@ -34,12 +34,12 @@ def main() -> None:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
     from werkzeug.test import EnvironBuilder
 
-    from routemaster.api import create_app
     from routemaster.app import App
     from routemaster.auth.admin import create_token
     from routemaster.config import load_config
     from routemaster.db.database import create_engine
     from routemaster.db.migrate import upgrade
+    from routemaster.web import create_app
 
     configs = [BENCH_DIR / "bench.yaml"]
     if variant == "secured":

@@ -1,7 +1,7 @@
 """The application object: everything a request handler or worker needs, passed explicitly.
 
-There are no module-level singletons: the API (``create_app`` in
-:mod:`routemaster.api`) and the worker each build one :class:`App` per process
+There are no module-level singletons: the web app (``create_app`` in
+:mod:`routemaster.web`) and the worker each build one :class:`App` per process
 and hand it down.
 """
 
@@ -13,6 +13,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import requests
 import sqlalchemy as sa
@@ -30,6 +31,26 @@ Clock = Callable[[], datetime.datetime]
 
 def utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
+
+
+def system_zone() -> datetime.tzinfo:
+    """The host's local zone (``TZ``, else ``/etc/localtime``), with its DST rules.
+
+    Daily time triggers without a ``timezone`` use it, as 1.x did. A fixed
+    UTC offset would be wrong on the other side of a DST change, so the
+    zone's rules are loaded; only a host with neither falls back to UTC.
+    """
+    name = os.environ.get("TZ", "").lstrip(":")
+    if name:
+        try:
+            return ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
+    try:
+        with open("/etc/localtime", "rb") as localtime:
+            return ZoneInfo.from_file(localtime, key="localtime")
+    except (OSError, ValueError):
+        return datetime.UTC
 
 
 def _default_worker_id() -> str:
@@ -88,6 +109,7 @@ class App:
     http: requests.Session = field(default_factory=outbound_session)
     loggers: tuple[BaseLogger, ...] = ()  # the config's logging plugins
     metrics: Metrics | None = None  # its observer is one of ``loggers``
+    system_zone: datetime.tzinfo = field(default_factory=system_zone)  # read once per process
     _hooks: Hooks | None = field(default=None, init=False, repr=False, compare=False)
 
     def now(self) -> datetime.datetime:

@@ -3,14 +3,19 @@
 Dependencies point inwards. At the bottom, the exit-condition language and
 the configuration that compiles it; then pure planning (``machine``), the
 store (``db``) and outbound HTTP (``http``), which know nothing of each
-other; the label service (``labels``) orchestrates them; the API and the
-worker sit on top and never import each other; only the command line builds
-processes, and nothing imports it. Every import between these areas must be
+other; the service (``service``) orchestrates them; the per-process socket
+hubs (``changes``) sit beside it; the two web faces (``api`` and ``console``)
+and the worker sit on top and never import each other, except that the
+console reuses the API's HTTP plumbing and renderers; ``web`` assembles both
+faces into one Flask app; only the command line builds processes, and
+nothing imports it. Every import between these areas must be
 an edge of :data:`ALLOWED`; an edge that is not is a design change, made by
 editing the table (and ``docs/architecture.md``) on purpose.
 
-Also here: only the API and the command line use Flask; every SQL statement
-lives in ``routemaster/db/``; no module is over 450 lines.
+Also here: only the web faces, ``web`` and the command line use Flask; the
+faces never touch the store (no ``routemaster.db``, no ``sqlalchemy``, no
+connection or transaction of their own); every SQL statement lives in
+``routemaster/db/``; no module is over 450 lines.
 """
 
 from __future__ import annotations
@@ -84,6 +89,9 @@ MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 BOTTOM = {"exit_conditions", "config", "search"}
 BELOW_SERVICE = BOTTOM | {"machine", "db", "http", "logging", "hooks", "app", "limits"}
+FACES = {"api", "console"}
+# What a web face may use below the service: never the store, nor outbound HTTP.
+FACE = BELOW_SERVICE - {"db", "http"} | {"service"}
 
 # area -> every other routemaster area it may import. Nothing else may be imported.
 ALLOWED: dict[str, frozenset[str]] = {
@@ -100,21 +108,24 @@ ALLOWED: dict[str, frozenset[str]] = {
     "app": frozenset({"config", "logging", "hooks", "http", "metrics"}),  # the per-process App
     "auth": frozenset({"db"}),  # API tokens: secrets, the per-process cache, admin
     "metrics": frozenset({"config", "db", "logging"}),  # Prometheus metrics and label gauges
-    "labels": frozenset(BELOW_SERVICE),  # the label service: store + planner + feeds
-    "api": frozenset(
-        BELOW_SERVICE - {"http"} | {"__init__", "labels", "auth", "metrics", "changes"}
-    ),
-    "changes": frozenset({"app", "db"}),  # the changes streams' per-process hub
-    "worker": frozenset(BELOW_SERVICE | {"labels"}),  # loop, claims, deliveries, clock
+    # the service: labels, operator commands, tasks, bulk, configuration changes, receivers,
+    # subscriptions, searches and the reads the faces need; store + planner + feeds
+    "service": frozenset(BELOW_SERVICE),
+    # per-process hubs holding sockets: the changes streams, the claims that wait
+    "changes": frozenset({"app", "db", "service"}),
+    "api": frozenset(FACE | {"__init__", "auth", "metrics", "changes"}),  # the JSON face
+    "console": frozenset(FACE | {"api", "auth"}),  # the HTML face; the API's plumbing
+    "web": frozenset({"api", "console", "app", "changes"}),  # one Flask app serving both faces
+    "worker": frozenset(BELOW_SERVICE | {"service"}),  # loop, claims, deliveries, clock
     "server": frozenset({"changes", "logging"}),  # gunicorn: application, workers, hand-off
     "cli": frozenset(
-        BELOW_SERVICE | {"__init__", "labels", "api", "worker", "auth", "metrics", "server"}
+        BELOW_SERVICE | {"__init__", "service", "api", "web", "worker", "auth", "metrics", "server"}
     ),  # one module per command group; builds every process
     "__main__": frozenset({"cli"}),
 }
 
 WEB_FRAMEWORK = {"flask", "werkzeug"}
-MAY_USE_THE_WEB_FRAMEWORK = {"api", "cli"}
+MAY_USE_THE_WEB_FRAMEWORK = FACES | {"web", "cli"}
 
 
 def _areas_imported(module: str) -> set[str]:
@@ -157,8 +168,8 @@ def _find_cycle(graph: Mapping[str, Set[str]]) -> list[str] | None:
 def _module_imports(path: Path) -> set[str]:
     """The routemaster modules ``path`` imports, each import resolved to the one module it loads.
 
-    Unlike :func:`imports_of`, ``from routemaster.labels.errors import X``
-    counts ``routemaster.labels.errors`` only, not its parent package, and a
+    Unlike :func:`imports_of`, ``from routemaster.service.errors import X``
+    counts ``routemaster.service.errors`` only, not its parent package, and a
     module's own packages are left out, so that a package and its modules
     are not mistaken for a cycle.
     """
@@ -207,7 +218,10 @@ def test_the_table_points_inwards() -> None:
     for pure in ("exit_conditions", "config", "machine", "search"):
         assert ALLOWED[pure] <= BOTTOM, f"{pure} must stay pure"
     for lower in BELOW_SERVICE:
-        assert not ALLOWED[lower] & {"labels", "api", "worker", "cli"}, lower
+        assert not ALLOWED[lower] & {"service", "api", "console", "web", "worker", "cli"}, lower
+    for face in FACES:
+        assert "db" not in ALLOWED[face], f"{face} must reach the store through the service"
+    assert "console" not in ALLOWED["api"], "the API never imports the console"
 
 
 def test_the_areas_have_no_import_cycle() -> None:
@@ -227,7 +241,7 @@ def test_every_allowed_edge_names_a_real_area() -> None:
 @pytest.mark.parametrize(
     "module", [m for m in MODULES if _area_of_module(m) not in MAY_USE_THE_WEB_FRAMEWORK]
 )
-def test_only_the_api_and_the_command_line_import_flask(module: str) -> None:
+def test_only_the_web_faces_and_the_command_line_import_flask(module: str) -> None:
     web = {name for name in _imports(MODULES[module]) if name.split(".")[0] in WEB_FRAMEWORK}
     assert not web, f"{module} imports {sorted(web)}"
 
@@ -236,6 +250,53 @@ def test_only_the_api_and_the_command_line_import_flask(module: str) -> None:
 def test_no_module_is_over_the_size_limit(module: str) -> None:
     lines = len(MODULES[module].read_text().splitlines())
     assert lines <= MAX_LINES, f"{module} has {lines} lines; split it (at most {MAX_LINES})"
+
+
+# --- the web faces never touch the store ------------------------------------------------
+
+STORE_MODULES = ("routemaster.db", "sqlalchemy")
+OPENS_A_CONNECTION = {"begin", "connect", "execution_options", "raw_connection"}
+
+
+def store_use_in(source: str, module: str, *, is_package: bool = False) -> list[str]:
+    """What in ``source`` reaches the store: importing it or SQLAlchemy, opening a connection.
+
+    ``X.db.begin()``/``X.db.connect()`` (the App's engine), an isolation level
+    or execution options: each is a transaction the service should own.
+    """
+    found = [
+        f"imports {name}"
+        for name in sorted(imports_of(source, module, is_package=is_package))
+        if any(name == store or name.startswith(f"{store}.") for store in STORE_MODULES)
+    ]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in OPENS_A_CONNECTION:
+            on_engine = isinstance(node.value, ast.Attribute) and node.value.attr == "db"
+            if on_engine or node.attr in {"execution_options", "raw_connection"}:
+                found.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.keyword) and node.arg == "isolation_level":
+            found.append(f"line {node.value.lineno}: isolation_level=")
+    return found
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if _area_of_module(m) in FACES])
+def test_the_web_faces_never_touch_the_store(module: str) -> None:
+    path = MODULES[module]
+    found = store_use_in(path.read_text(), module, is_package=path.name == "__init__.py")
+    assert not found, f"{module} reaches the store (call a routemaster.service function): {found}"
+
+
+def test_the_store_detector_sees_what_it_must_and_only_that() -> None:
+    module = "routemaster.api.example"
+    assert store_use_in("from routemaster.db import labels\n", module)
+    assert store_use_in("from routemaster.db.listings import ping\n", module)
+    assert store_use_in("import sqlalchemy as sa\n", module)
+    assert store_use_in("def f(app):\n    with app.db.begin() as conn:\n        pass\n", module)
+    assert store_use_in("def f(app):\n    return app.db.connect()\n", module)
+    assert store_use_in("def f(c):\n    return c.execution_options(isolation_level='x')\n", module)
+    assert not store_use_in("from routemaster.service import labels\n", module)
+    assert not store_use_in("def f(app):\n    return ChangeHub(app.db, app.settings)\n", module)
+    assert not store_use_in('"""Read in one snapshot (routemaster.db.changes)."""\n', module)
 
 
 # --- every SQL statement lives in routemaster/db/ ----------------------------------------

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 import werkzeug.exceptions
 
-from routemaster import labels
+from routemaster import service
 from routemaster.api.plugins import provide_legacy_names
 from routemaster.app import App
 from routemaster.config import load_config
@@ -149,10 +149,10 @@ def test_plugins_hear_every_transition_the_label_core_makes(
     recorder = _Recorder()
     app = App(config=load_config([path]), db=db_engine, loggers=(recorder,))
     machine = app.config.get_machine("m")
-    labels.create_label(app, machine, "a", {})
-    labels.update_metadata(app, machine, "a", {"go": True})
-    labels.force_move(app, machine, "a", "start")
-    labels.delete_label(app, machine, "a")
+    service.create_label(app, machine, "a", {})
+    service.update_metadata(app, machine, "a", {"go": True})
+    service.force_move(app, machine, "a", "start")
+    service.delete_label(app, machine, "a")
     assert recorder.moves == [
         ("a", "start", "end", False),
         ("a", "end", "start", True),
@@ -201,14 +201,14 @@ def test_plugins_hear_every_feed_fetch_with_its_status(
         app = App(config=load_config([path]), db=db_engine, loggers=(recorder,))
         machine = app.config.get_machine("m")
         for name in ("a", "b"):
-            labels.create_label(app, machine, name, {})
-            labels.update_metadata(app, machine, name, {"go": True})
+            service.create_label(app, machine, name, {})
+            service.update_metadata(app, machine, name, {"go": True})
         assert recorder.fetches == [
             ("stock", stub.url("/stock/a"), 200),
             ("stock", stub.url("/stock/b"), 503),
         ]
-        assert labels.get_label(app, machine, "a").state == "end"
-        assert labels.get_label(app, machine, "b").state == "start"
+        assert service.get_label(app, machine, "a").state == "end"
+        assert service.get_label(app, machine, "b").state == "start"
 
 
 def test_plugins_are_built_as_1x_built_them_with_the_config_first() -> None:

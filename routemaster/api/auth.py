@@ -82,13 +82,28 @@ def check_token(
     if token is None:
         return _unauthorized("The token is not valid (unknown or revoked).", invalid=True)
     if scope is not None and scope != CAPABILITY and scope not in token.scopes:
-        return json_response(
-            {"message": f"The token {token.name!r} lacks the {scope!r} scope this needs."},
-            403,
-            {"WWW-Authenticate": f'{_CHALLENGE}, error="insufficient_scope", scope="{scope}"'},
-        )
+        return _lacks(token, scope)
     request.environ[TOKEN_KEY] = token
     return None
+
+
+def require_scope(flask_app: flask.Flask, scope: str, why: str) -> flask.Response | None:
+    """In a handler whose scope depends on its body (``scope_with``): ``None`` if tokens are
+    off or the request's token has ``scope``, else the 401 or 403 that answers it."""
+    if token_cache(flask_app) is None:
+        return None
+    token = current_token()
+    if token is None:
+        return _unauthorized(f"{why} needs a token: send 'Authorization: Bearer TOKEN'.")
+    return None if scope in token.scopes else _lacks(token, scope)
+
+
+def _lacks(token: Token, scope: str) -> flask.Response:
+    return json_response(
+        {"message": f"The token {token.name!r} lacks the {scope!r} scope this needs."},
+        403,
+        {"WWW-Authenticate": f'{_CHALLENGE}, error="insufficient_scope", scope="{scope}"'},
+    )
 
 
 def _bearer(header: str) -> str | None:

@@ -23,11 +23,6 @@ from routemaster.limits import JSONRejected, parse_json
 _CHUNK = 64 * 1024
 
 
-def raw_body() -> bytes:
-    """The current request's body: :func:`read_body` with the app's limit."""
-    return read_body(flask.request, routemaster_app().settings.max_request_body)
-
-
 def json_body(*, optional: bool = False, wrapper_levels: int = 0) -> Any:
     """The current request's decoded JSON body: :func:`parse_body` with the app's settings."""
     return parse_body(

@@ -19,16 +19,14 @@ from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.operations import pause_end
 from routemaster.api.responses import json_response
-from routemaster.api.search import listing_search
 from routemaster.app import App
 from routemaster.auth import OPERATE, WRITE
 from routemaster.config.model import StateMachine
-from routemaster.db.search import Search, search_count, search_page
-from routemaster.labels.bulk import COMMANDS, BulkCommand, CountMismatch, accept, get_job
+from routemaster.service.bulk import COMMANDS, BulkCommand, CountMismatch, accept, dry_run, get_job
+from routemaster.service.search import Search, listing_search
 
 blueprint = flask.Blueprint("bulk", __name__)
 
-SAMPLE_SIZE = 20
 FILTERS = ("where", "state", "errored", "prefix")
 FIELDS = frozenset({*FILTERS, "command", "to", "until", "reason", "dry_run", "expect"})
 
@@ -130,13 +128,6 @@ def bulk_progress(job: int) -> flask.Response:
             **({} if found.pause_until is None else {"until": found.pause_until.isoformat()}),
         }
     )
-
-
-def dry_run(app: App, search: Search) -> dict[str, Any]:
-    """How many labels match now, and the first few of them."""
-    with app.db.connect() as conn:
-        sample = [name for name, _ in search_page(conn, search, after="", limit=SAMPLE_SIZE)]
-        return {"count": search_count(conn, search), "sample": sample}
 
 
 def _body() -> dict[str, Any]:

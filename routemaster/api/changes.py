@@ -1,7 +1,7 @@
 """``GET /changes`` and ``GET /state-machines/{sm}/changes``: history as server-sent events.
 
 Each event is one history entry: ``id:`` its position (``XACT-ID``, see
-:mod:`routemaster.db.changes`), ``data:`` a JSON object. A client resumes
+:mod:`routemaster.service.changes`), ``data:`` a JSON object. A client resumes
 with the ``Last-Event-ID`` header (EventSource sends it on reconnection) or
 ``?after=POSITION``; ``?after=0-0`` starts from the first change ever
 recorded; with neither, the stream starts at the present.
@@ -16,7 +16,7 @@ from routemaster.api.endpoints import EVENT_STREAM, Query, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.auth import READ
 from routemaster.changes.hub import STREAM_KEY, ChangeHub, TooManyStreams
-from routemaster.db.changes import Position, current_position
+from routemaster.service.changes import Position, current_position
 
 blueprint = flask.Blueprint("changes", __name__)
 
@@ -75,8 +75,7 @@ def stream_response(machine: str | None) -> flask.Response:
         return flask.Response(mimetype="text/event-stream", headers=STREAM_HEADERS)
     if after is None:
         # Read before the response starts, so a database outage is still a 503.
-        with app.db.connect() as conn:
-            after = current_position(conn)
+        after = current_position(app)
     try:
         subscription = change_hub(flask.current_app).subscribe(machine, after)
     except TooManyStreams as error:

@@ -13,7 +13,7 @@ from urllib.parse import quote, urlencode
 import flask
 from werkzeug.exceptions import BadRequest
 
-from routemaster import labels as label_core
+from routemaster import service
 from routemaster.api.bodies import check_query
 from routemaster.api.endpoints import Query, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
@@ -21,8 +21,8 @@ from routemaster.api.labels import LABEL, check_label_name
 from routemaster.api.paths import link
 from routemaster.api.responses import isoformat, json_response
 from routemaster.auth import READ
-from routemaster.db import deliveries as log
-from routemaster.db.deliveries import Delivery, DeliveryFilter
+from routemaster.service import deliveries as log
+from routemaster.service.deliveries import Delivery, DeliveryFilter
 
 blueprint = flask.Blueprint("deliveries", __name__)
 
@@ -54,10 +54,9 @@ def label_deliveries(sm: str, label: str) -> flask.Response:
     machine = machine_or_404(app, sm)
     check_label_name(label)
     check_query(("limit", "before"))
-    label_core.get_label(app, machine, label)  # 404 for a name never created
+    service.get_label(app, machine, label)  # 404 for a name never created
     limit, before = _paging()
-    with app.db.connect() as conn:
-        rows = log.of_label(conn, machine.name, label, limit=limit + 1, before=before)
+    rows = log.of_label(app, machine.name, label, limit=limit + 1, before=before)
     return _page(rows, limit, link("state-machines", machine.name, "labels", label, "deliveries"))
 
 
@@ -88,8 +87,7 @@ def all_deliveries() -> flask.Response:
         until=parse_time(args.get("until"), "until"),
     )
     limit, before = _paging()
-    with app.db.connect() as conn:
-        rows = log.matching(conn, where, limit=limit + 1, before=before)
+    rows = log.matching(app, where, limit=limit + 1, before=before)
     names = ("kind", "outcome", "receiver", "since", "until")
     return _page(rows, limit, "/deliveries", {name: args[name] for name in names if args.get(name)})
 

@@ -61,6 +61,9 @@ class Endpoint:
     body_required: bool = True
     query: tuple[Query, ...] = ()
     tags: tuple[str, ...] = field(default_factory=tuple)
+    # (body key, scope): a body with this key also needs a token with this scope (checked
+    # by the handler, which has parsed the body: :func:`routemaster.api.auth.require_scope`)
+    scope_with: tuple[str, str] | None = None
 
 
 _ATTRIBUTE = "routemaster_endpoint"
@@ -75,9 +78,10 @@ def endpoint(
     body_required: bool = True,
     query: tuple[Query, ...] = (),
     tags: tuple[str, ...] = (),
+    scope_with: tuple[str, str] | None = None,
 ) -> Callable[[F], F]:
     """Declare a handler's scope (or :data:`OPEN`), summary, replies and inputs."""
-    declared = Endpoint(scope, summary, replies, body, body_required, query, tags)
+    declared = Endpoint(scope, summary, replies, body, body_required, query, tags, scope_with)
 
     def mark(view: F) -> F:
         setattr(view, _ATTRIBUTE, declared)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 
 import flask
-import sqlalchemy as sa
 from werkzeug.exceptions import HTTPException, InternalServerError
 from werkzeug.wrappers import Response
 
 from routemaster.api.extension import routemaster_app
 from routemaster.api.responses import json_response
-from routemaster.db.errors import DatabaseFailure, Kind, describe_failure
-from routemaster.labels import LabelDeleted, LabelExists, LabelNotFound
+from routemaster.service import LabelDeleted, LabelExists, LabelNotFound
+from routemaster.service.database import DatabaseFailure, Kind, StoreError, describe_failure
+from routemaster.service.errors import Malformed, Missing
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +24,9 @@ def register_error_handlers(flask_app: flask.Flask) -> None:
     flask_app.register_error_handler(LabelExists, _label_exists)
     flask_app.register_error_handler(LabelNotFound, _label_not_found)
     flask_app.register_error_handler(LabelDeleted, _label_deleted)
-    flask_app.register_error_handler(sa.exc.SQLAlchemyError, _database_error)
+    flask_app.register_error_handler(Missing, _missing)
+    flask_app.register_error_handler(Malformed, _malformed)
+    flask_app.register_error_handler(StoreError, _database_error)
     # Not a handler for Exception: Flask then sends got_request_exception (Sentry listens)
     # and answers with the InternalServerError handler below.
     flask_app.register_error_handler(InternalServerError, _internal_error)
@@ -49,7 +51,15 @@ def _label_deleted(error: LabelDeleted) -> flask.Response:
     return json_response({"message": f"Label {str(error)!r} has been deleted."}, 410)
 
 
-def _database_error(error: sa.exc.SQLAlchemyError) -> flask.Response:
+def _missing(error: Missing) -> flask.Response:
+    return json_response({"message": str(error)}, 404)
+
+
+def _malformed(error: Malformed) -> flask.Response:
+    return json_response({"message": str(error)}, 400)
+
+
+def _database_error(error: StoreError) -> flask.Response:
     """A JSON answer saying what the database did, with no SQL, parameters or address.
 
     503 "Cannot connect to database" means exactly that the server could not

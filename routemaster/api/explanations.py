@@ -14,7 +14,7 @@ from typing import Any
 
 import flask
 
-from routemaster import labels as label_core
+from routemaster import service
 from routemaster.api.deliveries import delivery_json
 from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
@@ -25,10 +25,11 @@ from routemaster.app import App
 from routemaster.auth import READ
 from routemaster.config import describe_machine
 from routemaster.config.model import Action, StateMachine
-from routemaster.db import deliveries
 from routemaster.exit_conditions import FeedUnavailable
 from routemaster.machine import choose_next_state
 from routemaster.machine.triggers import what_evaluates
+from routemaster.service import deliveries
+from routemaster.service.scheduling import explain_next_check
 
 blueprint = flask.Blueprint("explanations", __name__)
 
@@ -46,7 +47,7 @@ def explain(sm: str, label: str) -> flask.Response:
     return json_response(explanation_of(app, machine, live_label(app, machine, label)))
 
 
-def explanation_of(app: App, machine: StateMachine, found: label_core.Label) -> dict[str, Any]:
+def explanation_of(app: App, machine: StateMachine, found: service.Label) -> dict[str, Any]:
     """Why the label is where it is, as JSON: for the API and the console."""
     body: dict[str, Any] = {
         "state": found.state,
@@ -57,6 +58,8 @@ def explanation_of(app: App, machine: StateMachine, found: label_core.Label) -> 
         "last_error": found.last_error,
         "attempts": found.attempts,
         "due_at": isoformat(found.due_at),
+        "next_check_at": None,
+        "next_check_reason": None,
         "recent_deliveries": recent_deliveries(app, machine, found.name),
     }
     if found.paused:
@@ -74,7 +77,11 @@ def explanation_of(app: App, machine: StateMachine, found: label_core.Label) -> 
         body.update(action_explanation(app, state, found))
         return body
     body["triggers"] = described[state.name].get("triggers", [])
-    context = label_core.label_context(
+    check = explain_next_check(app, machine, found)
+    if check is not None:
+        body["next_check_at"] = isoformat(check.at)
+        body["next_check_reason"] = check.reason
+    context = service.label_context(
         app, machine, found, feed_timeout=app.settings.feed_timeout_in_request
     )
     explanation = state.exit_condition.explain(context)
@@ -97,7 +104,4 @@ def explanation_of(app: App, machine: StateMachine, found: label_core.Label) -> 
 
 def recent_deliveries(app: App, machine: StateMachine, name: str) -> list[dict[str, Any]]:
     """The label's last three outbound calls, newest first."""
-    with app.db.connect() as conn:
-        return [
-            delivery_json(row) for row in deliveries.of_label(conn, machine.name, name, limit=3)
-        ]
+    return [delivery_json(row) for row in deliveries.of_label(app, machine.name, name, limit=3)]

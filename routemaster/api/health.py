@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import flask
-import sqlalchemy as sa
 
 from routemaster import __version__
 from routemaster.api.endpoints import OPEN, Reply, endpoint
 from routemaster.api.errors import DATABASE_UNAVAILABLE
 from routemaster.api.extension import routemaster_app
 from routemaster.api.responses import json_response
-from routemaster.db.listings import ping
+from routemaster.service.database import database_answers
 
 blueprint = flask.Blueprint("health", __name__)
 
@@ -28,9 +27,7 @@ def status() -> flask.Response:
     The engine's ``pool_pre_ping`` replaces connections broken by an outage,
     so the answer returns to 200 by itself once the database is back.
     """
-    try:
-        ping(routemaster_app().db)
-    except sa.exc.SQLAlchemyError:
+    if not database_answers(routemaster_app()):
         return json_response(
             {"status": "error", "message": DATABASE_UNAVAILABLE, "version": __version__}, 503
         )

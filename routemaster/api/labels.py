@@ -1,7 +1,7 @@
 """The label endpoints: create, read, merge metadata, delete, list, history.
 
 Handlers stay thin: parse and check the request, call the label core
-(:mod:`routemaster.labels`), shape the JSON. The label's state in a response
+(:mod:`routemaster.service`), shape the JSON. The label's state in a response
 is where the label is after the request's own processing (a metadata trigger
 may have moved it through gates).
 """
@@ -16,17 +16,17 @@ from urllib.parse import quote, urlencode
 import flask
 from werkzeug.exceptions import BadRequest
 
-from routemaster import labels as label_core
+from routemaster import service
 from routemaster.api.bodies import check_query, parse_body
 from routemaster.api.endpoints import Query, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.paths import link
 from routemaster.api.responses import isoformat, json_response
-from routemaster.api.search import count_matches, listing_search, page_of_matches
 from routemaster.app import App, Settings
 from routemaster.auth import READ, WRITE
 from routemaster.config.model import StateMachine
-from routemaster.db.listings import label_page
+from routemaster.service.listings import page_of_labels
+from routemaster.service.search import count_matches, listing_search, page_of_matches
 
 blueprint = flask.Blueprint("labels", __name__)
 
@@ -96,8 +96,8 @@ def list_labels(sm: str) -> flask.Response:
     def page(start: str, size: int) -> list[tuple[str, str]]:
         if where is not None:
             return page_of_matches(app, search, after=start, limit=size)
-        return label_page(
-            app.db,
+        return page_of_labels(
+            app,
             machine.name,
             after=start,
             limit=size,
@@ -172,7 +172,7 @@ def create_label(sm: str, label: str) -> flask.Response:
     machine = machine_or_404(app, sm)
     check_label_name(label)
     metadata = metadata_from_body(flask.request, app.settings)
-    return json_response(label_body(label_core.create_label(app, machine, label, metadata)), 201)
+    return json_response(label_body(service.create_label(app, machine, label, metadata)), 201)
 
 
 @blueprint.get(LABEL)
@@ -206,7 +206,7 @@ def update_label(sm: str, label: str) -> flask.Response:
     machine = machine_or_404(app, sm)
     check_label_name(label)
     patch = metadata_from_body(flask.request, app.settings)
-    return json_response(label_body(label_core.update_metadata(app, machine, label, patch)))
+    return json_response(label_body(service.update_metadata(app, machine, label, patch)))
 
 
 @blueprint.delete(LABEL)
@@ -221,7 +221,7 @@ def delete_label(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
     check_label_name(label)
-    label_core.delete_label(app, machine, label)
+    service.delete_label(app, machine, label)
     return flask.Response(status=204)
 
 
@@ -237,8 +237,8 @@ def label_history(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
     check_label_name(label)
-    label_core.get_label(app, machine, label)  # 404 for a name never created
-    entries = label_core.history(app, machine, label)
+    service.get_label(app, machine, label)  # 404 for a name never created
+    entries = service.history(app, machine, label)
     return json_response(
         {
             "history": [
@@ -257,16 +257,16 @@ def label_history(sm: str, label: str) -> flask.Response:
     )
 
 
-def live_label(app: App, machine: StateMachine, label: str) -> label_core.Label:
+def live_label(app: App, machine: StateMachine, label: str) -> service.Label:
     """The label, or 404 (unknown label) / 410 (deleted)."""
     check_label_name(label)
-    found = label_core.get_label(app, machine, label)
+    found = service.get_label(app, machine, label)
     if found.deleted:
-        raise label_core.LabelDeleted(label)
+        raise service.LabelDeleted(label)
     return found
 
 
-def label_body(label: label_core.Label) -> dict[str, Any]:
+def label_body(label: service.Label) -> dict[str, Any]:
     """The reference's ``metadata`` and ``state``, plus what an operator needs at a glance."""
     return {
         "metadata": label.metadata,

@@ -13,7 +13,7 @@ from routemaster.api.paths import link
 from routemaster.api.responses import json_response
 from routemaster.auth import READ
 from routemaster.config import describe_machine
-from routemaster.db.listings import StateCount, label_counts
+from routemaster.service.listings import StateCount, state_counts
 
 blueprint = flask.Blueprint("machines", __name__)
 
@@ -48,7 +48,7 @@ def describe(sm: str) -> flask.Response:
     """
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    counts = label_counts(app.db, machine.name)
+    counts = state_counts(app, machine.name)
     body: dict[str, Any] = describe_machine(machine)
     for state in body["states"]:
         count = counts.get(state["name"], StateCount(0, 0))

@@ -21,6 +21,7 @@ from routemaster.api.extension import routemaster_app
 from routemaster.api.outbound_schemas import OUTBOUND_SCHEMAS
 from routemaster.api.responses import json_response
 from routemaster.api.schemas import SCHEMAS, Schema, ref
+from routemaster.api.task_schemas import TASK_SCHEMAS
 from routemaster.auth import READ
 
 blueprint = flask.Blueprint("openapi", __name__)
@@ -77,7 +78,7 @@ def build_document(flask_app: flask.Flask) -> dict[str, Any]:
             "percent-encoded path segments; a '/' inside a name travels as %2F.",
         },
         "paths": {path: paths[path] for path in sorted(paths)},
-        "components": {"schemas": {**SCHEMAS, **OUTBOUND_SCHEMAS}},
+        "components": {"schemas": {**SCHEMAS, **OUTBOUND_SCHEMAS, **TASK_SCHEMAS}},
     }
     if tokens:
         document["components"]["securitySchemes"] = {
@@ -123,10 +124,20 @@ def _operation(
             [{}]
             if declaration.scope is OPEN
             else [{}, {SECURITY_SCHEME: []}]
-            if declaration.scope == CAPABILITY
+            if declaration.scope == CAPABILITY and declaration.scope_with is None
+            else [{}, {SECURITY_SCHEME: [declaration.scope_with[1]]}]
+            if declaration.scope == CAPABILITY and declaration.scope_with is not None
             else [{SECURITY_SCHEME: [declaration.scope]}]
         )
-        if declaration.scope == CAPABILITY:
+        if declaration.scope_with is not None:
+            key, scope = declaration.scope_with
+            operation["description"] = (
+                f"A body with `{key}` needs a token with the `{scope}` scope; "
+                "without it, no token is needed."
+            )
+            replies.setdefault(401, Reply("Error", description=f"`{key}` without a valid token"))
+            replies.setdefault(403, Reply("Error", description=f"The token lacks `{scope}`"))
+        elif declaration.scope == CAPABILITY:
             replies.setdefault(401, Reply("Error", description="A token was sent and is not valid"))
         elif declaration.scope is not OPEN:
             replies.setdefault(401, Reply("Error"))

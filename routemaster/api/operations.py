@@ -13,7 +13,7 @@ from typing import Any
 import flask
 from werkzeug.exceptions import BadRequest, Conflict
 
-from routemaster import labels as label_core
+from routemaster import service
 from routemaster.api.bodies import json_body
 from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
@@ -46,7 +46,7 @@ COMMAND_REPLIES = {
 def retry(sm: str, label: str) -> flask.Response:
     """Make an errored action delivery due again with a fresh attempt count."""
     app, machine, reason, _ = _command(sm, label)
-    return _run(lambda: label_core.retry_label(app, machine, label, reason=reason))
+    return _run(lambda: service.retry_label(app, machine, label, reason=reason))
 
 
 @blueprint.post(LABEL + "/pause")
@@ -62,9 +62,7 @@ def pause(sm: str, label: str) -> flask.Response:
     """With ``{"until": ISO-8601}`` the label resumes by itself then."""
     app, machine, reason, body = _command(sm, label)
     until = pause_end(app, body.get("until"))
-    return _run(
-        lambda: label_core.set_paused(app, machine, label, True, reason=reason, until=until)
-    )
+    return _run(lambda: service.set_paused(app, machine, label, True, reason=reason, until=until))
 
 
 @blueprint.post(LABEL + "/resume")
@@ -78,7 +76,7 @@ def pause(sm: str, label: str) -> flask.Response:
 )
 def resume(sm: str, label: str) -> flask.Response:
     app, machine, reason, _ = _command(sm, label)
-    return _run(lambda: label_core.set_paused(app, machine, label, False, reason=reason))
+    return _run(lambda: service.set_paused(app, machine, label, False, reason=reason))
 
 
 @blueprint.post(LABEL + "/move")
@@ -95,7 +93,7 @@ def move(sm: str, label: str) -> flask.Response:
     destination = body.get("state")
     if not isinstance(destination, str):
         raise BadRequest('The request body must name the destination: {"state": "..."}.')
-    return _run(lambda: label_core.force_move(app, machine, label, destination, reason=reason))
+    return _run(lambda: service.force_move(app, machine, label, destination, reason=reason))
 
 
 def pause_end(app: App, until: Any) -> datetime.datetime | None:
@@ -127,7 +125,7 @@ def _command(sm: str, label: str) -> tuple[App, StateMachine, str | None, dict[s
 def _run(command: Any) -> flask.Response:
     try:
         return json_response(label_body(command()))
-    except label_core.InvalidOperation as error:
+    except service.InvalidOperation as error:
         raise Conflict(str(error)) from None
 
 

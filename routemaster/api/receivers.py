@@ -1,8 +1,6 @@
 """Receivers: ``GET /receivers``, pausing and resuming one, retrying the labels it errored.
 
-A receiver is an origin outbound calls reach (``routemaster.config.origins``);
-its shared state (circuit, pause) is a row every worker reads before it
-claims work for it (``routemaster.db.receivers``).
+What a receiver is and how its shared row is kept: :mod:`routemaster.service.receivers`.
 """
 
 from __future__ import annotations
@@ -11,7 +9,7 @@ import datetime
 from typing import Any
 
 import flask
-from werkzeug.exceptions import BadRequest, NotFound
+from werkzeug.exceptions import BadRequest
 
 from routemaster.api.bodies import json_body
 from routemaster.api.deliveries import parse_time
@@ -20,10 +18,8 @@ from routemaster.api.extension import routemaster_app
 from routemaster.api.responses import isoformat, json_response
 from routemaster.app import App
 from routemaster.auth import OPERATE, READ
-from routemaster.config.origins import Receiver, configured_receivers
-from routemaster.config.receivers import policy_for
-from routemaster.db import receiver_labels, receivers
-from routemaster.db.receivers import ReceiverRow
+from routemaster.service import receivers
+from routemaster.service.receivers import Receiver, ReceiverRow
 
 blueprint = flask.Blueprint("receivers", __name__)
 
@@ -76,7 +72,7 @@ def resume(receiver: str) -> flask.Response:
 def retry_errored(receiver: str) -> flask.Response:
     """``{"since", "until"?}``: labels that became errored in [since, until) are due again."""
     app = routemaster_app()
-    known = _known(app, receiver)
+    known = receivers.known_receiver(app, receiver)
     body = json_body()
     if not isinstance(body, dict):
         raise BadRequest('The request body must be a JSON object: {"since": ISO-8601}.')
@@ -92,30 +88,13 @@ def retry_errored(receiver: str) -> flask.Response:
     now = app.now()
     until = parse_time(body.get("until"), "until") or now + datetime.timedelta(seconds=1)
     reason = body.get("reason") or f"retry-errored for receiver {known.id}"
-    with app.db.begin() as conn:
-        count = receiver_labels.retry_errored(
-            conn, known.action_states, since=since, until=until, now=now, reason=reason
-        )
+    count = receivers.retry_errored(app, known, since=since, until=until, now=now, reason=reason)
     return json_response({"count": count})
 
 
 def receivers_json(app: App) -> list[dict[str, Any]]:
     """Every receiver the configuration reaches, and any other with a row, by id."""
-    configured = configured_receivers(app.config)
-    now = app.now()
-    with app.db.connect() as conn:
-        rows = {row.id: row for row in receivers.all_receivers(conn)}
-        routes = [
-            (receiver.id, machine, state)
-            for receiver in configured.values()
-            for machine, state in receiver.action_states
-        ]
-        counts = receiver_labels.counts(conn, routes, now=now)
-    ids = sorted(set(configured) | set(rows))
-    return [
-        _receiver_json(ident, configured.get(ident), rows.get(ident), counts.get(ident, (0, 0)))
-        for ident in ids
-    ]
+    return [_receiver_json(*status) for status in receivers.receiver_statuses(app)]
 
 
 def _set_paused(ident: str, *, paused: bool) -> flask.Response:
@@ -124,24 +103,8 @@ def _set_paused(ident: str, *, paused: bool) -> flask.Response:
 
 def set_paused(app: App, ident: str, *, paused: bool) -> dict[str, Any]:
     """Pause or resume a receiver (404 if unknown); it as ``GET /receivers`` shows it."""
-    known = _known(app, ident)
-    with app.db.begin() as conn:
-        receivers.ensure(conn, [(known.id, known.origin)])
-        receivers.set_paused(conn, known.id, paused=paused)
+    known = receivers.set_paused(app, ident, paused=paused)
     return next(entry for entry in receivers_json(app) if entry["id"] == known.id)
-
-
-def _known(app: App, ident: str) -> Receiver:
-    configured = configured_receivers(app.config)
-    if ident in configured:
-        return configured[ident]
-    with app.db.connect() as conn:
-        rows = receivers.some(conn, [ident])
-    if not rows:
-        raise NotFound(f"No receiver {ident!r} (GET /receivers lists them).")
-    return Receiver(
-        rows[0].id, rows[0].origin, policy_for(app.config.receivers, rows[0].origin), ()
-    )
 
 
 def _receiver_json(

@@ -5,7 +5,8 @@ to a handler but not here fails the conformance tests instead of drifting
 silently. Endpoints name these schemas in their :func:`~routemaster.api.endpoints.endpoint`
 declaration; add a schema here when adding an endpoint with a new body.
 The outbound calls' schemas (the delivery log, receivers, push
-subscriptions) are in :mod:`routemaster.api.outbound_schemas`.
+subscriptions) are in :mod:`routemaster.api.outbound_schemas`, pull workers'
+tasks in :mod:`routemaster.api.task_schemas`.
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ _MACHINE_STATE = obj(
         "triggers": array(ref("Trigger")),
         "webhook": {"type": ["string", "null"]},
         "worker": {
-            "anyOf": [obj({"lease": INTEGER}), {"type": "null"}],
-            "description": "A pull action: claimed through /tasks/claim (lease in seconds).",
+            "anyOf": [ref("WorkerSettings"), {"type": "null"}],
+            "description": "A pull action: claimed through /tasks/claim.",
         },
         "next": ref("Next"),
         "end": BOOLEAN,
@@ -219,11 +220,20 @@ SCHEMAS: dict[str, Schema] = {
             "last_error": {"type": ["string", "null"]},
             "attempts": INTEGER,
             "due_at": TIME,
+            "next_check_at": {
+                **TIME,
+                "description": "In a gate: the earliest moment its exit condition could hold "
+                "with the label's metadata (null: not until the metadata changes).",
+            },
+            "next_check_reason": {
+                "type": ["string", "null"],
+                "description": "The clause that sets next_check_at.",
+            },
             "kind": {"enum": ["gate", "action", None]},
             "message": TEXT,
             "next": ref("Next"),
             "webhook": TEXT,
-            "worker": obj({"lease": {**INTEGER, "description": "Seconds."}}),
+            "worker": ref("WorkerSettings"),
             "async_timeout": {**INTEGER, "description": "Seconds a 202 keeps the label leased."},
             "task": {
                 "anyOf": [
@@ -233,6 +243,7 @@ SCHEMAS: dict[str, Schema] = {
                             "attempt": INTEGER,
                             "claimed_at": TIME,
                             "lease_expires_at": TIME,
+                            "lease": ref("Lease"),
                         }
                     ),
                     {"type": "null"},
@@ -324,71 +335,6 @@ SCHEMAS: dict[str, Schema] = {
             },
         },
         optional=("reason", "until"),
-        strict=False,
-    ),
-    "Claim": obj(
-        {
-            "worker": {**TEXT, "description": "Who claims: shown in explanations and the console."},
-            "state_machine": TEXT,
-            "state": {**TEXT, "description": "A pull action (worker:) to claim from."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1},
-            "wait": {
-                "type": "number",
-                "minimum": 0,
-                "maximum": 60,
-                "default": 0,
-                "description": "Seconds to wait for a task when none is due now.",
-            },
-        },
-        optional=("state_machine", "state", "limit", "wait"),
-    ),
-    "Task": obj(
-        {
-            "id": {**TEXT, "description": "The task's capability: keep it secret."},
-            "state_machine": TEXT,
-            "label": TEXT,
-            "state": TEXT,
-            "metadata": {"type": "object"},
-            "attempt": INTEGER,
-            "idempotency_token": TEXT,
-            "lease_expires_at": {**TEXT, "format": "date-time"},
-        }
-    ),
-    "TaskHistory": obj(
-        {
-            "tasks": array(
-                obj(
-                    {
-                        "state": TEXT,
-                        "attempt": INTEGER,
-                        "worker": TEXT,
-                        "idempotency_token": TEXT,
-                        "claimed_at": TIME,
-                        "ended_at": TIME,
-                        "outcome": {
-                            "enum": ["completed", "failed", "released", "expired", None],
-                            "description": "null: in flight, or ended by a move or a pause.",
-                        },
-                    }
-                )
-            )
-        }
-    ),
-    "TaskList": obj({"tasks": array(ref("Task"))}),
-    "Heartbeat": obj({"lease_expires_at": {**TEXT, "format": "date-time"}}),
-    "Empty": obj({}, strict=False),
-    "Completion": obj(
-        {"metadata": {"type": "object", "description": "Deep-merged as PATCH does."}},
-        optional=("metadata",),
-        strict=False,
-    ),
-    "Failure": obj(
-        {
-            "error": TEXT,
-            "retry": {**BOOLEAN, "default": True},
-            "retry_after": {"type": ["number", "null"], "minimum": 0},
-        },
-        optional=("retry", "retry_after"),
         strict=False,
     ),
 }

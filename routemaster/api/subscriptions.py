@@ -11,7 +11,6 @@ import re
 from typing import Any
 
 import flask
-import sqlalchemy as sa
 from werkzeug.exceptions import NotFound
 
 from routemaster.api.bodies import json_body
@@ -20,10 +19,15 @@ from routemaster.api.extension import routemaster_app
 from routemaster.api.responses import isoformat, json_response
 from routemaster.app import App
 from routemaster.auth import ADMIN
-from routemaster.db import subscriptions as store
-from routemaster.db.changes import Position, current_position
-from routemaster.db.subscriptions import Settings, Subscription
-from routemaster.labels.subscriptions import ForbiddenDestination, check_destination
+from routemaster.service import subscriptions as service
+from routemaster.service.subscriptions import (
+    ForbiddenDestination,
+    Invalid,
+    Position,
+    Settings,
+    Shown,
+    check_destination,
+)
 
 blueprint = flask.Blueprint("subscriptions", __name__)
 
@@ -39,14 +43,6 @@ MAX_XID8 = 2**63 - 1
 ERRORS = {400: Reply("Error"), 404: Reply("Error")}
 
 
-class Invalid(Exception):
-    """A 400 with a machine-readable reason."""
-
-    def __init__(self, message: str, reason: str = "invalid") -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
 @blueprint.errorhandler(Invalid)
 def _invalid(error: Invalid) -> flask.Response:
     return json_response({"message": str(error), "reason": error.reason}, 400)
@@ -60,9 +56,7 @@ def _invalid(error: Invalid) -> flask.Response:
     tags=("subscriptions",),
 )
 def list_subscriptions() -> flask.Response:
-    app = routemaster_app()
-    with app.db.connect() as conn:
-        found = [shown(conn, subscription) for subscription in store.all_subscriptions(conn)]
+    found = [shown(entry) for entry in service.all_subscriptions(routemaster_app())]
     return json_response({"subscriptions": found})
 
 
@@ -79,11 +73,8 @@ def put_subscription(name: str) -> flask.Response:
     _check_name(name)
     body = json_body()
     settings, after = _settings(app, body)
-    with app.db.begin() as conn:
-        if after is not None:
-            _check_position(conn, after)
-        subscription, created = store.put_subscription(conn, name, settings, after=after)
-        return json_response(shown(conn, subscription), 201 if created else 200)
+    stored, created = service.put_subscription(app, name, settings, after=after)
+    return json_response(shown(stored), 201 if created else 200)
 
 
 @blueprint.get(SUBSCRIPTION)
@@ -96,8 +87,7 @@ def put_subscription(name: str) -> flask.Response:
 def get_subscription(name: str) -> flask.Response:
     app = routemaster_app()
     _check_name(name)
-    with app.db.connect() as conn:
-        return json_response(shown(conn, _found(store.get_subscription(conn, name), name)))
+    return json_response(shown(_found(service.get_subscription(app, name), name)))
 
 
 @blueprint.delete(SUBSCRIPTION)
@@ -110,9 +100,8 @@ def get_subscription(name: str) -> flask.Response:
 def delete_subscription(name: str) -> flask.Response:
     app = routemaster_app()
     _check_name(name)
-    with app.db.begin() as conn:
-        if not store.delete_subscription(conn, name):
-            raise NotFound(f"No subscription called {name!r}.")
+    if not service.delete_subscription(app, name):
+        raise NotFound(f"No subscription called {name!r}.")
     return flask.Response(status=204)
 
 
@@ -131,15 +120,12 @@ def set_cursor(name: str) -> flask.Response:
     if not isinstance(body, dict) or set(body) != {"after"}:
         raise Invalid('The body must be {"after": POSITION}.')
     after = _position(body["after"])
-    with app.db.begin() as conn:
-        _check_position(conn, after)
-        subscription = _found(store.set_cursor(conn, name, after), name)
-        return json_response(shown(conn, subscription))
+    return json_response(shown(_found(service.set_cursor(app, name, after), name)))
 
 
-def shown(conn: sa.Connection, subscription: Subscription) -> dict[str, Any]:
+def shown(entry: Shown) -> dict[str, Any]:
     """A subscription as the API shows it: settings, cursor, lag, the batch in flight."""
-    lag = store.lag(conn, subscription)
+    subscription, lag = entry
     in_flight = None
     if subscription.batch_id is not None:
         in_flight = {
@@ -170,10 +156,10 @@ def shown(conn: sa.Connection, subscription: Subscription) -> dict[str, Any]:
     }
 
 
-def _found(subscription: Subscription | None, name: str) -> Subscription:
-    if subscription is None:
+def _found(entry: Shown | None, name: str) -> Shown:
+    if entry is None:
         raise NotFound(f"No subscription called {name!r}.")
-    return subscription
+    return entry
 
 
 def _check_name(name: str) -> None:
@@ -245,9 +231,3 @@ def _position(value: Any) -> Position:
     if position.xact > MAX_XID8 or position.id > MAX_XID8:
         raise Invalid(f'"after": {value[:40]!r} is out of range.', "invalid_cursor")
     return position
-
-
-def _check_position(conn: sa.Connection, after: Position) -> None:
-    """A position ahead of the stream would skip changes not yet made: refused."""
-    if after.xact > current_position(conn).xact:
-        raise Invalid(f'"after": {after} is ahead of the changes stream.', "invalid_cursor")

@@ -7,9 +7,10 @@ from typing import Any
 
 from routemaster.api.responses import isoformat
 from routemaster.app import App
+from routemaster.config.graph import worker_settings
 from routemaster.config.model import Action
-from routemaster.db import pauses, task_records
-from routemaster.db.labels import Label
+from routemaster.service import Label
+from routemaster.service import tasks as task_service
 
 
 def action_explanation(app: App, action: Action, label: Label) -> dict[str, Any]:
@@ -21,11 +22,10 @@ def action_explanation(app: App, action: Action, label: Label) -> dict[str, Any]
     if action.webhook is not None:
         body["webhook"] = action.webhook
     if action.worker is not None:
-        body["worker"] = {"lease": int(action.worker.lease.total_seconds())}
+        body["worker"] = worker_settings(action.worker)
     if action.async_timeout is not None:
         body["async_timeout"] = int(action.async_timeout.total_seconds())
-    with app.db.connect() as conn:
-        held = task_records.current(conn, label.state_machine, label.name, now=app.now())
+    held = task_service.current_task(app, label)
     body["task"] = (
         None
         if held is None
@@ -34,6 +34,11 @@ def action_explanation(app: App, action: Action, label: Label) -> dict[str, Any]
             "attempt": held.attempt,
             "claimed_at": isoformat(held.claimed_at),
             "lease_expires_at": isoformat(held.lease_expires_at),
+            "lease": {
+                "seconds": held.lease.total_seconds(),
+                "source": held.lease_source or "fixed",
+                "samples": held.lease_samples or 0,
+            },
         }
     )
     return body
@@ -41,14 +46,12 @@ def action_explanation(app: App, action: Action, label: Label) -> dict[str, Any]
 
 def paused_until(app: App, label: Label) -> datetime.datetime | None:
     """When a paused label resumes by itself (``None``: when an operator resumes it)."""
-    with app.db.connect() as conn:
-        return pauses.paused_until(conn, label.state_machine, label.name)
+    return task_service.paused_until(app, label)
 
 
 def past_tasks(app: App, label: Label, *, limit: int) -> list[dict[str, Any]]:
     """The label's latest tasks, oldest first, without their ids."""
-    with app.db.connect() as conn:
-        found = task_records.of_label(conn, label.state_machine, label.name, limit=limit)
+    found = task_service.tasks_of_label(app, label, limit=limit)
     return [
         {
             "state": task.state,
@@ -65,5 +68,4 @@ def past_tasks(app: App, label: Label, *, limit: int) -> list[dict[str, Any]]:
 
 def tasks_in_flight(app: App) -> dict[tuple[str, str], int]:
     """Tasks holding labels now, per (state machine, action state)."""
-    with app.db.connect() as conn:
-        return task_records.in_flight(conn, now=app.now())
+    return task_service.tasks_in_flight(app)

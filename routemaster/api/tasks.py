@@ -15,16 +15,17 @@ from typing import Any
 import flask
 from werkzeug.exceptions import BadRequest, NotFound, ServiceUnavailable
 
+from routemaster.api.auth import require_scope
 from routemaster.api.bodies import json_body
-from routemaster.api.claim_waits import ClaimWaiter, PendingClaim, task_json
 from routemaster.api.endpoints import CAPABILITY, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, label_body, live_label
 from routemaster.api.responses import isoformat, json_response
 from routemaster.api.task_views import past_tasks
 from routemaster.auth import READ, WORK
+from routemaster.changes.claim_waits import ClaimWaiter, PendingClaim, task_json
 from routemaster.changes.hub import STREAM_KEY
-from routemaster.labels import tasks as task_service
+from routemaster.service import tasks as task_service
 
 blueprint = flask.Blueprint("tasks", __name__)
 
@@ -68,7 +69,68 @@ def claim_waiter(flask_app: flask.Flask) -> ClaimWaiter:
 )
 def claim() -> flask.Response:
     app = routemaster_app()
+    claim_request, wait = _claim_request(_object_body(optional=False))
+    waiter = claim_waiter(flask.current_app)
+    tasks = task_service.claim_tasks(
+        app,
+        claim_request.states,
+        worker=claim_request.worker,
+        limit=claim_request.limit,
+        rng=waiter.rng,
+        expire=waiter.expiry_due(),
+        leases=waiter.leases,
+    )
+    return _claimed(claim_request, wait, tasks)
+
+
+@blueprint.post("/tasks/complete")
+@endpoint(
+    CAPABILITY,
+    "Complete many tasks in order, then claim the next ones (with `claim`), in one request",
+    {
+        200: Reply("Completed"),
+        400: Reply("Error"),
+        404: Reply("Error", description="`claim` names a state machine that does not exist"),
+        503: Reply("Error", description="This process has too many waiting claims"),
+    },
+    body="Completions",
+    tags=("tasks",),
+    scope_with=("claim", WORK),
+)
+def complete_many() -> flask.Response:
     body = _object_body(optional=False)
+    tasks, wanted = body.get("tasks"), body.get("claim")
+    if not isinstance(tasks, list) or len(tasks) > MAX_LIMIT:
+        raise BadRequest(f'"tasks" must be a list of at most {MAX_LIMIT} tasks to complete.')
+    if wanted is not None and not isinstance(wanted, dict):
+        raise BadRequest('"claim" must be a JSON object, as the body of /tasks/claim.')
+    if not tasks and wanted is None:
+        raise BadRequest('"tasks" is empty: give tasks to complete, or a "claim".')
+    completions = [_completion(index, task) for index, task in enumerate(tasks)]
+    then, wait = None, 0.0
+    if wanted is not None:
+        refused = require_scope(flask.current_app, WORK, 'Completing with a "claim"')
+        if refused is not None:
+            return refused
+        then, wait = _claim_request(wanted)  # a bad claim completes nothing
+    waiter = claim_waiter(flask.current_app)
+    done, claimed = task_service.complete_and_claim(
+        routemaster_app(),
+        completions,
+        then,
+        rng=waiter.rng,
+        expire=then is not None and waiter.expiry_due(),
+        leases=waiter.leases,
+    )
+    completed = {"completed": [_completed(answer) for answer in done]}
+    if then is None:
+        return json_response({**completed, "tasks": []}, headers=NO_STORE)
+    return _claimed(then, wait, claimed, before=completed)
+
+
+def _claim_request(body: dict[str, Any]) -> tuple[task_service.NextClaim, float]:
+    """A claim's pull actions, worker and limit, and its wait; 400 or 404 when wrong."""
+    app = routemaster_app()
     worker = body.get("worker")
     if not isinstance(worker, str) or not worker.strip() or len(worker) > MAX_WORKER_NAME:
         raise BadRequest(
@@ -89,29 +151,66 @@ def claim() -> flask.Response:
         raise BadRequest(
             f"{error}" + (f" in state machine {machine!r}." if machine else ".")
         ) from None
+    return task_service.NextClaim(states, worker, int(limit)), wait
+
+
+def _claimed(
+    claim_request: task_service.NextClaim,
+    wait: float,
+    tasks: list[task_service.Task],
+    *,
+    before: dict[str, Any] | None = None,
+) -> flask.Response:
+    """The claim's answer, after the fields of ``before``: these tasks, or, when there are
+    none and the claim may wait, the answer the claim waiter gives later."""
+    app = routemaster_app()
+    if tasks or not wait or not claim_request.states:
+        answer = {**(before or {}), "tasks": [task_json(task) for task in tasks]}
+        return json_response(answer, headers=NO_STORE)
     waiter = claim_waiter(flask.current_app)
-    tasks = task_service.claim_tasks(
-        app,
-        states,
-        worker=worker,
-        limit=int(limit),
-        rng=waiter.rng,
-        expire=waiter.expiry_due(),
-    )
-    if tasks or not wait or not states:
-        return json_response({"tasks": [task_json(task) for task in tasks]}, headers=NO_STORE)
     if waiter.waiting >= app.settings.max_waiting_claims:
         raise ServiceUnavailable(
             f"Too many waiting claims in this process ({app.settings.max_waiting_claims}): "
             "retry shortly."
         )
     pending = PendingClaim(
-        states, worker=worker, limit=int(limit), deadline=time.monotonic() + wait
+        claim_request.states,
+        worker=claim_request.worker,
+        limit=claim_request.limit,
+        deadline=time.monotonic() + wait,
+        before=before,
     )
     waiter.add(pending)
     # Under our gunicorn workers the server takes the socket and the waiter answers on it.
     flask.request.environ[STREAM_KEY] = pending
     return flask.Response(pending.body(), mimetype="application/json", headers=NO_STORE)
+
+
+def _completion(index: int, task: Any) -> tuple[str, dict[str, Any] | None]:
+    where = f'"tasks"[{index}]'
+    if not isinstance(task, dict) or not isinstance(task.get("id"), str):
+        raise BadRequest(f'{where} must be an object with the task\'s "id".')
+    unknown = set(task) - {"id", "metadata"}
+    if unknown:
+        raise BadRequest(f"{where} has unknown fields: {', '.join(sorted(unknown))}.")
+    metadata = task.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise BadRequest(f'{where}: "metadata" must be a JSON object.')
+    return task["id"], metadata
+
+
+def _completed(answer: task_service.Completed) -> dict[str, Any]:
+    """One completion as /tasks/{id}/complete would have answered it."""
+    if answer.label is not None:
+        return {"id": answer.task_id, "status": 200, "label": label_body(answer.label)}
+    if isinstance(answer.refusal, task_service.LeaseLost):
+        return {
+            "id": answer.task_id,
+            "status": 409,
+            "message": str(answer.refusal),
+            "reason": "lease_lost",
+        }
+    return {"id": answer.task_id, "status": 404, "message": str(answer.refusal)}
 
 
 @blueprint.post(TASK + "/heartbeat")

@@ -13,7 +13,7 @@ from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.paths import link
 from routemaster.api.responses import isoformat, json_response
 from routemaster.auth import READ
-from routemaster.db.versions import MachineVersion, versions_of
+from routemaster.service.configuration import MachineVersion, versions_of
 
 MAX_PAGE = 1_000
 DEFAULT_PAGE = 100
@@ -45,8 +45,7 @@ def list_versions(sm: str) -> flask.Response:
     check_query(("limit", "after"))
     limit = _number(flask.request.args.get("limit"), "limit", DEFAULT_PAGE, 1, MAX_PAGE)
     after = _number(flask.request.args.get("after"), "after", 0, 0, 2**31 - 1)
-    with app.db.connect() as conn:
-        found = versions_of(conn, machine.name, after=after, limit=limit + 1)
+    found = versions_of(app, machine.name, after=after, limit=limit + 1)
     body: dict[str, Any] = {"versions": [version_body(version) for version in found[:limit]]}
     body["next"] = (
         link("state-machines", machine.name, "versions")

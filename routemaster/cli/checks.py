@@ -17,9 +17,9 @@ from routemaster.config import config_warnings
 from routemaster.config.model import Config
 from routemaster.db.database import safe_url
 from routemaster.db.errors import describe_failure
-from routemaster.labels.migrations import current_plan
 from routemaster.logging import PluginError
 from routemaster.machine.upgrades import ConfigPlan, stranded_message
+from routemaster.service.configuration import current_plan
 
 
 @click.command()

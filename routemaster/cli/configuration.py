@@ -21,8 +21,9 @@ from routemaster.config.model import Config
 from routemaster.db.database import create_engine
 from routemaster.db.search_indexes import ensure_search_index
 from routemaster.db.versions import stamp_connections
-from routemaster.labels.migrations import LabelsStranded, apply_migrations, record_configuration
 from routemaster.machine.upgrades import stranded_message
+from routemaster.service.configuration import LabelsStranded, apply_migrations, record_configuration
+from routemaster.service.scheduling import schedule_unscheduled
 
 Versions = dict[str, int]
 """Machine -> the version of its definition this process runs."""
@@ -56,6 +57,38 @@ def prepare_database(url: str, config: Config) -> Versions:
     for machine, path in built:
         click.echo(f"Built the search index of {machine}'s metadata.{path}.", err=True)
     return versions
+
+
+NEXT_CHECK_BATCH = 5000
+
+
+def compute_next_checks(url: str, config: Config) -> int:
+    """``migrate -c``: every row written without a next check gets one, in bounded batches.
+
+    Each batch is one short transaction over rows found through an index
+    (``labels_unscheduled``), with ``SKIP LOCKED``: the API and the workers go
+    on meanwhile, and workers doing the same share the rows. ``serve`` and
+    ``cron`` leave this to the workers, so they start at once.
+    """
+    engine = create_engine(url, pool_size=1, max_overflow=0)
+    app = App(config=config, db=engine)
+    total = 0
+    try:
+        while True:
+            done = schedule_unscheduled(app, limit=NEXT_CHECK_BATCH)
+            total += done
+            if done < NEXT_CHECK_BATCH:
+                break
+            if total % (20 * NEXT_CHECK_BATCH) == 0:
+                click.echo(f"Computed the next checks of {total} labels...", err=True)
+    except sa.exc.SQLAlchemyError as error:
+        raise unreachable(url, error) from None
+    finally:
+        app.http.close()
+        engine.dispose()
+    if total:
+        click.echo(f"Computed the next checks of {total} labels.", err=True)
+    return total
 
 
 def _build_search_indexes(engine: sa.Engine, config: Config) -> list[tuple[str, str]]:

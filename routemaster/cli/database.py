@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from routemaster.cli.configuration import prepare_database
+from routemaster.cli.configuration import compute_next_checks, prepare_database
 from routemaster.cli.environment import database_url, late_config_option
 from routemaster.cli.options import Options, migrate_database
 from routemaster.db.embedded import EmbeddedPostgres, EmbeddedUnavailable
@@ -23,7 +23,9 @@ def migrate(options: Options) -> None:
         migrate_database(database_url())
         click.echo("Database schema is current.")
         return
-    prepare_database(database_url(), options.load())
+    config = options.load()
+    prepare_database(database_url(), config)
+    compute_next_checks(database_url(), config)
     click.echo("Database schema and labels are current.")
 
 

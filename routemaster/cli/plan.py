@@ -12,8 +12,8 @@ from routemaster.app import App
 from routemaster.cli.environment import database_url, late_config_option
 from routemaster.cli.options import Options, unreachable
 from routemaster.db.database import create_engine
-from routemaster.labels.migrations import current_plan
 from routemaster.machine.upgrades import plan_as_json, plan_as_text, stranded_message
+from routemaster.service.configuration import current_plan
 
 
 @click.command()

@@ -143,7 +143,7 @@ def _serve(
     worker_threads = threads or default_threads()
 
     def build() -> WSGIApp:
-        from routemaster.api import create_app
+        from routemaster.web import create_app
 
         # One connection per thread that can be serving a request, one for the streams.
         engine = create_engine(

@@ -29,12 +29,14 @@ from routemaster.config.model import (
     NamedTimezone,
     NextStates,
     NoNext,
+    PercentileLease,
     PullWorker,
     RetryPolicy,
     State,
     StateMachine,
     SubscriptionsConfig,
     SystemTimezone,
+    TimerTrigger,
     TimeTrigger,
     Timezone,
     Trigger,
@@ -109,8 +111,24 @@ def _state(state: dict[str, Any], path: ConfigPath, retry: RetryPolicy, checked:
         webhook=state.get("webhook"),
         next_states=next_states,
         retry=_retry(state.get("retry"), retry),
-        worker=PullWorker(_duration(worker["lease"])) if worker is not None else None,
+        worker=_worker(worker) if worker is not None else None,
         async_timeout=_duration(async_timeout) if async_timeout is not None else None,
+    )
+
+
+def _worker(worker: dict[str, Any]) -> PullWorker:
+    lease = worker["lease"]
+    return PullWorker(
+        lease=(
+            _duration(lease)
+            if isinstance(lease, str)
+            else PercentileLease(
+                percentile=float(lease["percentile"]),
+                min=_duration(lease["min"]),
+                max=_duration(lease["max"]),
+            )
+        ),
+        at_most_once=bool(worker.get("at_most_once", False)),
     )
 
 
@@ -146,6 +164,8 @@ def _trigger(trigger: dict[str, Any]) -> Trigger:
         time = parse_time_of_day(trigger["time"])
         assert time is not None  # checked by validation
         return TimeTrigger(time, _timezone(trigger.get("timezone")))
+    if trigger["event"] == "timer":
+        return TimerTrigger()
     return EntryTrigger()
 
 

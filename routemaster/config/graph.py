@@ -16,8 +16,11 @@ from routemaster.config.model import (
     NamedTimezone,
     NextStates,
     NoNext,
+    PercentileLease,
+    PullWorker,
     State,
     StateMachine,
+    TimerTrigger,
     TimeTrigger,
     Trigger,
 )
@@ -53,8 +56,23 @@ def describe_machine(machine: StateMachine) -> dict[str, Any]:
 def _worker(state: State) -> dict[str, Any] | None:
     """A pull action's lease in seconds (``worker: {lease}``); ``None`` for anything else."""
     if isinstance(state, Action) and state.worker is not None:
-        return {"lease": int(state.worker.lease.total_seconds())}
+        return worker_settings(state.worker)
     return None
+
+
+def worker_settings(worker: PullWorker) -> dict[str, Any]:
+    """A pull action's settings as the API shows them: the lease in seconds, or its percentile."""
+    lease = worker.lease
+    shown: dict[str, Any] = (
+        {
+            "percentile": lease.percentile,
+            "min": int(lease.min.total_seconds()),
+            "max": int(lease.max.total_seconds()),
+        }
+        if isinstance(lease, PercentileLease)
+        else {"lease": int(lease.total_seconds())}
+    )
+    return shown | {"at_most_once": worker.at_most_once}
 
 
 def _trigger(trigger: Trigger) -> dict[str, Any]:
@@ -70,6 +88,8 @@ def _trigger(trigger: Trigger) -> dict[str, Any]:
         else:
             zone = "system"
         return {"kind": "time", "time": trigger.time.isoformat(), "timezone": zone}
+    if isinstance(trigger, TimerTrigger):
+        return {"kind": "event", "event": "timer"}
     assert isinstance(trigger, EntryTrigger)
     return {"kind": "event", "event": "entry"}
 

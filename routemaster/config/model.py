@@ -65,7 +65,18 @@ class EntryTrigger:
     """Evaluate as a label enters the gate (``event: entry``)."""
 
 
-Trigger = MetadataTrigger | IntervalTrigger | TimeTrigger | EntryTrigger
+@dataclass(frozen=True)
+class TimerTrigger:
+    """Evaluate each label at its next check itself, to the second (``event: timer``).
+
+    No occurrences: the moment comes from the exit condition and the label's
+    metadata (SPEC E1), so a waiting label costs nothing until then.
+    """
+
+
+Trigger = MetadataTrigger | IntervalTrigger | TimeTrigger | EntryTrigger | TimerTrigger
+ClockTrigger = IntervalTrigger | TimeTrigger | TimerTrigger
+"""The triggers that evaluate a waiting label at a moment, not on an event."""
 
 
 @dataclass(frozen=True)
@@ -114,10 +125,32 @@ class Gate:
 
 
 @dataclass(frozen=True)
+class PercentileLease:
+    """``lease: {percentile: P, min: D, max: D}``: a lease set at each claim from past work.
+
+    The P-th percentile (nearest rank) of the claim-to-completion durations of
+    the action's last 100 completed tasks, clamped to [min, max]; ``min`` while
+    fewer than 20 have completed (SPEC E4, dfsmr's timeout strategies).
+    """
+
+    percentile: float  # in (0, 100]
+    min: datetime.timedelta
+    max: datetime.timedelta
+
+
+@dataclass(frozen=True)
 class PullWorker:
     """``worker: {lease: ...}``: the label waits for a worker process to claim it (SPEC D1)."""
 
-    lease: datetime.timedelta  # how long a claim holds the label without a heartbeat
+    # How long a claim holds the label without a heartbeat: fixed, or derived at each claim.
+    lease: datetime.timedelta | PercentileLease
+    # A lease that runs out errors the label at once instead of offering the work again.
+    at_most_once: bool = False
+
+    @property
+    def longest_lease(self) -> datetime.timedelta:
+        """The longest lease a claim may set (the fixed one, or the percentile's ``max``)."""
+        return self.lease.max if isinstance(self.lease, PercentileLease) else self.lease
 
 
 @dataclass(frozen=True)

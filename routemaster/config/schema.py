@@ -61,6 +61,23 @@ _RETRY = _object(
         "timeout": _DURATION,
     }
 )
+_LEASE: Schema = {
+    "if": {"type": "object"},
+    "then": _object(
+        {
+            "percentile": {"type": "number", "exclusiveMinimum": 0, "maximum": 100},
+            "min": _DURATION,
+            "max": _DURATION,
+        },
+        required=("percentile", "min", "max"),
+    ),
+    "else": {
+        "type": "string",
+        "x-messages": {
+            "type": "expected a duration such as 30s, or {percentile: 95, min: 10s, max: 10m}"
+        },
+    },
+}
 _TRIGGER = _tagged(
     "a trigger: one of metadata, interval, time or event",
     {
@@ -76,7 +93,7 @@ _TRIGGER = _tagged(
             },
             required=("time",),
         ),
-        "event": _object({"event": {"enum": ["entry"]}}, required=("event",)),
+        "event": _object({"event": {"enum": ["entry", "timer"]}}, required=("event",)),
     },
 )
 _CONSTANT_NEXT = _object(
@@ -134,7 +151,9 @@ _STATE = _tagged(
             {
                 "action": _TEXT,
                 "webhook": _TEXT,
-                "worker": _object({"lease": _DURATION}, required=("lease",)),
+                "worker": _object(
+                    {"lease": _LEASE, "at_most_once": {"type": "boolean"}}, required=("lease",)
+                ),
                 "async_timeout": _DURATION,
                 "next": _NEXT,
                 "retry": _RETRY,

@@ -19,7 +19,9 @@ from routemaster.db.statements import run
 _MARK_ERRORED = """
     WITH errored AS (
         UPDATE labels SET errored = true, due_at = NULL, last_error = %(error)s,
-                          lease_owner = NULL, updated_at = now()
+                          lease_owner = NULL, updated_at = now(),
+                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                              THEN now() ELSE labels.scheduled_at END
         WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
           AND entry_id = %(entry_id)s AND NOT deleted AND NOT errored
         RETURNING state_machine, name, state

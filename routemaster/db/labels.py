@@ -111,6 +111,7 @@ class Moves:
     due_at: datetime.datetime | None  # when the worker next looks at it (an action: now)
     forced: bool = False
     reason: str | None = None
+    next_check_at: datetime.datetime | None = None  # in a gate evaluated at moments (SPEC E1)
 
 
 def label_from_row(row: Row) -> Label:
@@ -131,9 +132,18 @@ def insert(
     *,
     state: str,
     now: datetime.datetime,
-    due: bool,
+    due: bool = False,
+    due_at: datetime.datetime | None = None,
+    next_check_at: datetime.datetime | None = None,
 ) -> Label | None:
-    """A new label and its first history entry; ``None`` when the name is taken."""
+    """A new label and its first history entry; ``None`` when the name is taken.
+
+    When the worker first looks at it: ``due_at`` (a gate evaluated at
+    moments: its schedule), else now if ``due`` (an action); ``next_check_at``:
+    a gate's next check (SPEC E1).
+    """
+    if due_at is None and due:
+        due_at = now
     row = fetch_one(
         conn,
         _PREPARED_INSERT,
@@ -143,10 +153,11 @@ def insert(
             "metadata": json.dumps(metadata),
             "state": state,
             "now": now,
-            "due_at": now if due else None,
+            "due_at": due_at,
+            "next_check_at": next_check_at,
         },
     )
-    if row is not None and due:
+    if row is not None and due_at is not None and due_at <= now:
         notify_due(conn)
     return None if row is None else label_from_row(row)
 
@@ -181,15 +192,25 @@ def lock_entries(conn: sa.Connection, entries: Sequence[tuple[str, str, int]]) -
 
 
 def merge_metadata(
-    conn: sa.Connection, state_machine: str, name: str, patch: dict[str, Any]
+    conn: sa.Connection,
+    state_machine: str,
+    name: str,
+    patch: dict[str, Any],
+    *,
+    scheduled_states: Sequence[str] = (),
 ) -> Label | None:
     """Deep-merge ``patch`` into a live label's metadata; ``None`` if there is no such label.
 
     The row lock the UPDATE takes serialises concurrent merges: none is lost.
+    A label in one of ``scheduled_states`` (gates evaluated at moments) is left
+    for the caller to reschedule in the same transaction (:func:`schedule`).
     """
-    row = fetch_one(
-        conn, _MERGE_METADATA, {**_one(state_machine, name), "patch": json.dumps(patch)}
-    )
+    params = {
+        **_one(state_machine, name),
+        "patch": json.dumps(patch),
+        "scheduled_states": list(scheduled_states),
+    }
+    row = fetch_one(conn, _MERGE_METADATA, params)
     return None if row is None else label_from_row(row)
 
 
@@ -200,7 +221,7 @@ def is_deleted(conn: sa.Connection, state_machine: str, name: str) -> bool | Non
 
 
 def clear_due(conn: sa.Connection, keys: Iterable[LabelKey]) -> None:
-    """Nothing more to do for these labels until a trigger or an update makes them due."""
+    """Nothing more to do for these labels (an action with no ``next``) until someone acts."""
     params = label_key_arrays(keys)
     if params["names"]:
         run(conn, _CLEAR_DUE, params)
@@ -282,9 +303,10 @@ def history(conn: sa.Connection, state_machine: str, name: str) -> list[HistoryE
 _INSERT = """
     WITH created AS (
         INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, entry_id,
-                            due_at, created_at, updated_at)
+                            due_at, next_check_at, created_at, updated_at, scheduled_at)
         VALUES (%(sm)s, %(name)s, CAST(%(metadata)s AS jsonb), %(state)s, %(now)s,
-                nextval(pg_get_serial_sequence('history', 'id')), %(due_at)s, %(now)s, %(now)s)
+                nextval(pg_get_serial_sequence('history', 'id')), %(due_at)s,
+                %(next_check_at)s, %(now)s, %(now)s, %(now)s)
         ON CONFLICT (state_machine, name_key) DO NOTHING
         RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
                   previous_state, deleted, paused, errored, last_error, attempts, due_at,
@@ -330,7 +352,11 @@ _LOCK_ENTRIES = """
 
 _MERGE_METADATA = """
     UPDATE labels SET metadata = routemaster_deep_merge(metadata, CAST(%(patch)s AS jsonb)),
-                      updated_at = now()
+                      updated_at = now(),
+                      scheduled_at = CASE
+                          WHEN state = ANY(CAST(%(scheduled_states)s AS text[])) THEN scheduled_at
+                          WHEN scheduled_at = updated_at THEN now()
+                          ELSE scheduled_at END
     WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s AND NOT deleted
     RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
               deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
@@ -379,14 +405,17 @@ _RECORD_FORCED = """
 
 _RETRY = """
     UPDATE labels SET errored = false, attempts = 0, due_at = %(now)s, lease_owner = NULL,
-                      updated_at = now()
+                      updated_at = now(), scheduled_at = CASE WHEN scheduled_at = updated_at
+                                                             THEN now() ELSE scheduled_at END
     WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
     RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
               deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
     """
 
 _SET_PAUSED = """
-    UPDATE labels SET paused = %(paused)s, lease_owner = NULL, updated_at = now()
+    UPDATE labels SET paused = %(paused)s, lease_owner = NULL, updated_at = now(),
+                      scheduled_at = CASE WHEN scheduled_at = updated_at
+                                          THEN now() ELSE scheduled_at END
     WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
     RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
               deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at

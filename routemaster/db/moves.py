@@ -35,7 +35,9 @@ def write_moves(
     history: dict[str, list[Any]] = {
         key: [] for key in ("m_sm", "m_name", "m_old", "m_new", "m_forced", "m_reason")
     }
-    finals: dict[str, list[Any]] = {"f_sm": [], "f_name": [], "f_key": [], "f_due_at": []}
+    finals: dict[str, list[Any]] = {
+        key: [] for key in ("f_sm", "f_name", "f_key", "f_due_at", "f_next_check_at")
+    }
     for move in moves:
         old = move.label.state
         for state in move.states:
@@ -50,8 +52,9 @@ def write_moves(
         finals["f_name"].append(move.label.name)
         finals["f_key"].append(label_key(move.label.name))
         finals["f_due_at"].append(move.due_at)
+        finals["f_next_check_at"].append(move.next_check_at)
     rows = fetch_all(conn, _MOVE_MANY, {"now": now, **history, **finals})
-    if any(due_at is not None for due_at in finals["f_due_at"]):
+    if any(due_at is not None and due_at <= now for due_at in finals["f_due_at"]):
         notify_due(conn)
     by_key = {(row[0], row[1]): label_from_row(row) for row in rows}
     return [by_key[move.label.key] for move in moves]
@@ -75,10 +78,11 @@ def _write_one_move(conn: sa.Connection, move: Moves, *, now: datetime.datetime)
             "forced": move.forced,
             "reason": move.reason,
             "due_at": move.due_at,
+            "next_check_at": move.next_check_at,
             "now": now,
         },
     )
-    if move.due_at is not None:
+    if move.due_at is not None and move.due_at <= now:
         notify_due(conn)
     if row is None:
         raise KeyError(label.key)
@@ -104,13 +108,14 @@ _MOVE_MANY = """
         FROM entries ORDER BY state_machine, label, id DESC
     ), finals AS (
         SELECT * FROM unnest(CAST(%(f_sm)s AS text[]), CAST(%(f_name)s AS text[]),
-                             CAST(%(f_key)s AS bytea[]), CAST(%(f_due_at)s AS timestamptz[]))
-                 AS f(state_machine, name, key, due_at)
+                             CAST(%(f_key)s AS bytea[]), CAST(%(f_due_at)s AS timestamptz[]),
+                             CAST(%(f_next_check_at)s AS timestamptz[]))
+                 AS f(state_machine, name, key, due_at, next_check_at)
     )
     UPDATE labels SET
         state = latest.new_state, previous_state = latest.old_state,
         state_entered_at = %(now)s, entry_id = latest.id, updated_at = now(),
-        due_at = finals.due_at,
+        due_at = finals.due_at, next_check_at = finals.next_check_at, scheduled_at = now(),
         attempts = 0, errored = false, last_error = NULL, lease_owner = NULL
     FROM latest JOIN finals
         ON finals.state_machine = latest.state_machine AND finals.name = latest.label
@@ -131,7 +136,7 @@ _MOVE_ONE = """
     UPDATE labels SET
         state = %(new)s, previous_state = %(old)s,
         state_entered_at = %(now)s, entry_id = entry.id, updated_at = now(),
-        due_at = %(due_at)s,
+        due_at = %(due_at)s, next_check_at = %(next_check_at)s, scheduled_at = now(),
         attempts = 0, errored = false, last_error = NULL, lease_owner = NULL
     FROM entry
     WHERE labels.state_machine = %(sm)s AND labels.name_key = %(key)s AND labels.name = %(name)s

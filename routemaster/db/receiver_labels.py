@@ -54,7 +54,9 @@ _RETRY_ERRORED = """
           AND (labels.state_machine, labels.state) IN (SELECT sm, state FROM routes)
     ), retried AS (
         UPDATE labels SET errored = false, attempts = 0, due_at = %(now)s, lease_owner = NULL,
-                          updated_at = now()
+                          updated_at = now(),
+                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                              THEN now() ELSE labels.scheduled_at END
         FROM errored
         WHERE labels.state_machine = errored.state_machine
           AND labels.name_key = errored.name_key
@@ -77,7 +79,9 @@ _GIVE_UP = """
         FOR UPDATE SKIP LOCKED
     ), given_up AS (
         UPDATE labels SET errored = true, due_at = NULL, last_error = %(reason)s,
-                          lease_owner = NULL, updated_at = now()
+                          lease_owner = NULL, updated_at = now(),
+                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                              THEN now() ELSE labels.scheduled_at END
         FROM stale
         WHERE labels.state_machine = stale.state_machine AND labels.name_key = stale.name_key
         RETURNING labels.state_machine, labels.name, labels.state

@@ -68,6 +68,10 @@ labels = sa.Table(
     sa.Column("task_id", sa.Text, nullable=True),
     # when a pause with "until" ends by itself (migration 0007)
     sa.Column("paused_until", sa.DateTime(timezone=True), nullable=True),
+    # exact timers (migration 0012): the earliest moment the exit condition could hold, and
+    # ``updated_at`` as it was when that and ``due_at`` were computed (behind it: recompute)
+    sa.Column("next_check_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("scheduled_at", sa.DateTime(timezone=True), nullable=True),
 )
 
 sa.Index(
@@ -91,6 +95,14 @@ sa.Index(
     labels.c.state,
     labels.c.due_at,
     postgresql_where=sa.and_(labels.c.lease_owner.is_(None), labels.c.due_at.isnot(None)),
+)
+sa.Index(
+    "labels_unscheduled",
+    labels.c.state_machine,
+    labels.c.state,
+    postgresql_where=sa.and_(
+        sa.not_(labels.c.deleted), labels.c.scheduled_at.is_distinct_from(labels.c.updated_at)
+    ),
 )
 sa.Index(
     "labels_paused_until",
@@ -190,10 +202,20 @@ tasks = sa.Table(
     ),
     sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("outcome", sa.Text, nullable=True),
+    # how the lease was chosen at the claim (migration 0016): fixed, percentile, min, max
+    sa.Column("lease_source", sa.Text, nullable=True),
+    sa.Column("lease_samples", sa.Integer, nullable=True),
 )
 
 sa.Index("tasks_by_label", tasks.c.label, postgresql_using="hash")
 sa.Index("tasks_by_claim", tasks.c.claimed_at)
+sa.Index(
+    "tasks_completed",
+    tasks.c.state_machine,
+    tasks.c.state,
+    tasks.c.ended_at,
+    postgresql_where=tasks.c.outcome == "completed",
+)
 deliveries = sa.Table(
     "deliveries",
     metadata,

@@ -23,6 +23,9 @@ class TaskInfo:
     attempt: int
     claimed_at: datetime.datetime
     lease_expires_at: datetime.datetime
+    lease: datetime.timedelta  # set at the claim
+    lease_source: str | None  # fixed, percentile, min or max (None: claimed before 0016)
+    lease_samples: int | None
 
 
 def forget_before(conn: sa.Connection, before: datetime.datetime, *, limit: int) -> int:
@@ -77,7 +80,8 @@ _FORGET = """
 
 _CURRENT = """
     SELECT tasks.id, tasks.worker, tasks.attempt, tasks.claimed_at,
-           labels.due_at AS lease_expires_at
+           labels.due_at AS lease_expires_at, tasks.lease, tasks.lease_source,
+           tasks.lease_samples
     FROM labels JOIN tasks ON tasks.id = labels.task_id
     WHERE labels.state_machine = %(sm)s AND labels.name_key = %(key)s
       AND labels.name = %(name)s AND labels.lease_owner IS NOT NULL AND labels.due_at > %(now)s

@@ -23,8 +23,21 @@ from routemaster.db.keys import label_keys
 from routemaster.db.labels import Label, label_from_row
 from routemaster.db.statements import fetch_all, fetch_one, run
 
-PullState = tuple[str, str, float]
-"""(state machine, state, lease in seconds)."""
+PullState = tuple[str, str]
+"""(state machine, pull action)."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The lease a claim sets, and where it came from (shown in explanations)."""
+
+    seconds: float
+    source: str  # fixed, percentile, min (also: too few completions yet) or max
+    samples: int  # completions a percentile was taken over (0 for a fixed lease)
+
+
+LeasedState = tuple[str, str, Lease]
+"""(state machine, pull action, the lease a claim there sets now)."""
 
 
 @dataclass(frozen=True)
@@ -58,11 +71,12 @@ class Expiry:
 
     held: Held
     due_at: datetime.datetime | None
+    error: str  # the label's last error, and the history entry's reason when errored
 
 
 def claim(
     conn: sa.Connection,
-    states: Sequence[PullState],
+    states: Sequence[LeasedState],
     *,
     ids: Sequence[str],
     worker: str,
@@ -77,7 +91,9 @@ def claim(
         {
             "machines": [machine for machine, _, _ in states],
             "states": [state for _, state, _ in states],
-            "leases": [lease for _, _, lease in states],
+            "leases": [lease.seconds for _, _, lease in states],
+            "sources": [lease.source for _, _, lease in states],
+            "samples": [lease.samples for _, _, lease in states],
             "ids": list(ids),
             "limit": len(ids),
             "worker": worker,
@@ -106,10 +122,8 @@ def lock_expired(
     return [Held(*row) for row in rows]
 
 
-def expire(
-    conn: sa.Connection, expiries: Sequence[Expiry], *, error: str, now: datetime.datetime
-) -> None:
-    """End locked run-out leases: each due again at its time, or errored."""
+def expire(conn: sa.Connection, expiries: Sequence[Expiry], *, now: datetime.datetime) -> None:
+    """End locked run-out leases: each due again at its time, or errored, with its error."""
     if not expiries:
         return
     names = [expiry.held.name for expiry in expiries]
@@ -122,7 +136,7 @@ def expire(
             "keys": label_keys(names),
             "ids": [expiry.held.task_id for expiry in expiries],
             "due": [expiry.due_at for expiry in expiries],
-            "error": error,
+            "errors": [expiry.error for expiry in expiries],
             "now": now,
         },
     )
@@ -219,17 +233,19 @@ def hold_for_callback(conn: sa.Connection, task_id: str, *, until: datetime.date
     return run(conn, _HOLD_FOR_CALLBACK, {"id": task_id, "until": until}) == 1
 
 
-# The pull actions a claim takes from come as three arrays: machines, states and their
-# leases in seconds. Each state's oldest due labels come from the labels_awaiting_claim
-# index (so a claim costs the same however long the backlog), then the oldest of those
-# are taken; the ids are numbered in that order, so each label gets one.
+# The pull actions a claim takes from come as arrays: machines, states, their leases in
+# seconds and where each lease came from (recorded in tasks for explanations). Each
+# state's oldest due labels come from the labels_awaiting_claim index (so a claim costs
+# the same however long the backlog), then the oldest of those are taken; the ids are
+# numbered in that order, so each label gets one.
 _CLAIM = """
     WITH pulled AS (
         SELECT * FROM unnest(CAST(%(machines)s AS text[]), CAST(%(states)s AS text[]),
-                             CAST(%(leases)s AS double precision[]))
-                      AS p(state_machine, state, lease)
+                             CAST(%(leases)s AS double precision[]),
+                             CAST(%(sources)s AS text[]), CAST(%(samples)s AS integer[]))
+                      AS p(state_machine, state, lease, lease_source, lease_samples)
     ), candidates AS (
-        SELECT waiting.*, pulled.lease
+        SELECT waiting.*, pulled.lease, pulled.lease_source, pulled.lease_samples
         FROM pulled CROSS JOIN LATERAL (
             SELECT labels.state_machine, labels.name_key, labels.due_at FROM labels
             WHERE labels.state_machine = pulled.state_machine AND labels.state = pulled.state
@@ -254,12 +270,12 @@ _CLAIM = """
           AND labels.name_key = numbered.name_key
         RETURNING labels.task_id, labels.state_machine, labels.name, labels.state,
                   labels.metadata, labels.attempts, labels.entry_id, labels.due_at,
-                  numbered.lease, numbered.n
+                  numbered.lease, numbered.lease_source, numbered.lease_samples, numbered.n
     ), issued AS (
         INSERT INTO tasks (id, state_machine, label, state, entry_id, attempt, worker, lease,
-                           claimed_at)
+                           claimed_at, lease_source, lease_samples)
         SELECT task_id, state_machine, name, state, entry_id, attempts, %(worker)s,
-               lease * interval '1 second', %(now)s
+               lease * interval '1 second', %(now)s, lease_source, lease_samples
         FROM claimed
     )
     SELECT task_id AS id, state_machine, name AS label, state, metadata, attempts AS attempt,
@@ -282,22 +298,26 @@ _EXPIRE = """
     WITH expired AS (
         SELECT * FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
                              CAST(%(names)s AS text[]), CAST(%(ids)s AS text[]),
-                             CAST(%(due)s AS timestamptz[])) AS e(sm, key, name, id, due_at)
+                             CAST(%(due)s AS timestamptz[]), CAST(%(errors)s AS text[]))
+                      AS e(sm, key, name, id, due_at, error)
     ), ended AS (
         UPDATE tasks SET ended_at = %(now)s, outcome = 'expired'
         FROM expired WHERE tasks.id = expired.id
     ), updated AS (
         UPDATE labels SET due_at = expired.due_at, errored = expired.due_at IS NULL,
-                          last_error = %(error)s, lease_owner = NULL, task_id = NULL,
-                          updated_at = now()
+                          last_error = expired.error, lease_owner = NULL, task_id = NULL,
+                          updated_at = now(),
+                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                              THEN now() ELSE labels.scheduled_at END
         FROM expired
         WHERE labels.state_machine = expired.sm AND labels.name_key = expired.key
           AND labels.name = expired.name AND labels.task_id = expired.id
-        RETURNING labels.state_machine, labels.name, labels.state, labels.errored
+        RETURNING labels.state_machine, labels.name, labels.state, labels.errored,
+                  labels.last_error
     )
     INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason,
                          kind)
-    SELECT state_machine, name, state, state, %(now)s, false, %(error)s, 'errored'
+    SELECT state_machine, name, state, state, %(now)s, false, last_error, 'errored'
     FROM updated WHERE errored
     """
 
@@ -317,7 +337,9 @@ _HEARTBEAT = """
 # The label is returned with its lease ended, followed by the task's attempt number.
 _TAKE = """
     WITH taken AS (
-        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL, updated_at = now()
+        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL, updated_at = now(),
+                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                              THEN now() ELSE labels.scheduled_at END
         WHERE labels.task_id = %(id)s AND labels.lease_owner IS NOT NULL
           AND labels.due_at > %(now)s AND NOT labels.deleted AND NOT labels.errored
         RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
@@ -340,7 +362,9 @@ _ISSUED = "SELECT 1 FROM tasks WHERE id = %(id)s"
 _SET_DUE = """
     WITH updated AS (
         UPDATE labels SET due_at = %(due_at)s, errored = %(errored)s, last_error = %(error)s,
-                          attempts = %(attempts)s, updated_at = now()
+                          attempts = %(attempts)s, updated_at = now(),
+                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                              THEN now() ELSE labels.scheduled_at END
         WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
         RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
                   previous_state, deleted, paused, errored, last_error, attempts, due_at,
@@ -364,9 +388,9 @@ _OPEN_CALLBACK = """
         RETURNING state_machine, name, state, entry_id, attempts
     )
     INSERT INTO tasks (id, state_machine, label, state, entry_id, attempt, worker, lease,
-                       claimed_at)
+                       claimed_at, lease_source, lease_samples)
     SELECT %(id)s, state_machine, name, state, entry_id, attempts, %(holder)s,
-           %(lease)s * interval '1 second', %(now)s
+           %(lease)s * interval '1 second', %(now)s, 'fixed', 0
     FROM opened
     """
 

@@ -75,11 +75,6 @@ def versions_of(
     return [MachineVersion(*row) for row in rows]
 
 
-def version_of(conn: sa.Connection, machine: str, version: int) -> MachineVersion | None:
-    row = fetch_one(conn, _ONE_VERSION, {"machine": machine, "version": version})
-    return None if row is None else MachineVersion(*row)
-
-
 def label_counts(conn: sa.Connection) -> dict[str, dict[str, int]]:
     """Live labels per machine and state: one grouped count (an index-only scan)."""
     counts: dict[str, dict[str, int]] = {}
@@ -138,12 +133,6 @@ _VERSIONS = """
     WHERE machine = %(machine)s AND version > %(after)s
     ORDER BY version
     LIMIT %(limit)s
-    """
-
-_ONE_VERSION = """
-    SELECT machine, version, digest, definition, applied_at, last_applied_at
-    FROM machine_versions
-    WHERE machine = %(machine)s AND version = %(version)s
     """
 
 _COUNTS = """

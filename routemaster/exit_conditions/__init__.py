@@ -3,13 +3,15 @@
 Layers, each importing only the ones before it: ``tokens`` (lexing, with
 positions) → ``parser`` (grammar to nodes) → ``nodes``/``program``
 (evaluation, explanation, canonical printing), with ``errors`` for compile
-errors that point at the source. Everything here is pure: feeds and the
-clock come in through the :class:`Context`.
+errors that point at the source; ``next_check`` solves a program's time
+clauses for the earliest moment it could hold. Everything here is pure:
+feeds and the clock come in through the :class:`Context`.
 """
 
 from routemaster.exit_conditions.context import Context, FeedUnavailable
 from routemaster.exit_conditions.errors import ConditionSyntaxError
 from routemaster.exit_conditions.explain import Clause, Explanation
+from routemaster.exit_conditions.next_check import NextCheck, Timing, compile_timing
 from routemaster.exit_conditions.parser import compile_condition
 from routemaster.exit_conditions.program import Program
 
@@ -19,6 +21,9 @@ __all__ = [
     "Context",
     "Explanation",
     "FeedUnavailable",
+    "NextCheck",
     "Program",
+    "Timing",
     "compile_condition",
+    "compile_timing",
 ]

@@ -92,6 +92,16 @@ def as_datetime(value: Any) -> datetime.datetime | None:
     return None
 
 
+def as_time(value: Any) -> datetime.time | None:
+    """The time of day a comparison with ``system.time`` reads ``value`` as, else None.
+
+    Naive and in UTC, as :func:`compare` normalises it; a datetime is not a
+    time of day (comparing one with a time is false).
+    """
+    value = _time_or_self(value)
+    return value if isinstance(value, datetime.time) else None
+
+
 MAX_RENDER_DEPTH = 256
 
 

@@ -12,6 +12,7 @@ from routemaster.config.model import (
     IntervalTrigger,
     MetadataTrigger,
     State,
+    TimerTrigger,
     TimeTrigger,
 )
 
@@ -59,6 +60,8 @@ def what_evaluates(gate: Gate) -> str | None:
             events.append(f"the interval trigger (every {_duration(trigger.interval)})")
         elif isinstance(trigger, TimeTrigger):
             events.append(f"the daily time trigger ({trigger.time.isoformat('minutes')})")
+        elif isinstance(trigger, TimerTrigger):
+            events.append("its next check (the timer trigger)")
     return " or ".join(events) or None
 
 

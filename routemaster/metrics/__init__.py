@@ -152,6 +152,71 @@ class Metrics:
             registry=registry,
         )
 
+        # SPEC E1: gates evaluated at moments cost what moves, and the worker keeps up.
+        self.occurrences = Counter(
+            "routemaster_trigger_occurrences",
+            "Interval and daily-time trigger occurrences handled by this worker, by gate "
+            "(first: this worker recorded it first).",
+            ["state_machine", "state", "first"],
+            registry=registry,
+        )
+        self.occurrence_lag = Histogram(
+            "routemaster_trigger_occurrence_lag_seconds",
+            "How long after an occurrence the worker handled it, by gate.",
+            ["state_machine", "state"],
+            buckets=CALL_BUCKETS,
+            registry=registry,
+        )
+        self.gate_evaluated = Counter(
+            "routemaster_gate_labels_evaluated",
+            "Labels the worker evaluated in a gate because their due time came.",
+            ["state_machine", "state"],
+            registry=registry,
+        )
+        self.gate_moved = Counter(
+            "routemaster_gate_labels_moved",
+            "Labels the worker's evaluations moved out of a gate.",
+            ["state_machine", "state"],
+            registry=registry,
+        )
+        self.gate_lag = Histogram(
+            "routemaster_gate_evaluation_lag_seconds",
+            "How long after its due time (its next check's occurrence) a label was evaluated.",
+            ["state_machine", "state"],
+            buckets=CALL_BUCKETS,
+            registry=registry,
+        )
+        self.scheduled_late = Counter(
+            "routemaster_labels_scheduled_late",
+            "Labels whose next check the worker or migrate computed because the row was "
+            "written without one (an upgrade, an older process, a renaming migration).",
+            registry=registry,
+        )
+        self.statement_timeouts = Counter(
+            "routemaster_worker_statement_timeouts",
+            "Worker statements cut off by the statement timeout, by the work they were doing "
+            "(the rest of the worker carries on; the work is tried again).",
+            ["work"],
+            registry=registry,
+        )
+
+    def observe_occurrence(
+        self, state_machine: str, state: str, *, lag: float, first: bool
+    ) -> None:
+        self.occurrences.labels(state_machine, state, "true" if first else "false").inc()
+        self.occurrence_lag.labels(state_machine, state).observe(max(lag, 0.0))
+
+    def observe_gate_evaluations(
+        self, state_machine: str, state: str, *, evaluated: int, moved: int, lags: list[float]
+    ) -> None:
+        """One batch's evaluations in one gate: counts, and each label's lateness."""
+        self.gate_evaluated.labels(state_machine, state).inc(evaluated)
+        if moved:
+            self.gate_moved.labels(state_machine, state).inc(moved)
+        histogram = self.gate_lag.labels(state_machine, state)
+        for lag in lags:
+            histogram.observe(max(lag, 0.0))
+
     def observe_call(self, delivery: Delivery) -> None:
         """One outbound call, as the delivery log records it (per receiver, kind and outcome)."""
         labels = (delivery.receiver, delivery.kind, delivery.outcome)

@@ -44,7 +44,7 @@ from routemaster.db.events import subscription_event
 from routemaster.db.subscriptions import Subscription
 from routemaster.http.subscriptions import batch_body, batch_request
 from routemaster.http.webhooks import DeliveryResult, Outcome, deliver
-from routemaster.worker.retry import backoff
+from routemaster.machine.retry import backoff
 
 logger = logging.getLogger(__name__)
 

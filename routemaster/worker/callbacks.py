@@ -22,7 +22,7 @@ from routemaster.db.claims import Claim
 from routemaster.db.deliveries import Delivery
 from routemaster.db.errored import mark_errored
 from routemaster.http.webhooks import DeliveryResult, Outcome, WebhookRequest
-from routemaster.labels.tasks import open_callback_task
+from routemaster.service.tasks import open_callback_task
 from routemaster.worker.recording import observe, write_answered
 
 logger = logging.getLogger(__name__)

@@ -19,10 +19,10 @@ from routemaster.db import claims, deliveries, receivers
 from routemaster.db.claims import Claim
 from routemaster.db.errored import mark_errored
 from routemaster.http.webhooks import Outcome, build_request, deliver
+from routemaster.machine.retry import backoff
 from routemaster.worker import callbacks
 from routemaster.worker.receivers import Permit
 from routemaster.worker.recording import Recorder, observe, webhook_delivery
-from routemaster.worker.retry import backoff
 
 logger = logging.getLogger(__name__)
 

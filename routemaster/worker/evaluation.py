@@ -14,10 +14,11 @@ from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App
 from routemaster.db import claims as work
 from routemaster.db import labels as store
+from routemaster.db import schedules
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.labels import Label
 
@@ -32,7 +33,11 @@ def evaluate_due_gates(
     try:
         with app.db.begin() as conn:
             due = work.lock_due_gates(conn, gate_states, limit=limit, now=now)
-            return len(due), _settle(conn, app, due)
+            settled = service.settle_batch(conn, app, due, now=now)
+            schedules.settle_unmoved(conn, settled.unmoved)
+            leased = _lease(conn, app, settled.waiting)
+        _observe(app, due, settled, now)
+        return len(due), leased
     except sa.exc.SQLAlchemyError:
         raise  # the database is away: the loop waits for it
     except Exception:
@@ -75,7 +80,9 @@ def move_delivered(conn: sa.Connection, app: App, delivered: Sequence[Claim]) ->
 def evaluate_claim(app: App, claim: Claim) -> bool:
     """A slot's job: evaluate one leased label, reading its feeds over HTTP."""
     try:
-        labels.advance_with_feeds(app, claim.key, claim.entry_id, timeout=app.settings.feed_timeout)
+        service.advance_with_feeds(
+            app, claim.key, claim.entry_id, timeout=app.settings.feed_timeout
+        )
     except Exception as error:
         logger.exception("evaluating %s/%s failed", claim.state_machine, claim.name)
         app.hooks.exception(f"evaluating {claim.state_machine}/{claim.name} failed")
@@ -98,9 +105,32 @@ def _known(app: App, label: Label) -> bool:
     return True
 
 
+def _observe(
+    app: App, due: Sequence[Label], settled: service.Settled, now: datetime.datetime
+) -> None:
+    """Per gate: labels evaluated, moved, and how late after their due time (SPEC E1)."""
+    if app.metrics is None or not due:
+        return
+    stayed = {s.key for s in settled.unmoved} | {label.key for label in settled.waiting}
+    by_gate: dict[StateKey, tuple[int, int, list[float]]] = {}
+    for label in due:
+        evaluated, moved, lags = by_gate.get((label.state_machine, label.state), (0, 0, []))
+        if label.due_at is not None:
+            lags.append((now - label.due_at).total_seconds())
+        by_gate[(label.state_machine, label.state)] = (
+            evaluated + 1,
+            moved + (label.key not in stayed),
+            lags,
+        )
+    for (machine, state), (evaluated, moved, lags) in by_gate.items():
+        app.metrics.observe_gate_evaluations(
+            machine, state, evaluated=evaluated, moved=moved, lags=lags
+        )
+
+
 def _settle(conn: sa.Connection, app: App, batch: Sequence[Label]) -> list[Claim]:
-    settled = labels.settle_batch(conn, app, batch, now=app.now())
-    store.clear_due(conn, settled.unmoved)
+    settled = service.settle_batch(conn, app, batch, now=app.now())
+    schedules.settle_unmoved(conn, settled.unmoved)
     return _lease(conn, app, settled.waiting)
 
 

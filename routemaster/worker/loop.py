@@ -16,6 +16,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import schedule
 import sqlalchemy as sa
@@ -25,12 +26,14 @@ from routemaster.config.model import Action, Gate
 from routemaster.db import claims as work
 from routemaster.db import receivers
 from routemaster.db.claims import Claim, StateKey
+from routemaster.db.errors import Kind, describe_failure
 from routemaster.db.notifications import DueListener
 from routemaster.http.client import BoundedAdapter
-from routemaster.labels import resume_ended_pauses
-from routemaster.labels.bulk import run_batch as run_bulk_batch
-from routemaster.labels.migrations import apply_migrations
-from routemaster.labels.tasks import expire_leases, forget_old_tasks
+from routemaster.service import resume_ended_pauses
+from routemaster.service.bulk import run_batch as run_bulk_batch
+from routemaster.service.configuration import apply_migrations
+from routemaster.service.scheduling import schedule_unscheduled
+from routemaster.service.tasks import expire_leases, forget_old_tasks
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import (
     complete_deliveries,
@@ -39,7 +42,7 @@ from routemaster.worker.evaluation import (
     move_delivered,
 )
 from routemaster.worker.receivers import Gatekeeper, Permit
-from routemaster.worker.recording import Recorder, write_answered
+from routemaster.worker.recording import Delivered, Recorder, write_answered
 from routemaster.worker.slots import Slots
 from routemaster.worker.subscriptions import SubscriptionSender
 from routemaster.worker.sweeps import Minutely, Sweep
@@ -49,7 +52,10 @@ from routemaster.worker.upkeep import give_up_on_open_receivers, prune_deliverie
 
 logger = logging.getLogger(__name__)
 
-ZONE_REFRESH_SECONDS = 60
+_T = TypeVar("_T")
+
+OCCURRENCES_FORGET_SECONDS = 60
+SCHEDULE_BACKFILL_SECONDS = 10  # rows written without a next check: looked for this often
 PRUNE_SECONDS = 60
 GIVE_UP_SECONDS = 10
 OUTAGE_REMINDER_SECONDS = 60
@@ -67,14 +73,18 @@ class Worker:
         self._outage = OutageLog()
         self._gate = Gatekeeper(app, self._slots.size)
         self._recorder = Recorder()
+        self._steps = Steps(app)
         self._receiver_of: dict[tuple[str, str, int], str] = {}  # claims in flight
         self.triggers = ClockTriggers(app, sweep=self._sweep_gate)
         self.minutely = Minutely(app, self._sweep)
         self.subscriptions = SubscriptionSender(app, rng=self._rng)
         self._jobs = schedule.Scheduler()
-        # In this order, so that at start-up the zones are known before triggers fire.
-        self._jobs.every(ZONE_REFRESH_SECONDS).seconds.do(self.triggers.refresh_zones)
+        self._jobs.every(OCCURRENCES_FORGET_SECONDS).seconds.do(
+            self.triggers.forget_old_occurrences
+        )
         self._jobs.every(1).seconds.do(self.triggers.fire)
+        self._jobs.every(SCHEDULE_BACKFILL_SECONDS).seconds.do(self._wish_backfill)
+        self._backfill_wanted = True
         # A third of the lease: two renewals may fail before another worker could take over.
         renew_every = max(1, int(app.settings.lease.total_seconds() / 3))
         self._jobs.every(renew_every).seconds.do(self.renew_leases)
@@ -84,7 +94,7 @@ class Worker:
             # Labels a process running the previous configuration moved into a migrated state.
             every = app.settings.migrations_interval  # schedule takes fractions of seconds too
             self._jobs.every(every).seconds.do(self.apply_migrations)  # type: ignore[arg-type]
-        # Pull tasks whose lease ran out are failed attempts (routemaster.labels.tasks).
+        # Pull tasks whose lease ran out are failed attempts (routemaster.service.tasks).
         self._jobs.every(1).seconds.do(self.expire_tasks)
         self._jobs.every(60).seconds.do(lambda: forget_old_tasks(app))
         # Bounded: every webhook and feed call has one total deadline (routemaster.http).
@@ -121,7 +131,7 @@ class Worker:
             while not self._stopping.is_set() or self._slots.held():
                 try:
                     if first:
-                        self._jobs.run_all()
+                        self._steps.run("clock jobs", self._jobs.run_all, None)
                         first = False
                     busy = self.work_once()
                     sleep = 0.0 if busy else self._sleep_for()
@@ -151,26 +161,60 @@ class Worker:
     def work_once(self) -> bool:
         """One round: clock jobs, finished deliveries, new claims, due gates; whether any work.
 
+        Each piece of work is its own step: a statement of one that fails (a
+        statement timeout, a conflict) is logged and tried again next round,
+        and the others go on. Only an unreachable database stops the round.
         Once :meth:`stop` is called nothing new is claimed or sent: a round only
         records what slots finished, and work claimed meanwhile is given back.
         """
-        self._jobs.run_pending()
+        step = self._steps.run
+        step("clock jobs", self._jobs.run_pending, None)
         if self.triggers.next_interval_at and self.app.now() >= self.triggers.next_interval_at:
-            self.triggers.fire()
-        self.minutely.run_pending()
+            step("clock triggers", self.triggers.fire, None)
+        step("1.x jobs", self.minutely.run_pending, None)
         delivered = self._slots.take_done()
         if self._stopping.is_set():
-            return self._complete(delivered)
-        claimed = self._claim_deliveries(delivered=delivered)
+            return step("moving delivered labels", lambda: self._complete(delivered), False)
+        # Labels whose move failed in an earlier round, in a step of their own: a move that
+        # keeps failing holds up no claim.
+        completed = step("moving delivered labels", self._complete_unwritten, False)
+        # The labels delivered since the last round move on in the claim's transaction.
+        claimed = step(
+            "claiming deliveries", lambda: self._claim_deliveries(delivered=delivered), False
+        )
+        if self._stopping.is_set():
+            return bool(completed or claimed)
+        evaluated = step("evaluating due gates", self._evaluate_due_gates, 0)
+        # Bulk commands: one batch a round, so deliveries and gates are never kept waiting.
+        carried_out = step(
+            "bulk commands", lambda: run_bulk_batch(self.app, limit=self.app.settings.batch_size), 0
+        )
+        scheduled = step("computing next checks", self._backfill, 0)
+        return bool(completed or claimed or evaluated or carried_out or scheduled)
+
+    def _complete_unwritten(self) -> bool:
+        return self._complete_taken(self._recorder.take_unwritten())
+
+    def _evaluate_due_gates(self) -> int:
         evaluated, waiting = evaluate_due_gates(
             self.app, self._gate_states, limit=self.app.settings.batch_size
         )
         self._evaluate(waiting)
-        # Bulk commands: one batch a round, so deliveries and gates are never kept waiting.
-        carried_out = 0
-        if not self._stopping.is_set():
-            carried_out = run_bulk_batch(self.app, limit=self.app.settings.batch_size)
-        return claimed or evaluated > 0 or carried_out > 0
+        return evaluated
+
+    def _wish_backfill(self) -> None:
+        self._backfill_wanted = True
+
+    def _backfill(self) -> int:
+        """Next checks for rows written without one, a batch a round while any are found."""
+        if not self._backfill_wanted:
+            return 0
+        limit = self.app.settings.batch_size
+        done = schedule_unscheduled(self.app, limit=limit)
+        self._backfill_wanted = done >= limit
+        if done and self.app.metrics is not None:
+            self.app.metrics.scheduled_late.inc(done)
+        return done
 
     def renew_leases(self) -> None:
         """Keep every claim in flight leased, however long its receiver takes."""
@@ -191,7 +235,7 @@ class Worker:
         resume_ended_pauses(self.app)
 
     def apply_migrations(self) -> None:
-        """Migrate labels found in a migrated state (see :mod:`routemaster.labels.migrations`).
+        """Migrate labels found in a migrated state (see :mod:`routemaster.service.configuration`).
 
         A failure is logged and tried again next time: it must not stop the worker.
         """
@@ -274,7 +318,11 @@ class Worker:
     def _complete(self, delivered: Sequence[Claim]) -> bool:
         """Move delivered labels on and write their calls' log entries, in one transaction of
         their own (no claim to share it with); whether there were any."""
-        taken = self._recorder.take(delivered)
+        return self._complete_taken(
+            self._recorder.take_unwritten() + self._recorder.take(delivered)
+        )
+
+    def _complete_taken(self, taken: list[Delivered]) -> bool:
         if not taken:
             return False
         entries = [entry for _, entry in taken]
@@ -321,6 +369,35 @@ class Worker:
             if wake is not None and wake > now:
                 timeout = min(timeout, (wake - now).total_seconds())
         return timeout
+
+
+class Steps:
+    """Runs the loop's pieces of work so that one failing statement never stalls the rest."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+
+    def run(self, name: str, work: Callable[[], _T], failed: _T) -> _T:
+        """``work()``, or ``failed`` when its statement failed without the database being away.
+
+        An unreachable database (or no pooled connection) is raised: the loop
+        waits for it. Anything else the database answered (a statement
+        timeout, a conflict) is logged as what it is and the step is tried
+        again next round.
+        """
+        try:
+            return work()
+        except sa.exc.SQLAlchemyError as error:
+            failure = describe_failure(error)
+            if failure.kind in (Kind.UNREACHABLE, Kind.BUSY):
+                raise
+            if failure.kind is Kind.TIMEOUT:
+                logger.error("statement timeout while %s; tried again: %s", name, failure.detail)
+            else:
+                logger.error("%s failed; tried again: %s", name, failure.log_line())
+            if self._app.metrics is not None and failure.kind is Kind.TIMEOUT:
+                self._app.metrics.statement_timeouts.labels(name).inc()
+            return failed
 
 
 class OutageLog:

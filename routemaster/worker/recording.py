@@ -87,16 +87,21 @@ class Recorder:
             self._delivered[claim.entry] = entry
 
     def take(self, claims: Sequence[Claim]) -> list[Delivered]:
-        """The delivered ``claims`` with their entries, after any left from a failed write."""
+        """The delivered ``claims`` with their entries."""
         with self._lock:
-            taken, self._unwritten = self._unwritten, []
-            taken.extend((claim, self._delivered.pop(claim.entry)) for claim in claims)
-        return taken
+            return [(claim, self._delivered.pop(claim.entry)) for claim in claims]
 
     def restore(self, taken: Sequence[Delivered]) -> None:
-        """What :meth:`take` gave, not written (the database failed): taken again next time."""
+        """What :meth:`take` gave, not written (its transaction failed): for
+        :meth:`take_unwritten`."""
         with self._lock:
             self._unwritten[:0] = taken
+
+    def take_unwritten(self) -> list[Delivered]:
+        """Delivered calls whose labels' move failed, to be tried again."""
+        with self._lock:
+            taken, self._unwritten = self._unwritten, []
+        return taken
 
     def failed(self) -> None:
         """A call failed (and was recorded by its slot): receivers' states may have changed."""

@@ -1,35 +1,35 @@
-"""Firing interval and daily-time triggers: the worker's clock, with explicit state.
+"""Interval and daily-time triggers as they fire: 1.x's jobs, over labels already due.
 
-Each occurrence (pure arithmetic in :mod:`routemaster.machine.clock`) is
-recorded in the database by the first worker to compute it, which marks the
-gate's labels due; the others see it recorded and do nothing.
+Which labels an occurrence evaluates is written on their rows (``due_at``,
+computed from each label's next check: :mod:`routemaster.service.scheduling`),
+so firing a trigger touches no label that is still waiting: the worker's
+loop evaluates the due ones whatever fires. What remains here is 1.x's
+meaning of the occurrence itself: ``process_cron`` (``process_gate``) wraps
+the gate's evaluation at each occurrence, the first worker to record it
+counts it as handled, and how late the worker handled it is measured.
+
+Occurrences (pure arithmetic in :mod:`routemaster.machine.clock`) of a daily
+time in each label's own zone (``timezone: metadata.path``) are not fired
+here: their labels fall due one by one, in their own zones.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
-import os
 from collections.abc import Callable
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from routemaster.app import App
-from routemaster.config.model import (
-    IntervalTrigger,
-    MetadataTimezone,
-    NamedTimezone,
-    SystemTimezone,
-    TimeTrigger,
-)
-from routemaster.db import claims, occurrences
+from routemaster.config.model import IntervalTrigger, MetadataTimezone, NamedTimezone, TimeTrigger
+from routemaster.db import occurrences
 from routemaster.db.claims import StateKey
-from routemaster.db.notifications import notify_due
 from routemaster.machine.clock import (
     ScheduledTrigger,
     due_time_occurrence,
     interval_occurrence,
     scheduled_triggers,
 )
+from routemaster.machine.schedule import label_zone
 from routemaster.worker.sweeps import PROCESS_GATE
 
 logger = logging.getLogger(__name__)
@@ -38,105 +38,72 @@ MIN_OCCURRENCE_RETENTION = datetime.timedelta(days=7)
 
 
 class ClockTriggers:
-    """The config's clock triggers, the occurrences this worker has handled, the zones in use."""
+    """The config's interval and fixed-zone daily triggers, and the occurrences handled here."""
 
     def __init__(self, app: App, sweep: Callable[[StateKey], None] | None = None) -> None:
-        """``sweep``: evaluates a gate's due labels; run after each occurrence handled here."""
+        """``sweep``: evaluates a gate's due labels; run at each occurrence handled here."""
         self._app = app
         self._sweep = sweep
-        self.triggers = list(scheduled_triggers(app.config))
-        self._fixed_zones = {  # resolved once: the system zone is read from disk
-            s.key: fixed_zone(s.trigger.timezone)
+        self.triggers = [
+            s
+            for s in scheduled_triggers(app.config)
+            if not (
+                isinstance(s.trigger, TimeTrigger)
+                and isinstance(s.trigger.timezone, MetadataTimezone)
+            )
+        ]
+        self._zones = {  # resolved once
+            s.key: _fixed_zone(app, s.trigger)
             for s in self.triggers
             if isinstance(s.trigger, TimeTrigger)
-            and not isinstance(s.trigger.timezone, MetadataTimezone)
         }
-        self._zones: dict[str, list[str]] = {}  # per-label-zone trigger key -> zones seen
-        self._handled: dict[str, datetime.datetime] = {}  # occurrence key -> latest handled
+        self._handled: dict[str, datetime.datetime] = {}  # trigger key -> latest handled
         self.next_interval_at: datetime.datetime | None = None
 
     def fire(self) -> None:
-        """Handle each trigger's current occurrence, unless some worker already has."""
+        """Handle each trigger's current occurrence, unless this worker already has."""
         now = self._app.now()
         next_interval_at = None
         for scheduled in self.triggers:
             trigger = scheduled.trigger
             if isinstance(trigger, IntervalTrigger):
                 latest = interval_occurrence(now, trigger.interval)
-                self._fire(scheduled, scheduled.key, latest)
+                self._fire(scheduled, latest, now)
                 following = latest + trigger.interval
                 next_interval_at = min(following, next_interval_at or following)
-            elif isinstance(trigger.timezone, MetadataTimezone):
-                for name in self._zones.get(scheduled.key, []):
-                    zone = label_zone(name)
-                    if zone is not None:
-                        self._fire(
-                            scheduled,
-                            f"{scheduled.key}/{name}",
-                            due_time_occurrence(now, trigger.time, zone),
-                            zone=(trigger.timezone.path[1:], name),
-                        )
-            else:
-                fixed = self._fixed_zones[scheduled.key]
-                self._fire(scheduled, scheduled.key, due_time_occurrence(now, trigger.time, fixed))
+            elif isinstance(trigger, TimeTrigger):
+                zone = self._zones[scheduled.key]
+                self._fire(scheduled, due_time_occurrence(now, trigger.time, zone), now)
         self.next_interval_at = next_interval_at
 
-    def refresh_zones(self) -> None:
-        """Learn the zones labels name for per-label time triggers; forget old occurrences."""
+    def forget_old_occurrences(self) -> None:
+        """Occurrences are remembered only as long as a late worker could still fire them."""
         with self._app.db.begin() as conn:
-            for scheduled in self.triggers:
-                trigger = scheduled.trigger
-                if isinstance(trigger, TimeTrigger) and isinstance(
-                    trigger.timezone, MetadataTimezone
-                ):
-                    self._zones[scheduled.key] = claims.zones_in_gate(
-                        conn, scheduled.machine.name, scheduled.state, trigger.timezone.path[1:]
-                    )
             occurrences.forget_occurrences(conn, self._app.now() - self._retention())
 
     def _fire(
         self,
         scheduled: ScheduledTrigger,
-        key: str,
         occurrence: datetime.datetime | None,
-        *,
-        zone: tuple[tuple[str, ...], str] | None = None,
+        now: datetime.datetime,
     ) -> None:
-        """``zone`` (metadata path, zone name) limits the occurrence to labels in that zone."""
+        key = scheduled.key
         if occurrence is None or self._handled.get(key) == occurrence:
             return
+        self._handled[key] = occurrence
         machine = scheduled.machine
         # 1.x's job for this trigger (routemaster.worker.sweeps): the firing and its evaluation.
         with self._app.hooks.cron(machine, machine.get_state(scheduled.state), PROCESS_GATE):
-            self._record(scheduled, key, occurrence, zone)
+            with self._app.db.begin() as conn:
+                first = occurrences.record_occurrence(conn, key, occurrence)
             if self._sweep is not None:
                 self._sweep((machine.name, scheduled.state))
-
-    def _record(
-        self,
-        scheduled: ScheduledTrigger,
-        key: str,
-        occurrence: datetime.datetime,
-        zone: tuple[tuple[str, ...], str] | None,
-    ) -> None:
-        """Record the occurrence; the first worker to do so marks the gate's labels due."""
-        with self._app.db.begin() as conn:
-            first = occurrences.record_occurrence(conn, key, occurrence)
-            if first:
-                count = claims.mark_gate_due(
-                    conn,
-                    scheduled.machine.name,
-                    scheduled.state,
-                    now=self._app.now(),
-                    zone_path=zone[0] if zone else None,
-                    zone=zone[1] if zone else None,
-                )
-                notify_due(conn)
-        self._handled[key] = occurrence
-        if first:
-            logger.info(
-                "trigger %s fired for %s: %d labels due", key, occurrence.isoformat(), count
+        if self._app.metrics is not None:
+            self._app.metrics.observe_occurrence(
+                machine.name, scheduled.state, lag=(now - occurrence).total_seconds(), first=first
             )
+        if first:
+            logger.info("trigger %s fired for %s", key, occurrence.isoformat())
         else:
             logger.debug(
                 "trigger %s already handled by another worker: %s", key, occurrence.isoformat()
@@ -149,36 +116,10 @@ class ClockTriggers:
         return max([MIN_OCCURRENCE_RETENTION, *(2 * interval for interval in intervals)])
 
 
-def fixed_zone(timezone: SystemTimezone | NamedTimezone) -> datetime.tzinfo:
-    """The zone of a system- or named-timezone trigger."""
-    if isinstance(timezone, NamedTimezone):
-        return ZoneInfo(timezone.name)
-    return system_zone()
-
-
-def system_zone() -> datetime.tzinfo:
-    """The worker host's local zone (``TZ``, else ``/etc/localtime``), with its DST rules.
-
-    A fixed UTC offset would be wrong on the other side of a DST change, so
-    the zone's rules are loaded; only a host with neither falls back to UTC.
-    """
-    name = os.environ.get("TZ", "").lstrip(":")
-    if name:
-        zone = label_zone(name)
-        if zone is not None:
-            return zone
-    try:
-        with open("/etc/localtime", "rb") as localtime:
-            return ZoneInfo.from_file(localtime, key="localtime")
-    except (OSError, ValueError):
-        return datetime.UTC
-
-
-def label_zone(name: object) -> ZoneInfo | None:
-    """The zone a label's metadata names, or ``None`` when missing or not a valid IANA name."""
-    if not isinstance(name, str) or not name:
-        return None
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return None
+def _fixed_zone(app: App, trigger: IntervalTrigger | TimeTrigger) -> datetime.tzinfo:
+    assert isinstance(trigger, TimeTrigger)
+    if isinstance(trigger.timezone, NamedTimezone):
+        zone = label_zone(trigger.timezone.name)
+        assert zone is not None, "checked at load"
+        return zone
+    return app.system_zone

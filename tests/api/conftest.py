@@ -13,10 +13,10 @@ import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
-from routemaster.api import create_app
 from routemaster.app import App
 from routemaster.config import load_config
 from routemaster.config.model import Config
+from routemaster.web import create_app
 from tests.api.openapi_check import CheckedClient
 
 CONFIG_PATH = Path(__file__).with_name("config.yaml")

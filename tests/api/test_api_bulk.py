@@ -1,6 +1,6 @@
 """Bulk commands: dry runs, the safety checks, and the job the workers carry out.
 
-The workers' part is :func:`routemaster.labels.bulk.run_batch`, called here
+The workers' part is :func:`routemaster.service.bulk.run_batch`, called here
 as the worker loop calls it each round.
 """
 
@@ -15,10 +15,10 @@ import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App
-from routemaster.labels.bulk import run_batch
 from routemaster.metrics import Metrics
+from routemaster.service.bulk import run_batch
 from tests.api.helpers import body
 from tests.api.test_auth import Bearer, bearer, secured
 from tests.waiting import wait_until
@@ -178,7 +178,7 @@ def test_a_bulk_pause_with_until_pauses_each_label_until_then(
     assert body(client.get(f"{LABELS}/u000/explain"))["paused_until"] == until
 
     def resumed() -> bool:
-        labels.resume_ended_pauses(app)  # as the worker loop calls it each round
+        service.resume_ended_pauses(app)  # as the worker loop calls it each round
         return not any(body(client.get(f"{LABELS}/{name}"))["paused"] for name in names)
 
     wait_until(resumed, "the paused labels resumed by themselves", timeout=10)

@@ -10,11 +10,11 @@ import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
-from routemaster.api import create_app
 from routemaster.app import App, Settings
 from routemaster.config.model import Config
 from routemaster.db.database import create_engine
 from routemaster.db.errors import Kind, describe_failure
+from routemaster.web import create_app
 from tests.api.helpers import body
 
 LABEL = "/state-machines/user/labels/ann"

@@ -14,8 +14,8 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from routemaster.api import create_app
 from routemaster.app import App
+from routemaster.web import create_app
 from tests.api.helpers import body
 
 LABELS = "/state-machines/user/labels"

@@ -8,9 +8,9 @@ import flask
 import pytest
 import sqlalchemy as sa
 
-from routemaster.api import create_app
 from routemaster.app import App
 from routemaster.config.model import Config
+from routemaster.web import create_app
 from tests.plugin_recorder import Broken, Recorder
 
 

@@ -8,9 +8,9 @@ from urllib.parse import quote
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
-from routemaster.api import create_app
 from routemaster.app import App
 from routemaster.db.database import create_engine
+from routemaster.web import create_app
 from tests.api.helpers import body
 
 LABELS = "/state-machines/user/labels"

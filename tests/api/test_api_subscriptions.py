@@ -11,10 +11,10 @@ import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
-from routemaster.api import create_app
 from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.metrics import Metrics
+from routemaster.web import create_app
 from tests.api.conftest import CONFIG_PATH
 from tests.api.helpers import body
 from tests.api.openapi_check import CheckedClient

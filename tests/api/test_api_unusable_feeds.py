@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from routemaster.api import create_app
 from routemaster.app import App
 from routemaster.config import load_config
+from routemaster.web import create_app
 from tests.api.helpers import body
 from tests.stub_server import Reply, StubServer, running_stub
 

@@ -10,8 +10,8 @@ from flask.testing import FlaskClient
 from routemaster.app import App
 from routemaster.config import describe_machine
 from routemaster.db.versions import digest_of, record_version, stamp_connections
-from routemaster.labels import create_label
-from routemaster.labels.migrations import record_configuration
+from routemaster.service import create_label
+from routemaster.service.configuration import record_configuration
 
 
 def test_each_distinct_definition_is_one_version(app: App, client: FlaskClient) -> None:

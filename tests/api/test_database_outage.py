@@ -8,10 +8,10 @@ import pytest
 import sqlalchemy as sa
 
 from routemaster import __version__
-from routemaster.api import create_app
 from routemaster.app import App
 from routemaster.config.model import Config
 from routemaster.db.database import create_engine
+from routemaster.web import create_app
 from tests.api.helpers import body
 from tests.api.tcp_proxy import TcpProxy
 

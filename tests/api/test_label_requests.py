@@ -19,8 +19,7 @@ import pytest
 import sqlalchemy as sa
 from werkzeug.test import TestResponse
 
-from routemaster import labels as label_service
-from routemaster.api import create_app
+from routemaster import service
 from routemaster.api.auth import token_cache
 from routemaster.app import App, Settings
 from routemaster.auth.admin import create_token
@@ -28,6 +27,7 @@ from routemaster.config import load_config
 from routemaster.config.model import Config
 from routemaster.db.database import create_engine
 from routemaster.metrics import Metrics
+from routemaster.web import create_app
 from tests.api.conftest import CONFIG_PATH
 from tests.api.test_metrics import scrape, value
 from tests.api.tokens import tokens_layer
@@ -174,7 +174,7 @@ def test_an_unexpected_error_is_a_json_500_logged_with_its_traceback(
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(label_service, "get_label", broken)
+    monkeypatch.setattr(service, "get_label", broken)
     with caplog.at_level(logging.ERROR):
         answer = _app(db_engine, config).test_client().get(f"{LABELS}/a")
     assert (answer.status_code, answer.json) == (500, {"message": "Internal server error."})

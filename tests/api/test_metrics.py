@@ -11,11 +11,11 @@ import sqlalchemy as sa
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from routemaster.api import create_app
 from routemaster.app import App, Settings
 from routemaster.config.model import Config
 from routemaster.metrics import Metrics, outcome
 from routemaster.metrics.gauges import LabelGauges
+from routemaster.web import create_app
 from tests.api.openapi_check import CheckedClient
 
 LABELS = "/state-machines/user/labels"

@@ -17,12 +17,12 @@ import pytest
 from flask.testing import FlaskClient
 from openapi_spec_validator import validate
 
-from routemaster.api import create_app
 from routemaster.api.auth import token_cache
 from routemaster.api.openapi import build_document, openapi_path
 from routemaster.app import App
 from routemaster.config import load_config
 from routemaster.metrics import Metrics
+from routemaster.web import create_app
 from tests.api.conftest import CONFIG_PATH
 from tests.api.helpers import body
 from tests.api.openapi_check import CheckedClient, Mismatch, check_response

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from routemaster import labels
-from routemaster.labels.bulk import run_batch
+from routemaster import service
+from routemaster.service.bulk import run_batch
 from tests.api.helpers import body
 from tests.api.tasks_support import START, MakeClient, claim, create, tasks_client
 from tests.waiting import wait_until
@@ -34,7 +34,7 @@ def test_a_label_paused_until_a_time_resumes_by_itself_then(make_client: MakeCli
     assert claim(client) == []
     with running(app):
         clock.advance(minutes=59)
-        assert labels.resume_ended_pauses(app) == 0
+        assert service.resume_ended_pauses(app) == 0
         clock.advance(minutes=1)
         wait_until(
             lambda: not body(client.get("/state-machines/jobs/labels/a"))["paused"],
@@ -43,7 +43,7 @@ def test_a_label_paused_until_a_time_resumes_by_itself_then(make_client: MakeCli
         )
     [task] = claim(client)
     assert task["label"] == "a"
-    reasons = [entry.reason for entry in labels.history(app, app.config.get_machine("jobs"), "a")]
+    reasons = [entry.reason for entry in service.history(app, app.config.get_machine("jobs"), "a")]
     assert reasons[-2:] == [f"paused until {UNTIL}", "resumed: the pause ended"]
 
 
@@ -54,7 +54,7 @@ def test_pausing_again_without_until_keeps_it_paused(make_client: MakeClient) ->
     client.post("/state-machines/jobs/labels/a/pause", json={"until": UNTIL})
     client.post("/state-machines/jobs/labels/a/pause")
     clock.advance(hours=2)
-    assert labels.resume_ended_pauses(app) == 0
+    assert service.resume_ended_pauses(app) == 0
     assert body(client.get("/state-machines/jobs/labels/a"))["paused"]
 
 
@@ -70,7 +70,7 @@ def test_a_pause_resumed_in_bulk_loses_its_end(make_client: MakeClient) -> None:
         assert run_batch(app, limit=10) == 1  # as the worker loop runs it
     assert body(client.get("/state-machines/jobs/labels/a"))["paused"]
     clock.advance(hours=2)
-    assert labels.resume_ended_pauses(app) == 0
+    assert service.resume_ended_pauses(app) == 0
     assert body(client.get("/state-machines/jobs/labels/a"))["paused"]
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from routemaster.labels.tasks import forget_old_tasks
+from routemaster.service.tasks import forget_old_tasks
 from tests.api.helpers import body
 from tests.api.tasks_support import (
     CONFIG,
@@ -312,7 +312,8 @@ def test_explain_shows_who_holds_the_label_until_when(client: Client) -> None:
     [task] = claim(client, worker="builder-7")
     explained = body(client.get("/state-machines/jobs/labels/a/explain"))
     assert explained["kind"] == "action"
-    assert explained["worker"] == {"lease": 30}
+    assert explained["worker"] == {"lease": 30, "at_most_once": False}
+    assert explained["task"]["lease"] == {"seconds": 30, "source": "fixed", "samples": 0}
     assert explained["task"]["worker"] == "builder-7"
     assert explained["task"]["attempt"] == 1
     assert explained["task"]["lease_expires_at"] == task["lease_expires_at"]

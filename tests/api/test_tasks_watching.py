@@ -9,10 +9,10 @@ import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
-from routemaster.api import create_app
 from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.metrics import Metrics
+from routemaster.web import create_app
 from tests.api.openapi_check import CheckedClient
 from tests.api.tasks_support import CONFIG, START, claim, create
 from tests.api.test_metrics import scrape, value
@@ -75,6 +75,7 @@ def test_the_console_shows_tasks_in_flight_and_who_holds_a_label(client: FlaskCl
     assert "pull workers, lease 30s" in page
     label_page = client.get("/console/machines/jobs/labels/a").get_data(as_text=True)
     assert "Held by worker <strong>builder-7</strong> (attempt 1)" in label_page
+    assert '<span class="lease">30 s (fixed)</span>' in label_page
     waiting = client.get("/console/machines/jobs/labels/b").get_data(as_text=True)
     assert "it waits for a claim" in waiting
 
@@ -82,7 +83,7 @@ def test_the_console_shows_tasks_in_flight_and_who_holds_a_label(client: FlaskCl
 def test_a_machine_description_names_its_pull_actions(client: FlaskClient) -> None:
     response = client.get("/state-machines/jobs")
     states = {state["name"]: state for state in response.get_json()["states"]}
-    assert states["process"]["worker"] == {"lease": 30}
+    assert states["process"]["worker"] == {"lease": 30, "at_most_once": False}
     assert states["process"]["webhook"] is None
     assert states["check"]["worker"] is None
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import flask
 import sqlalchemy as sa
 
-from routemaster.api import create_app
 from routemaster.api.auth import token_cache
 from routemaster.app import App
 from routemaster.auth.admin import create_token
+from routemaster.web import create_app
 from tests.api.openapi_check import CheckedClient
 
 TOKENS = "api:\n  authentication: tokens\n"

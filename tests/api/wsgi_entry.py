@@ -10,10 +10,10 @@ import os
 
 import sqlalchemy as sa
 
-from routemaster.api import create_app
 from routemaster.app import App
 from routemaster.config import load_config
 from routemaster.db.database import create_engine
+from routemaster.web import create_app
 
 engine = create_engine(os.environ["ROUTEMASTER_TEST_DATABASE_URL"])
 with engine.connect() as connection:

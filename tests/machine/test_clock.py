@@ -5,13 +5,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from routemaster.app import system_zone
 from routemaster.machine.clock import (
     MISSED_TIME_GRACE,
     daily_occurrence,
     due_time_occurrence,
     interval_occurrence,
 )
-from routemaster.worker.triggers import label_zone, system_zone
+from routemaster.machine.schedule import label_zone
 
 UTC = datetime.UTC
 

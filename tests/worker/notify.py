@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App
 
 _MACHINE = """
@@ -39,8 +39,8 @@ def create(app: App, *names: str) -> None:
     """Labels ``names`` in machine ``m``, with no metadata."""
     machine = app.config.get_machine("m")
     for name in names:
-        labels.create_label(app, machine, name, {})
+        service.create_label(app, machine, name, {})
 
 
 def state(app: App, name: str) -> str:
-    return labels.get_label(app, app.config.get_machine("m"), name).state
+    return service.get_label(app, app.config.get_machine("m"), name).state

@@ -9,11 +9,11 @@ from typing import Any
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
-from routemaster import labels
-from routemaster.api import create_app
+from routemaster import service
 from routemaster.app import App
 from routemaster.db import deliveries
 from routemaster.db.deliveries import Delivery
+from routemaster.web import create_app
 from routemaster.worker.upkeep import PRUNE_BATCH, prune_deliveries
 from tests.api.openapi_check import CheckedClient
 from tests.stub_server import Reply, StubServer
@@ -144,7 +144,7 @@ state_machines:
     )
     client = client_of(app)
     create(app, "a")
-    labels.update_metadata(app, app.config.get_machine("m"), "a", {"go": 1})
+    service.update_metadata(app, app.config.get_machine("m"), "a", {"go": 1})
     [entry] = label_deliveries(client, "a")
     assert (entry["kind"], entry["outcome"], entry["status"]) == ("feed", "delivered", 200)
     assert entry["url"].endswith("/feed/a?key=REDACTED")

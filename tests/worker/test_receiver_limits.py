@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
-from routemaster import labels
+from routemaster import service
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
 from tests.worker.conftest import MakeApp, running
@@ -23,7 +23,7 @@ def test_a_rate_holds_across_two_workers(make_app: MakeApp, stub: StubServer) ->
     second = make_app(RATED, delivery_concurrency=8)
     machine = first.config.get_machine("m")
     for i in range(600):
-        labels.create_label(first, machine, f"l{i:03}", {})
+        service.create_label(first, machine, f"l{i:03}", {})
     with ExitStack() as stack:
         stack.enter_context(running(first))
         stack.enter_context(running(second))
@@ -56,7 +56,7 @@ def test_an_outage_becomes_a_backlog_drained_in_order(make_app: MakeApp, stub: S
     machine = app.config.get_machine("m")
     with running(app):
         for name in names:
-            labels.create_label(app, machine, name, {})
+            service.create_label(app, machine, name, {})
         wait_until(
             lambda: len([d for d in _deliveries(client) if d["trigger"] == "probe"]) >= 3,
             "three probes during the outage",
@@ -66,11 +66,11 @@ def test_an_outage_becomes_a_backlog_drained_in_order(make_app: MakeApp, stub: S
         for name in names:
             stub.script(f"/hook/{name}", Reply(200))
         wait_until(
-            lambda: all(labels.get_label(app, machine, name).state == "done" for name in names),
+            lambda: all(service.get_label(app, machine, name).state == "done" for name in names),
             "drained",
             timeout=20,
         )
-    assert not any(labels.get_label(app, machine, name).errored for name in names)
+    assert not any(service.get_label(app, machine, name).errored for name in names)
     log = _deliveries(client)
     assert during <= 5 + 1 + len([d for d in log if d["trigger"] == "probe"])
     delivered = [d["label"] for d in reversed(log) if d["outcome"] == "delivered"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from routemaster import labels
-from routemaster.api import create_app
+from routemaster import service
 from routemaster.metrics import Metrics
+from routemaster.web import create_app
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
 from tests.worker.conftest import MakeApp, running
@@ -33,8 +33,8 @@ def test_calls_are_counted_per_receiver_and_its_state_is_a_gauge(
     app.metrics = Metrics()
     machine = app.config.get_machine("m")
     with running(app):
-        labels.create_label(app, machine, "ok", {})
-        labels.create_label(app, machine, "bad", {})
+        service.create_label(app, machine, "ok", {})
+        service.create_label(app, machine, "bad", {})
         wait_until(lambda: len(stub.received()) >= 2, "both called", timeout=10)
     ident = receiver_id(stub)
     worker = samples(generate_latest(app.metrics.registry()).decode())

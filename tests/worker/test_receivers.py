@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App
 from tests.stub_server import Reply, StubServer, running_stub
 from tests.waiting import wait_until
@@ -29,8 +29,8 @@ def other_stub() -> Iterator[StubServer]:
     yield from running_stub()
 
 
-def label(app: App, name: str) -> labels.Label:
-    return labels.get_label(app, app.config.get_machine("m"), name)
+def label(app: App, name: str) -> service.Label:
+    return service.get_label(app, app.config.get_machine("m"), name)
 
 
 def receiver(client: FlaskClient, ident: str | None = None) -> dict[str, Any]:
@@ -150,11 +150,11 @@ state_machines:
     app = make_app(config, delivery_concurrency=4)
     with running(app):
         for i in range(10):
-            labels.create_label(app, app.config.get_machine("slow"), f"s{i}", {})
+            service.create_label(app, app.config.get_machine("slow"), f"s{i}", {})
         stub.wait_for(lambda: len(stub.received()) == 2)  # its share: half the slots
         started = time.monotonic()
         for i in range(5):
-            labels.create_label(app, app.config.get_machine("fast"), f"f{i}", {})
+            service.create_label(app, app.config.get_machine("fast"), f"f{i}", {})
         other_stub.wait_for(lambda: len(other_stub.received()) == 5, timeout=10)
         assert time.monotonic() - started < 2.5  # not after the slow calls
         assert len(stub.received()) == 2
@@ -175,7 +175,7 @@ def test_retry_errored_requeues_labels_errored_in_the_window(
             lambda: label(app, "a").errored and label(app, "b").errored, "errored", timeout=10
         )
         since_errored = datetime.datetime.now(datetime.UTC).isoformat()
-        labels.update_metadata(app, app.config.get_machine("m"), "a", {"note": 1})  # not an error
+        service.update_metadata(app, app.config.get_machine("m"), "a", {"note": 1})  # not an error
         outside = client.post(f"/receivers/{ident}/retry-errored", json={"since": since_errored})
         assert outside.get_json() == {"count": 0}
         assert client.post(f"/receivers/{ident}/retry-errored", json={}).status_code == 400

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
@@ -37,24 +37,24 @@ state_machines:
 
 def enter_action(app: App, name: str) -> None:
     machine = app.config.get_machine("m")
-    labels.create_label(app, machine, name, {})
-    labels.update_metadata(app, machine, name, {"n": 1})
+    service.create_label(app, machine, name, {})
+    service.update_metadata(app, machine, name, {"n": 1})
 
 
-def state_of(app: App, name: str) -> labels.Label:
-    return labels.get_label(app, app.config.get_machine("m"), name)
+def state_of(app: App, name: str) -> service.Label:
+    return service.get_label(app, app.config.get_machine("m"), name)
 
 
-def wait_for_state(app: App, name: str, state: str, timeout: float = 10) -> labels.Label:
-    def reached() -> labels.Label | None:
+def wait_for_state(app: App, name: str, state: str, timeout: float = 10) -> service.Label:
+    def reached() -> service.Label | None:
         label = state_of(app, name)
         return label if label.state == state else None
 
     return wait_until(reached, lambda: f"{name} in {state}: {state_of(app, name)}", timeout=timeout)
 
 
-def wait_errored(app: App, name: str, timeout: float = 5) -> labels.Label:
-    def errored() -> labels.Label | None:
+def wait_errored(app: App, name: str, timeout: float = 5) -> service.Label:
+    def errored() -> service.Label | None:
         label = state_of(app, name)
         return label if label.errored else None
 
@@ -62,7 +62,7 @@ def wait_errored(app: App, name: str, timeout: float = 5) -> labels.Label:
 
 
 def notify_entries(app: App, name: str) -> list[int]:
-    entries = labels.history(app, app.config.get_machine("m"), name)
+    entries = service.history(app, app.config.get_machine("m"), name)
     return [entry.id for entry in entries if entry.new_state == "notify"]
 
 
@@ -83,7 +83,7 @@ def test_delivered_promptly_with_the_entry_as_idempotency_token(
     assert request.json() == {"label": "a/b", "metadata": {"n": 1}}
     assert request.headers["X-Idempotency-Token"] == str(notify_entries(app, "a/b")[0])
     assert label.due_at is None
-    assert [e.new_state for e in labels.history(app, app.config.get_machine("m"), "a/b")] == [
+    assert [e.new_state for e in service.history(app, app.config.get_machine("m"), "a/b")] == [
         "start",
         "notify",
         "done",
@@ -113,8 +113,8 @@ def test_a_later_entry_gets_a_new_token(make_app: MakeApp, stub: StubServer) -> 
     with running(app):
         enter_action(app, "x")
         wait_for_state(app, "x", "done")
-        labels.update_metadata(app, machine, "x", {"again": True})
-        labels.update_metadata(app, machine, "x", {"n": 2, "again": False})
+        service.update_metadata(app, machine, "x", {"again": True})
+        service.update_metadata(app, machine, "x", {"n": 2, "again": False})
         stub.wait_for(lambda: len(stub.received()) == 2)
         wait_for_state(app, "x", "done")
     tokens = [r.headers["X-Idempotency-Token"] for r in stub.received()]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App
 from routemaster.config import load_config
 from routemaster.db import labels as store
@@ -42,7 +42,7 @@ def _app(tmp_path: Path, db_engine: sa.Engine) -> App:
     return App(config=load_config([path]), db=db_engine)
 
 
-def _locked(conn: sa.Connection, *names: str) -> list[labels.Label]:
+def _locked(conn: sa.Connection, *names: str) -> list[service.Label]:
     locked = [store.lock(conn, "order", name) for name in names]
     return [label for label in locked if label is not None]
 
@@ -50,7 +50,7 @@ def _locked(conn: sa.Connection, *names: str) -> list[labels.Label]:
 def _delivered(app: App, *names: str) -> list[Claim]:
     """Claims as the worker holds them once their webhooks succeeded."""
     machine = app.config.get_machine("order")
-    found = [labels.get_label(app, machine, name) for name in names]
+    found = [service.get_label(app, machine, name) for name in names]
     return [
         Claim(label.state_machine, label.name, label.state, label.metadata, label.entry_id, 1)
         for label in found
@@ -60,31 +60,31 @@ def _delivered(app: App, *names: str) -> list[Claim]:
 def test_a_batch_moves_each_label_as_far_as_it_goes(tmp_path: Path, db_engine: sa.Engine) -> None:
     app = _app(tmp_path, db_engine)
     machine = app.config.get_machine("order")
-    labels.create_label(app, machine, "express", {"go": True, "express": True})
-    labels.create_label(app, machine, "normal", {"go": True})
-    labels.create_label(app, machine, "stuck", {"go": False})
+    service.create_label(app, machine, "express", {"go": True, "express": True})
+    service.create_label(app, machine, "normal", {"go": True})
+    service.create_label(app, machine, "stuck", {"go": False})
 
     with app.db.begin() as conn:
-        settled = labels.settle_batch(
+        settled = service.settle_batch(
             conn, app, _locked(conn, "express", "normal", "stuck"), now=app.now()
         )
 
-    assert settled.unmoved == [("order", "stuck")]
+    assert [schedule.key for schedule in settled.unmoved] == [("order", "stuck")]
     assert settled.waiting == []
 
-    express = labels.get_label(app, machine, "express")
+    express = service.get_label(app, machine, "express")
     assert (express.state, express.previous_state) == ("ship", "checking")
     assert express.due_at is not None  # the action is handed to the worker
     moves = [
-        (entry.old_state, entry.new_state) for entry in labels.history(app, machine, "express")
+        (entry.old_state, entry.new_state) for entry in service.history(app, machine, "express")
     ]
     assert moves == [(None, "waiting"), ("waiting", "checking"), ("checking", "ship")]
-    assert express.entry_id == labels.history(app, machine, "express")[-1].id
+    assert express.entry_id == service.history(app, machine, "express")[-1].id
 
-    normal = labels.get_label(app, machine, "normal")
+    normal = service.get_label(app, machine, "normal")
     assert (normal.state, normal.due_at) == ("checking", None)
-    assert normal.entry_id == labels.history(app, machine, "normal")[-1].id
-    assert labels.get_label(app, machine, "stuck").state == "waiting"
+    assert normal.entry_id == service.history(app, machine, "normal")[-1].id
+    assert service.get_label(app, machine, "stuck").state == "waiting"
 
 
 def test_delivered_actions_move_on_together_unless_moved_meanwhile(
@@ -93,19 +93,19 @@ def test_delivered_actions_move_on_together_unless_moved_meanwhile(
     app = _app(tmp_path, db_engine)
     machine = app.config.get_machine("order")
     for name in ("a", "b", "c"):
-        labels.create_label(app, machine, name, {"go": True, "express": True})
-        labels.advance(app, machine, name)  # as the interval trigger would
+        service.create_label(app, machine, name, {"go": True, "express": True})
+        service.advance(app, machine, name)  # as the interval trigger would
     delivered = _delivered(app, "a", "b", "c")
     assert {claim.state for claim in delivered} == {"ship"}
-    labels.force_move(app, machine, "c", "waiting", reason="held back")
+    service.force_move(app, machine, "c", "waiting", reason="held back")
 
     assert complete_deliveries(app, delivered) == []
 
     for name in ("a", "b"):
-        label = labels.get_label(app, machine, name)
+        label = service.get_label(app, machine, name)
         assert (label.state, label.due_at) == ("done", None)
-    assert labels.get_label(app, machine, "c").state == "waiting"
-    assert [e.new_state for e in labels.history(app, machine, "c")][-1] == "waiting"
+    assert service.get_label(app, machine, "c").state == "waiting"
+    assert [e.new_state for e in service.history(app, machine, "c")][-1] == "waiting"
 
 
 def test_a_delivered_action_followed_by_a_feed_reading_gate_goes_on(
@@ -132,14 +132,14 @@ def test_a_delivered_action_followed_by_a_feed_reading_gate_goes_on(
         )
         app = App(config=load_config([path]), db=db_engine)
         machine = app.config.get_machine("order")
-        label = labels.create_label(app, machine, "parcel", {})
+        label = service.create_label(app, machine, "parcel", {})
         assert label.state == "ship"
 
         waiting = complete_deliveries(app, _delivered(app, "parcel"))
         assert [claim.state for claim in waiting] == ["restock"]  # leased, to read its feed
-        labels.advance_with_feeds(app, ("order", "parcel"), waiting[0].entry_id, timeout=5)
+        service.advance_with_feeds(app, ("order", "parcel"), waiting[0].entry_id, timeout=5)
 
-        after = labels.get_label(app, machine, "parcel")
+        after = service.get_label(app, machine, "parcel")
         assert (after.state, after.due_at) == ("done", None)
-        moves = [(e.old_state, e.new_state) for e in labels.history(app, machine, "parcel")]
+        moves = [(e.old_state, e.new_state) for e in service.history(app, machine, "parcel")]
         assert moves == [(None, "ship"), ("ship", "restock"), ("restock", "done")]

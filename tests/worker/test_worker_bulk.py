@@ -6,11 +6,11 @@ import signal
 
 import sqlalchemy as sa
 
-from routemaster import labels as label_core
+from routemaster import service
 from routemaster.app import App
 from routemaster.db.search import Search
-from routemaster.labels.bulk import BulkCommand, accept, get_job
 from routemaster.search import compile_search
+from routemaster.service.bulk import BulkCommand, accept, get_job
 from tests.waiting import wait_until
 from tests.worker.conftest import WorkersFor
 
@@ -27,7 +27,7 @@ COUNT = 120
 def _labels(app: App) -> None:
     machine = app.config.get_machine("orders")
     for index in range(COUNT):
-        label_core.create_label(app, machine, f"o{index:03}", {"n": index})
+        service.create_label(app, machine, f"o{index:03}", {"n": index})
 
 
 def _pause_all(app: App) -> int:

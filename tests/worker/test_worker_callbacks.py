@@ -6,11 +6,11 @@ import datetime
 
 import pytest
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App
 from routemaster.db import deliveries
 from routemaster.db import labels as label_store
-from routemaster.labels import tasks
+from routemaster.service import tasks
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
 from tests.worker.conftest import FakeClock, MakeApp, running
@@ -43,8 +43,8 @@ def waiting_until(clock: FakeClock) -> datetime.datetime:
     return clock() + datetime.timedelta(seconds=10)
 
 
-def state(app: App, machine: str, name: str) -> labels.Label:
-    return labels.get_label(app, app.config.get_machine(machine), name)
+def state(app: App, machine: str, name: str) -> service.Label:
+    return service.get_label(app, app.config.get_machine(machine), name)
 
 
 def test_a_202_leaves_the_label_waiting_until_the_receiver_completes_the_task(
@@ -53,7 +53,7 @@ def test_a_202_leaves_the_label_waiting_until_the_receiver_completes_the_task(
     app = make_app(CONFIG)
     stub.script("/render/a", Reply(202))
     with running(app):
-        labels.create_label(app, app.config.get_machine("jobs"), "a", {})
+        service.create_label(app, app.config.get_machine("jobs"), "a", {})
         stub.wait_for(lambda: len(stub.received("/render/a")) == 1, timeout=5)
         task_id = stub.received("/render/a")[0].headers["Routemaster-Task"]
         wait_until(
@@ -79,7 +79,7 @@ def test_without_async_timeout_a_202_moves_the_label_on_as_in_1x(
     app = make_app(CONFIG)
     stub.script("/plain/a", Reply(202))
     with running(app):
-        labels.create_label(app, app.config.get_machine("plain"), "a", {})
+        service.create_label(app, app.config.get_machine("plain"), "a", {})
         wait_until(
             lambda: state(app, "plain", "a").state == "done",
             "the label moved on by the 202",
@@ -95,7 +95,7 @@ def test_a_completion_that_arrives_before_the_202_counts(
     app = make_app(CONFIG)
     stub.script("/render/a", Reply(202, delay=1.0))
     with running(app):
-        labels.create_label(app, app.config.get_machine("jobs"), "a", {})
+        service.create_label(app, app.config.get_machine("jobs"), "a", {})
         stub.wait_for(lambda: len(stub.received("/render/a")) == 1, timeout=5)
         task_id = stub.received("/render/a")[0].headers["Routemaster-Task"]
         assert tasks.complete(app, task_id, {"early": True}).state == "done"
@@ -112,7 +112,7 @@ def test_a_callback_that_never_comes_is_retried_then_errored(
     app = make_app(CONFIG, clock=clock)
     stub.script("/render/a", Reply(202))
     with running(app):
-        labels.create_label(app, app.config.get_machine("jobs"), "a", {})
+        service.create_label(app, app.config.get_machine("jobs"), "a", {})
         stub.wait_for(lambda: len(stub.received("/render/a")) == 1, timeout=5)
         wait_until(
             lambda: state(app, "jobs", "a").due_at == waiting_until(clock),

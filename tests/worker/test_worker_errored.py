@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from routemaster.api import create_app
 from routemaster.app import App
+from routemaster.web import create_app
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
 from tests.worker.conftest import MakeApp, running

@@ -1,8 +1,8 @@
 """Gates evaluated by the worker: clock triggers, retried evaluations, feeds.
 
 Clock-driven tests inject a :class:`FakeClock` and drive one worker round at
-a time (``triggers.fire``, ``triggers.refresh_zones``, ``work_once``) so daily times
-and zones are tested at exact moments.
+a time (``triggers.fire``, ``work_once``) so daily times and zones are tested at exact
+moments.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import datetime
 import pytest
 import sqlalchemy as sa
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App
 from routemaster.worker import Worker
 from tests.stub_server import Reply, StubServer
@@ -45,7 +45,7 @@ state_machines:
 def create(app: App, *names: str, **metadata: object) -> None:
     machine = app.config.get_machine("m")
     for name in names:
-        labels.create_label(app, machine, name, dict(metadata))
+        service.create_label(app, machine, name, dict(metadata))
 
 
 def states(app: App) -> dict[str, str]:
@@ -69,7 +69,7 @@ def test_interval_trigger_evaluates_every_label_in_the_gate(make_app: MakeApp) -
     create(app, *(f"l{i}" for i in range(40)))
     machine = app.config.get_machine("m")
     for i in range(0, 40, 2):
-        labels.update_metadata(app, machine, f"l{i}", {"ready": True})  # no metadata trigger
+        service.update_metadata(app, machine, f"l{i}", {"ready": True})  # no metadata trigger
     assert set(states(app).values()) == {"start"}
     with running(app):
         wait_until(
@@ -133,18 +133,22 @@ def test_daily_time_in_system_time(make_app: MakeApp, monkeypatch: pytest.Monkey
 
 
 def test_daily_time_in_each_labels_zone(make_app: MakeApp) -> None:
+    """Each label falls due at the daily time in its own zone; a bad or missing zone never."""
     clock = FakeClock(datetime.datetime(2024, 7, 1, 8, 0, 30, tzinfo=UTC))  # 09:00:30 in London
     app = make_app(gate_config("{time: 9h, timezone: metadata.user.tz}"), clock=clock)
     machine = app.config.get_machine("m")
-    labels.create_label(app, machine, "london", {"user": {"tz": "Europe/London"}})
-    labels.create_label(app, machine, "tokyo", {"user": {"tz": "Asia/Tokyo"}})
-    labels.create_label(app, machine, "bad", {"user": {"tz": "Not/AZone"}})
-    labels.create_label(app, machine, "none", {})
+    service.create_label(app, machine, "london", {"user": {"tz": "Europe/London"}})
+    service.create_label(app, machine, "tokyo", {"user": {"tz": "Asia/Tokyo"}})
+    service.create_label(app, machine, "bad", {"user": {"tz": "Not/AZone"}})
+    service.create_label(app, machine, "none", {})
     worker = Worker(app)
-    worker.triggers.refresh_zones()
+    clock.current = datetime.datetime(2024, 7, 1, 23, 59, 59, tzinfo=UTC)  # 08:59:59 in Tokyo
     one_round(worker)
-    assert states(app) == {"london": "done", "tokyo": "start", "bad": "start", "none": "start"}
-    clock.current = datetime.datetime(2024, 7, 2, 0, 0, 30, tzinfo=UTC)  # 09:00:30 in Tokyo
+    assert set(states(app).values()) == {"start"}, "09:00 in London was before they entered"
+    clock.current = datetime.datetime(2024, 7, 2, 0, 0, 0, tzinfo=UTC)  # 09:00 in Tokyo
+    one_round(worker)
+    assert states(app) == {"london": "start", "tokyo": "done", "bad": "start", "none": "start"}
+    clock.current = datetime.datetime(2024, 7, 2, 8, 0, 0, tzinfo=UTC)  # 09:00 in London
     one_round(worker)
     assert states(app) == {"london": "done", "tokyo": "done", "bad": "start", "none": "start"}
 
@@ -157,7 +161,7 @@ def test_failed_in_request_evaluation_is_retried_by_the_worker(
     app = make_app(gate_config("{metadata: go}", "feeds.f.ok = true"), clock=clock)
     machine = app.config.get_machine("m")
     create(app, "x")
-    label = labels.update_metadata(app, machine, "x", {"go": 1})
+    label = service.update_metadata(app, machine, "x", {"go": 1})
     assert label.state == "start"  # the update itself succeeded
     assert label.last_error is not None and "503" in label.last_error
     worker = Worker(app)
@@ -165,7 +169,7 @@ def test_failed_in_request_evaluation_is_retried_by_the_worker(
     assert len(stub.received()) == 1, "not retried before its retry time"
     clock.advance(minutes=5)
     one_round(worker)
-    label = labels.get_label(app, machine, "x")
+    label = service.get_label(app, machine, "x")
     assert (label.state, label.due_at, label.last_error) == ("done", None, None)
     assert len(stub.received()) == 2
 
@@ -182,12 +186,18 @@ def test_feeds_in_condition_and_context_transition_fetched_once(
     clock = FakeClock(datetime.datetime(2024, 7, 1, 12, 0, 30, tzinfo=UTC))
     app = make_app(gate_config("{interval: 1h}", "feeds.f.ready = true", next_), clock=clock)
     create(app, "x", "y")
+    worker = Worker(app)
+    one_round(worker)
     assert stub.received() == [], "feeds are fetched only when an evaluation reads them"
-    one_round(Worker(app))
+    clock.current = datetime.datetime(2024, 7, 1, 13, 0, 0, tzinfo=UTC)  # the next occurrence
+    one_round(worker)
     assert states(app) == {"x": "b", "y": "start"}
     assert len(stub.received("/feed/x")) == 1
     assert len(stub.received("/feed/y")) == 1
-    assert labels.get_label(app, app.config.get_machine("m"), "y").due_at is None
+    waiting = service.get_label(app, app.config.get_machine("m"), "y")
+    assert waiting.due_at == datetime.datetime(2024, 7, 1, 14, 0, tzinfo=UTC), (
+        "a feed may change at any moment: evaluated again at the next occurrence"
+    )
 
 
 def test_a_failed_feed_leaves_the_label_in_its_gate(
@@ -197,8 +207,9 @@ def test_a_failed_feed_leaves_the_label_in_its_gate(
     clock = FakeClock(datetime.datetime(2024, 7, 1, 12, 0, 30, tzinfo=UTC))
     app = make_app(gate_config("{interval: 1h}", "feeds.f.ready = true"), clock=clock)
     create(app, "x")
+    clock.current = datetime.datetime(2024, 7, 1, 13, 0, 0, tzinfo=UTC)  # the next occurrence
     one_round(Worker(app))
-    label = labels.get_label(app, app.config.get_machine("m"), "x")
+    label = service.get_label(app, app.config.get_machine("m"), "x")
     assert label.state == "start"
     assert label.due_at is not None and label.due_at > clock.current
     assert label.last_error is not None and "502" in label.last_error
@@ -224,8 +235,8 @@ state_machines:
 """
     app = make_app(config)
     machine = app.config.get_machine("m")
-    labels.create_label(app, machine, "x", {"skip": True})
-    labels.create_label(app, machine, "y", {"skip": False})
+    service.create_label(app, machine, "x", {"skip": True})
+    service.create_label(app, machine, "y", {"skip": False})
     with running(app):
         wait_until(lambda: states(app) == {"x": "done", "y": "check"}, lambda: states(app))
 
@@ -234,25 +245,26 @@ def test_metadata_sent_while_paused_is_evaluated_on_resume(make_app: MakeApp) ->
     app = make_app(gate_config("{metadata: ready}", "metadata.ready = true"))
     machine = app.config.get_machine("m")
     create(app, "p")
-    labels.set_paused(app, machine, "p", True)
-    assert labels.update_metadata(app, machine, "p", {"ready": True}).state == "start"
+    service.set_paused(app, machine, "p", True)
+    assert service.update_metadata(app, machine, "p", {"ready": True}).state == "start"
     worker = Worker(app)
     one_round(worker)
     assert states(app) == {"p": "start"}  # paused: nothing moves
-    labels.set_paused(app, machine, "p", False)
+    service.set_paused(app, machine, "p", False)
     one_round(worker)
     assert states(app) == {"p": "done"}
 
 
 def test_a_clock_trigger_that_fired_while_paused_is_owed_on_resume(make_app: MakeApp) -> None:
-    app = make_app(gate_config("{interval: 1h}", "metadata.ready = true"))
+    clock = FakeClock(datetime.datetime(2024, 7, 1, 12, 0, 30, tzinfo=UTC))
+    app = make_app(gate_config("{interval: 1h}", "metadata.ready = true"), clock=clock)
     machine = app.config.get_machine("m")
     create(app, "p", ready=True)  # no entry trigger: it waits for the interval
-    labels.set_paused(app, machine, "p", True)
+    service.set_paused(app, machine, "p", True)
     worker = Worker(app)
-    worker.triggers.fire()
+    clock.current = datetime.datetime(2024, 7, 1, 13, 0, 0, tzinfo=UTC)  # the next occurrence
     one_round(worker)
     assert states(app) == {"p": "start"}
-    labels.set_paused(app, machine, "p", False)
+    service.set_paused(app, machine, "p", False)
     one_round(worker)
     assert states(app) == {"p": "done"}

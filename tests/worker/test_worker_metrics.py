@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App
 from routemaster.config import load_config
 from tests.serving import free_port
@@ -76,7 +76,7 @@ def test_the_worker_serves_its_metrics_on_the_given_port(
         )
     try:
         app = App(config=load_config([config]), db=db_engine)
-        labels.create_label(app, app.config.get_machine("flow"), "a", {})
+        service.create_label(app, app.config.get_machine("flow"), "a", {})
         url = f"http://127.0.0.1:{port}/metrics"
         wanted = {
             ("routemaster_webhook_calls_total", ("state", "notify"), ("outcome", "success")),

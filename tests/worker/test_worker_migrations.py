@@ -6,11 +6,11 @@ import datetime
 
 import sqlalchemy as sa
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App, utc_now
 from routemaster.db import labels as store
-from routemaster.labels.migrations import apply_migrations, record_configuration
 from routemaster.metrics import Metrics
+from routemaster.service.configuration import apply_migrations, record_configuration
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
 from tests.worker.conftest import MakeApp, running
@@ -72,7 +72,7 @@ def test_renaming_an_action_keeps_its_entry_and_sends_no_second_webhook(
     stub.script("/ping/slow", Reply(200, delay=1.5))
     stub.script("/ping/failed", Reply(500), Reply(200))
     for name in ("slow", "failed"):
-        labels.create_label(old, old.config.get_machine("m"), name, {})
+        service.create_label(old, old.config.get_machine("m"), name, {})
     with running(old):
         wait_until(lambda: len(stub.received()) == 2, "both webhooks sent", timeout=10)
         wait_until(lambda: _leased(old, "failed") == 0, "retry recorded", timeout=10)
@@ -121,7 +121,7 @@ def test_renaming_a_gate_keeps_when_labels_entered_it(make_app: MakeApp) -> None
         "      - rename: {from: waiting, to: holding}\n"
     )
     for name in ("a", "b"):
-        labels.create_label(old, old.config.get_machine("m"), name, {})
+        service.create_label(old, old.config.get_machine("m"), name, {})
     before = _label(old, "a")
     record_configuration(new)
     new.metrics = Metrics()
@@ -143,9 +143,9 @@ def test_renaming_a_gate_keeps_when_labels_entered_it(make_app: MakeApp) -> None
     )
     # A process still on the old configuration updates a label it no longer knows the state
     # of: the metadata is merged, the label is not evaluated (and nothing crashes).
-    untouched = labels.update_metadata(old, old.config.get_machine("m"), "b", {"go": True})
+    untouched = service.update_metadata(old, old.config.get_machine("m"), "b", {"go": True})
     assert (untouched.state, untouched.metadata) == ("holding", {"go": True})
-    moved = labels.update_metadata(new, new.config.get_machine("m"), "a", {"go": True})
+    moved = service.update_metadata(new, new.config.get_machine("m"), "a", {"go": True})
     assert moved.state == "done"
     assert _history(new, "a") == [
         (None, "waiting", False, None),
@@ -203,9 +203,9 @@ def test_moves_enter_the_target_as_a_forced_move_does(make_app: MakeApp, stub: S
     old = make_app(MOVES_OLD)
     new = make_app(MOVES_NEW)
     machine = old.config.get_machine("m")
-    labels.create_label(old, machine, "auto", {"stop": True, "auto": True})
-    labels.create_label(old, machine, "manual", {"stop": True})
-    labels.create_label(old, machine, "late", {"stop": True, "how": "expire"})
+    service.create_label(old, machine, "auto", {"stop": True, "auto": True})
+    service.create_label(old, machine, "manual", {"stop": True})
+    service.create_label(old, machine, "late", {"stop": True, "how": "expire"})
     assert [_label(old, n).state for n in ("auto", "manual", "late")] == [
         "cancelled",
         "cancelled",

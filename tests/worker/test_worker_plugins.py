@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App
 from routemaster.worker import Worker
 from routemaster.worker.sweeps import Minutely
@@ -37,7 +37,7 @@ state_machines:
 
 
 def _state(app: App, name: str) -> str:
-    return labels.get_label(app, app.config.get_machine("m"), name).state
+    return service.get_label(app, app.config.get_machine("m"), name).state
 
 
 def test_deliveries_feeds_and_jobs_are_wrapped_by_the_plugins(
@@ -47,7 +47,7 @@ def test_deliveries_feeds_and_jobs_are_wrapped_by_the_plugins(
     app = make_app(CONFIG, evaluation_retry_delay=datetime.timedelta(seconds=0.1))
     recorder = Recorder(app.config)
     app.loggers = (Broken(), recorder)
-    labels.create_label(app, app.config.get_machine("m"), "a", {})
+    service.create_label(app, app.config.get_machine("m"), "a", {})
     with running(app):
         wait_until(lambda: _state(app, "a") == "done", "a reaching done")
     feed_url = stub.url("/stock/<label>")
@@ -80,7 +80,7 @@ def test_an_unexpected_error_in_a_job_reaches_every_plugin(
 
     # A bug in the http layer: the failure passes through process_webhook, and is reported.
     app.http.get_adapter = explode  # type: ignore[method-assign, assignment]
-    labels.create_label(app, app.config.get_machine("m"), "a", {})
+    service.create_label(app, app.config.get_machine("m"), "a", {})
     with running(app):
         wait_until(lambda: bool(recorder.named("exception")), "the error reported")
     assert ("webhook failed", "ZeroDivisionError") in recorder.events
@@ -147,8 +147,8 @@ def test_process_cron_wraps_the_sweep_of_its_state(make_app: MakeApp, stub: Stub
     recorder = Recorder(app.config)
     app.loggers = (recorder,)
     machine = app.config.get_machine("m")
-    labels.create_label(app, machine, "x", {})
-    labels.force_move(app, machine, "x", "notify")  # its delivery is due
+    service.create_label(app, machine, "x", {})
+    service.force_move(app, machine, "x", "notify")  # its delivery is due
     worker = Worker(app)
     worker.minutely.run_pending()  # the sweeps alone: notify's claims x
     wait_until(lambda: stub.received("/hook/x"), "x delivered by the action's sweep")

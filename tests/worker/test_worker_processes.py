@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App, utc_now
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
@@ -40,7 +40,7 @@ def test_three_workers_deliver_a_thousand_labels_once_each(
         workers.start(delivery_concurrency=8)
     workers.wait_started()
     for index in range(1000):
-        labels.create_label(app, machine, f"l{index}", {"i": index})
+        service.create_label(app, machine, f"l{index}", {"i": index})
     wait_until(
         lambda: count(app, "SELECT count(*) FROM labels WHERE state = 'done'") == 1000,
         "every label delivered",
@@ -64,16 +64,16 @@ def test_sigkill_mid_delivery_loses_nothing(workers_for: WorkersFor, stub: StubS
     stub.script("/hook/x", Reply(200, delay=30), Reply(200))
     first = workers.start(lease=2)
     workers.wait_started()
-    labels.create_label(app, app.config.get_machine("m"), "x", {})
+    service.create_label(app, app.config.get_machine("m"), "x", {})
     stub.wait_for(lambda: len(stub.received()) == 1)
     first.send_signal(signal.SIGKILL)
     first.wait()
     workers.start(lease=2)
     stub.wait_for(lambda: len(stub.received()) == 2, timeout=15)
-    wait_until(lambda: labels.get_label(app, app.config.get_machine("m"), "x").state == "done")
+    wait_until(lambda: service.get_label(app, app.config.get_machine("m"), "x").state == "done")
     tokens = {request.headers["X-Idempotency-Token"] for request in stub.received()}
     assert len(tokens) == 1
-    entries = labels.history(app, app.config.get_machine("m"), "x")
+    entries = service.history(app, app.config.get_machine("m"), "x")
     assert [(e.old_state, e.new_state) for e in entries] == [(None, "notify"), ("notify", "done")]
     assert str(entries[0].id) in tokens
 
@@ -85,11 +85,11 @@ def test_sigterm_finishes_in_flight_delivery_and_exits(
     stub.script("/hook/x", Reply(200, delay=1.5))
     process = workers.start()
     workers.wait_started()
-    labels.create_label(app, app.config.get_machine("m"), "x", {})
+    service.create_label(app, app.config.get_machine("m"), "x", {})
     stub.wait_for(lambda: len(stub.received()) == 1)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=15) == 0
-    label = labels.get_label(app, app.config.get_machine("m"), "x")
+    label = service.get_label(app, app.config.get_machine("m"), "x")
     assert label.state == "done"
     assert len(stub.received()) == 1
 
@@ -111,10 +111,12 @@ state_machines:
 """
     workers, app = workers_for(config)
     machine = app.config.get_machine("m")
-    for index in range(50):
-        labels.create_label(app, machine, f"l{index}", {})
     london_half_six = datetime.datetime(2031, 3, 3, 18, 30, tzinfo=datetime.UTC)  # GMT in March
     offset = (london_half_six - datetime.timedelta(seconds=4) - utc_now()).total_seconds()
+    # The labels enter on the workers' clock: each is due at the next 18:30 after it entered.
+    app.clock = lambda: utc_now() + datetime.timedelta(seconds=offset)
+    for index in range(50):
+        service.create_label(app, machine, f"l{index}", {})
     for _ in range(3):
         workers.start(clock_offset=offset)
     workers.wait_started()

@@ -2,7 +2,7 @@ import datetime
 import random
 
 from routemaster.config.model import RetryPolicy
-from routemaster.worker.retry import backoff
+from routemaster.machine.retry import backoff
 
 SECOND = datetime.timedelta(seconds=1)
 

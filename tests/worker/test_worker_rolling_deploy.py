@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App
 from routemaster.config import load_config
 from tests.serving import stop_all
@@ -110,11 +110,11 @@ def test_old_and_new_workers_share_the_labels_and_each_webhook_goes_once(
     names = [f"l{index}" for index in range(40)]
     for name in names:
         stub.script(f"/ping/{name}", Reply(200, delay=0.1))
-        labels.create_label(old_api, machine, name, {})
+        service.create_label(old_api, machine, name, {})
     old_log = crons.start(old_config, delivery_concurrency="1")
     new_log = crons.start(new_config)
     for name in names:  # the old process moves labels into the state the new one renamed
-        labels.update_metadata(old_api, machine, name, {"go": True})
+        service.update_metadata(old_api, machine, name, {"go": True})
     wait_until(lambda: _states(db_engine) == {"done": 40}, f"{_states(db_engine)}", timeout=60)
     assert crons.alive(), (old_log.read_text(), new_log.read_text())
     assert sorted(request.path for request in stub.received()) == sorted(

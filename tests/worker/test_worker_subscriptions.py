@@ -23,7 +23,7 @@ import pytest
 import requests
 import sqlalchemy as sa
 
-from routemaster import labels
+from routemaster import service
 from routemaster.app import App
 from routemaster.db import labels as label_store
 from routemaster.db import subscription_batches as sending
@@ -79,7 +79,7 @@ def subscribe(app: App, stub: StubServer, name: str = "s", **fields: Any) -> Sub
 
 def create(app: App, *names: str, machine: str = "m") -> None:
     for name in names:
-        labels.create_label(app, app.config.get_machine(machine), name, {})
+        service.create_label(app, app.config.get_machine(machine), name, {})
 
 
 def shown(app: App, name: str = "s") -> Subscription:
@@ -140,7 +140,7 @@ def test_batches_are_cut_when_the_oldest_event_is_batch_delay_old(
         arrived = stub.received(HOOK)[0]
     assert [e["label"] for e in arrived.json()["events"]] == ["a", "b", "c"]
     made = min(
-        labels.history(app, app.config.get_machine("m"), name)[0].created
+        service.history(app, app.config.get_machine("m"), name)[0].created
         for name in ("a", "b", "c")
     )
     waited = arrived_at_wall(arrived) - made.timestamp()

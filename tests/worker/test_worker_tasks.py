@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime
 import random
 
-from routemaster import labels
+from routemaster import service
 from routemaster.db import labels as label_store
-from routemaster.labels import tasks
+from routemaster.service import tasks
 from tests.stub_server import StubServer
 from tests.waiting import wait_until
 from tests.worker.conftest import FakeClock, MakeApp, running
@@ -36,7 +36,7 @@ def test_pull_actions_are_left_to_pull_workers_and_webhooks_still_go(
     app = make_app(CONFIG)
     machine = app.config.get_machine("jobs")
     with running(app):
-        labels.create_label(app, machine, "a", {})
+        service.create_label(app, machine, "a", {})
         states = tasks.pull_states(app.config)
         [task] = tasks.claim_tasks(app, states, worker="w", limit=5, rng=random.Random(1))
         assert stub.received() == []  # the worker never posts for a pull action
@@ -44,7 +44,9 @@ def test_pull_actions_are_left_to_pull_workers_and_webhooks_still_go(
         stub.wait_for(lambda: len(stub.received()) == 1, timeout=5)
         assert stub.received()[0].path == "/test/a"
         wait_until(
-            lambda: labels.get_label(app, machine, "a").state == "done", "the label done", timeout=5
+            lambda: service.get_label(app, machine, "a").state == "done",
+            "the label done",
+            timeout=5,
         )
 
 
@@ -53,17 +55,17 @@ def test_the_worker_counts_a_run_out_lease_as_a_failed_attempt(make_app: MakeApp
     app = make_app(CONFIG, clock=clock)
     machine = app.config.get_machine("jobs")
     states = tasks.pull_states(app.config)
-    labels.create_label(app, machine, "a", {})
+    service.create_label(app, machine, "a", {})
     rng = random.Random(1)
     with running(app) as worker:
         [first] = tasks.claim_tasks(app, states, worker="w", limit=1, rng=rng)
         clock.advance(seconds=3)
         wait_until(
-            lambda: labels.get_label(app, machine, "a").last_error is not None,
+            lambda: service.get_label(app, machine, "a").last_error is not None,
             "a failed attempt recorded",
             timeout=5,
         )
-        label = labels.get_label(app, machine, "a")
+        label = service.get_label(app, machine, "a")
         assert "lease ran out" in (label.last_error or "")
         assert not label.errored
         clock.advance(seconds=1)
@@ -71,7 +73,7 @@ def test_the_worker_counts_a_run_out_lease_as_a_failed_attempt(make_app: MakeApp
         assert second.attempt == 2
         clock.advance(seconds=3)  # the last attempt runs out too: errored
         wait_until(
-            lambda: labels.get_label(app, machine, "a").errored, "the label errored", timeout=5
+            lambda: service.get_label(app, machine, "a").errored, "the label errored", timeout=5
         )
         assert worker.in_flight == 0
     assert tasks.claim_tasks(app, states, worker="w", limit=1, rng=rng) == []

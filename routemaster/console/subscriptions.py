@@ -1,0 +1,22 @@
+"""The console's page of push subscriptions and their lag (for tokens with ``admin``)."""
+
+from __future__ import annotations
+
+import flask
+from werkzeug.exceptions import Forbidden
+
+from routemaster.api.endpoints import OPEN, endpoint
+from routemaster.api.extension import routemaster_app
+from routemaster.api.subscriptions import shown
+from routemaster.auth import ADMIN
+from routemaster.console.views import PAGES, blueprint, render_page
+from routemaster.service.subscriptions import all_subscriptions
+
+
+@blueprint.get("/subscriptions")
+@endpoint(OPEN, "The console: push subscriptions and their lag", PAGES, tags=("console",))
+def subscriptions_page() -> str:
+    if not flask.g.access.may(ADMIN):
+        raise Forbidden("Subscriptions are shown to tokens with the admin scope.")
+    found = [shown(entry) for entry in all_subscriptions(routemaster_app())]
+    return render_page("subscriptions.html", subscriptions=found, changes_url=None)

@@ -1,0 +1,170 @@
+"""Each waiting label's next check and due time (SPEC E1): the statements that keep them.
+
+A label in a gate evaluated at moments carries ``next_check_at`` (the earliest
+moment its exit condition could hold) and ``due_at`` (when the worker
+evaluates it). ``scheduled_at`` is ``updated_at`` as it was when both were
+computed; rows written since by something that did not compute them are
+listed by the partial index ``labels_unscheduled`` (migration 0012).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from routemaster.db.keys import label_key, label_key_arrays
+from routemaster.db.labels import Label, LabelKey, label_from_row
+from routemaster.db.notifications import notify_due
+from routemaster.db.statements import fetch_all, fetch_one, run
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One label's next check and due time, computed for its entry ``entry_id`` (SPEC E1)."""
+
+    key: LabelKey
+    entry_id: int
+    next_check_at: datetime.datetime | None
+    due_at: datetime.datetime | None
+
+
+def settle_unmoved(conn: sa.Connection, schedules: Sequence[Schedule]) -> None:
+    """Evaluated and not moved: nothing to do until their next due time (``None``: an update).
+
+    A row that already holds exactly this is not written at all, so a
+    label evaluated at its next check that stays where it is costs no write.
+    """
+    if schedules:
+        run(conn, _SETTLE_UNMOVED, _schedule_arrays(schedules))
+
+
+def schedule(conn: sa.Connection, schedules: Sequence[Schedule], *, now: datetime.datetime) -> None:
+    """Store next checks and due times computed after an update or for a row that had none.
+
+    A label leased to a worker (its evaluation in flight) is left alone: it is
+    settled when that evaluation ends. Workers are woken only for labels due
+    already; a later due time is found by their next look at the queue.
+    """
+    if schedules:
+        run(conn, _SCHEDULE, _schedule_arrays(schedules))
+        if any(s.due_at is not None and s.due_at <= now for s in schedules):
+            notify_due(conn)
+
+
+def lock_unscheduled(
+    conn: sa.Connection, states: Sequence[tuple[str, str]], *, limit: int
+) -> list[Label]:
+    """Up to ``limit`` live rows in ``states`` written since their schedule was computed.
+
+    Found through the partial index ``labels_unscheduled``, so the cost is
+    that of the rows returned, never of the table.
+    """
+    if limit <= 0 or not states:
+        return []
+    params = {
+        "machines": [machine for machine, _ in states],
+        "states": [state for _, state in states],
+        "limit": limit,
+    }
+    return [label_from_row(row) for row in fetch_all(conn, _LOCK_UNSCHEDULED, params)]
+
+
+def count_unscheduled(conn: sa.Connection) -> int:
+    """Live rows whose schedule is not computed yet (the index's size): for progress."""
+    return int(fetch_one(conn, _COUNT_UNSCHEDULED)[0])  # type: ignore[index]
+
+
+def next_check_of(conn: sa.Connection, key: LabelKey) -> datetime.datetime | None:
+    """The stored next check of one label (``None``: none, or not computed yet)."""
+    row = fetch_one(conn, _NEXT_CHECK, {"sm": key[0], "name": key[1], "key": label_key(key[1])})
+    return None if row is None else row[0]
+
+
+@dataclass(frozen=True)
+class NextMove:
+    """A label waiting in a gate, with when the worker evaluates it and its next check."""
+
+    name: str
+    due_at: datetime.datetime
+    next_check_at: datetime.datetime | None
+
+
+def next_moves(
+    conn: sa.Connection, state_machine: str, state: str, *, limit: int
+) -> list[NextMove]:
+    """The gate's labels the worker evaluates soonest (index ``labels_awaiting_claim``)."""
+    params = {"sm": state_machine, "state": state, "limit": limit}
+    return [NextMove(*row) for row in fetch_all(conn, _NEXT_MOVES, params)]
+
+
+def _schedule_arrays(schedules: Sequence[Schedule]) -> dict[str, Any]:
+    return {
+        **label_key_arrays(s.key for s in schedules),
+        "entries": [s.entry_id for s in schedules],
+        "next_checks": [s.next_check_at for s in schedules],
+        "dues": [s.due_at for s in schedules],
+    }
+
+
+# Evaluated without moving: the new schedule, and a clean slate of attempts; rows that
+# already hold all of it are not written (no new row version, no WAL).
+_SETTLE_UNMOVED = """
+    UPDATE labels SET next_check_at = done.next_check_at, due_at = done.due_at,
+                      scheduled_at = labels.updated_at,
+                      attempts = 0, last_error = NULL, lease_owner = NULL
+    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
+                CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]),
+                CAST(%(next_checks)s AS timestamptz[]), CAST(%(dues)s AS timestamptz[]))
+         AS done(sm, key, name, entry_id, next_check_at, due_at)
+    WHERE labels.state_machine = done.sm AND labels.name_key = done.key
+      AND labels.name = done.name AND labels.entry_id = done.entry_id
+      AND (labels.next_check_at IS DISTINCT FROM done.next_check_at
+           OR labels.due_at IS DISTINCT FROM done.due_at
+           OR labels.scheduled_at IS DISTINCT FROM labels.updated_at
+           OR labels.attempts <> 0 OR labels.last_error IS NOT NULL
+           OR labels.lease_owner IS NOT NULL)
+    """
+
+_SCHEDULE = """
+    UPDATE labels SET next_check_at = computed.next_check_at, due_at = computed.due_at,
+                      scheduled_at = labels.updated_at
+    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
+                CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]),
+                CAST(%(next_checks)s AS timestamptz[]), CAST(%(dues)s AS timestamptz[]))
+         AS computed(sm, key, name, entry_id, next_check_at, due_at)
+    WHERE labels.state_machine = computed.sm AND labels.name_key = computed.key
+      AND labels.name = computed.name AND labels.entry_id = computed.entry_id
+      AND labels.lease_owner IS NULL
+    """
+
+_LOCK_UNSCHEDULED = """
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+    FROM labels
+    WHERE NOT deleted AND scheduled_at IS DISTINCT FROM updated_at AND lease_owner IS NULL
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+    """
+
+_COUNT_UNSCHEDULED = """
+    SELECT count(*) FROM labels WHERE NOT deleted AND scheduled_at IS DISTINCT FROM updated_at
+    """
+
+_NEXT_MOVES = """
+    SELECT name, due_at, next_check_at FROM labels
+    WHERE state_machine = %(sm)s AND state = %(state)s AND lease_owner IS NULL
+      AND due_at IS NOT NULL AND NOT deleted AND NOT paused AND NOT errored
+    ORDER BY due_at
+    LIMIT %(limit)s
+    """
+
+_NEXT_CHECK = """
+    SELECT next_check_at FROM labels
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    """

@@ -1,0 +1,223 @@
+"""Bulk commands: one operator command over every label a search matched.
+
+A job is accepted with the set of labels that matched then (``accept``);
+workers carry it out in batches (``run_batch``). Each batch is one
+transaction: its items are claimed with ``SKIP LOCKED``, each label is
+locked, checked again against the job's filters (the expression evaluated
+by the gate evaluator on the label as it is now) and changed with the
+operator command's own code, recorded as forced with the job's reason, and
+the items' outcomes are written before the commit. A label that no longer
+qualifies (moved on, retried, resumed, deleted meanwhile) is skipped; one
+whose change fails in the database is counted failed: the batch is rolled
+back and run again with a savepoint per label, so only that label's change
+is undone.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from routemaster.app import App
+from routemaster.config.model import StateMachine
+from routemaster.db import bulk as jobs
+from routemaster.db import labels as store
+from routemaster.db.labels import Label
+from routemaster.db.search import Search, search_count, search_page
+from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
+from routemaster.machine.planning import context_for
+from routemaster.service.errors import InvalidOperation
+from routemaster.service.labels import log_transition, position_of
+from routemaster.service.operations import move_locked, pause_locked, retry_locked
+
+COMMANDS = ("retry", "pause", "resume", "move", "delete")
+
+
+class CountMismatch(Exception):
+    """The filters match a different number of labels than the caller expected."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(f"{count} labels match")
+        self.count = count
+
+
+@dataclass(frozen=True)
+class BulkCommand:
+    """What to do (``command``, ``to`` for a move), why, and to which labels."""
+
+    command: str
+    reason: str
+    where: str | None = None
+    state: str | None = None
+    errored: bool = False
+    prefix: str = ""
+    to: str | None = None
+    until: datetime.datetime | None = None  # pause only: each label resumes by itself then
+
+    def arguments(self) -> str:
+        """The filters and arguments as stored with the job (JSON)."""
+        return json.dumps(
+            {
+                "where": self.where,
+                "state": self.state,
+                "errored": self.errored,
+                "prefix": self.prefix,
+                "to": self.to,
+            }
+        )
+
+
+def accept(app: App, search: Search, command: BulkCommand, *, expect: int) -> tuple[int, int]:
+    """Record the job with the labels ``search`` matches now: ``(id, count)``.
+
+    Raises :class:`CountMismatch` (and records nothing) unless exactly
+    ``expect`` labels match.
+    """
+    with app.db.begin() as conn:
+        job, count = jobs.accept_job(
+            conn,
+            search,
+            command=command.command,
+            arguments=command.arguments(),
+            reason=command.reason,
+            pause_until=command.until,
+        )
+        if count != expect:
+            raise CountMismatch(count)
+    return job, count
+
+
+def get_job(app: App, job: int) -> jobs.Job | None:
+    with app.db.connect() as conn:
+        return jobs.get_job(conn, job)
+
+
+def run_batch(app: App, *, limit: int) -> int:
+    """Carry out up to ``limit`` pending labels of running jobs; how many were handled.
+
+    A batch runs without savepoints; if a label's change fails in the
+    database, the whole batch rolls back and runs again with a savepoint per
+    label, so that label alone is counted failed.
+    """
+    try:
+        return _batch(app, limit, careful=False)
+    except sa.exc.DBAPIError as error:
+        if error.connection_invalidated:
+            raise
+        return _batch(app, limit, careful=True)
+
+
+def _batch(app: App, limit: int, *, careful: bool) -> int:
+    now = app.now()
+    handled: Counter[tuple[str, str, str]] = Counter()
+    with app.db.begin() as conn:
+        items = jobs.claim_items(conn, limit=limit)
+        by_job: dict[int, list[jobs.Item]] = {}
+        for item in items:
+            by_job.setdefault(item.job_id, []).append(item)
+        for job_id, pending in by_job.items():
+            job = jobs.get_job(conn, job_id)
+            assert job is not None, "items belong to a job"
+            runner = _JobRunner(app, job, now, careful=careful)
+            outcomes = [(item.name_key, runner.handle(conn, item.name)) for item in pending]
+            jobs.record_outcomes(conn, job_id, outcomes, now=now)
+            handled.update((job.state_machine, job.command, outcome) for _, outcome in outcomes)
+    if app.metrics is not None:  # counted once committed
+        for labels, count in handled.items():
+            app.metrics.bulk_labels.labels(*labels).inc(count)
+    return len(items)
+
+
+class _JobRunner:
+    """One job's commands within a batch: its machine and its expression, compiled once."""
+
+    def __init__(self, app: App, job: jobs.Job, now: datetime.datetime, *, careful: bool) -> None:
+        self.app = app
+        self.careful = careful
+        self.job = job
+        self.now = now
+        self.arguments: Mapping[str, Any] = job.arguments
+        where = self.arguments.get("where")
+        self.program: Program | None = None
+        self.machine: StateMachine | None = None
+        try:
+            self.program = compile_condition(where) if where is not None else None
+            self.machine = app.config.get_machine(job.state_machine)
+        except (KeyError, ConditionSyntaxError):
+            pass  # the machine left the configuration, or the language changed: all fail
+
+    def handle(self, conn: sa.Connection, name: str) -> str:
+        """``done``, ``skipped`` (no longer qualifies) or ``failed`` for one label."""
+        if self.machine is None:
+            return "failed"
+        if not self.careful:
+            return self._change(conn, self.machine, name)
+        try:
+            with conn.begin_nested():
+                return self._change(conn, self.machine, name)
+        except sa.exc.DBAPIError as error:
+            if error.connection_invalidated:
+                raise
+            return "failed"
+
+    def _change(self, conn: sa.Connection, machine: StateMachine, name: str) -> str:
+        label = store.lock(conn, machine.name, name)
+        if label is None or not self._qualifies(label):
+            return "skipped"
+        try:
+            self._apply(conn, machine, label)
+        except InvalidOperation:  # raised before anything is written
+            return "skipped"
+        return "done"
+
+    def _qualifies(self, label: Label) -> bool:
+        arguments = self.arguments
+        if label.deleted:
+            return False
+        if arguments.get("state") is not None and label.state != arguments["state"]:
+            return False
+        if arguments.get("errored") and not label.errored:
+            return False
+        if not label.name.startswith(arguments.get("prefix") or ""):
+            return False
+        command = self.job.command
+        if (command == "retry" and not label.errored) or (
+            command in ("pause", "resume") and label.paused == (command == "pause")
+        ):
+            return False
+        return self.program is None or self.program.evaluate(
+            context_for(position_of(label), self.now)
+        )
+
+    def _apply(self, conn: sa.Connection, machine: StateMachine, label: Label) -> None:
+        command, reason, now = self.job.command, self.job.reason, self.now
+        if command == "retry":
+            retry_locked(conn, label, now=now, reason=reason)
+        elif command in ("pause", "resume"):
+            until = self.job.pause_until if command == "pause" else None
+            pause_locked(conn, label, command == "pause", now=now, reason=reason, until=until)
+        elif command == "move":
+            to = str(self.arguments["to"])
+            move_locked(conn, self.app, machine, label, to, now=now, reason=reason)
+        elif command == "delete":
+            store.record_forced(conn, label, now=now, reason=reason)
+            old_state = store.soft_delete(conn, machine.name, label.name, now=now)
+            log_transition(self.app, machine.name, label.name, old_state, None, forced=True)
+        else:
+            raise InvalidOperation(f"unknown bulk command {command!r}")
+
+
+SAMPLE_SIZE = 20
+
+
+def dry_run(app: App, search: Search) -> dict[str, Any]:
+    """How many labels match now, and the first few of them."""
+    with app.db.connect() as conn:
+        sample = [name for name, _ in search_page(conn, search, after="", limit=SAMPLE_SIZE)]
+        return {"count": search_count(conn, search), "sample": sample}

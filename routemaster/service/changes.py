@@ -1,0 +1,86 @@
+"""Where the changes stream stands, and reads made in one snapshot of it.
+
+A page that shows counts or a label reads them in one snapshot (``REPEATABLE
+READ``) and tells its script that snapshot, so the script applies exactly the
+changes the page does not show yet (see :class:`~routemaster.db.changes.Snapshot`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from routemaster.app import App
+from routemaster.config.model import StateMachine
+from routemaster.db import changes
+from routemaster.db import labels as store
+from routemaster.db.changes import Change, Position, Snapshot
+from routemaster.db.labels import HistoryEntry, Label
+from routemaster.db.listings import StateCount, count_labels, label_page
+
+__all__ = [
+    "Change",
+    "MachineOverview",
+    "Position",
+    "Snapshot",
+    "current_position",
+    "label_and_history",
+    "machine_overview",
+    "machines_counted",
+]
+
+
+def current_position(app: App) -> Position:
+    """The horizon as a position: a stream started here shows changes from about now on."""
+    with app.db.connect() as conn:
+        return changes.current_position(conn)
+
+
+def machines_counted(app: App) -> tuple[Snapshot, list[tuple[StateMachine, dict[str, StateCount]]]]:
+    """Every machine with its label counts per state, in one snapshot."""
+    machines = []
+    with _snapshot_connection(app) as conn:
+        seen = changes.snapshot(conn)
+        for machine in app.config.state_machines:
+            machines.append((machine, count_labels(conn, machine.name)))
+    return seen, machines
+
+
+@dataclass(frozen=True)
+class MachineOverview:
+    """What a machine's page shows, read in one snapshot."""
+
+    snapshot: Snapshot
+    counts: dict[str, StateCount]
+    recent: list[Change]  # the latest changes, newest first
+    errored: list[tuple[str, str]]  # errored labels by name, (name, state)
+
+
+def machine_overview(
+    app: App, machine: StateMachine, *, recent: int, errored: int
+) -> MachineOverview:
+    """Counts per state, the latest ``recent`` changes and the first ``errored`` errored labels."""
+    with _snapshot_connection(app) as conn:
+        return MachineOverview(
+            snapshot=changes.snapshot(conn),
+            counts=count_labels(conn, machine.name),
+            recent=changes.recent_changes(conn, machine.name, limit=recent),
+            errored=label_page(conn, machine.name, after="", limit=errored, errored=True),
+        )
+
+
+def label_and_history(
+    app: App, machine: StateMachine, name: str
+) -> tuple[Snapshot, Label | None, list[HistoryEntry]]:
+    """The label (deleted ones too; ``None`` if never created) and its history, in one snapshot."""
+    with _snapshot_connection(app) as conn:
+        seen = changes.snapshot(conn)
+        found = store.get(conn, machine.name, name)
+        history = store.history(conn, machine.name, name) if found else []
+    return seen, found, history
+
+
+def _snapshot_connection(app: App) -> sa.Connection:
+    """A connection whose statements all read one snapshot (REPEATABLE READ)."""
+    return app.db.connect().execution_options(isolation_level="REPEATABLE READ")

@@ -1,0 +1,206 @@
+"""Each waiting label's next check and due time, kept by every write that can change them.
+
+SPEC E1: the rows themselves say when the worker must next look at a label
+waiting in a gate evaluated at moments (interval, daily time, ``event:
+timer``), so an occurrence costs only the labels whose time has come. The
+moment is computed (:mod:`routemaster.machine.schedule`) when a label enters
+a gate, after every metadata update, and after every evaluation that leaves
+it where it is, in the transaction that writes the change; rows written by
+something that did not compute it (an older release during a rolling deploy,
+a renaming migration, every row at the upgrade) are found through an index
+and computed by :func:`schedule_unscheduled`, from ``migrate -c`` and the
+workers, in bounded batches.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+import sqlalchemy as sa
+
+from routemaster.app import App
+from routemaster.config.model import Action, Gate, StateMachine
+from routemaster.db import schedules
+from routemaster.db.labels import Label
+from routemaster.db.schedules import Schedule
+from routemaster.exit_conditions.next_check import NextCheck
+from routemaster.machine.planning import Position
+from routemaster.machine.schedule import (
+    GateSchedule,
+    after_evaluation,
+    is_scheduled,
+    next_check,
+    schedule_gate,
+)
+
+Arrival = tuple[datetime.datetime | None, datetime.datetime | None]
+"""(due time, next check) of a label entering a state."""
+
+
+def arrival(
+    app: App,
+    machine: StateMachine,
+    name: str,
+    metadata: Mapping[str, Any],
+    *,
+    state: str,
+    previous_state: str | None,
+    now: datetime.datetime,
+) -> Arrival:
+    """When the worker first looks at label ``name`` entering ``state`` at ``now``.
+
+    An action: at once. A gate evaluated at moments: its schedule from now
+    on. Any other gate: never by itself (only updates evaluate it).
+    """
+    entered = machine.get_state(state)
+    if isinstance(entered, Action):
+        return now, None
+    if not is_scheduled(entered):
+        return None, None
+    assert isinstance(entered, Gate)
+    position = Position(name, state, metadata, now, previous_state)
+    planned = schedule_gate(entered, position, after=now, system_zone=app.system_zone)
+    return planned.due_at, planned.next_check_at
+
+
+def after_update(app: App, machine: StateMachine, label: Label) -> Schedule | None:
+    """A label whose metadata changed and that stays where it is: its new schedule.
+
+    ``None`` when its state is not a gate evaluated at moments (nothing to keep).
+    """
+    planned = _schedule(app, machine, label, after=app.now())
+    if planned is None:
+        return None
+    return Schedule(label.key, label.entry_id, planned.next_check_at, planned.due_at)
+
+
+def after_evaluation_of(
+    app: App, machine: StateMachine, label: Label, evaluated_at: datetime.datetime
+) -> Schedule:
+    """An evaluated label that did not move: evaluated next at its next check from now on.
+
+    A gate evaluated only on updates gets nothing due, as before.
+    """
+    planned = _schedule(
+        app,
+        machine,
+        label,
+        after=after_evaluation(evaluated_at),
+        retry_at=evaluated_at + app.settings.evaluation_retry_delay,
+    )
+    if planned is None:
+        return Schedule(label.key, label.entry_id, None, None)
+    return Schedule(label.key, label.entry_id, planned.next_check_at, planned.due_at)
+
+
+def scheduled_states(machine: StateMachine) -> list[str]:
+    """The machine's gates evaluated at moments: their labels' updates are rescheduled."""
+    return [state.name for state in machine.states if is_scheduled(state)]
+
+
+def explain_next_check(app: App, machine: StateMachine, label: Label) -> NextCheck | None:
+    """For ``explain`` and the console: the next check as stored, and the clause that set it.
+
+    ``None`` when the label is not waiting in a gate. The clause comes from
+    solving the condition again from the stored moment (or from now when
+    none is stored), with the metadata the label has now.
+    """
+    state = _state(machine, label.state)
+    if not isinstance(state, Gate) or label.deleted:
+        return None
+    with app.db.connect() as conn:
+        stored = schedules.next_check_of(conn, label.key)
+    position = _position(label)
+    after = stored if stored is not None else app.now()
+    solved = next_check(state, position, after=after)
+    if stored is None and solved.at is not None and not is_scheduled(state):
+        return solved  # a gate evaluated only on updates: nothing stored, shown as solved
+    return NextCheck(stored if stored is not None else solved.at, solved.reason)
+
+
+def next_moves(
+    app: App, machine: StateMachine, *, limit: int
+) -> list[tuple[str, list[schedules.NextMove]]]:
+    """Per gate evaluated at moments, the labels the worker evaluates soonest: the console."""
+    gates = scheduled_states(machine)
+    with app.db.connect() as conn:
+        return [
+            (gate, schedules.next_moves(conn, machine.name, gate, limit=limit)) for gate in gates
+        ]
+
+
+def schedule_unscheduled(app: App, *, limit: int) -> int:
+    """Compute the schedule of up to ``limit`` rows written without one; how many.
+
+    Only states this configuration knows are taken (a newer configuration's
+    state is left to the processes running it). A due time already owed
+    (an older process marked the label due) is kept if it is sooner.
+    """
+    states = [
+        (machine.name, state.name)
+        for machine in app.config.state_machines
+        for state in machine.states
+    ]
+    with app.db.begin() as conn:
+        rows = schedules.lock_unscheduled(conn, states, limit=limit)
+        schedules.schedule(conn, [_backfilled(app, label) for label in rows], now=app.now())
+    return len(rows)
+
+
+def count_unscheduled(app: App) -> int:
+    with app.db.connect() as conn:
+        return schedules.count_unscheduled(conn)
+
+
+def store_after_update(conn: sa.Connection, app: App, machine: StateMachine, label: Label) -> None:
+    """Keep the schedule of an updated label that stays where it is, in ``conn``."""
+    schedule = after_update(app, machine, label)
+    if schedule is not None:
+        schedules.schedule(conn, [schedule], now=app.now())
+
+
+def _backfilled(app: App, label: Label) -> Schedule:
+    machine = app.config.get_machine(label.state_machine)
+    planned = _schedule(app, machine, label, after=app.now())
+    if planned is None:  # nothing to compute: the row is only marked as seen
+        return Schedule(label.key, label.entry_id, None, label.due_at)
+    due = planned.due_at
+    if label.due_at is not None and (due is None or label.due_at < due):
+        due = label.due_at
+    return Schedule(label.key, label.entry_id, planned.next_check_at, due)
+
+
+def _schedule(
+    app: App,
+    machine: StateMachine,
+    label: Label,
+    *,
+    after: datetime.datetime,
+    retry_at: datetime.datetime | None = None,
+) -> GateSchedule | None:
+    state = _state(machine, label.state)
+    if state is None or not is_scheduled(state):
+        return None
+    assert isinstance(state, Gate)
+    return schedule_gate(
+        state, _position(label), after=after, system_zone=app.system_zone, retry_at=retry_at
+    )
+
+
+def _state(machine: StateMachine, name: str) -> Action | Gate | None:
+    try:
+        return machine.get_state(name)
+    except KeyError:
+        return None
+
+
+def _position(label: Label) -> Position:
+    return Position(
+        label=label.name,
+        state=label.state,
+        metadata=label.metadata,
+        entered_at=label.state_entered_at,
+        previous_state=label.previous_state,
+    )

@@ -1,0 +1,409 @@
+"""Pull workers (SPEC D1): claiming labels in ``worker:`` actions and finishing them by task id.
+
+A claim leases due labels to a worker under a fresh, unguessable task id.
+The id is the capability for everything after: heartbeat (extend the
+lease), complete (merge metadata, then leave the action exactly as a
+delivered webhook does), fail (retry with the action's backoff, or error),
+release (due again, no attempt counted). Each of those first ends or
+extends the lease in one fenced statement (:mod:`routemaster.db.tasks`), so
+a stale id answers :class:`LeaseLost` and changes nothing. A lease that runs
+out is a failed attempt (:func:`expire_leases`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import random
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import sqlalchemy as sa
+
+from routemaster.app import App
+from routemaster.config.model import Action, Config
+from routemaster.db import labels as store
+from routemaster.db import pauses, schedules, task_completions, task_records
+from routemaster.db import tasks as task_store
+from routemaster.db.labels import Label
+from routemaster.db.notifications import notify_due
+from routemaster.db.task_records import PastTask, TaskInfo
+from routemaster.db.tasks import Expiry
+from routemaster.db.tasks import PullState as PullState  # for the faces
+from routemaster.db.tasks import Task as Task  # for the faces
+from routemaster.machine.retry import backoff
+from routemaster.service.labels import (
+    advance_locked,
+    advance_with_feeds,
+    finish_in_request,
+    get_label,
+    settle_batch,
+)
+from routemaster.service.leases import LeaseBook
+
+EXPIRE_BATCH = 100
+RAN_OUT = "the lease ran out without a heartbeat"
+AT_MOST_ONCE_RAN_OUT = "lease ran out (at most once)"
+
+
+class TaskNotFound(Exception):
+    """No task with this id was ever issued."""
+
+
+class LeaseLost(Exception):
+    """The task's lease is over: run out, ended by complete/fail/release, or the label moved."""
+
+
+class NoSuchPullState(Exception):
+    """A claim named a state that is not a pull action (say which)."""
+
+
+def pull_states(
+    config: Config, state_machine: str | None = None, state: str | None = None
+) -> list[PullState]:
+    """The pull actions a claim may take from: (state machine, state).
+
+    ``NoSuchPullState`` when ``state`` is given and no machine in scope has
+    a pull action of that name.
+    """
+    found = [
+        (machine.name, action.name)
+        for machine in config.state_machines
+        if state_machine is None or machine.name == state_machine
+        for action in machine.states
+        if isinstance(action, Action) and action.worker is not None
+        if state is None or action.name == state
+    ]
+    if state is not None and not found:
+        raise NoSuchPullState(f"no pull action (worker:) called {state!r}")
+    return found
+
+
+def new_task_id() -> str:
+    """An unguessable, URL-safe id (192 random bits)."""
+    return secrets.token_urlsafe(24)
+
+
+def claim_tasks(
+    app: App,
+    states: Sequence[PullState],
+    *,
+    worker: str,
+    limit: int,
+    rng: random.Random,
+    expire: bool = True,
+    leases: LeaseBook | None = None,
+) -> list[Task]:
+    """Lease up to ``limit`` due labels in ``states`` to ``worker``, oldest due first.
+
+    With ``expire``, leases that ran out in those states are counted as
+    failed attempts first (the worker loop also does so every second). Each
+    state's lease is chosen now (:mod:`routemaster.service.leases`), from
+    durations ``leases`` kept if given.
+    """
+    now = app.now()
+    with app.db.begin() as conn:
+        if expire:
+            _expire(conn, app, states, now, rng)
+        leased = (leases or LeaseBook()).leases(conn, app.config, states, now=now)
+        claimed = task_store.claim(
+            conn, leased, ids=[new_task_id() for _ in range(limit)], worker=worker, now=now
+        )
+    for task in claimed:
+        _event(app, task.state_machine, task.state, task.label, "claimed")
+    return claimed
+
+
+def expire_leases(app: App, rng: random.Random) -> int:
+    """Count run-out leases in every pull action as failed attempts; how many there were."""
+    states = pull_states(app.config)
+    if not states:
+        return 0
+    with app.db.begin() as conn:
+        return _expire(conn, app, states, app.now(), rng)
+
+
+def forget_old_tasks(app: App, *, limit: int = 10_000) -> int:
+    """Delete tasks older than ``task_retention`` (never a label's current one); how many."""
+    with app.db.begin() as conn:
+        return task_records.forget_before(
+            conn, app.now() - app.settings.task_retention, limit=limit
+        )
+
+
+def heartbeat(app: App, task_id: str) -> datetime.datetime:
+    """Extend the task's lease by its length from now; the new expiry."""
+    with app.db.begin() as conn:
+        expires = task_store.heartbeat(conn, task_id, now=app.now())
+        if expires is None:
+            raise _refusal(conn, task_id)
+    return expires
+
+
+def complete(app: App, task_id: str, patch: dict[str, Any] | None) -> Label:
+    """Merge ``patch`` into the metadata and move the label on, as a delivered webhook does."""
+    now = app.now()
+    with app.db.begin() as conn:
+        label = _take(conn, task_id, "completed", now)
+        action_state = label.state
+        machine = app.config.get_machine(label.state_machine)
+        if patch:
+            label = store.merge_metadata(conn, label.state_machine, label.name, patch) or label
+        label, plan = advance_locked(conn, app, machine, label, now=now)
+        if not plan.moves and plan.feed_missing is None:
+            store.clear_due(conn, [label.key])  # an action with no next: the label rests here
+            label = store.get(conn, label.state_machine, label.name) or label
+    _event(app, machine.name, action_state, label.name, "completed")
+    return finish_in_request(app, machine, label, plan)
+
+
+@dataclass(frozen=True)
+class Completed:
+    """One completion of a batch: the label moved on, or why the task id was refused."""
+
+    task_id: str
+    label: Label | None
+    refusal: TaskNotFound | LeaseLost | None
+
+
+def complete_many(
+    app: App, completions: Sequence[tuple[str, dict[str, Any] | None]]
+) -> list[Completed]:
+    """Complete many tasks in one transaction, each fenced as :func:`complete` is; in order.
+
+    Each answer is what :func:`complete` alone would have given, called in
+    the same order: an id given twice is completed once, then refused.
+    Leases are ended and metadata merged in one statement, and the labels
+    planned together and moved in one more (:func:`settle_batch`); those whose
+    next evaluation reads a feed are evaluated after the commit, as a single
+    completion's are.
+    """
+    now = app.now()
+    first: dict[str, dict[str, Any] | None] = {}
+    for task_id, patch in completions:
+        first.setdefault(task_id, patch)
+    with app.db.begin() as conn:
+        taken = task_completions.take_completed(conn, list(first.items()), now=now)
+        issued = task_completions.issued_among(conn, [i for i in first if i not in taken])
+        settled = settle_batch(conn, app, list(taken.values()), now=now)
+        schedules.settle_unmoved(conn, settled.unmoved)
+        for label in settled.waiting:
+            store.mark_due(conn, label.key, at=now + app.settings.evaluation_retry_delay)
+    resting = {schedule.key: schedule for schedule in settled.unmoved}
+    moved: dict[str, Label] = {}
+    for task_id, label in taken.items():
+        _event(app, label.state_machine, label.state, label.name, "completed")
+        current = settled.labels[label.key]
+        rest = resting.get(label.key)
+        if rest is not None:  # an action with no next: the label rests there
+            current = replace(current, due_at=rest.due_at, attempts=0, last_error=None)
+        moved[task_id] = current
+    task_of = {label.key: task_id for task_id, label in taken.items()}
+    for label in settled.waiting:  # feeds fetched now, with no transaction open
+        machine = app.config.get_machine(label.state_machine)
+        moved[task_of[label.key]] = advance_with_feeds(
+            app, label.key, label.entry_id, timeout=app.settings.feed_timeout_in_request
+        ) or get_label(app, machine, label.name)
+    answers = []
+    for task_id, _ in completions:
+        done = moved.pop(task_id) if task_id in moved else None  # the same id again: refused
+        refusal = None if done else _refused(task_id, task_id in issued or task_id in taken)
+        answers.append(Completed(task_id, done, refusal))
+    return answers
+
+
+@dataclass(frozen=True)
+class NextClaim:
+    """The claim a batch completion makes after it: a ``/tasks/claim`` body, checked."""
+
+    states: list[PullState]
+    worker: str
+    limit: int
+
+
+def complete_and_claim(
+    app: App,
+    completions: Sequence[tuple[str, dict[str, Any] | None]],
+    then: NextClaim | None,
+    *,
+    rng: random.Random,
+    expire: bool,
+    leases: LeaseBook,
+) -> tuple[list[Completed], list[Task]]:
+    """``POST /tasks/complete``: :func:`complete_many`, then the claim ``then`` if given.
+
+    The claim comes after the completions' commit, so it may take the labels
+    they moved into another pull action.
+    """
+    done = complete_many(app, completions)
+    if then is None:
+        return done, []
+    claimed = claim_tasks(
+        app,
+        then.states,
+        worker=then.worker,
+        limit=then.limit,
+        rng=rng,
+        expire=expire,
+        leases=leases,
+    )
+    return done, claimed
+
+
+def fail(
+    app: App,
+    task_id: str,
+    *,
+    error: str,
+    retry: bool,
+    retry_after: float | None,
+    rng: random.Random,
+) -> Label:
+    """A failed attempt: due again after ``retry_after`` or the backoff, or errored.
+
+    Errored at once when ``retry`` is false (as a 410 does), or when this was
+    the action's last attempt.
+    """
+    now = app.now()
+    with app.db.begin() as conn:
+        label = _take(conn, task_id, "failed", now)
+        policy = _action(app, label).retry
+        if not retry or label.attempts >= policy.max_attempts:
+            why = "gave up" if not retry else f"attempt {label.attempts} of {policy.max_attempts}"
+            label = task_store.set_due(
+                conn, label, due_at=None, errored=True, error=f"{error} ({why})"
+            )
+        else:
+            delay = (
+                datetime.timedelta(seconds=retry_after)
+                if retry_after is not None
+                else backoff(policy, label.attempts, rng)
+            )
+            label = task_store.set_due(conn, label, due_at=now + delay, error=error)
+            if not delay:
+                notify_due(conn)
+    _event(app, label.state_machine, label.state, label.name, "failed")
+    return label
+
+
+def release(app: App, task_id: str) -> Label:
+    """Give the label back: due again at once, the attempt not counted."""
+    now = app.now()
+    with app.db.begin() as conn:
+        label = _take(conn, task_id, "released", now)
+        label = task_store.set_due(
+            conn,
+            label,
+            due_at=now,
+            error=label.last_error,
+            attempts=max(label.attempts - 1, 0),
+        )
+        notify_due(conn)
+    _event(app, label.state_machine, label.state, label.name, "released")
+    return label
+
+
+def open_callback_task(
+    app: App, key: tuple[str, str], entry_id: int, *, holder: str, timeout: datetime.timedelta
+) -> str | None:
+    """A task id for a webhook about to be sent with ``async_timeout`` (``Routemaster-Task``).
+
+    It is valid from now, so a completion that arrives before the 202 counts.
+    ``None`` if ``holder`` no longer holds the label in that entry.
+    """
+    task_id = new_task_id()
+    with app.db.begin() as conn:
+        opened = task_store.open_callback(
+            conn,
+            key,
+            entry_id=entry_id,
+            task_id=task_id,
+            holder=holder,
+            lease_seconds=timeout.total_seconds(),
+            now=app.now(),
+        )
+    return task_id if opened else None
+
+
+def _take(conn: sa.Connection, task_id: str, outcome: str, now: datetime.datetime) -> Label:
+    taken = task_store.take(conn, task_id, outcome=outcome, now=now)
+    if taken is None:
+        raise _refusal(conn, task_id)
+    return taken[0]
+
+
+def _refusal(conn: sa.Connection, task_id: str) -> Exception:
+    return _refused(task_id, task_store.issued(conn, task_id))
+
+
+def _refused(task_id: str, issued: bool) -> TaskNotFound | LeaseLost:
+    if issued:
+        return LeaseLost(
+            "This task's lease is over (it ran out, the task was completed, failed or "
+            "released, or the label left the action): another worker may hold the label now."
+        )
+    return TaskNotFound(f"No task {task_id!r} was ever issued.")
+
+
+def _expire(
+    conn: sa.Connection,
+    app: App,
+    states: Sequence[tuple[str, str]],
+    now: datetime.datetime,
+    rng: random.Random,
+) -> int:
+    held = task_store.lock_expired(conn, states, now=now, limit=EXPIRE_BATCH)
+    expiries = []
+    for lease in held:
+        action = app.config.get_machine(lease.state_machine).get_state(lease.state)
+        assert isinstance(action, Action)
+        policy = action.retry
+        if action.worker is not None and action.worker.at_most_once:
+            # The work may have run: never offer it again, whatever ``retry`` says.
+            expiries.append(Expiry(lease, None, AT_MOST_ONCE_RAN_OUT))
+            continue
+        due = (
+            None
+            if lease.attempts >= policy.max_attempts
+            else now + backoff(policy, lease.attempts, rng)
+        )
+        expiries.append(Expiry(lease, due, RAN_OUT))
+    task_store.expire(conn, expiries, now=now)
+    for lease in held:
+        _event(app, lease.state_machine, lease.state, lease.name, "expired")
+    return len(held)
+
+
+def _action(app: App, label: Label) -> Action:
+    action = app.config.get_machine(label.state_machine).get_state(label.state)
+    assert isinstance(action, Action), "tasks are only issued for labels in actions"
+    return action
+
+
+def _event(app: App, state_machine: str, state: str, label: str, event: str) -> None:
+    app.hooks.task_event(state_machine=state_machine, state=state, label=label, event=event)
+
+
+def current_task(app: App, label: Label) -> TaskInfo | None:
+    """The task holding ``label`` now, if a pull worker holds it."""
+    with app.db.connect() as conn:
+        return task_records.current(conn, label.state_machine, label.name, now=app.now())
+
+
+def paused_until(app: App, label: Label) -> datetime.datetime | None:
+    """When a paused label resumes by itself (``None``: when an operator resumes it)."""
+    with app.db.connect() as conn:
+        return pauses.paused_until(conn, label.state_machine, label.name)
+
+
+def tasks_of_label(app: App, label: Label, *, limit: int) -> list[PastTask]:
+    """The label's latest tasks, oldest first."""
+    with app.db.connect() as conn:
+        return task_records.of_label(conn, label.state_machine, label.name, limit=limit)
+
+
+def tasks_in_flight(app: App) -> dict[tuple[str, str], int]:
+    """Tasks holding labels now, per (state machine, action state)."""
+    with app.db.connect() as conn:
+        return task_records.in_flight(conn, now=app.now())
