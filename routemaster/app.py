@@ -97,6 +97,9 @@ class Settings:
     subscription_max_backoff: float = 600.0
     # the delivery log keeps each outbound call this long (workers prune older ones)
     delivery_retention: datetime.timedelta = datetime.timedelta(days=14)
+    # finished bulk jobs and their item lists are kept this long (the leader prunes them)
+    bulk_retention: datetime.timedelta = datetime.timedelta(days=30)
+    retention_interval: float = 60.0  # seconds between pruning runs (retention:, bulk jobs)
     migrations_interval: float = 30.0  # seconds; workers re-apply the config's migrations
 
 

@@ -53,7 +53,8 @@ def database_url() -> Iterator[str]:
 
 _EMPTY_TABLES = sa.text(
     "TRUNCATE labels, history, trigger_occurrences, api_tokens, machine_versions, tasks,"
-    " bulk_items, bulk_jobs, deliveries, receivers, receiver_slots, subscriptions"
+    " bulk_items, bulk_jobs, deliveries, receivers, receiver_slots, subscriptions,"
+    " retention_horizons, retention_progress"
     " RESTART IDENTITY"
 )
 

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 class Event:
     id: str | None
     data: Any  # the decoded JSON
+    event: str | None = None  # the ``event:`` field (``gap``); None for a change
 
 
 class EventStream:
@@ -83,7 +84,7 @@ class EventStream:
 
     def _next_block(self, deadline: float) -> Event | None:
         block = self._read_until(b"\n\n", deadline).decode()
-        event_id, data = None, []
+        event_id, kind, data = None, None, []
         for line in block.split("\n"):
             field, _, value = line.partition(":")
             value = value.removeprefix(" ")
@@ -93,9 +94,11 @@ class EventStream:
                 event_id = value
             elif field == "data":
                 data.append(value)
+            elif field == "event":
+                kind = value
             elif field == "retry":
                 self.retry = int(value)
-        return Event(event_id, json.loads("\n".join(data))) if data else None
+        return Event(event_id, json.loads("\n".join(data)), kind) if data else None
 
     def events(self, count: int, timeout: float = 20) -> list[Event]:
         deadline = time.monotonic() + timeout

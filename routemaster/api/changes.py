@@ -4,7 +4,10 @@ Each event is one history entry: ``id:`` its position (``XACT-ID``, see
 :mod:`routemaster.service.changes`), ``data:`` a JSON object. A client resumes
 with the ``Last-Event-ID`` header (EventSource sends it on reconnection) or
 ``?after=POSITION``; ``?after=0-0`` starts from the first change ever
-recorded; with neither, the stream starts at the present.
+recorded; with neither, the stream starts at the present. A position older
+than what retention kept is answered first by one ``event: gap`` whose data
+is ``{"kind": "gap", "oldest": POSITION}``; the stream continues after
+``POSITION``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ STREAM_REPLIES = {
         None,
         EVENT_STREAM,
         "Server-sent events: `id:` a position, `data:` a change as JSON; "
-        "`: keep-alive` comments while idle",
+        '`event: gap` with `data: {"kind": "gap", "oldest": POSITION}` when retention '
+        "removed changes after the position resumed from (the stream continues after "
+        "`oldest`); `: keep-alive` comments while idle",
     ),
     400: Reply("Error"),
     503: Reply("Error"),

@@ -19,6 +19,7 @@ from routemaster.app import App
 from routemaster.metrics import Metrics
 from routemaster.metrics.gauges import LabelGauges
 from routemaster.metrics.receivers import ReceiverGauges
+from routemaster.metrics.retention import RetentionGauges
 from routemaster.metrics.subscriptions import SubscriptionGauges
 
 blueprint = flask.Blueprint("metrics", __name__)
@@ -47,7 +48,10 @@ def instrument(flask_app: flask.Flask, app: App, metrics: Metrics) -> None:
         app.db, app.config, interval=app.settings.label_gauges_interval
     )
     lags = SubscriptionGauges(app.db, interval=app.settings.label_gauges_interval)
-    flask_app.extensions[EXPOSITION_KEY] = metrics.registry(gauges, receiver_gauges, lags)
+    retention = RetentionGauges(app.db, interval=app.settings.label_gauges_interval)
+    flask_app.extensions[EXPOSITION_KEY] = metrics.registry(
+        gauges, receiver_gauges, lags, retention
+    )
     templates: dict[str, str] = {}
 
     def finish(response: flask.Response) -> flask.Response:

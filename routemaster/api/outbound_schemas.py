@@ -25,6 +25,11 @@ SUBSCRIPTION = obj(
         "last_success_at": TIME,
         "last_error": {"type": ["string", "null"]},
         "failures_in_a_row": INTEGER,
+        "lost_events": {
+            **INTEGER,
+            "description": "Changes retention removed (or skipped) before they were sent: "
+            "the subscription had fallen behind the oldest kept position",
+        },
         "created_at": TIME,
         "updated_at": TIME,
     }

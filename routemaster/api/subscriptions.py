@@ -151,6 +151,7 @@ def shown(entry: Shown) -> dict[str, Any]:
         "last_success_at": isoformat(subscription.last_success_at),
         "last_error": subscription.last_error,
         "failures_in_a_row": subscription.failures_in_a_row,
+        "lost_events": subscription.lost_events,
         "created_at": isoformat(subscription.created_at),
         "updated_at": isoformat(subscription.updated_at),
     }

@@ -67,6 +67,16 @@ def encode(change: Change) -> bytes:
     return f"id: {change.position}\ndata: {payload}\n\n".encode()
 
 
+def encode_gap(oldest: Position) -> bytes:
+    """The event that says retention removed changes the stream would have sent.
+
+    Its ``id:`` is the position the stream continues after, so a client that
+    reconnects from it is not told twice.
+    """
+    payload = json.dumps({"kind": "gap", "oldest": str(oldest)}, separators=(",", ":"))
+    return f"event: gap\nid: {oldest}\ndata: {payload}\n\n".encode()
+
+
 class _Sink(Protocol):
     closed: bool
 
@@ -318,6 +328,8 @@ class ChangeHub:
                 for (machine, reached), members in groups.items():
                     page = read_changes(conn, reached, machine=machine, limit=PAGE)
                     data = b"".join(encode(change) for change in page.changes)
+                    if page.gap is not None:
+                        data = encode_gap(page.gap) + data
                     for member in members:
                         if data:
                             member.sink.send(data)

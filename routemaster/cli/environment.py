@@ -59,6 +59,8 @@ LIMITS: dict[str, tuple[float, float]] = {
     "subscription_backoff": (0.01, 3_600),
     "subscription_max_backoff": (0.01, 86_400),
     "delivery_retention": (60, 10 * 365 * 86_400),
+    "bulk_retention": (60, 10 * 365 * 86_400),
+    "retention_interval": (0.1, 86_400),
     "migrations_interval": (0.1, 86_400),
 }
 

@@ -31,6 +31,7 @@ from routemaster.config.model import (
     NoNext,
     PercentileLease,
     PullWorker,
+    Retention,
     RetryPolicy,
     State,
     StateMachine,
@@ -43,6 +44,7 @@ from routemaster.config.model import (
     WebhookHeaderRule,
 )
 from routemaster.config.receivers import compile_receivers
+from routemaster.config.retention import compile_retention
 from routemaster.config.source import ConfigPath
 from routemaster.config.validation import Checked
 
@@ -50,8 +52,10 @@ from routemaster.config.validation import Checked
 def compile_config(
     document: dict[str, Any], checked: Checked, *, sources: tuple[str, ...]
 ) -> Config:
+    retention = compile_retention(document.get("retention"))
     machines = tuple(
-        _machine(name, machine, checked) for name, machine in document["state_machines"].items()
+        _machine(name, machine, checked, retention)
+        for name, machine in document["state_machines"].items()
     )
     plugins = tuple(
         LoggingPlugin(plugin["class"], tuple(plugin.get("kwargs", {}).items()))
@@ -66,10 +70,13 @@ def compile_config(
         sources=sources,
         receivers=compile_receivers(document.get("receivers", [])),
         subscriptions=subscriptions,
+        retention=retention,
     )
 
 
-def _machine(name: str, machine: dict[str, Any], checked: Checked) -> StateMachine:
+def _machine(
+    name: str, machine: dict[str, Any], checked: Checked, retention: Retention
+) -> StateMachine:
     retry = _retry(machine.get("retry"), RetryPolicy())
     path: ConfigPath = ("state_machines", name, "states")
     return StateMachine(
@@ -92,6 +99,7 @@ def _machine(name: str, machine: dict[str, Any], checked: Checked) -> StateMachi
             for kind in ("rename", "move")
             if kind in entry
         ),
+        retention=compile_retention(machine.get("retention"), retention),
     )
 
 

@@ -206,6 +206,22 @@ class Migration:
 
 
 @dataclass(frozen=True)
+class Retention:
+    """How long rows stay (``retention:``); ``None``: kept for ever, as in 1.x.
+
+    ``history``: history entries older than this are pruned, but never the
+    entry that put a label in its current state. ``deleted``: a deleted label
+    and its whole history are removed this long after its deletion (its name
+    is then free). ``finished``: a label this long in an end state (no
+    ``next``) is deleted, then removed after ``deleted`` like any other.
+    """
+
+    history: datetime.timedelta | None = None
+    deleted: datetime.timedelta | None = None
+    finished: datetime.timedelta | None = None
+
+
+@dataclass(frozen=True)
 class StateMachine:
     name: str
     states: tuple[State, ...]  # the first is where new labels start
@@ -216,6 +232,8 @@ class StateMachine:
     # metadata paths (without "metadata") that searches compare often: each gets an index
     search: tuple[tuple[str, ...], ...] = ()
     migrations: tuple[Migration, ...] = ()
+    # the top level's ``retention`` with this machine's keys over it
+    retention: Retention = field(default_factory=Retention)
 
     def get_state(self, name: str) -> State:
         """The state called ``name``; ``KeyError`` when the machine has none."""
@@ -271,6 +289,7 @@ class Config:
     subscriptions: SubscriptionsConfig = field(default_factory=SubscriptionsConfig)
     sources: tuple[str, ...] = ()  # the files it was loaded from, for messages
     receivers: tuple[ReceiverPolicy, ...] = ()  # the ``receivers:`` rules, first match wins
+    retention: Retention = field(default_factory=Retention)  # the top level's ``retention``
 
     def get_machine(self, name: str) -> StateMachine:
         """The machine called ``name``; ``KeyError`` when there is none."""

@@ -15,6 +15,7 @@ import jsonschema
 
 from routemaster.config.errors import ConfigProblem
 from routemaster.config.receivers import SCHEMA as RECEIVERS_SCHEMA
+from routemaster.config.retention import SCHEMA as RETENTION_SCHEMA
 from routemaster.config.source import ConfigPath, SourceMap
 
 Schema = dict[str, Any]
@@ -208,6 +209,7 @@ _MACHINE = _object(
         "retry": _RETRY,
         "signing_secret": _NAME,
         "signing_secret_env": _NAME,
+        "retention": RETENTION_SCHEMA,
     },
     required=("states",),
 )
@@ -250,6 +252,7 @@ SCHEMA: Schema = {
             ),
             "receivers": RECEIVERS_SCHEMA,
             "subscriptions": _object({"allow": {"type": "array", "items": _TEXT}}),
+            "retention": RETENTION_SCHEMA,
         },
         required=("state_machines",),
     ),

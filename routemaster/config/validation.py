@@ -28,6 +28,7 @@ from routemaster.config.migrations import migration_problems
 from routemaster.config.model import Config, Gate
 from routemaster.config.patterns import pattern_problems
 from routemaster.config.receivers import receiver_problems, url_templates
+from routemaster.config.retention import retention_problems
 from routemaster.config.source import ConfigPath, ScalarMark, SourceMap
 from routemaster.config.subscriptions import subscription_problems
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
@@ -60,6 +61,8 @@ def semantic_problems(document: Any, source: SourceMap, environ: Mapping[str, st
     if isinstance(plugins, dict):
         checker.logging_plugins(plugins.get("logging"))
     for path, problem in subscription_problems(document):
+        checker.report(path, problem)
+    for path, problem in retention_problems(document):
         checker.report(path, problem)
     if isinstance(document, dict) and isinstance(machines, dict):
         urls = [url for m in machines.values() if isinstance(m, dict) for url in url_templates(m)]

@@ -166,3 +166,35 @@ def record_outcomes(
     counts = Counter(outcome for _, outcome in outcomes)
     run(conn, _COUNT_OUTCOMES, {"job": job, **{name: counts[name] for name in OUTCOMES}})
     run(conn, _FINISH, {"job": job, "now": now})
+
+
+def forget_finished(
+    conn: sa.Connection, *, before: datetime.datetime, limit: int
+) -> tuple[int, int]:
+    """Delete up to ``limit`` items of jobs finished before ``before``, then those jobs once
+    empty (up to ``limit`` too): (items, jobs) deleted. A job's item list may be long, so it
+    goes a batch at a time, never in one statement."""
+    items = run(conn, _FORGET_ITEMS, {"before": before, "limit": limit})
+    jobs = run(conn, _FORGET_JOBS, {"before": before, "limit": limit})
+    return items, jobs
+
+
+_FORGET_ITEMS = """
+    DELETE FROM bulk_items WHERE (job_id, name_key) IN (
+        SELECT item.job_id, item.name_key FROM bulk_items AS item
+        WHERE item.job_id IN (
+            SELECT id FROM bulk_jobs WHERE finished_at < %(before)s
+            ORDER BY finished_at LIMIT %(limit)s)
+        LIMIT %(limit)s
+    )
+    """
+
+_FORGET_JOBS = """
+    DELETE FROM bulk_jobs WHERE id IN (
+        SELECT job.id FROM bulk_jobs AS job
+        WHERE job.finished_at < %(before)s
+          AND NOT EXISTS (SELECT 1 FROM bulk_items WHERE bulk_items.job_id = job.id)
+        ORDER BY job.finished_at
+        LIMIT %(limit)s
+    )
+    """

@@ -22,6 +22,11 @@ side of waiting.
 The price: a change is seen once every transaction of this database that was
 writing when it was made has finished, so a long write transaction holds the
 stream back (never loses anything).
+
+Retention (:mod:`routemaster.db.retention`) removes old history and records,
+per machine, the newest position it removed. A read from before that
+position cannot be complete, so it says so: the page carries a ``gap`` (that
+position) and continues after it. Nothing is skipped without a gap.
 """
 
 from __future__ import annotations
@@ -90,6 +95,8 @@ class Page:
 
     changes: list[Change]
     reached: Position  # every change up to here has been returned (or filtered out)
+    # the read started before history that retention removed: it continued after this
+    gap: Position | None = None
 
 
 def read_changes(conn: sa.Connection, after: Position, *, machine: str | None, limit: int) -> Page:
@@ -102,10 +109,11 @@ def read_changes(conn: sa.Connection, after: Position, *, machine: str | None, l
     params = {"xact": str(after.xact), "id": after.id, "limit": limit, "sm": machine}
     rows = fetch_all(conn, _CHANGES, params)
     horizon = int(rows[0][0])
-    changes = [_change(row[1:]) for row in rows if row[2] is not None]
+    gap = Position.parse(rows[0][1]) if rows[0][1] is not None else None
+    changes = [_change(row[2:]) for row in rows if row[3] is not None]
     if len(changes) >= limit:
-        return Page(changes, changes[-1].position)
-    return Page(changes, max(after, Position(horizon, 0)))
+        return Page(changes, changes[-1].position, gap)
+    return Page(changes, max(after, gap or after, Position(horizon, 0)), gap)
 
 
 def recent_changes(conn: sa.Connection, machine: str, *, limit: int) -> list[Change]:
@@ -156,8 +164,10 @@ _RECENT = """
 # transaction below it that wrote here has finished, and the statement's snapshot sees all
 # of those that committed. Then up to ``limit`` changes after the position, below the
 # horizon (of one machine when ``sm`` is given; PostgreSQL drops the test of a NULL ``sm``
-# while planning, so each case has the plan of its own index). With no change to return,
-# the one row holds the horizon and NULLs.
+# while planning, so each case has the plan of its own index). A position that retention
+# removed history after (``retention_horizons``: of the machine, or of any machine for the
+# whole stream) is the gap: the read starts after it instead. With no change to return,
+# the one row holds the horizon, the gap and NULLs.
 _CHANGES = """
     WITH snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s),
     horizon AS MATERIALIZED (
@@ -170,16 +180,29 @@ _CHANGES = """
                    AND other.datname IS DISTINCT FROM current_database())))
         AS xmin
         FROM snap
+    ),
+    gap AS MATERIALIZED (
+        SELECT pruned_xact AS xact, pruned_id AS id FROM retention_horizons
+        WHERE (CAST(%(sm)s AS text) IS NULL OR state_machine = %(sm)s)
+          AND (pruned_xact, pruned_id) > (CAST(%(xact)s AS xid8), %(id)s)
+        ORDER BY pruned_xact DESC, pruned_id DESC
+        LIMIT 1
+    ),
+    start AS MATERIALIZED (
+        SELECT coalesce(gap.xact, CAST(%(xact)s AS xid8)) AS xact,
+               coalesce(gap.id, %(id)s) AS id,
+               CAST(gap.xact AS text) || '-' || gap.id AS gap
+        FROM (SELECT 1) AS one LEFT JOIN gap ON true
     )
-    SELECT CAST(horizon.xmin AS text), CAST(c.xact_id AS text), c.id, c.state_machine,
-           c.label, c.old_state, c.new_state, c.created, c.forced, c.reason, c.kind,
-           c.version
-    FROM horizon LEFT JOIN LATERAL (
+    SELECT CAST(horizon.xmin AS text), start.gap, CAST(c.xact_id AS text), c.id,
+           c.state_machine, c.label, c.old_state, c.new_state, c.created, c.forced, c.reason,
+           c.kind, c.version
+    FROM horizon CROSS JOIN start LEFT JOIN LATERAL (
         SELECT xact_id, id, state_machine, label, old_state, new_state, created, forced, reason,
                kind, version
         FROM history
         WHERE (CAST(%(sm)s AS text) IS NULL OR state_machine = %(sm)s)
-          AND (xact_id, id) > (CAST(%(xact)s AS xid8), %(id)s)
+          AND (xact_id, id) > (start.xact, start.id)
           AND xact_id < horizon.xmin
         ORDER BY xact_id, id
         LIMIT %(limit)s

@@ -389,7 +389,7 @@ _EVALUATION_FAILED = """
 _DELETE = """
     WITH deleted AS (
         UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
-                          lease_owner = NULL, updated_at = now()
+                          lease_owner = NULL, updated_at = %(now)s
         WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s AND NOT deleted
         RETURNING state_machine, name, state
     )

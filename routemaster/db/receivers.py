@@ -442,3 +442,15 @@ def route_arrays(routes: Sequence[Route]) -> dict[str, Any]:
         "route_machines": [route[1] for route in routes],
         "route_states": [route[2] for route in routes],
     }
+
+
+def forget_expired_slots(conn: sa.Connection, *, before: datetime.datetime, limit: int) -> int:
+    """Delete slots that expired before ``before``: each worker process adds its own rows."""
+    return run(conn, _FORGET_SLOTS, {"before": before, "limit": limit})
+
+
+_FORGET_SLOTS = """
+    DELETE FROM receiver_slots WHERE (receiver, worker) IN (
+        SELECT receiver, worker FROM receiver_slots WHERE expires_at < %(before)s
+        LIMIT %(limit)s)
+    """

@@ -116,6 +116,21 @@ sa.Index(
     labels.c.name_key,
     postgresql_where=sa.and_(labels.c.errored, sa.not_(labels.c.deleted)),
 )
+# retention (migration 0013): deleted labels by when they were deleted, labels by how long
+# they have been in their state (finished labels)
+sa.Index(
+    "labels_deleted",
+    labels.c.state_machine,
+    labels.c.updated_at,
+    postgresql_where=labels.c.deleted,
+)
+sa.Index(
+    "labels_by_state_entered",
+    labels.c.state_machine,
+    labels.c.state,
+    labels.c.state_entered_at,
+    postgresql_where=sa.not_(labels.c.deleted),
+)
 
 history = sa.Table(
     "history",
@@ -304,6 +319,8 @@ subscriptions = sa.Table(
     sa.Column(
         "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
     ),
+    # changes pruned before the subscription received them (migration 0013)
+    sa.Column("lost_events", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 sa.Index("subscriptions_due", subscriptions.c.due_at)
@@ -331,6 +348,11 @@ bulk_jobs = sa.Table(
 )
 
 sa.Index("bulk_jobs_running", bulk_jobs.c.id, postgresql_where=bulk_jobs.c.finished_at.is_(None))
+sa.Index(
+    "bulk_jobs_finished",
+    bulk_jobs.c.finished_at,
+    postgresql_where=bulk_jobs.c.finished_at.isnot(None),
+)
 
 bulk_items = sa.Table(
     "bulk_items",
@@ -352,4 +374,25 @@ sa.Index(
     bulk_items.c.job_id,
     bulk_items.c.name_key,
     postgresql_where=bulk_items.c.outcome.is_(None),
+)
+
+# Retention (migration 0013): per machine, the newest stream position pruning removed and
+# how far its scan of history has got; per table, what pruning has done.
+retention_horizons = sa.Table(
+    "retention_horizons",
+    metadata,
+    sa.Column("state_machine", sa.Text, primary_key=True),
+    sa.Column("pruned_xact", Xid8(), nullable=False, server_default="0"),
+    sa.Column("pruned_id", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("scanned_xact", Xid8(), nullable=False, server_default="0"),
+    sa.Column("scanned_id", sa.BigInteger, nullable=False, server_default="0"),
+)
+
+retention_progress = sa.Table(
+    "retention_progress",
+    metadata,
+    sa.Column("table_name", sa.Text, primary_key=True),
+    sa.Column("rows_pruned", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("last_run_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("horizon", sa.DateTime(timezone=True), nullable=True),
 )

@@ -42,7 +42,7 @@ _CLAIM = """
     RETURNING name, url, state_machines, max_events, batch_delay_ms, signing_secret_env,
               cursor_xact, cursor_id, batch_id, batch_last_xact, batch_last_id, batch_events,
               due_at, lease_token, lease_until, failures_in_a_row, last_attempt_at,
-              last_success_at, last_error, created_at, updated_at
+              last_success_at, last_error, created_at, updated_at, lost_events
     """
 
 _BATCH_BODY = """
@@ -61,6 +61,21 @@ _SKIP = """
     UPDATE subscriptions SET cursor_xact = %(to_xact)s, cursor_id = %(to_id)s
     WHERE name = %(name)s AND lease_token = %(token)s AND batch_id IS NULL
       AND cursor_xact = %(cursor_xact)s AND cursor_id = %(cursor_id)s
+    """
+
+# The kept changes between the cursor and the gap, of the machines it follows, are skipped
+# and counted (the removed ones were counted when they were removed: db/retention.py).
+_FALL_BEHIND = """
+    UPDATE subscriptions
+    SET cursor_xact = %(to_xact)s, cursor_id = %(to_id)s, updated_at = now(),
+        lost_events = lost_events + (
+            SELECT count(*) FROM history
+            WHERE (xact_id, id) > (CAST(%(from_xid)s AS xid8), %(cursor_id)s)
+              AND (xact_id, id) <= (CAST(%(to_xid)s AS xid8), %(to_id)s)
+              AND (state_machines IS NULL OR history.state_machine = ANY (state_machines)))
+    WHERE name = %(name)s AND lease_token = %(token)s AND batch_id IS NULL
+      AND cursor_xact = %(cursor_xact)s AND cursor_id = %(cursor_id)s
+    RETURNING lost_events
     """
 
 _ACKNOWLEDGE = """
@@ -192,6 +207,26 @@ def skip_to(conn: sa.Connection, subscription: Subscription, reached: Position) 
             "cursor_id": subscription.acknowledged.id,
         },
     )
+
+
+def fall_behind(conn: sa.Connection, subscription: Subscription, gap: Position) -> int:
+    """Move an idle cursor that retention overtook to ``gap``; its lost events now (0: moved
+    meanwhile by someone else)."""
+    row = fetch_one(
+        conn,
+        _FALL_BEHIND,
+        {
+            "name": subscription.name,
+            "token": subscription.lease_token,
+            "to_xact": gap.xact,
+            "to_id": gap.id,
+            "to_xid": str(gap.xact),
+            "from_xid": str(subscription.acknowledged.xact),
+            "cursor_xact": subscription.acknowledged.xact,
+            "cursor_id": subscription.acknowledged.id,
+        },
+    )
+    return 0 if row is None else int(row[0])
 
 
 def acknowledge(conn: sa.Connection, name: str, batch_id: str, *, at: datetime.datetime) -> bool:

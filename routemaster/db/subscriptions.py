@@ -31,7 +31,7 @@ from routemaster.db.statements import Row, fetch_all, fetch_one, run
 # name, url, state_machines, max_events, batch_delay_ms, signing_secret_env, cursor_xact,
 # cursor_id, batch_id, batch_last_xact, batch_last_id, batch_events, due_at, lease_token,
 # lease_until, failures_in_a_row, last_attempt_at, last_success_at, last_error,
-# created_at, updated_at.
+# created_at, updated_at, lost_events.
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class Subscription:
     last_error: str | None
     created_at: datetime.datetime
     updated_at: datetime.datetime
+    lost_events: int = 0  # changes retention removed or skipped before they were sent
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ def subscription_from_row(row: Row) -> Subscription:
         last_error,
         created_at,
         updated_at,
+        lost_events,
     ) = row
     return Subscription(
         name=name,
@@ -123,6 +125,7 @@ def subscription_from_row(row: Row) -> Subscription:
         last_error=last_error,
         created_at=created_at,
         updated_at=updated_at,
+        lost_events=lost_events,
     )
 
 
@@ -150,7 +153,7 @@ _UPSERT = """
     RETURNING name, url, state_machines, max_events, batch_delay_ms, signing_secret_env,
            cursor_xact, cursor_id, batch_id, batch_last_xact, batch_last_id, batch_events,
            due_at, lease_token, lease_until, failures_in_a_row, last_attempt_at,
-           last_success_at, last_error, created_at, updated_at,
+           last_success_at, last_error, created_at, updated_at, lost_events,
               (xmax = 0) AS created
     """
 
@@ -158,7 +161,7 @@ _ONE = """
     SELECT name, url, state_machines, max_events, batch_delay_ms, signing_secret_env,
            cursor_xact, cursor_id, batch_id, batch_last_xact, batch_last_id, batch_events,
            due_at, lease_token, lease_until, failures_in_a_row, last_attempt_at,
-           last_success_at, last_error, created_at, updated_at
+           last_success_at, last_error, created_at, updated_at, lost_events
     FROM subscriptions WHERE name = %(name)s
     """
 
@@ -166,7 +169,7 @@ _ALL = """
     SELECT name, url, state_machines, max_events, batch_delay_ms, signing_secret_env,
            cursor_xact, cursor_id, batch_id, batch_last_xact, batch_last_id, batch_events,
            due_at, lease_token, lease_until, failures_in_a_row, last_attempt_at,
-           last_success_at, last_error, created_at, updated_at
+           last_success_at, last_error, created_at, updated_at, lost_events
     FROM subscriptions ORDER BY name
     """
 
@@ -182,7 +185,7 @@ _SET_CURSOR = """
     RETURNING name, url, state_machines, max_events, batch_delay_ms, signing_secret_env,
            cursor_xact, cursor_id, batch_id, batch_last_xact, batch_last_id, batch_events,
            due_at, lease_token, lease_until, failures_in_a_row, last_attempt_at,
-           last_success_at, last_error, created_at, updated_at
+           last_success_at, last_error, created_at, updated_at, lost_events
     """
 
 _LAG = """

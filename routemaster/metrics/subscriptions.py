@@ -3,9 +3,11 @@
 ``routemaster_subscription_pending`` (changes after the cursor that it
 takes), ``routemaster_subscription_oldest_pending_seconds`` (the age of the
 oldest of those, 0 when none) and ``routemaster_subscription_failures_in_a_row``,
-labelled by ``subscription``. Counted at most every ``interval`` seconds per
-process (a lag is counted over the history index from the cursor, so a
-subscription far behind costs in proportion), never once per scrape.
+labelled by ``subscription``, and ``routemaster_subscription_lost_events_total``
+(changes retention removed or skipped before the subscription was sent
+them). Counted at most every ``interval`` seconds per process (a lag is
+counted over the history index from the cursor, so a subscription far behind
+costs in proportion), never once per scrape.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from routemaster.db import subscriptions as store
@@ -32,6 +34,7 @@ class SubscriptionLag:
     pending: int
     oldest_seconds: float
     failures_in_a_row: int
+    lost_events: int = 0
 
 
 def subscription_lags(engine: sa.Engine) -> list[SubscriptionLag]:
@@ -48,6 +51,7 @@ def subscription_lags(engine: sa.Engine) -> list[SubscriptionLag]:
                     lag.pending,
                     max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0,
                     subscription.failures_in_a_row,
+                    subscription.lost_events,
                 )
             )
     return lags
@@ -63,7 +67,7 @@ class SubscriptionGauges(Collector):
         self._lock = threading.Lock()
         self._taken: tuple[float, list[SubscriptionLag]] | None = None
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         lags = self.lags()
         families = (
             ("routemaster_subscription_pending", "Changes after the cursor.", "pending"),
@@ -83,6 +87,14 @@ class SubscriptionGauges(Collector):
             for lag in lags:
                 family.add_metric([lag.name], getattr(lag, field))
             yield family
+        lost = CounterMetricFamily(
+            "routemaster_subscription_lost_events",
+            "Changes retention removed or skipped before they were sent.",
+            labels=["subscription"],
+        )
+        for lag in lags:
+            lost.add_metric([lag.name], lag.lost_events)
+        yield lost
 
     def lags(self) -> list[SubscriptionLag]:
         with self._lock:

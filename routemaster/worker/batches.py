@@ -99,6 +99,7 @@ class Pending:
     changes: list[Change]
     reached: Position
     more: bool  # at least ``max_events`` are pending
+    gap: Position | None = None  # retention removed changes after the cursor, up to here
 
 
 class BatchSender:
@@ -205,6 +206,17 @@ class BatchSender:
         with self.app.db.connect() as conn:
             pending = self.pending(conn, subscription)
         now = self.app.now()
+        if pending.gap is not None:  # behind retention: move on, and count what was skipped
+            with self.app.db.begin() as conn:
+                lost = sending.fall_behind(conn, subscription, pending.gap)
+                self._wait_in(conn, subscription, now)
+            logger.warning(
+                "subscription %s was behind retention: moved on to %s (lost events: %d)",
+                subscription.name,
+                pending.gap,
+                lost,
+            )
+            return None
         if not pending.changes:
             with self.app.db.begin() as conn:
                 if pending.reached > subscription.acknowledged:
@@ -241,6 +253,8 @@ class BatchSender:
         reached = subscription.acknowledged
         for _ in range(MAX_PAGES):
             page = read_changes(conn, reached, machine=single, limit=wanted if exact else READ_PAGE)
+            if page.gap is not None and not taken:
+                return Pending([], subscription.acknowledged, more=False, gap=page.gap)
             for change in page.changes:
                 if machines is None or change.state_machine in machines:
                     taken.append(change)

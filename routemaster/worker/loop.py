@@ -13,7 +13,6 @@ import datetime
 import logging
 import random
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -41,8 +40,10 @@ from routemaster.worker.evaluation import (
     evaluate_due_gates,
     move_delivered,
 )
+from routemaster.worker.outage import OutageLog
 from routemaster.worker.receivers import Gatekeeper, Permit
-from routemaster.worker.recording import Delivered, Recorder, write_answered
+from routemaster.worker.recording import Delivered, Recorder
+from routemaster.worker.retention import prune as prune_retained
 from routemaster.worker.slots import Slots
 from routemaster.worker.subscriptions import SubscriptionSender
 from routemaster.worker.sweeps import Minutely, Sweep
@@ -58,7 +59,6 @@ OCCURRENCES_FORGET_SECONDS = 60
 SCHEDULE_BACKFILL_SECONDS = 10  # rows written without a next check: looked for this often
 PRUNE_SECONDS = 60
 GIVE_UP_SECONDS = 10
-OUTAGE_REMINDER_SECONDS = 60
 
 
 class Worker:
@@ -79,24 +79,39 @@ class Worker:
         self.minutely = Minutely(app, self._sweep)
         self.subscriptions = SubscriptionSender(app, rng=self._rng)
         self._jobs = schedule.Scheduler()
+        # Each clock job is a step of its own: one that fails (a statement timeout) is logged and
+        # tried again at its next time, never keeping the jobs after it (lease renewal) waiting.
+        job = self._job
         self._jobs.every(OCCURRENCES_FORGET_SECONDS).seconds.do(
-            self.triggers.forget_old_occurrences
+            job("forgetting old occurrences", self.triggers.forget_old_occurrences)
         )
-        self._jobs.every(1).seconds.do(self.triggers.fire)
+        self._jobs.every(1).seconds.do(job("clock triggers", self.triggers.fire))
         self._jobs.every(SCHEDULE_BACKFILL_SECONDS).seconds.do(self._wish_backfill)
         self._backfill_wanted = True
         # A third of the lease: two renewals may fail before another worker could take over.
         renew_every = max(1, int(app.settings.lease.total_seconds() / 3))
-        self._jobs.every(renew_every).seconds.do(self.renew_leases)
-        self._jobs.every(PRUNE_SECONDS).seconds.do(prune_deliveries, app)
-        self._jobs.every(GIVE_UP_SECONDS).seconds.do(give_up_on_open_receivers, app, self._gate)
+        self._jobs.every(renew_every).seconds.do(job("renewing leases", self.renew_leases))
+        self._jobs.every(PRUNE_SECONDS).seconds.do(
+            job("pruning the delivery log", lambda: prune_deliveries(app))
+        )
+        self._jobs.every(GIVE_UP_SECONDS).seconds.do(
+            job("giving up on open receivers", lambda: give_up_on_open_receivers(app, self._gate))
+        )
         if any(machine.migrations for machine in app.config.state_machines):
             # Labels a process running the previous configuration moved into a migrated state.
             every = app.settings.migrations_interval  # schedule takes fractions of seconds too
-            self._jobs.every(every).seconds.do(self.apply_migrations)  # type: ignore[arg-type]
+            self._jobs.every(every).seconds.do(  # type: ignore[arg-type]
+                job("applying migrations", self.apply_migrations)
+            )
         # Pull tasks whose lease ran out are failed attempts (routemaster.service.tasks).
-        self._jobs.every(1).seconds.do(self.expire_tasks)
-        self._jobs.every(60).seconds.do(lambda: forget_old_tasks(app))
+        self._jobs.every(1).seconds.do(job("expiring task leases", self.expire_tasks))
+        self._jobs.every(60).seconds.do(job("forgetting old tasks", lambda: forget_old_tasks(app)))
+        # Retention: history, deleted and finished labels, bulk jobs (one leader per batch).
+        # The clock job only asks; the run is a step of its own (see work_once).
+        self._jobs.every(app.settings.retention_interval).seconds.do(  # type: ignore[arg-type]
+            self._wish_pruning
+        )
+        self._pruning_wanted = True
         # Bounded: every webhook and feed call has one total deadline (routemaster.http).
         adapter = BoundedAdapter(pool_connections=self._slots.size, pool_maxsize=self._slots.size)
         app.http.mount("http://", adapter)
@@ -190,6 +205,7 @@ class Worker:
             "bulk commands", lambda: run_bulk_batch(self.app, limit=self.app.settings.batch_size), 0
         )
         scheduled = step("computing next checks", self._backfill, 0)
+        step("pruning", self._prune, None)
         return bool(completed or claimed or evaluated or carried_out or scheduled)
 
     def _complete_unwritten(self) -> bool:
@@ -201,6 +217,14 @@ class Worker:
         )
         self._evaluate(waiting)
         return evaluated
+
+    def _job(self, name: str, work: Callable[[], object]) -> Callable[[], None]:
+        """A clock job run as a step: a statement of it that fails is logged, not raised."""
+
+        def run() -> None:
+            self._steps.run(name, work, None)
+
+        return run
 
     def _wish_backfill(self) -> None:
         self._backfill_wanted = True
@@ -215,6 +239,21 @@ class Worker:
         if done and self.app.metrics is not None:
             self.app.metrics.scheduled_late.inc(done)
         return done
+
+    def _wish_pruning(self) -> None:
+        self._pruning_wanted = True
+
+    def _prune(self) -> None:
+        """Retention's pruning run, once per ``retention_interval``.
+
+        The wish is taken before the run: a run that fails (a statement
+        timeout) is not repeated every round but waits for the next interval,
+        so it never slows the loop down more than once an interval.
+        """
+        if not self._pruning_wanted:
+            return
+        self._pruning_wanted = False
+        prune_retained(self.app)
 
     def renew_leases(self) -> None:
         """Keep every claim in flight leased, however long its receiver takes."""
@@ -285,10 +324,8 @@ class Worker:
         waiting: list[Claim] = []
 
         def complete(conn: sa.Connection, now: datetime.datetime) -> None:
-            if taken:
-                waiting.extend(move_delivered(conn, self.app, [claim for claim, _ in taken]))
-                entries = [entry for _, entry in taken]
-                write_answered(conn, entries, now=now, answered=self._gate.answered)
+            claims, entries = [c for c, _ in taken], [e for _, e in taken]
+            waiting.extend(move_delivered(conn, self.app, claims, entries, self._gate.answered))
 
         try:
             claimed = self._gate.claim(
@@ -325,13 +362,9 @@ class Worker:
     def _complete_taken(self, taken: list[Delivered]) -> bool:
         if not taken:
             return False
-        entries = [entry for _, entry in taken]
-
-        def record(conn: sa.Connection, now: datetime.datetime) -> None:
-            write_answered(conn, entries, now=now, answered=self._gate.answered)
-
         try:
-            waiting = complete_deliveries(self.app, [claim for claim, _ in taken], record)
+            claims, entries = [c for c, _ in taken], [e for _, e in taken]
+            waiting = complete_deliveries(self.app, claims, entries, self._gate.answered)
         except Exception:
             self._recorder.restore(taken)  # written with the next round's
             raise
@@ -398,32 +431,6 @@ class Steps:
             if self._app.metrics is not None and failure.kind is Kind.TIMEOUT:
                 self._app.metrics.statement_timeouts.labels(name).inc()
             return failed
-
-
-class OutageLog:
-    """One log line per change of the database's availability, and a reminder each minute."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._down_since: float | None = None
-        self._reminded_at = 0.0
-
-    def down(self, error: Exception) -> None:
-        now = self._clock()
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        if self._down_since is None:
-            self._down_since = self._reminded_at = now
-            logger.error("database unavailable; the worker waits for it: %s", reason)
-        elif now - self._reminded_at >= OUTAGE_REMINDER_SECONDS:
-            self._reminded_at = now
-            logger.error(
-                "database still unavailable after %d s: %s", now - self._down_since, reason
-            )
-
-    def up(self) -> None:
-        if self._down_since is not None:
-            logger.info("database available again after %d s", self._clock() - self._down_since)
-            self._down_since = None
 
 
 def _pulled(app: App, key: StateKey) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,12 @@ from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.metrics import Metrics
 from routemaster.web import create_app
+from routemaster.worker.retention import prune
 from tests.api.conftest import CONFIG_PATH
 from tests.api.helpers import body
 from tests.api.openapi_check import CheckedClient
 from tests.api.tokens import bearer, secured_api, tokens_layer
+from tests.worker.conftest import FakeClock
 
 PUBLIC = "http://93.184.216.34/hooks"  # an address on the internet (never called here)
 LABELS = "/state-machines/user/labels"
@@ -224,3 +227,32 @@ def test_the_console_lists_subscriptions_and_their_lag(client: FlaskClient) -> N
     assert 'data-subscription="orders"' in html and PUBLIC in html
     assert '<td class="n">1</td>' in html  # pending
     assert 'href="/console/subscriptions"' in client.get("/console/").get_data(as_text=True)
+
+
+def test_what_retention_removed_before_it_was_sent_shows_as_lost_events(
+    db_engine: sa.Engine, tmp_path: Path
+) -> None:
+    layer = tmp_path / "retention.yaml"
+    layer.write_text("retention:\n  history: 1h\n")
+    clock = FakeClock(datetime.datetime.now(datetime.UTC))
+    app = App(
+        config=load_config([CONFIG_PATH, layer]),
+        db=db_engine,
+        settings=Settings(label_gauges_interval=0),
+        metrics=Metrics(),
+    )
+    app.clock = clock
+    client = create_app(app).test_client()
+    assert client.put("/subscriptions/orders", json={"url": PUBLIC}).status_code == 201
+    client.post(LABELS + "/a", json={"metadata": {}})
+    client.patch(LABELS + "/a", json={"metadata": {"ready": True, "route": "fast"}})
+    clock.advance(hours=2)
+    assert prune(app).rows["history"] == 1  # a's creation; its move to done is its current entry
+
+    shown = body(client.get("/subscriptions/orders"))
+    assert shown["lost_events"] == 1
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'routemaster_subscription_lost_events_total{subscription="orders"} 1.0' in text
+    assert 'routemaster_retention_rows_pruned_total{table="history"} 1.0' in text
+    html = client.get("/console/subscriptions").get_data(as_text=True)
+    assert '<span class="errored">1</span>' in html

@@ -63,7 +63,7 @@ def test_unknown_top_level_key(
             "state_machine",
             1,
             "unknown key 'state_machine' (expected one of: state_machines, plugins, placeholders, "
-            "api, receivers, subscriptions)",
+            "api, receivers, subscriptions, retention)",
         ),
     ]
 
@@ -117,7 +117,7 @@ def test_event_trigger_accepts_only_entry(
         "- gate: start\n  exit_condition: true\n  triggers:\n    - event: exit\n"
     )
     assert problem.path == "state_machines.user.states.0.triggers.0.event"
-    assert problem.message == "expected 'entry', got the text 'exit'"
+    assert problem.message == "expected 'entry' or 'timer', got the text 'exit'"
 
 
 def test_next_with_an_unknown_type(

@@ -194,7 +194,7 @@ def test_a_statement_timeout_in_one_trigger_leaves_deliveries_running(
     try:
         with running(app):
             wait_until(
-                lambda: "statement timeout while clock jobs" in caplog.text,
+                lambda: "statement timeout while clock triggers" in caplog.text,
                 "the trigger's statement cut off",
             )
             for i in range(5):

@@ -1,0 +1,307 @@
+"""Retention's statements: pruning history, removing deleted labels, deleting finished ones.
+
+Every statement takes one bounded batch, and each batch is its own short
+transaction that first takes :data:`LEADER_KEY` with
+``pg_try_advisory_xact_lock``: the lock ends with the transaction, so it
+needs no session of its own (it holds behind a transaction-mode pooler),
+and a worker that does not get it leaves the batch to the one that did.
+Labels are taken with ``FOR UPDATE SKIP LOCKED``: pruning never waits on a
+label the API is changing, and the API waits at most one batch on it.
+
+History is scanned from where the last batch stopped (``scanned``, per
+machine), oldest position first, and a batch stops at the first row newer
+than the cutoff, so kept rows (each label's current entry) are read once,
+not at every run: the cost follows the rows pruned, never the labels that
+wait. Every history row removed raises the machine's ``pruned`` position:
+the changes stream answers a cursor below it with a gap
+(:mod:`routemaster.db.changes`), and :func:`count_lost` charges each
+subscription still behind a removed row.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from routemaster.db.changes import START, Position
+from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
+
+LEADER_KEY = 0x726D7265746E  # "rmretn": one pruning leader at a time, per batch
+
+FINISHED_REASON = "retention: finished"
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What one batch did: rows it looked at, and the history positions it removed."""
+
+    scanned: int
+    removed: list[Position]
+    labels: int = 0  # label rows removed or deleted
+
+
+@dataclass(frozen=True)
+class Progress:
+    table: str
+    rows_pruned: int
+    last_run_at: datetime.datetime | None
+    horizon: datetime.datetime | None
+
+
+def lead(conn: sa.Connection) -> bool:
+    """Whether this transaction is the pruning leader (until it ends)."""
+    return bool(fetch_value(conn, _LEAD, {"key": LEADER_KEY}))
+
+
+def prune_history(
+    conn: sa.Connection, state_machine: str, *, cutoff: datetime.datetime, batch: int
+) -> Pruned:
+    """Remove up to ``batch`` history rows older than ``cutoff``, never a label's current entry."""
+    row = fetch_one(conn, _PRUNE_HISTORY, {"sm": state_machine, "cutoff": cutoff, "batch": batch})
+    assert row is not None  # one row of aggregates
+    scanned, last, removed = row
+    positions = _positions(removed)
+    if last is not None or positions:
+        _advance(conn, state_machine, positions, scanned=Position.parse(last) if last else START)
+    return Pruned(int(scanned), positions)
+
+
+def remove_deleted(
+    conn: sa.Connection, state_machine: str, *, cutoff: datetime.datetime, batch: int
+) -> Pruned:
+    """Remove up to ``batch`` labels deleted before ``cutoff``, with their whole history."""
+    row = fetch_one(conn, _REMOVE_DELETED, {"sm": state_machine, "cutoff": cutoff, "batch": batch})
+    assert row is not None
+    labels, removed = row
+    positions = _positions(removed)
+    if positions:
+        _advance(conn, state_machine, positions, scanned=START)
+    return Pruned(int(labels), positions, labels=int(labels))
+
+
+def delete_finished(
+    conn: sa.Connection,
+    state_machine: str,
+    end_states: Sequence[str],
+    *,
+    cutoff: datetime.datetime,
+    now: datetime.datetime,
+    batch: int,
+) -> int:
+    """Delete up to ``batch`` labels in an end state since before ``cutoff``: how many.
+
+    Each is deleted as ``DELETE`` would (its metadata cleared, a history
+    entry written, reason :data:`FINISHED_REASON`), so streams and
+    subscriptions see it go.
+    """
+    params = {
+        "sm": state_machine,
+        "states": list(end_states),
+        "cutoff": cutoff,
+        "now": now,
+        "batch": batch,
+        "reason": FINISHED_REASON,
+    }
+    return run(conn, _DELETE_FINISHED, params)
+
+
+def count_lost(conn: sa.Connection, state_machine: str, removed: Sequence[Position]) -> int:
+    """Charge each subscription of ``state_machine`` with the removed changes it had not been
+    sent (after its cursor and its batch in flight); how many subscriptions lost any."""
+    if not removed:
+        return 0
+    params = {
+        "sm": state_machine,
+        "xacts": [str(position.xact) for position in removed],
+        "ids": [position.id for position in removed],
+    }
+    return run(conn, _COUNT_LOST, params)
+
+
+def record_progress(
+    conn: sa.Connection,
+    table: str,
+    *,
+    rows: int,
+    now: datetime.datetime,
+    horizon: datetime.datetime | None,
+) -> None:
+    """Add ``rows`` to what pruning removed from ``table``, and when it ran, for ``/metrics``."""
+    run(conn, _PROGRESS, {"table": table, "rows": rows, "now": now, "horizon": horizon})
+
+
+def progress(conn: sa.Connection) -> list[Progress]:
+    return [Progress(*row) for row in fetch_all(conn, _ALL_PROGRESS)]
+
+
+def pruned_position(conn: sa.Connection, state_machine: str | None) -> Position:
+    """The newest position pruning removed (of one machine, or of any): the stream's horizon."""
+    row = fetch_one(conn, _PRUNED_POSITION, {"sm": state_machine})
+    return Position.parse(row[0]) if row is not None else START
+
+
+def _positions(texts: list[str] | None) -> list[Position]:
+    return [Position.parse(text) for text in texts or ()]
+
+
+def _advance(
+    conn: sa.Connection, state_machine: str, removed: list[Position], *, scanned: Position
+) -> None:
+    newest = max(removed, default=START)
+    params = {
+        "sm": state_machine,
+        "pruned_xact": str(newest.xact),
+        "pruned_id": newest.id,
+        "scanned_xact": str(scanned.xact),
+        "scanned_id": scanned.id,
+    }
+    run(conn, _ADVANCE, params)
+
+
+_LEAD = "SELECT pg_try_advisory_xact_lock(%(key)s)"
+
+# From the machine's scan frontier, the next ``batch`` rows in position order; those before
+# the first row newer than the cutoff are old. Of those, every row but a label's current
+# entry (``labels.entry_id``, found by the label's primary key) is removed. Returns how
+# many were old, the last old row's position (the new frontier) and the removed positions.
+_PRUNE_HISTORY = """
+    WITH frontier AS MATERIALIZED (
+        SELECT coalesce(max(scanned_xact), '0') AS xact, coalesce(max(scanned_id), 0) AS id
+        FROM retention_horizons WHERE state_machine = %(sm)s
+    ),
+    scanned AS MATERIALIZED (
+        SELECT h.xact_id, h.id, h.label,
+               bool_or(h.created >= %(cutoff)s) OVER (ORDER BY h.xact_id, h.id) AS stopped
+        FROM frontier CROSS JOIN LATERAL (
+            SELECT xact_id, id, label, created FROM history
+            WHERE state_machine = %(sm)s AND (xact_id, id) > (frontier.xact, frontier.id)
+            ORDER BY xact_id, id
+            LIMIT %(batch)s
+        ) AS h
+    ),
+    old AS MATERIALIZED (SELECT xact_id, id, label FROM scanned WHERE NOT stopped),
+    removed AS (
+        DELETE FROM history WHERE id IN (
+            SELECT old.id FROM old
+            WHERE NOT EXISTS (
+                SELECT 1 FROM labels
+                WHERE labels.state_machine = %(sm)s
+                  AND labels.name_key = routemaster_label_key(old.label)
+                  AND labels.entry_id = old.id))
+        RETURNING xact_id, id
+    )
+    SELECT (SELECT count(*) FROM old),
+           (SELECT CAST(xact_id AS text) || '-' || id FROM old
+            ORDER BY xact_id DESC, id DESC LIMIT 1),
+           (SELECT array_agg(CAST(xact_id AS text) || '-' || id) FROM removed)
+    """
+
+# Labels deleted before the cutoff (a deleted label is never updated again, so updated_at
+# is when it was deleted), oldest first, skipping any the API holds; their rows and their
+# whole history go in one statement. The name is then free: a POST creates it afresh.
+_REMOVE_DELETED = """
+    WITH gone AS MATERIALIZED (
+        SELECT name_key FROM labels
+        WHERE state_machine = %(sm)s AND deleted AND updated_at < %(cutoff)s
+        ORDER BY updated_at
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED
+    ),
+    labels_removed AS (
+        DELETE FROM labels USING gone
+        WHERE labels.state_machine = %(sm)s AND labels.name_key = gone.name_key AND labels.deleted
+        RETURNING labels.name
+    ),
+    history_removed AS (
+        DELETE FROM history USING labels_removed
+        WHERE history.label = labels_removed.name AND history.state_machine = %(sm)s
+        RETURNING history.xact_id, history.id
+    )
+    SELECT (SELECT count(*) FROM labels_removed),
+           (SELECT array_agg(CAST(xact_id AS text) || '-' || id) FROM history_removed)
+    """
+
+# As labels._DELETE, for a batch of labels in an end state since before the cutoff.
+_DELETE_FINISHED = """
+    WITH done AS MATERIALIZED (
+        SELECT name_key FROM labels
+        WHERE state_machine = %(sm)s AND state = ANY (CAST(%(states)s AS text[]))
+          AND NOT deleted AND state_entered_at < %(cutoff)s
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED
+    ),
+    marked AS (
+        UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
+                          lease_owner = NULL, updated_at = %(now)s
+        FROM done
+        WHERE labels.state_machine = %(sm)s AND labels.name_key = done.name_key
+          AND NOT labels.deleted
+        RETURNING labels.state_machine, labels.name, labels.state
+    )
+    INSERT INTO history (state_machine, label, old_state, new_state, created, reason)
+    SELECT state_machine, name, state, NULL, %(now)s, %(reason)s FROM marked
+    """
+
+_ADVANCE = """
+    INSERT INTO retention_horizons AS r (state_machine, pruned_xact, pruned_id,
+                                         scanned_xact, scanned_id)
+    VALUES (%(sm)s, CAST(%(pruned_xact)s AS xid8), %(pruned_id)s,
+            CAST(%(scanned_xact)s AS xid8), %(scanned_id)s)
+    ON CONFLICT (state_machine) DO UPDATE SET
+        pruned_xact = CASE WHEN (excluded.pruned_xact, excluded.pruned_id)
+                                > (r.pruned_xact, r.pruned_id)
+                           THEN excluded.pruned_xact ELSE r.pruned_xact END,
+        pruned_id = CASE WHEN (excluded.pruned_xact, excluded.pruned_id)
+                              > (r.pruned_xact, r.pruned_id)
+                         THEN excluded.pruned_id ELSE r.pruned_id END,
+        scanned_xact = CASE WHEN (excluded.scanned_xact, excluded.scanned_id)
+                                 > (r.scanned_xact, r.scanned_id)
+                            THEN excluded.scanned_xact ELSE r.scanned_xact END,
+        scanned_id = CASE WHEN (excluded.scanned_xact, excluded.scanned_id)
+                               > (r.scanned_xact, r.scanned_id)
+                          THEN excluded.scanned_id ELSE r.scanned_id END
+    """
+
+# Removed changes past a subscription's cursor and past its batch in flight (whose body is
+# stored and will be sent as it is), of a machine it follows.
+_COUNT_LOST = """
+    WITH removed AS (
+        SELECT CAST(x AS xid8) AS xact_id, i AS id
+        FROM unnest(CAST(%(xacts)s AS text[]), CAST(%(ids)s AS bigint[])) AS r(x, i)
+    ),
+    lost AS (
+        SELECT s.name, count(*) AS n
+        FROM subscriptions AS s JOIN removed AS r
+          ON (r.xact_id, r.id) > (CAST(CAST(s.cursor_xact AS text) AS xid8), s.cursor_id)
+         AND (s.batch_last_xact IS NULL
+              OR (r.xact_id, r.id)
+                 > (CAST(CAST(s.batch_last_xact AS text) AS xid8), s.batch_last_id))
+        WHERE s.state_machines IS NULL OR %(sm)s = ANY (s.state_machines)
+        GROUP BY s.name
+    )
+    UPDATE subscriptions SET lost_events = subscriptions.lost_events + lost.n
+    FROM lost WHERE subscriptions.name = lost.name
+    """
+
+_PROGRESS = """
+    INSERT INTO retention_progress AS p (table_name, rows_pruned, last_run_at, horizon)
+    VALUES (%(table)s, %(rows)s, %(now)s, %(horizon)s)
+    ON CONFLICT (table_name) DO UPDATE
+    SET rows_pruned = p.rows_pruned + excluded.rows_pruned, last_run_at = excluded.last_run_at,
+        horizon = coalesce(excluded.horizon, p.horizon)
+    """
+
+_ALL_PROGRESS = """
+    SELECT table_name, rows_pruned, last_run_at, horizon FROM retention_progress
+    ORDER BY table_name
+    """
+
+_PRUNED_POSITION = """
+    SELECT CAST(pruned_xact AS text) || '-' || pruned_id FROM retention_horizons
+    WHERE CAST(%(sm)s AS text) IS NULL OR state_machine = %(sm)s
+    ORDER BY pruned_xact DESC, pruned_id DESC
+    LIMIT 1
+    """
