@@ -140,7 +140,7 @@ _MY_SLOTS = """
     DO UPDATE SET in_flight = excluded.in_flight, expires_at = excluded.expires_at
     """
 
-_FORGET_SLOTS = """
+_FORGET_MY_SLOTS = """
     DELETE FROM receiver_slots WHERE worker = %(me)s
     """
 
@@ -312,7 +312,7 @@ def others_in_flight(
 
 def forget_slots(conn: sa.Connection, *, worker_id: str) -> None:
     """This worker has no call in flight any more (it is stopping): others may use its share."""
-    run(conn, _FORGET_SLOTS, {"me": worker_id})
+    run(conn, _FORGET_MY_SLOTS, {"me": worker_id})
 
 
 def claim(
