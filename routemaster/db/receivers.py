@@ -140,10 +140,6 @@ _MY_SLOTS = """
     DO UPDATE SET in_flight = excluded.in_flight, expires_at = excluded.expires_at
     """
 
-_FORGET_MY_SLOTS = """
-    DELETE FROM receiver_slots WHERE worker = %(me)s
-    """
-
 _OTHERS_IN_FLIGHT = """
     SELECT receiver, sum(in_flight) AS in_flight FROM receiver_slots
     WHERE receiver = ANY(CAST(%(ids)s AS text[])) AND worker <> %(me)s AND expires_at > %(now)s
@@ -308,11 +304,6 @@ def others_in_flight(
     )
     rows = fetch_all(conn, _OTHERS_IN_FLIGHT, {"ids": list(mine), "me": worker_id, "now": now})
     return {receiver: int(in_flight) for receiver, in_flight in rows}
-
-
-def forget_slots(conn: sa.Connection, *, worker_id: str) -> None:
-    """This worker has no call in flight any more (it is stopping): others may use its share."""
-    run(conn, _FORGET_MY_SLOTS, {"me": worker_id})
 
 
 def claim(

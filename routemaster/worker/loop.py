@@ -23,7 +23,6 @@ import sqlalchemy as sa
 from routemaster.app import App
 from routemaster.config.model import Action, Gate
 from routemaster.db import claims as work
-from routemaster.db import receivers
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.errors import Kind, describe_failure
 from routemaster.db.notifications import DueListener
@@ -166,8 +165,7 @@ class Worker:
             self.subscriptions.stop()
             try:
                 self._complete(self._slots.take_done())
-                with self.app.db.begin() as conn:
-                    receivers.forget_slots(conn, worker_id=self.app.settings.worker_id)
+                self._gate.release()
             except sa.exc.SQLAlchemyError:
                 logger.warning("could not record the last deliveries; they will be sent again")
             listener.close()

@@ -175,6 +175,15 @@ class Gatekeeper:
                 shared.no_probe(conn, ident, now=now)
         return [(item.claim, self._permit(item)) for item in claimed]
 
+    def release(self) -> None:
+        """The worker stops with no call in flight: its share of every receiver's
+        ``max_in_flight`` goes to the other workers now, not when its count expires."""
+        limited = {r.id: 0 for r in self._calling if r.policy.max_in_flight}
+        now = self.app.now()
+        worker_id = self.app.settings.worker_id
+        with self.app.db.begin() as conn:
+            shared.others_in_flight(conn, limited, worker_id=worker_id, now=now, expires_at=now)
+
     def _wanted(
         self,
         receiver: Receiver,
