@@ -16,14 +16,15 @@ is this benchmark's alone):
    nothing else happening. Per occurrence: the worker's CPU, the CPU of the
    database backends serving this database, WAL written (the whole server:
    use ``--private-server`` for this benchmark's alone), row writes to
-   ``labels`` and ``history``, statement timeouts.
+   ``labels`` and ``history``, statement timeouts. Then as many occurrences
+   again while a client PATCHes random waiting labels, 20 a second (p50/p99).
 3. Then ``--movable`` more labels are inserted (again without next checks:
    the running worker computes them) that entered 12 h minus 1 to
    ``--occurrences`` minutes ago, so they become movable during the next
-   occurrences, while a client PATCHes random labels of the gate (p50/p99).
-   Each movable label must move at the first occurrence at or after its
-   condition first held (as evaluating every label at every occurrence
-   would): the report counts exact, early and late ones.
+   occurrences, while the client goes on PATCHing. Each movable label must
+   move at the first occurrence at or after its condition first held (as
+   evaluating every label at every occurrence would): the report counts
+   exact, early, late and missed ones.
 3. ``--timer`` labels in an ``event: timer`` gate whose condition
    (``system.now >= metadata.send_at``) first holds at moments spread over
    one minute: how long after its moment each moved (p50/p99/max), and the
@@ -161,7 +162,8 @@ def run(url: str, args: argparse.Namespace) -> dict[str, Any]:
             }
         report["migrate_next_checks"]["api_get_ms"] = during_migrate.summary()
         report["occurrences"] = _occurrences(engine, cli, env, base, args, workdir)
-        report["movable"] = _movable_check(engine, args.movable)
+        stopped_at = report["occurrences"]["stopped_at"]
+        report["movable"] = _movable_check(engine, args.movable, stopped_at)
         if args.timer:
             report["timer"] = _timer(engine, cli, env, args.timer, workdir)
     finally:
@@ -194,6 +196,10 @@ def _occurrences(
             after = _sample(engine, cron.pid)
             samples.append(_difference(before, after))
             before = after
+        # PATCHes of waiting labels while occurrences come and go, nothing else moving.
+        with _latency(base, "user-", args.labels, patch=True) as quiet_patches:
+            for _ in range(args.occurrences):
+                _sleep_until_second(50)
         # Labels that become movable over the next occurrences, entered 12 h ago less a bit.
         movable = {
             "first": 1,
@@ -212,7 +218,9 @@ def _occurrences(
         cron.wait(60)
     text = log.read_text()
     return {
+        "stopped_at": datetime.datetime.now(datetime.UTC).isoformat(),
         "per_occurrence_waiting_only": samples,
+        "patch_ms_during_occurrences": quiet_patches.summary(),
         "fired": text.count("fired for"),
         "statement_timeouts": text.count("statement timeout"),
         "database_unavailable": text.count("database unavailable"),
@@ -220,23 +228,30 @@ def _occurrences(
     }
 
 
-def _movable_check(engine: sa.Engine, movable: int) -> dict[str, Any]:
-    """Each movable label moved at the first 1-minute occurrence at or after entry + 12 h."""
+def _movable_check(engine: sa.Engine, movable: int, stopped_at: str) -> dict[str, Any]:
+    """Each movable label moved at the first 1-minute occurrence at or after entry + 12 h.
+
+    A label whose occurrence came before the worker stopped and that did not move is missed.
+    """
+    stopped = datetime.datetime.fromisoformat(stopped_at)
     with engine.connect() as conn:
         rows = conn.exec_driver_sql(
             """
             SELECT entered.created, moved.created FROM history AS entered
-            JOIN history AS moved ON moved.state_machine = entered.state_machine
+            LEFT JOIN history AS moved ON moved.state_machine = entered.state_machine
                 AND moved.label = entered.label AND moved.old_state = 'waiting'
             WHERE entered.state_machine = 'drip' AND entered.old_state IS NULL
               AND entered.label LIKE 'movable-%%'
             """,
         ).all()
-    exact = early = late = 0
+    exact = early = late = missed = 0
     lateness = []
     for entered, moved in rows:
         holds = entered + datetime.timedelta(hours=12)
         occurrence = _ceil_minute(holds)
+        if moved is None:
+            missed += occurrence < stopped - datetime.timedelta(seconds=5)
+            continue
         if moved < holds or moved < occurrence:
             early += 1
         elif moved >= occurrence + datetime.timedelta(minutes=1):
@@ -245,8 +260,9 @@ def _movable_check(engine: sa.Engine, movable: int) -> dict[str, Any]:
             exact += 1
             lateness.append((moved - occurrence).total_seconds())
     return {
-        "expected": movable,
-        "moved": len(rows),
+        "inserted": movable,
+        "moved": sum(moved is not None for _, moved in rows),
+        "missed": missed,
         "at_their_occurrence": exact,
         "early": early,
         "late": late,

@@ -110,7 +110,7 @@ def test_unknown_trigger_kind(
     )
 
 
-def test_event_trigger_accepts_only_entry(
+def test_event_trigger_accepts_only_entry_or_timer(
     one_problem: Callable[[str], tuple[ConfigProblem, Path]],
 ) -> None:
     problem, _ = one_problem(

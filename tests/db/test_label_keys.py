@@ -219,18 +219,26 @@ def plan(conn: sa.Connection, sql: str, params: dict[str, Any]) -> str:
 )
 def test_lookups_by_name_use_the_primary_key(many_labels: sa.Engine, statement: str) -> None:
     params: dict[str, Any] = {"sm": "m", "name": FOUR_BYTES, "key": label_key(FOUR_BYTES)}
-    params.update(patch="{}", now=NOW, paused=False)
+    params.update(patch="{}", now=NOW, paused=False, scheduled_states=["a"])
     with many_labels.connect() as conn:
         explained = plan(conn, getattr(store, statement), params)
     assert "labels_pkey" in explained and "Seq Scan" not in explained, explained
 
 
 def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
-    from routemaster.db import claims, moves
+    from routemaster.db import claims, moves, schedules
 
     one = {"sm": "m", "name": FOUR_BYTES, "key": label_key(FOUR_BYTES)}
     arrays = {**label_key_arrays([("m", FOUR_BYTES), ("m", "n7")]), "entries": [1, 7]}
-    move = {"old": "a", "new": "b", "forced": False, "reason": None, "due_at": None, "now": NOW}
+    move = {
+        "old": "a",
+        "new": "b",
+        "forced": False,
+        "reason": None,
+        "due_at": None,
+        "next_check_at": None,
+        "now": NOW,
+    }
     batch = {
         "now": NOW,
         **{f"m_{k}": [v, v] for k, v in (("old", "a"), ("new", "b"), ("forced", False))},
@@ -241,7 +249,9 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
         "f_name": [FOUR_BYTES, "n7"],
         "f_key": [label_key(FOUR_BYTES), label_key("n7")],
         "f_due_at": [None, None],
+        "f_next_check_at": [None, None],
     }
+    computed = {"next_checks": [NOW, None], "dues": [NOW, None]}
     worker = {"lease_until": NOW, "me": "w", "entry_id": 1, "due_at": NOW, "error": "e"}
     with many_labels.connect() as conn:
         history = plan(conn, store._HISTORY, one)
@@ -251,6 +261,8 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
             plan(conn, store._CLEAR_DUE, arrays),
             plan(conn, moves._MOVE_ONE, {**one, **move}),
             plan(conn, moves._MOVE_MANY, batch),
+            plan(conn, schedules._SETTLE_UNMOVED, {**arrays, **computed}),
+            plan(conn, schedules._SCHEDULE, {**arrays, **computed}),
             *(
                 plan(conn, query, {**one, **arrays, **worker})
                 for query in (
