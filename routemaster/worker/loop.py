@@ -127,8 +127,8 @@ class Worker:
         Safe from a signal handler: it only sets a flag and writes to a pipe.
         """
         self._stopping.set()
-        self.subscriptions.stop_sending()
         self._slots.wake()
+        self.subscriptions.stop_sending()
 
     def run(self) -> None:
         logger.info(
