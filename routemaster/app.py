@@ -22,6 +22,7 @@ from routemaster.config.model import Config
 from routemaster.hooks import Hooks
 from routemaster.http.client import outbound_session
 from routemaster.logging import BaseLogger
+from routemaster.machine.versions import LoadedVersions
 
 if TYPE_CHECKING:  # imported for real only by whoever builds the App: see routemaster.metrics
     from routemaster.metrics import Metrics
@@ -105,6 +106,12 @@ class Settings:
 
 @dataclass
 class App:
+    """``db`` serves every transaction (it may be a transaction-mode pooler); ``direct``, when
+    given, is a connection straight to PostgreSQL for what needs a session of its own
+    (``LISTEN`` wake-ups, session advisory locks). Without it nothing needs a session:
+    wake-ups are polled every ``poll_interval`` and locks are lease rows (docs/deployment.md).
+    """
+
     config: Config
     db: sa.Engine
     settings: Settings = field(default_factory=Settings)
@@ -113,6 +120,10 @@ class App:
     loggers: tuple[BaseLogger, ...] = ()  # the config's logging plugins
     metrics: Metrics | None = None  # its observer is one of ``loggers``
     system_zone: datetime.tzinfo = field(default_factory=system_zone)  # read once per process
+    # the machine versions this process runs, and older ones it has compiled (SPEC E4);
+    # replaced whole when it learns one (routemaster.service.versions)
+    versions: LoadedVersions = field(default_factory=LoadedVersions)
+    direct: sa.Engine | None = None
     _hooks: Hooks | None = field(default=None, init=False, repr=False, compare=False)
 
     def now(self) -> datetime.datetime:

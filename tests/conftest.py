@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from routemaster.db.database import create_engine, normalise_url
 from routemaster.db.migrate import upgrade
+from tests.pooler import pooled_run, running_pgbouncer
 from tests.stub_server import StubServer, running_stub
 
 
@@ -34,7 +35,7 @@ def _server_url() -> str:
 
 
 @pytest.fixture(scope="session")
-def database_url() -> Iterator[str]:
+def direct_database_url() -> Iterator[str]:
     """A fresh database for this test session, migrated to head, dropped afterwards."""
     server = sa.engine.make_url(_server_url())
     name = f"routemaster_test_{uuid.uuid4().hex[:10]}"
@@ -51,10 +52,21 @@ def database_url() -> Iterator[str]:
     admin.dispose()
 
 
+@pytest.fixture(scope="session")
+def database_url(direct_database_url: str) -> Iterator[str]:
+    """The URL the service is given (``DATABASE_URL``): the database itself, or, in a pooled
+    run (``ROUTEMASTER_TEST_POOLER=1``), PgBouncer in transaction mode in front of it."""
+    if not pooled_run():
+        yield direct_database_url
+        return
+    with running_pgbouncer(direct_database_url, pool_size=10) as url:
+        yield url
+
+
 _EMPTY_TABLES = sa.text(
     "TRUNCATE labels, history, trigger_occurrences, api_tokens, machine_versions, tasks,"
     " bulk_items, bulk_jobs, deliveries, receivers, receiver_slots, subscriptions,"
-    " retention_horizons, retention_progress"
+    " retention_horizons, retention_progress, leases"
     " RESTART IDENTITY"
 )
 
@@ -74,6 +86,13 @@ def db_engine(database_url: str) -> Iterator[sa.Engine]:
     with engine.begin() as conn:
         conn.execute(_EMPTY_TABLES)
     engine.dispose()
+
+
+@pytest.fixture
+def direct_engine(db_engine: sa.Engine) -> sa.Engine | None:
+    """``App.direct`` for the session's kind of run: the database itself (``LISTEN``, advisory
+    locks), or ``None`` in a pooled run, where nothing needs a session (wake-ups are polled)."""
+    return None if pooled_run() else db_engine
 
 
 @pytest.fixture

@@ -44,6 +44,14 @@ def free_port() -> int:
         return port
 
 
+def session_environment(database_url: str) -> dict[str, str]:
+    """What a process needs to reach ``database_url`` as this test session's own would: in a
+    direct run, the same URL for what needs a session (``LISTEN``, advisory locks); in a run
+    through PgBouncer (``ROUTEMASTER_TEST_POOLER``), no direct URL, so nothing needs one."""
+    pooled = os.environ.get("ROUTEMASTER_TEST_POOLER", "") not in ("", "0")
+    return {"ROUTEMASTER_DIRECT_DATABASE_URL": "" if pooled else database_url}
+
+
 @contextmanager
 def serve_process(
     config: Path,
@@ -62,6 +70,7 @@ def serve_process(
     """
     port = free_port()
     environment = {key: value for key, value in os.environ.items() if not key.startswith("DB_")}
+    environment.update(session_environment(database_url))
     environment.update(env or {})
     environment["DATABASE_URL"] = database_url
     command = [sys.executable, "-m", "routemaster", "-c", str(config)]

@@ -105,7 +105,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "http": frozenset({"__init__", "config", "exit_conditions", "limits"}),  # outbound calls
     "logging": frozenset({"config"}),  # logging plugins
     "hooks": frozenset({"config", "logging"}),  # calling the plugins' hooks
-    "app": frozenset({"config", "logging", "hooks", "http", "metrics"}),  # the per-process App
+    "app": frozenset(
+        {"config", "logging", "hooks", "http", "machine", "metrics"}
+    ),  # the per-process App
     "auth": frozenset({"db"}),  # API tokens: secrets, the per-process cache, admin
     "metrics": frozenset({"config", "db", "logging"}),  # Prometheus metrics and label gauges
     # the service: labels, operator commands, tasks, bulk, configuration changes, receivers,

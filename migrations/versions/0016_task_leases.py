@@ -8,14 +8,14 @@ tasks without reading the rest of its history: a percentile lease reads at
 most 100 of its entries.
 
 Revision ID: 0016
-Revises: 0013
+Revises: 0015
 Create Date: 2026-11-25
 """
 
 from alembic import op
 
 revision = "0016"
-down_revision = "0013"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 

@@ -29,7 +29,12 @@ _CHALLENGE = 'Bearer realm="routemaster"'
 
 def require_tokens(flask_app: flask.Flask, app: App) -> TokenCache:
     """Check a bearer token before every request; the cache that checks them."""
-    cache = TokenCache(app.db, record_every=app.settings.token_use_interval)
+    cache = TokenCache(
+        app.db,
+        direct=app.direct,
+        record_every=app.settings.token_use_interval,
+        poll_every=app.settings.poll_interval,
+    )
     flask_app.extensions[CACHE_KEY] = cache
 
     def check() -> flask.Response | None:

@@ -23,7 +23,7 @@ from routemaster.app import App
 from routemaster.auth import OPERATE, WRITE
 from routemaster.config.model import StateMachine
 from routemaster.service.bulk import COMMANDS, BulkCommand, CountMismatch, accept, dry_run, get_job
-from routemaster.service.search import Search, listing_search
+from routemaster.service.search import Search, listing_search, not_on_version
 
 blueprint = flask.Blueprint("bulk", __name__)
 
@@ -86,6 +86,8 @@ def bulk_request(
         errored=command.errored,
         prefix=command.prefix,
     )
+    if command.command == "upgrade":  # only labels not on the version in force yet
+        search = not_on_version(search, app.versions.in_force[machine.name])
     return command, search
 
 
@@ -164,6 +166,13 @@ def _command(app: App, machine: StateMachine, body: dict[str, Any]) -> BulkComma
             raise BadRequest(f"State machine {machine.name!r} has no state {to!r}.") from None
     elif to is not None:
         raise BadRequest('"to" is for move only.')
+    if command == "upgrade" and not machine.continues:
+        raise BadRequest(
+            f"State machine {machine.name!r} has upgrade_strategy {machine.upgrade_strategy}:"
+            " only the labels of a continue machine keep a version to upgrade from."
+        )
+    if command == "upgrade" and app.versions.in_force.get(machine.name) is None:
+        raise BadRequest("This process recorded no version of the machine to upgrade to.")
     return BulkCommand(
         command=command,
         reason=body["reason"],

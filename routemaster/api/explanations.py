@@ -30,6 +30,7 @@ from routemaster.machine import choose_next_state
 from routemaster.machine.triggers import what_evaluates
 from routemaster.service import deliveries
 from routemaster.service.scheduling import explain_next_check
+from routemaster.service.versions import machine_for
 
 blueprint = flask.Blueprint("explanations", __name__)
 
@@ -64,6 +65,7 @@ def explanation_of(app: App, machine: StateMachine, found: service.Label) -> dic
     }
     if found.paused:
         body["paused_until"] = isoformat(paused_until(app, found))
+    machine = machine_for(app, found) or machine  # its own version's, on a continue machine
     try:
         state = machine.get_state(found.state)
     except KeyError:

@@ -25,6 +25,7 @@ from routemaster.api.responses import isoformat, json_response
 from routemaster.app import App, Settings
 from routemaster.auth import READ, WRITE
 from routemaster.config.model import StateMachine
+from routemaster.machine.versions import version_of_label
 from routemaster.service.listings import page_of_labels
 from routemaster.service.search import count_matches, listing_search, page_of_matches
 
@@ -267,7 +268,11 @@ def live_label(app: App, machine: StateMachine, label: str) -> service.Label:
 
 
 def label_body(label: service.Label) -> dict[str, Any]:
-    """The reference's ``metadata`` and ``state``, plus what an operator needs at a glance."""
+    """The reference's ``metadata`` and ``state``, plus what an operator needs at a glance.
+
+    ``version``: the machine version the label follows (its own on a ``continue`` machine).
+    """
+    app = routemaster_app()
     return {
         "metadata": label.metadata,
         "state": label.state,
@@ -275,6 +280,7 @@ def label_body(label: service.Label) -> dict[str, Any]:
         "paused": label.paused,
         "errored": label.errored,
         "last_error": label.last_error,
+        "version": version_of_label(app.config, app.versions, label.state_machine, label.version),
     }
 
 

@@ -186,6 +186,8 @@ SCHEMAS: dict[str, Schema] = {
             "paused": BOOLEAN,
             "errored": BOOLEAN,
             "last_error": {"type": ["string", "null"]},
+            # the machine version the label follows: its own on a continue machine
+            "version": {"type": ["integer", "null"]},
         }
     ),
     "History": obj(
@@ -282,7 +284,7 @@ SCHEMAS: dict[str, Schema] = {
     "LabelListOrCount": {"anyOf": [ref("LabelList"), ref("LabelCount")]},
     "Bulk": obj(
         {
-            "command": {"enum": ["retry", "pause", "resume", "move", "delete"]},
+            "command": {"enum": ["retry", "pause", "resume", "move", "delete", "upgrade"]},
             "where": TEXT,
             "state": TEXT,
             "errored": BOOLEAN,

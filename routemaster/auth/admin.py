@@ -4,7 +4,9 @@ A change is committed together with a ``NOTIFY``; then the command waits
 (briefly) until every API process that was listening has reloaded and said
 so, and reports how many did. A process that has not answered in time still
 reloads as soon as it reads its connection; a process started later loads
-the tokens as they are then.
+the tokens as they are then. Without a direct connection (a transaction
+pooler delivers no notifications) nothing is confirmed: API processes poll,
+and apply the change within their poll interval.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class Confirmation:
 
     listening: int
     confirmed: int
+    polled: bool = False  # no direct connection: processes poll, nothing could confirm
 
     @property
     def complete(self) -> bool:
@@ -53,7 +56,12 @@ class Confirmation:
 
 
 def create_token(
-    engine: sa.Engine, name: str, scopes: Collection[str], *, wait: float = 10.0
+    engine: sa.Engine,
+    name: str,
+    scopes: Collection[str],
+    *,
+    wait: float = 10.0,
+    direct: sa.Engine | None = None,
 ) -> tuple[NewSecret, Confirmation]:
     """A new token; :class:`TokenExists` if the name is taken."""
     _check(name, scopes)
@@ -64,13 +72,19 @@ def create_token(
             conn, name=name, key_id=secret.key_id, secret_hash=secret.hash, scopes=scopes
         )
 
-    _, confirmation = _change(engine, insert, wait)
+    _, confirmation = _change(engine, direct, insert, wait)
     return secret, confirmation
 
 
-def revoke_token(engine: sa.Engine, name: str, *, wait: float = 10.0) -> Confirmation | None:
+def revoke_token(
+    engine: sa.Engine, name: str, *, wait: float = 10.0, direct: sa.Engine | None = None
+) -> Confirmation | None:
     """Delete the token; ``None`` when there is no token of that name."""
-    deleted, confirmation = _change(engine, lambda conn: store.delete_token(conn, name), wait)
+
+    def delete(conn: sa.Connection) -> bool:
+        return store.delete_token(conn, name)
+
+    deleted, confirmation = _change(engine, direct, delete, wait)
     return confirmation if deleted else None
 
 
@@ -91,11 +105,16 @@ def _check(name: str, scopes: Collection[str]) -> None:
 
 
 def _change(
-    engine: sa.Engine, apply: Callable[[sa.Connection], T], wait: float
+    engine: sa.Engine, direct: sa.Engine | None, apply: Callable[[sa.Connection], T], wait: float
 ) -> tuple[T, Confirmation]:
     """Apply, notify on commit, then collect acknowledgements for up to ``wait`` seconds."""
     change = uuid.uuid4().hex
-    listener = store.ChangeListener(engine, store.ACK_CHANNEL)  # before the change commits
+    if direct is None:
+        with engine.begin() as conn:
+            result = apply(conn)
+            store.notify_changed(conn, change)  # for processes that do listen directly
+        return result, Confirmation(listening=0, confirmed=0, polled=True)
+    listener = store.ChangeListener(direct, store.ACK_CHANNEL)  # before the change commits
     try:
         with engine.begin() as conn:
             listening = store.count_listeners(conn)  # each has LISTENed, so each will hear it

@@ -2,12 +2,15 @@
 
 Checking a token costs no database round trip: the process holds every
 token (key id, hash, scopes) in a dictionary. A background thread
-``LISTEN``\\ s for changes on its own connection and reloads the dictionary
-when a token is created or revoked, then acknowledges, which is how
-``routemaster token revoke`` knows every process has stopped accepting it.
-While that connection is down (at start-up, during an outage) the cache
-cannot know it is current, so each check reads the tokens from the database
-instead: slower, never stale.
+``LISTEN``\\ s for changes on its own connection (to PostgreSQL directly:
+``App.direct``) and reloads the dictionary when a token is created or
+revoked, then acknowledges, which is how ``routemaster token revoke`` knows
+every process has stopped accepting it. With no direct connection (behind a
+transaction-mode pooler, which delivers no notifications) the thread reloads
+the tokens every ``poll_every`` seconds instead: a revocation takes effect
+within that bound. While the thread cannot read the database (at start-up,
+during an outage) the cache cannot know it is current, so each check reads
+the tokens from the database instead: slower, never stale.
 
 When each token was last used is kept in memory and written in one
 statement every ``record_every`` seconds, not once per request.
@@ -54,10 +57,14 @@ class TokenCache:
         self,
         engine: sa.Engine,
         *,
+        direct: sa.Engine | None = None,
         record_every: float = 30.0,
+        poll_every: float = 1.0,
     ) -> None:
         self._engine = engine
+        self._direct = direct
         self._record_every = record_every
+        self._poll_every = poll_every
         self._reset()
         reference = weakref.ref(self)
 
@@ -72,7 +79,7 @@ class TokenCache:
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self._tokens: dict[str, _Entry] = {}
-        self._current = threading.Event()  # set while the LISTEN connection is up
+        self._current = threading.Event()  # set while listening, or while polling succeeds
         self._stopping = threading.Event()
         self._wake_read, self._wake_write = os.pipe()
         self._thread: threading.Thread | None = None
@@ -153,16 +160,23 @@ class TokenCache:
         while not self._stopping.is_set():
             listener: store.ChangeListener | None = None
             try:
-                listener = store.ChangeListener(
-                    self._engine, store.CHANGED_CHANNEL, name=store.LISTENER_NAME
-                )
+                if self._direct is not None:
+                    listener = store.ChangeListener(
+                        self._direct, store.CHANGED_CHANNEL, name=store.LISTENER_NAME
+                    )
                 self._tokens = self._load()  # loaded after LISTEN: no change falls between
                 self._current.set()
                 while not self._stopping.is_set():
                     pause = max(0.0, self._record_every - (time.monotonic() - recorded))
-                    watched = [listener.fileno(), self._wake_read]
+                    watched = [self._wake_read]
+                    if listener is None:
+                        pause = min(pause, self._poll_every)
+                    else:
+                        watched.append(listener.fileno())
                     readable, _, _ = select.select(watched, [], [], pause)
-                    if watched[0] in readable:
+                    if listener is None:
+                        self._tokens = self._load()
+                    elif watched[1] in readable:
                         changes = listener.payloads()
                         if changes:
                             self._tokens = self._load()

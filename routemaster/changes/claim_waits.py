@@ -187,7 +187,7 @@ class ClaimWaiter:
             thread.start()
 
     def _run(self) -> None:
-        listener = DueListener(self.app.db)
+        listener = DueListener(self.app.direct)
         try:
             self._serve(listener)
         finally:

@@ -16,14 +16,21 @@ import click
 import sqlalchemy as sa
 
 from routemaster.app import App
-from routemaster.cli.options import migrate_database, unreachable
+from routemaster.cli.options import direct_engine, migrate_database, unreachable
 from routemaster.config.model import Config
 from routemaster.db.database import create_engine
 from routemaster.db.search_indexes import ensure_search_index
-from routemaster.db.versions import stamp_connections
+from routemaster.db.transaction_settings import stamp_versions
 from routemaster.machine.upgrades import stranded_message
-from routemaster.service.configuration import LabelsStranded, apply_migrations, record_configuration
+from routemaster.machine.versions import LoadedVersions
+from routemaster.service.configuration import (
+    LabelsStranded,
+    abort_older_labels,
+    apply_migrations,
+    record_configuration,
+)
 from routemaster.service.scheduling import schedule_unscheduled
+from routemaster.service.versions import load_all_versions
 
 Versions = dict[str, int]
 """Machine -> the version of its definition this process runs."""
@@ -32,18 +39,20 @@ Versions = dict[str, int]
 def prepare_database(url: str, config: Config) -> Versions:
     """Schema, stranded check, versions, migrations; exit 1 with one message on a problem.
 
-    Returns the versions, for :func:`stamp_connections` on the process's engine.
+    Returns the versions, for :func:`stamp_versions` on the process's engine.
     """
     migrate_database(url)
     # One connection holds the lock; moves need one more (and one for a feed read after).
     engine = create_engine(url, pool_size=2, max_overflow=2)
-    app = App(config=config, db=engine)
+    app = App(config=config, db=engine, direct=direct_engine())
     try:
-        versions = record_configuration(app)
-        engine.dispose()  # the migrations' history rows carry the new versions
-        stamp_connections(engine, versions)
+        recorded = record_configuration(app)
+        versions = recorded.versions
+        stamp_versions(engine, versions, continuing(config))
+        app.versions = LoadedVersions(in_force=versions)
         migrated = apply_migrations(app, wait=True)
-        built = _build_search_indexes(engine, config)
+        aborted = abort_older_labels(app, recorded)
+        built = _build_search_indexes(app, config)
     except LabelsStranded as stranded:
         click.echo(stranded_message(stranded.plan), err=True)
         sys.exit(1)
@@ -52,28 +61,42 @@ def prepare_database(url: str, config: Config) -> Versions:
     finally:
         app.http.close()
         engine.dispose()
+        if app.direct is not None:
+            app.direct.dispose()
     if migrated:
         click.echo(f"Migrated {migrated} labels to the configuration.", err=True)
+    if aborted:
+        click.echo(
+            f"Aborted {aborted} labels of older versions (upgrade_strategy: abort).", err=True
+        )
     for machine, path in built:
         click.echo(f"Built the search index of {machine}'s metadata.{path}.", err=True)
     return versions
 
 
+def continuing(config: Config) -> list[str]:
+    """The machines whose history rows carry the label's own version (``continue``)."""
+    return [machine.name for machine in config.state_machines if machine.continues]
+
+
 NEXT_CHECK_BATCH = 5000
 
 
-def compute_next_checks(url: str, config: Config) -> int:
+def compute_next_checks(url: str, config: Config, versions: Versions) -> int:
     """``migrate -c``: every row written without a next check gets one, in bounded batches.
 
     Each batch is one short transaction over rows found through an index
     (``labels_unscheduled``), with ``SKIP LOCKED``: the API and the workers go
     on meanwhile, and workers doing the same share the rows. ``serve`` and
-    ``cron`` leave this to the workers, so they start at once.
+    ``cron`` leave this to the workers, so they start at once. ``versions``: the ones
+    :func:`prepare_database` recorded; a ``continue`` machine's label is scheduled by its own
+    version's gate (SPEC E4).
     """
     engine = create_engine(url, pool_size=1, max_overflow=0)
-    app = App(config=config, db=engine)
+    app = App(config=config, db=engine, versions=LoadedVersions(in_force=versions))
     total = 0
     try:
+        load_all_versions(app)
         while True:
             done = schedule_unscheduled(app, limit=NEXT_CHECK_BATCH)
             total += done
@@ -91,11 +114,11 @@ def compute_next_checks(url: str, config: Config) -> int:
     return total
 
 
-def _build_search_indexes(engine: sa.Engine, config: Config) -> list[tuple[str, str]]:
+def _build_search_indexes(app: App, config: Config) -> list[tuple[str, str]]:
     """Each machine's ``search:`` indexes that were missing, built: (machine, path) of each."""
     return [
         (machine.name, ".".join(path))
         for machine in config.state_machines
         for path in machine.search
-        if ensure_search_index(engine, machine.name, path)
+        if ensure_search_index(app.db, machine.name, path, direct=app.direct)
     ]

@@ -5,13 +5,14 @@ from __future__ import annotations
 import click
 
 from routemaster.app import App
-from routemaster.cli.configuration import prepare_database
+from routemaster.cli.configuration import continuing, prepare_database
 from routemaster.cli.environment import database_url, late_config_option, settings_from_environment
 from routemaster.cli.metrics import instrumented, multiprocess_directory, worker_metrics
-from routemaster.cli.options import Options
+from routemaster.cli.options import Options, direct_engine
 from routemaster.cli.plugins import sending_statsd_at_once
 from routemaster.db.database import create_engine
-from routemaster.db.versions import stamp_connections
+from routemaster.db.transaction_settings import stamp_versions
+from routemaster.machine.versions import LoadedVersions
 
 
 @click.command()
@@ -44,13 +45,23 @@ def cron(options: Options, metrics_bind: str | None, given_metrics_dir: str | No
             max_overflow=settings.delivery_concurrency + 5,
             statement_timeout=settings.statement_timeout,
         )
-        stamp_connections(engine, versions)
+        stamp_versions(engine, versions, continuing(config))
+        direct = direct_engine()
         try:
             with worker_metrics(metrics_bind, plugins) as (metrics, loggers):
                 if given_metrics_dir is not None and settings.metrics:
                     metrics, loggers = instrumented(plugins, given_metrics_dir)
-                app = App(config=config, db=engine, settings=settings, loggers=loggers)
+                app = App(
+                    config=config,
+                    db=engine,
+                    settings=settings,
+                    loggers=loggers,
+                    versions=LoadedVersions(in_force=versions),
+                    direct=direct,
+                )
                 app.metrics = metrics
                 run_worker(app)
         finally:
             engine.dispose()
+            if direct is not None:
+                direct.dispose()

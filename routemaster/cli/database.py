@@ -24,8 +24,8 @@ def migrate(options: Options) -> None:
         click.echo("Database schema is current.")
         return
     config = options.load()
-    prepare_database(database_url(), config)
-    compute_next_checks(database_url(), config)
+    versions = prepare_database(database_url(), config)
+    compute_next_checks(database_url(), config, versions)
     click.echo("Database schema and labels are current.")
 
 

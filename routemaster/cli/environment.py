@@ -18,7 +18,11 @@ from typing import Any, TypeVar
 import click
 
 from routemaster.app import Settings
-from routemaster.db.database import DatabaseURLError, url_from_environment
+from routemaster.db.database import (
+    DatabaseURLError,
+    direct_url_from_environment,
+    url_from_environment,
+)
 from routemaster.db.embedded import EmbeddedUnavailable, embedded_database_url
 from routemaster.logging import JsonFormatter
 
@@ -118,6 +122,19 @@ def _parse(field: str, default: Any, raw: str) -> Any:
     if isinstance(default, datetime.timedelta):
         return datetime.timedelta(seconds=number)
     return type(default)(number)
+
+
+def direct_database_url() -> str | None:
+    """``ROUTEMASTER_DIRECT_DATABASE_URL``; the embedded server's URL when that is the database
+    (it is PostgreSQL itself); else ``None``: nothing will need a session of its own."""
+    try:
+        direct = direct_url_from_environment()
+        named = url_from_environment()
+    except DatabaseURLError as error:
+        raise click.ClickException(str(error)) from None
+    if direct is not None or named is not None:
+        return direct
+    return database_url()
 
 
 def database_url() -> str:

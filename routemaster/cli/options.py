@@ -8,7 +8,7 @@ import sys
 import click
 import sqlalchemy as sa
 
-from routemaster.cli.environment import use_json_logs
+from routemaster.cli.environment import direct_database_url, use_json_logs
 from routemaster.config import ConfigError, load_config
 from routemaster.config.model import Config
 from routemaster.db.database import DatabaseURLError, create_engine, safe_url, url_from_environment
@@ -34,8 +34,11 @@ def unreachable(url: str, error: BaseException) -> click.ClickException:
 def migrate_database(url: str) -> None:
     """Migrate, or exit with one line saying why the database could not be used.
 
-    No statement timeout here: a migration may legitimately take long.
+    No statement timeout here: a migration may legitimately take long. On the
+    direct URL when one is given; else on ``url``, even through a transaction
+    pooler: the whole upgrade is one transaction, under a transaction-scoped lock.
     """
+    url = direct_database_url() or url
     engine = create_engine(url, pool_size=1, max_overflow=0)
     try:
         upgrade(engine)
@@ -43,6 +46,12 @@ def migrate_database(url: str) -> None:
         raise unreachable(url, error) from None
     finally:
         engine.dispose()
+
+
+def direct_engine() -> sa.Engine | None:
+    """An engine on ``ROUTEMASTER_DIRECT_DATABASE_URL`` (``App.direct``), or ``None``."""
+    url = direct_database_url()
+    return None if url is None else create_engine(url, pool_size=1, max_overflow=2)
 
 
 def load_plugins_of(config: Config) -> list[BaseLogger]:

@@ -14,7 +14,7 @@ import sys
 import click
 
 from routemaster.app import App, Settings
-from routemaster.cli.configuration import prepare_database
+from routemaster.cli.configuration import continuing, prepare_database
 from routemaster.cli.environment import (
     database_url,
     late_config_option,
@@ -22,10 +22,11 @@ from routemaster.cli.environment import (
     use_json_logs,
 )
 from routemaster.cli.metrics import instrumented, multiprocess_directory, wants_metrics_directory
-from routemaster.cli.options import Options
+from routemaster.cli.options import Options, direct_engine
 from routemaster.db.database import create_engine
-from routemaster.db.versions import stamp_connections
+from routemaster.db.transaction_settings import stamp_versions
 from routemaster.logging import wants_json
+from routemaster.machine.versions import LoadedVersions
 from routemaster.server.application import WSGIApp, default_threads, run_server
 from routemaster.server.supervisor import Child, supervise
 
@@ -152,8 +153,15 @@ def _serve(
             max_overflow=4,
             statement_timeout=settings.statement_timeout,
         )
-        stamp_connections(engine, versions)
-        app = App(config=config, db=engine, settings=settings, loggers=loggers)
+        stamp_versions(engine, versions, continuing(config))
+        app = App(
+            config=config,
+            db=engine,
+            settings=settings,
+            loggers=loggers,
+            versions=LoadedVersions(in_force=versions),
+            direct=direct_engine(),
+        )
         if metrics_dir is not None and settings.metrics:
             app.metrics, app.loggers = instrumented(loggers, metrics_dir)
         return create_app(app)

@@ -22,6 +22,7 @@ from routemaster.auth.admin import (
     revoke_token,
 )
 from routemaster.cli.environment import database_url
+from routemaster.cli.options import direct_engine
 from routemaster.db.database import create_engine, safe_url
 from routemaster.db.errors import describe_failure
 from routemaster.db.migrate import upgrade
@@ -47,7 +48,13 @@ def _engine() -> sa.Engine:
 
 
 def _report(what: str, confirmation: Confirmation) -> None:
-    if confirmation.complete:
+    if confirmation.polled:
+        click.echo(
+            f"{what}; API processes apply it within their poll interval "
+            "(ROUTEMASTER_POLL_INTERVAL; set ROUTEMASTER_DIRECT_DATABASE_URL for confirmations).",
+            err=True,
+        )
+    elif confirmation.complete:
         click.echo(f"{what}; {confirmation.confirmed} running API process(es) confirmed.", err=True)
     else:
         click.echo(
@@ -77,14 +84,19 @@ def token() -> None:
 def create(name: str, scopes: tuple[str, ...]) -> None:
     """Make a token and print its secret (shown this once only)."""
     engine = _engine()
+    direct = direct_engine()
     try:
-        secret, confirmation = create_token(engine, name, set(scopes), wait=CONFIRM_WITHIN)
+        secret, confirmation = create_token(
+            engine, name, set(scopes), wait=CONFIRM_WITHIN, direct=direct
+        )
     except TokenExists:
         raise click.ClickException(f"a token called {name!r} exists; revoke it first") from None
     except InvalidToken as error:
         raise click.ClickException(str(error)) from None
     finally:
         engine.dispose()
+        if direct is not None:
+            direct.dispose()
     click.echo(secret.secret)
     _report(f"Created token {name!r} with scopes {', '.join(sorted(scopes))}", confirmation)
 
@@ -122,10 +134,13 @@ def list_command() -> None:
 def revoke(name: str) -> None:
     """End a token at once in every API process."""
     engine = _engine()
+    direct = direct_engine()
     try:
-        confirmation = revoke_token(engine, name, wait=CONFIRM_WITHIN)
+        confirmation = revoke_token(engine, name, wait=CONFIRM_WITHIN, direct=direct)
     finally:
         engine.dispose()
+        if direct is not None:
+            direct.dispose()
     if confirmation is None:
         raise click.ClickException(f"no token called {name!r}")
     _report(f"Revoked token {name!r}", confirmation)

@@ -99,6 +99,8 @@ def _machine(
             for kind in ("rename", "move")
             if kind in entry
         ),
+        upgrade_strategy=machine.get("upgrade_strategy", "upgrade"),
+        abort_to=machine.get("abort_to"),
         retention=compile_retention(machine.get("retention"), retention),
     )
 

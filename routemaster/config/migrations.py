@@ -1,5 +1,5 @@
 """Checking a machine's ``migrations:``: each ``from`` is a state it no longer has, each ``to`` one
-it has, and no state is migrated twice.
+it has, and no state is migrated twice; and its ``upgrade_strategy`` with ``abort_to``.
 
 Pure, like the rest of validation: the caller reports each problem against its path.
 """
@@ -66,3 +66,24 @@ def migration_problems(
                 )
             )
     return problems
+
+
+def strategy_problems(
+    path: ConfigPath, machine: dict[str, Any], states: Sequence[str]
+) -> list[tuple[ConfigPath, str]]:
+    """``upgrade_strategy: abort`` needs ``abort_to``, a state of the machine; nothing else may."""
+    strategy = machine.get("upgrade_strategy", "upgrade")
+    target = machine.get("abort_to")
+    if strategy == "abort" and target is None:
+        return [
+            (
+                (*path, "upgrade_strategy"),
+                "upgrade_strategy abort needs abort_to: the state older versions' labels go to",
+            )
+        ]
+    if target is not None and strategy != "abort":
+        return [((*path, "abort_to"), "abort_to is only for upgrade_strategy: abort")]
+    if isinstance(target, str) and target not in states:
+        known = ", ".join(states) or "none"
+        return [((*path, "abort_to"), f"no state called {target!r} (states: {known})")]
+    return []

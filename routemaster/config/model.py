@@ -234,6 +234,21 @@ class StateMachine:
     migrations: tuple[Migration, ...] = ()
     # the top level's ``retention`` with this machine's keys over it
     retention: Retention = field(default_factory=Retention)
+    # what a new version does to labels created under an older one (SPEC E4): "upgrade"
+    # (they follow the definition in force), "continue" (they finish under their own),
+    # "abort" (they are moved, forced, to ``abort_to``)
+    upgrade_strategy: str = "upgrade"
+    abort_to: str | None = None
+
+    @property
+    def continues(self) -> bool:
+        """Whether each label finishes under the version it was created under."""
+        return self.upgrade_strategy == "continue"
+
+    @property
+    def keeps_versions(self) -> bool:
+        """Whether labels record the version they were created under (continue, abort)."""
+        return self.upgrade_strategy != "upgrade"
 
     def get_state(self, name: str) -> State:
         """The state called ``name``; ``KeyError`` when the machine has none."""

@@ -206,6 +206,8 @@ _MACHINE = _object(
             },
         },
         "migrations": {"type": "array", "items": _MIGRATION},
+        "upgrade_strategy": {"enum": ["upgrade", "continue", "abort"]},
+        "abort_to": _TEXT,
         "retry": _RETRY,
         "signing_secret": _NAME,
         "signing_secret_env": _NAME,

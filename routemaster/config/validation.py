@@ -24,7 +24,7 @@ from routemaster.config.formats import (
     same_value,
     split_path,
 )
-from routemaster.config.migrations import migration_problems
+from routemaster.config.migrations import migration_problems, strategy_problems
 from routemaster.config.model import Config, Gate
 from routemaster.config.patterns import pattern_problems
 from routemaster.config.receivers import receiver_problems, url_templates
@@ -134,10 +134,9 @@ class _Checker:
                 elif name_of_state in edges:
                     edges[name_of_state].add(target)
         if not dangling:  # else unreachable states would only echo the unknown destination
-            self.connected(path, states, names, edges)
-        for where, message in migration_problems(
-            (*path, "migrations"), machine.get("migrations"), names
-        ):
+            self.connected(path, states, names, edges, also=machine.get("abort_to"))
+        problems = migration_problems((*path, "migrations"), machine.get("migrations"), names)
+        for where, message in problems + strategy_problems(path, machine, names):
             self.report(where, message)
 
     def feeds(self, path: ConfigPath, feeds: list[Any]) -> set[str]:
@@ -413,11 +412,12 @@ class _Checker:
         states: list[Any],
         names: list[str],
         edges: dict[str, set[str]],
+        also: Any = None,  # abort_to, reached too: older versions' labels are sent there
     ) -> None:
         if not names:
             return
-        reached = {names[0]}
-        frontier = [names[0]]
+        frontier = [names[0], *([also] if isinstance(also, str) and also in edges else [])]
+        reached = set(frontier)
         while frontier:
             for target in edges[frontier.pop()]:
                 if target not in reached:

@@ -25,6 +25,7 @@ from routemaster.config import describe_machine
 from routemaster.config.model import Action, StateMachine
 from routemaster.console import access
 from routemaster.console.graph import layout, trigger_text
+from routemaster.machine.versions import version_of_label
 from routemaster.service import deliveries
 from routemaster.service.bulk import COMMANDS as BULK_COMMANDS
 from routemaster.service.changes import (
@@ -190,6 +191,7 @@ def machine_page(sm: str) -> str:
         next_moves=next_moves(app, machine, limit=5),
         changes_url=machine_url(machine.name, "changes"),
         snapshot=overview.snapshot,
+        versions_in_use=overview.versions_in_use,
     )
 
 
@@ -249,6 +251,7 @@ def label_page_view(sm: str, label: str) -> str:
         label=found,
         metadata=json.dumps(found.metadata, indent=2, ensure_ascii=False, sort_keys=True),
         history=history,
+        version=version_of_label(app.config, app.versions, machine.name, found.version),
         tasks=tasks,
         explanation=explanation,
         changes_url=machine_url(machine.name, "changes"),

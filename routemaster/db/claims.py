@@ -35,6 +35,7 @@ class Claim:
     metadata: dict[str, Any]
     entry_id: int
     attempts: int  # including this one
+    version: int | None = None  # the label's own (routemaster.machine.versions)
 
     @property
     def key(self) -> LabelKey:
@@ -197,7 +198,8 @@ def _states(pairs: Sequence[StateKey]) -> dict[str, list[str]]:
 
 _LOCK_GATES = """
     SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version
     FROM labels
     WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
       AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
@@ -215,7 +217,7 @@ _LEASE = """
     WHERE labels.state_machine = leased.sm AND labels.name_key = leased.key
       AND labels.name = leased.name
     RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
-              labels.entry_id, labels.attempts
+              labels.entry_id, labels.attempts, labels.version
     """
 
 _EXTEND_LEASES = """

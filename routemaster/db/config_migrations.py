@@ -15,31 +15,25 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 
-from routemaster.db.statements import fetch_all, fetch_one, run
+from routemaster.db.leases import exclusive
+from routemaster.db.statements import fetch_all
 
 CONFIG_LOCK = 2021
 """The advisory lock held while versions are recorded and migrations applied (schema: 2017)."""
 
 
+CONFIG_LEASE = "configuration"
+"""The lease row that stands for it behind a transaction pooler (:mod:`routemaster.db.leases`)."""
+
+
 @contextmanager
-def config_lock(engine: sa.Engine, *, wait: bool) -> Iterator[bool]:
-    """Hold the configuration lock on a connection of its own; yields whether it is held.
+def config_lock(engine: sa.Engine, direct: sa.Engine | None, *, wait: bool) -> Iterator[bool]:
+    """Hold the configuration lock (on ``direct``, else as a lease row); whether it is held.
 
     ``wait=False`` gives up at once when another process holds it.
     """
-    with engine.connect() as conn:
-        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-        if wait:
-            run(conn, _LOCK, {"key": CONFIG_LOCK})
-            held = True
-        else:
-            row = fetch_one(conn, _TRY_LOCK, {"key": CONFIG_LOCK})
-            held = bool(row and row[0])
-        try:
-            yield held
-        finally:
-            if held and not conn.invalidated:
-                run(conn, _UNLOCK, {"key": CONFIG_LOCK})
+    with exclusive(engine, direct, key=CONFIG_LOCK, name=CONFIG_LEASE, wait=wait) as held:
+        yield held
 
 
 def rename_batch(
@@ -51,41 +45,60 @@ def rename_batch(
     reason: str,
     now: datetime.datetime,
     limit: int,
+    version: int | None = None,
 ) -> int:
     """Rename up to ``limit`` live labels from ``old`` to ``new``; how many were renamed.
 
     Labels locked by another transaction, or leased by a worker (a delivery
     in flight, perhaps by a worker running the previous configuration), are
     skipped: the next pass takes those still there. So a webhook in flight
-    is finished by the worker that sent it and never sent again.
+    is finished by the worker that sent it and never sent again. ``version``: only labels
+    that follow it (or keep none): a ``continue`` machine's older labels keep their states.
     """
     rows = fetch_all(
         conn,
         _RENAME,
-        {"sm": machine, "old": old, "new": new, "reason": reason, "now": now, "limit": limit},
+        {
+            "sm": machine,
+            "old": old,
+            "new": new,
+            "reason": reason,
+            "now": now,
+            "limit": limit,
+            "version": version,
+        },
     )
     return len(rows)
 
 
 def names_in_state(
-    conn: sa.Connection, machine: str, state: str, *, now: datetime.datetime, limit: int
+    conn: sa.Connection,
+    machine: str,
+    state: str,
+    *,
+    now: datetime.datetime,
+    limit: int,
+    version: int | None = None,
 ) -> list[str]:
-    """Up to ``limit`` live labels in ``state`` that no worker holds a lease on, in index order."""
+    """Up to ``limit`` live labels in ``state`` that no worker holds a lease on, in index order.
+
+    ``version``: only labels that follow it or keep none (as :func:`rename_batch`).
+    """
     rows = fetch_all(
-        conn, _NAMES_IN_STATE, {"sm": machine, "state": state, "now": now, "limit": limit}
+        conn,
+        _NAMES_IN_STATE,
+        {"sm": machine, "state": state, "now": now, "limit": limit, "version": version},
     )
     return [str(row[0]) for row in rows]
 
-
-_LOCK = "SELECT pg_advisory_lock(%(key)s)"
-_TRY_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
-_UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
 
 _RENAME = """
     WITH batch AS (
         SELECT state_machine, name_key FROM labels
         WHERE state_machine = %(sm)s AND state = %(old)s AND NOT deleted
           AND (lease_owner IS NULL OR due_at IS NULL OR due_at <= %(now)s)
+          AND (CAST(%(version)s AS integer) IS NULL OR version IS NULL
+               OR version = %(version)s)
         ORDER BY name_key
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -104,6 +117,7 @@ _NAMES_IN_STATE = """
     SELECT name FROM labels
     WHERE state_machine = %(sm)s AND state = %(state)s AND NOT deleted
       AND (lease_owner IS NULL OR due_at IS NULL OR due_at <= %(now)s)
+      AND (CAST(%(version)s AS integer) IS NULL OR version IS NULL OR version = %(version)s)
     ORDER BY name_key
     LIMIT %(limit)s
     """

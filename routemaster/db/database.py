@@ -12,6 +12,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from routemaster.db.statements import run_on_driver
+from routemaster.db.transaction_settings import set_statement_timeout
 
 _PING = "SELECT 1"
 
@@ -45,6 +46,22 @@ def url_from_environment(environ: Mapping[str, str] | None = None) -> str | None
             database=env.get("DB_NAME") or "routemaster",
         ).render_as_string(hide_password=False)
     return None
+
+
+DIRECT_URL_VARIABLE = "ROUTEMASTER_DIRECT_DATABASE_URL"
+
+
+def direct_url_from_environment(environ: Mapping[str, str] | None = None) -> str | None:
+    """``ROUTEMASTER_DIRECT_DATABASE_URL``: a connection straight to PostgreSQL, or ``None``.
+
+    What needs a session of its own (``LISTEN``, session advisory locks,
+    migrations) uses it when ``DATABASE_URL`` names a transaction-mode pooler.
+    ``None`` (unset or empty): nothing uses a session; wake-ups are polled
+    and locks are lease rows (docs/deployment.md).
+    """
+    env = os.environ if environ is None else environ
+    url = env.get(DIRECT_URL_VARIABLE)
+    return checked_url(url, DIRECT_URL_VARIABLE) if url else None
 
 
 def checked_url(url: str, name: str = "the database URL") -> str:
@@ -95,10 +112,13 @@ def create_engine(
 ) -> sa.Engine:
     """A pooled engine that survives a database restart without a restart of its own.
 
-    ``statement_timeout`` (seconds; ``None`` or 0: none) is set on every
-    connection, so no statement (a huge merge, a wait on a lock) runs away
-    with a connection and a row lock. Parameters are left out of exception
-    texts: they are label metadata and belong in no log.
+    ``statement_timeout`` (seconds; ``None`` or 0: none) is set in every
+    transaction (:mod:`routemaster.db.transaction_settings`: per transaction,
+    so it holds behind a transaction-mode pooler), so no statement (a huge
+    merge, a wait on a lock) runs away with a connection and a row lock.
+    Parameters are left out of exception texts: they are label metadata and
+    belong in no log. Nothing is set per connection: no startup ``options``
+    (PgBouncer refuses them), no ``SET``.
 
     A connection that sat idle in the pool for ``idle_ping_after`` seconds is
     pinged before use (a dead one is replaced); a busy one is not, so the ping
@@ -112,21 +132,10 @@ def create_engine(
         max_overflow=max_overflow,
         pool_recycle=3600,
         hide_parameters=True,
-        connect_args=statement_timeout_options(url, statement_timeout),
     )
+    set_statement_timeout(engine, statement_timeout)
     _ping_connections_idle_for(engine, idle_ping_after)
     return engine
-
-
-def statement_timeout_options(url: str, seconds: float | None) -> dict[str, str]:
-    """libpq ``options`` that set ``statement_timeout``, kept with any the URL already gives."""
-    if not seconds:
-        return {}
-    setting = f"-c statement_timeout={max(1, round(seconds * 1000))}"
-    given = sa.engine.make_url(normalise_url(url)).query.get("options")
-    if isinstance(given, tuple):
-        given = " ".join(given)
-    return {"options": f"{given} {setting}" if given else setting}
 
 
 def _ping_connections_idle_for(engine: sa.Engine, seconds: float) -> None:

@@ -1,7 +1,9 @@
-"""Counts for the label gauges of ``/metrics``: labels, due and errored, per machine and state.
+"""Counts for the label gauges of ``/metrics``: labels, due and errored, per machine and state,
+and labels per machine version (those that keep one).
 
-Three grouped counts in one read-only transaction, each served by a partial
-index (``labels_by_state``, ``labels_errored``, ``labels_due``). Callers run
+Four grouped counts in one read-only transaction, each served by a partial
+index (``labels_by_state``, ``labels_errored``, ``labels_due``,
+``labels_by_version``). Callers run
 it at most every few seconds, never once per scrape per process.
 """
 
@@ -25,6 +27,11 @@ _DUE = """
     WHERE due_at <= now() AND NOT deleted GROUP BY 1, 2
     """
 
+_VERSIONS = """
+    SELECT state_machine, CAST(version AS text), count(*) FROM labels
+    WHERE version IS NOT NULL AND NOT deleted GROUP BY 1, 2
+    """
+
 StateCounts = dict[tuple[str, str], int]
 
 
@@ -33,6 +40,8 @@ class LabelCounts:
     labels: StateCounts = field(default_factory=dict)
     due: StateCounts = field(default_factory=dict)
     errored: StateCounts = field(default_factory=dict)
+    # (machine, version) of the labels that keep a version (continue and abort machines)
+    versions: StateCounts = field(default_factory=dict)
 
 
 def label_counts_by_state(engine: sa.Engine) -> LabelCounts:
@@ -41,4 +50,9 @@ def label_counts_by_state(engine: sa.Engine) -> LabelCounts:
         def counts(query: str) -> StateCounts:
             return {(machine, state): n for machine, state, n in fetch_all(conn, query)}
 
-        return LabelCounts(labels=counts(_LABELS), due=counts(_DUE), errored=counts(_ERRORED))
+        return LabelCounts(
+            labels=counts(_LABELS),
+            due=counts(_DUE),
+            errored=counts(_ERRORED),
+            versions=counts(_VERSIONS),
+        )

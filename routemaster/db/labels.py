@@ -39,6 +39,7 @@ LABEL_COLUMNS = (
     "due_at",
     "created_at",
     "updated_at",
+    "version",
 )
 """A label row's columns, in the order every statement that returns labels lists them."""
 
@@ -60,6 +61,9 @@ class Label:
     due_at: datetime.datetime | None
     created_at: datetime.datetime
     updated_at: datetime.datetime
+    # the machine version the label follows (``continue``) or was created under (``abort``);
+    # None for an ``upgrade`` machine's label: it follows the definition in force
+    version: int | None
 
     @property
     def key(self) -> LabelKey:
@@ -135,12 +139,15 @@ def insert(
     due: bool = False,
     due_at: datetime.datetime | None = None,
     next_check_at: datetime.datetime | None = None,
+    version: int | None = None,
 ) -> Label | None:
     """A new label and its first history entry; ``None`` when the name is taken.
 
     When the worker first looks at it: ``due_at`` (a gate evaluated at
     moments: its schedule), else now if ``due`` (an action); ``next_check_at``:
-    a gate's next check (SPEC E1).
+    a gate's next check (SPEC E1). ``version``: the machine version it is created
+    under, kept only for machines whose labels keep it (``upgrade_strategy: continue``
+    or ``abort``).
     """
     if due_at is None and due:
         due_at = now
@@ -155,6 +162,7 @@ def insert(
             "now": now,
             "due_at": due_at,
             "next_check_at": next_check_at,
+            "version": version,
         },
     )
     if row is not None and due_at is not None and due_at <= now:
@@ -303,33 +311,37 @@ def history(conn: sa.Connection, state_machine: str, name: str) -> list[HistoryE
 _INSERT = """
     WITH created AS (
         INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, entry_id,
-                            due_at, next_check_at, created_at, updated_at, scheduled_at)
+                            due_at, next_check_at, created_at, updated_at, scheduled_at,
+                            version)
         VALUES (%(sm)s, %(name)s, CAST(%(metadata)s AS jsonb), %(state)s, %(now)s,
                 nextval(pg_get_serial_sequence('history', 'id')), %(due_at)s,
-                %(next_check_at)s, %(now)s, %(now)s, %(now)s)
+                %(next_check_at)s, %(now)s, %(now)s, %(now)s, %(version)s)
         ON CONFLICT (state_machine, name_key) DO NOTHING
         RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
                   previous_state, deleted, paused, errored, last_error, attempts, due_at,
-                  created_at, updated_at
+                  created_at, updated_at, version
     ), entry AS (
         INSERT INTO history (id, state_machine, label, old_state, new_state, created)
         SELECT entry_id, state_machine, name, NULL, state, state_entered_at FROM created
     )
     SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version
     FROM created
     """
 
 _SELECT = """
     SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version
     FROM labels
     WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
     """
 
 _SELECT_FOR_UPDATE = """
     SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version
     FROM labels
     WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
     FOR UPDATE
@@ -339,7 +351,7 @@ _LOCK_ENTRIES = """
     SELECT labels.state_machine, labels.name, labels.metadata, labels.state,
            labels.state_entered_at, labels.entry_id, labels.previous_state, labels.deleted,
            labels.paused, labels.errored, labels.last_error, labels.attempts, labels.due_at,
-           labels.created_at, labels.updated_at
+           labels.created_at, labels.updated_at, labels.version
     FROM labels JOIN unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
                             CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]))
                      AS wanted(sm, key, name, entry_id)
@@ -359,7 +371,8 @@ _MERGE_METADATA = """
                           ELSE scheduled_at END
     WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s AND NOT deleted
     RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-              deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+              deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+              version
     """
 
 _IS_DELETED = """
@@ -409,7 +422,8 @@ _RETRY = """
                                                              THEN now() ELSE scheduled_at END
     WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
     RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-              deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+              deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+              version
     """
 
 _SET_PAUSED = """
@@ -418,7 +432,8 @@ _SET_PAUSED = """
                                           THEN now() ELSE scheduled_at END
     WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
     RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-              deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+              deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+              version
     """
 
 _HISTORY = """

@@ -124,7 +124,7 @@ _MOVE_MANY = """
     RETURNING labels.state_machine, labels.name, labels.metadata, labels.state,
               labels.state_entered_at, labels.entry_id, labels.previous_state, labels.deleted,
               labels.paused, labels.errored, labels.last_error, labels.attempts, labels.due_at,
-              labels.created_at, labels.updated_at
+              labels.created_at, labels.updated_at, labels.version
     """
 
 _MOVE_ONE = """
@@ -143,5 +143,5 @@ _MOVE_ONE = """
     RETURNING labels.state_machine, labels.name, labels.metadata, labels.state,
               labels.state_entered_at, labels.entry_id, labels.previous_state, labels.deleted,
               labels.paused, labels.errored, labels.last_error, labels.attempts, labels.due_at,
-              labels.created_at, labels.updated_at
+              labels.created_at, labels.updated_at, labels.version
     """

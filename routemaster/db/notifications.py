@@ -32,13 +32,18 @@ def notify_due(conn: sa.Connection) -> None:
 class DueListener:
     """``LISTEN routemaster_due`` on a dedicated connection, outside the pool.
 
+    The engine must reach PostgreSQL directly (``App.direct``): a transaction
+    pooler hands notifications to no one. With ``None`` (a pooler and no
+    direct URL) it listens to nothing, and the caller's timeout (at most its
+    poll interval) is the wake-up bound.
+
     :meth:`wait` also returns when any of the extra file descriptors becomes
     readable, so a worker can sleep on notifications and on its own threads'
     wake-ups in one ``select``. If the connection fails, it sleeps on those
     alone and reconnects on the next call.
     """
 
-    def __init__(self, engine: sa.Engine) -> None:
+    def __init__(self, engine: sa.Engine | None) -> None:
         self._engine = engine
         self._proxy: Any = None
         self._connection: Any = None
@@ -48,6 +53,9 @@ class DueListener:
         if timeout <= 0:
             return []
         watched: list[Any] = list(wake_fds)
+        if self._engine is None:
+            readable, _, _ = select.select(watched, [], [], timeout)
+            return [fd for fd in readable if isinstance(fd, int)]
         try:
             connection = self._connect()
         except Exception:
@@ -76,6 +84,7 @@ class DueListener:
 
     def _connect(self) -> Any:
         if self._connection is None:
+            assert self._engine is not None
             proxy = self._engine.raw_connection()
             connection = proxy.driver_connection
             assert connection is not None

@@ -53,7 +53,8 @@ _PAUSED_UNTIL = """
 
 _LOCK_ENDED = """
     SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version
     FROM labels
     WHERE paused_until <= %(now)s AND paused AND NOT deleted
     ORDER BY paused_until

@@ -178,7 +178,7 @@ _CLAIM = """
     WHERE labels.state_machine = chosen.state_machine AND labels.name_key = chosen.name_key
     RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
               labels.entry_id, labels.attempts, chosen.receiver, chosen.due_at AS was_due,
-              labels.last_error, chosen.counted
+              labels.last_error, chosen.counted, labels.version
     """
 
 _CLAIM_PLAIN = """
@@ -197,7 +197,8 @@ _CLAIM_PLAIN = """
     FROM due
     WHERE labels.state_machine = due.state_machine AND labels.name_key = due.name_key
     RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
-              labels.entry_id, labels.attempts, due.due_at AS was_due, labels.last_error
+              labels.entry_id, labels.attempts, due.due_at AS was_due, labels.last_error,
+              labels.version
     """
 
 _SUCCEEDED = """
@@ -352,15 +353,17 @@ def claim(
             "me": worker_id,
         },
     )
-    # (label columns, receiver, was_due, last_error, counted): the receiver is the claim's own
-    return [_claimed(row[:6] + row[7:9], row[6], counted=bool(row[9])) for row in rows]
+    # (label columns, receiver, was_due, last_error, counted, version): the receiver is the
+    # claim's own
+    return [_claimed(row[:6] + row[7:9] + row[10:11], row[6], counted=bool(row[9])) for row in rows]
 
 
 def _claimed(row: Row, receiver: str, *, counted: bool) -> ReceiverClaim:
-    """From (state_machine, name, state, metadata, entry_id, attempts, was_due, last_error)."""
-    state_machine, name, state, metadata, entry_id, attempts, was_due, last_error = row
+    """From (state_machine, name, state, metadata, entry_id, attempts, was_due, last_error,
+    version)."""
+    state_machine, name, state, metadata, entry_id, attempts, was_due, last_error, version = row
     return ReceiverClaim(
-        Claim(state_machine, name, state, metadata, entry_id, attempts),
+        Claim(state_machine, name, state, metadata, entry_id, attempts, version),
         receiver,
         was_due,
         last_error,

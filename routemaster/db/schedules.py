@@ -61,7 +61,10 @@ def lock_unscheduled(
     """Up to ``limit`` live rows in ``states`` written since their schedule was computed.
 
     Found through the partial index ``labels_unscheduled``, so the cost is
-    that of the rows returned, never of the table.
+    that of the rows returned, never of the table. The ``ORDER BY`` of the
+    index's columns is what makes PostgreSQL walk it: it cannot estimate how
+    few rows the index's condition holds and would otherwise read the table
+    (217 ms at a million labels, every few seconds).
     """
     if limit <= 0 or not states:
         return []
@@ -143,11 +146,13 @@ _SCHEDULE = """
 
 _LOCK_UNSCHEDULED = """
     SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version
     FROM labels
     WHERE NOT deleted AND scheduled_at IS DISTINCT FROM updated_at AND lease_owner IS NULL
       AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
                                                           CAST(%(states)s AS text[])))
+    ORDER BY state_machine, state
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
     """

@@ -72,6 +72,9 @@ labels = sa.Table(
     # ``updated_at`` as it was when that and ``due_at`` were computed (behind it: recompute)
     sa.Column("next_check_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("scheduled_at", sa.DateTime(timezone=True), nullable=True),
+    # the machine version the label follows (``continue``) or was created under (``abort``);
+    # NULL for ``upgrade`` machines, whose labels follow the definition in force (0015)
+    sa.Column("version", sa.Integer, nullable=True),
 )
 
 sa.Index(
@@ -108,6 +111,13 @@ sa.Index(
     "labels_paused_until",
     labels.c.paused_until,
     postgresql_where=labels.c.paused_until.isnot(None),
+)
+sa.Index(
+    "labels_by_version",
+    labels.c.state_machine,
+    labels.c.version,
+    labels.c.state,
+    postgresql_where=sa.and_(labels.c.version.isnot(None), sa.not_(labels.c.deleted)),
 )
 sa.Index(
     "labels_errored",
@@ -395,4 +405,13 @@ retention_progress = sa.Table(
     sa.Column("rows_pruned", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("last_run_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("horizon", sa.DateTime(timezone=True), nullable=True),
+)
+
+leases = sa.Table(
+    "leases",
+    metadata,
+    # what is held ("configuration", "search indexes"), by whom, until when (database time)
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("holder", sa.Text, nullable=False),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
 )

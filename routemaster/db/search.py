@@ -62,6 +62,18 @@ class Search(NamedTuple):
     prefix: str = ""
 
 
+NOT_ON_VERSION = "version IS NOT NULL AND version <> %(version_in_force)s"
+"""A fixed fragment: labels that keep a version other than the one in force (bulk upgrade)."""
+
+
+def not_on_version(search: Search, version: int) -> Search:
+    """``search`` narrowed to labels not on ``version`` (and keeping one: ``continue``)."""
+    return search._replace(
+        condition=f"({search.condition}) AND {NOT_ON_VERSION}",
+        params={**search.params, "version_in_force": version},
+    )
+
+
 def with_condition(template: str, search: Search) -> str:
     """``template`` with ``search``'s compiled condition in its :data:`CONDITION` slot."""
     if template.count(CONDITION) != 1:

@@ -7,8 +7,11 @@ on the path are index scans. The name is derived from the machine and the
 path, so every worker and ``routemaster migrate`` agree on it.
 
 They are built with ``CREATE INDEX CONCURRENTLY`` (writes go on meanwhile),
-which cannot run in a transaction, so this runs in autocommit, one index at
-a time under an advisory lock. A build that was interrupted leaves an
+which cannot run in a transaction, so this runs in autocommit (on the
+direct connection when there is one), one index at a time under a lock
+(:func:`routemaster.db.leases.exclusive`: an advisory lock, or a lease row
+behind a transaction pooler). No statement timeout applies: the engine's
+is set per transaction, and these statements are not one. A build that was interrupted leaves an
 invalid index behind; it is dropped and built again. Each path also gets
 extended statistics on the expression (``CREATE STATISTICS``): the planner
 ignores a partial index's expression statistics, and without any it guesses
@@ -33,17 +36,16 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
+from routemaster.db.leases import exclusive
 from routemaster.db.statements import fetch_one, fetch_value, run
 
 SEARCH_INDEX_LOCK = 2024_11_24
 """The advisory lock that serialises index builds across processes."""
+SEARCH_INDEX_LEASE = "search indexes"
+"""The lease row that stands for it behind a transaction pooler."""
 
 _NAME = re.compile(r"labels_search_[0-9a-f]{24}(_values)?")
 
-_LOCK = "SELECT pg_advisory_lock(%(key)s)"
-_UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
-_NO_TIMEOUT = "SET statement_timeout = 0"  # a build may take minutes
-_DEFAULT_TIMEOUT = "RESET statement_timeout"
 _ANALYZE = "ANALYZE labels"
 
 _VALIDITY = """
@@ -74,7 +76,9 @@ def index_name(machine: str, path: Sequence[str]) -> str:
     return f"labels_search_{digest}"
 
 
-def ensure_search_index(engine: sa.Engine, machine: str, path: Sequence[str]) -> bool:
+def ensure_search_index(
+    engine: sa.Engine, machine: str, path: Sequence[str], *, direct: sa.Engine | None = None
+) -> bool:
     """Build the index of ``machine``'s ``metadata.<path>`` unless it exists; whether it did.
 
     Also the statistics of the expression, and ``ANALYZE labels`` when either is new.
@@ -82,28 +86,24 @@ def ensure_search_index(engine: sa.Engine, machine: str, path: Sequence[str]) ->
     name = index_name(machine, path)
     statistics = f"{name}_values"
     params = {"path": list(path), "machine": machine}
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        run(conn, _LOCK, {"key": SEARCH_INDEX_LOCK})
-        run(conn, _NO_TIMEOUT)
-        try:
-            built = False
-            if not fetch_value(conn, _HAS_STATISTICS, {"name": statistics}):
-                run(conn, _named(_CREATE_STATISTICS, statistics), params)
-                built = True
-            row = fetch_one(conn, _VALIDITY, {"name": name})
-            valid = None if row is None else row[0]
-            if valid is not True:
-                if valid is False:  # an interrupted build: dropped and built again
-                    run(conn, _named(_DROP_INDEX, name))
-                run(conn, _named(_CREATE_INDEX, name), params)
-                built = True
-            if built:
-                run(conn, _ANALYZE)
-            return built
-        finally:
-            if not conn.invalidated:
-                run(conn, _DEFAULT_TIMEOUT)
-                run(conn, _UNLOCK, {"key": SEARCH_INDEX_LOCK})
+    with (
+        exclusive(engine, direct, key=SEARCH_INDEX_LOCK, name=SEARCH_INDEX_LEASE, wait=True),
+        (direct or engine).connect().execution_options(isolation_level="AUTOCOMMIT") as conn,
+    ):
+        built = False
+        if not fetch_value(conn, _HAS_STATISTICS, {"name": statistics}):
+            run(conn, _named(_CREATE_STATISTICS, statistics), params)
+            built = True
+        row = fetch_one(conn, _VALIDITY, {"name": name})
+        valid = None if row is None else row[0]
+        if valid is not True:
+            if valid is False:  # an interrupted build: dropped and built again
+                run(conn, _named(_DROP_INDEX, name))
+            run(conn, _named(_CREATE_INDEX, name), params)
+            built = True
+        if built:
+            run(conn, _ANALYZE)
+        return built
 
 
 def _named(template: str, name: str) -> str:

@@ -72,6 +72,7 @@ Row = tuple[Any, ...]
 NO_PARAMS: Params = MappingProxyType({})
 """Parameters of a statement that has none (``%%`` still means ``%`` in it)."""
 
+_IDLE = 0  # psycopg2's TRANSACTION_STATUS_IDLE: no transaction begun on the connection
 _PARAMETER = re.compile(r"%\((\w+)\)s")
 _PREPARED_KEY = "routemaster.prepared"  # in the pool's per-connection info: names prepared there
 # What the server says when a prepared statement is missing or already there: a pooler between.
@@ -85,6 +86,17 @@ _EXECUTION_EVENTS = (
 )
 
 _Want = Literal["one", "all", "count"]
+
+SETTINGS_OPTION = "routemaster_transaction_settings"
+"""The engine execution option holding its per-transaction settings (``TransactionSettings``)."""
+
+_SINGLE_KEY = "routemaster.single_statement"  # in the pool's connection info: in single_statement
+
+PROLOGUE = (
+    "SELECT set_config('statement_timeout', %(routemaster_statement_timeout)s, true),"
+    " set_config('routemaster.versions', %(routemaster_versions)s, true); "
+)
+"""Sent in front of the first statement of every transaction (see the module's docstring)."""
 
 
 @dataclass(frozen=True)
@@ -153,34 +165,41 @@ def single_statement(engine: sa.Engine) -> Iterator[sa.Connection]:
     with engine.connect() as conn:
         driver = conn.connection.driver_connection
         driver.autocommit = True  # type: ignore[union-attr]
+        info = conn.connection.info
+        info[_SINGLE_KEY] = True
         try:
             yield conn
         finally:
+            info.pop(_SINGLE_KEY, None)
             if not conn.invalidated and not driver.closed:  # type: ignore[union-attr]
                 driver.autocommit = False  # type: ignore[union-attr]
 
 
 def _run(conn: sa.Connection, statement: Statement, params: Params, want: _Want) -> Any:
     plain = statement if isinstance(statement, str) else statement.sql
+    driver: Any = conn.connection.driver_connection
+    prologue = _prologue_for(conn, driver)
+    if prologue is not None:
+        params = {**params, **prologue}
     if _observed(conn):
-        result = conn.exec_driver_sql(plain, dict(params))
+        sent = plain if prologue is None else PROLOGUE + plain
+        result = conn.exec_driver_sql(sent, dict(params))
         if want == "count":
             return result.rowcount
         if want == "all":
             return [tuple(row) for row in result]
         first = result.first()
         return None if first is None else tuple(first)
-    driver: Any = conn.connection.driver_connection
     cursor = driver.cursor()
     text = _text_for(conn, driver, statement)
     try:
         try:
-            cursor.execute(text, params)
+            cursor.execute(text if prologue is None else PROLOGUE + text, params)
         except Exception as error:
             if text == plain or getattr(error, "pgcode", None) not in _POOLER_CODES:
                 raise
             conn.connection.info[_PREPARED_KEY] = None  # plain SQL on this connection from now on
-            cursor.execute(plain, params)
+            cursor.execute(plain if prologue is None else PROLOGUE + plain, params)
         if want == "count":
             outcome: Any = cursor.rowcount
         elif want == "all":
@@ -191,6 +210,18 @@ def _run(conn: sa.Connection, statement: Statement, params: Params, want: _Want)
         _raise_as_sqlalchemy(conn, error, plain, params, cursor)
     cursor.close()
     return outcome
+
+
+def _prologue_for(conn: sa.Connection, driver: Any) -> dict[str, str] | None:
+    """:data:`PROLOGUE`'s parameters when this statement begins a transaction that needs it."""
+    settings = conn.get_execution_options().get(SETTINGS_OPTION)
+    if settings is None or not settings.needed:
+        return None
+    if driver.autocommit:
+        begins = conn.connection.info.get(_SINGLE_KEY, False)
+    else:
+        begins = driver.info.transaction_status == _IDLE
+    return cast(dict[str, str], settings.params) if begins else None
 
 
 def _text_for(conn: sa.Connection, driver: Any, statement: Statement) -> str:

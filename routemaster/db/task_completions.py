@@ -97,7 +97,7 @@ _TAKE_COMPLETED = """
                   labels.state, labels.state_entered_at, labels.entry_id,
                   labels.previous_state, labels.deleted, labels.paused, labels.errored,
                   labels.last_error, labels.attempts, labels.due_at, labels.created_at,
-                  labels.updated_at
+                  labels.updated_at, labels.version
     ), ended AS (
         UPDATE tasks SET ended_at = %(now)s, outcome = 'completed'
         FROM taken WHERE tasks.id = taken.task_id

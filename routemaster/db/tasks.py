@@ -344,7 +344,7 @@ _TAKE = """
           AND labels.due_at > %(now)s AND NOT labels.deleted AND NOT labels.errored
         RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
                   previous_state, deleted, paused, errored, last_error, attempts, due_at,
-                  created_at, updated_at
+                  created_at, updated_at, version
     ), ended AS (
         UPDATE tasks SET ended_at = %(now)s, outcome = %(outcome)s
         FROM taken WHERE tasks.id = %(id)s
@@ -352,6 +352,7 @@ _TAKE = """
     )
     SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
            deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version,
            attempt
     FROM taken, ended
     """
@@ -368,14 +369,15 @@ _SET_DUE = """
         WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
         RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
                   previous_state, deleted, paused, errored, last_error, attempts, due_at,
-                  created_at, updated_at
+                  created_at, updated_at, version
     ), entry AS (
         INSERT INTO history (state_machine, label, old_state, new_state, forced, reason, kind)
         SELECT state_machine, name, state, state, false, last_error, 'errored'
         FROM updated WHERE %(errored)s
     )
     SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version
     FROM updated
     """
 

@@ -3,8 +3,9 @@
 A definition is the machine as the API describes it (JSON, no header values
 or secrets); its digest is the SHA-256 of its canonical JSON, so the same
 definition started again keeps its number. ``history.version`` is filled in
-by a trigger (migration 0008) from the session setting that
-:func:`stamp_connections` puts on each of a process's connections.
+by a trigger (migration 0008) from the setting ``routemaster.versions``,
+which every transaction of a process sets first
+(:func:`routemaster.db.transaction_settings.stamp_versions`).
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.statements import fetch_all, fetch_one
+from routemaster.db.keys import label_key
+from routemaster.db.statements import fetch_all, fetch_one, run
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,12 @@ def versions_of(
     return [MachineVersion(*row) for row in rows]
 
 
+def version_of(conn: sa.Connection, machine: str, version: int) -> MachineVersion | None:
+    """One recorded version (a ``continue`` machine's label's own, loaded once per process)."""
+    row = fetch_one(conn, _ONE_VERSION, {"machine": machine, "version": version})
+    return None if row is None else MachineVersion(*row)
+
+
 def label_counts(conn: sa.Connection) -> dict[str, dict[str, int]]:
     """Live labels per machine and state: one grouped count (an index-only scan)."""
     counts: dict[str, dict[str, int]] = {}
@@ -83,22 +91,100 @@ def label_counts(conn: sa.Connection) -> dict[str, dict[str, int]]:
     return counts
 
 
-def stamp_connections(engine: sa.Engine, versions: Mapping[str, int]) -> None:
-    """Every new connection of ``engine`` records ``versions`` (machine -> version) in history.
+def version_counts(conn: sa.Connection) -> dict[str, dict[int, int]]:
+    """Live labels per machine and recorded version (labels without one are not counted).
 
-    Set once per connection, committed so that the pool's rollback on
-    check-in does not undo it.
+    Empty on a database whose schema predates labels' versions (``plan`` runs before
+    ``migrate``).
     """
-    setting = json.dumps(dict(versions), sort_keys=True)
+    exists = fetch_one(conn, _VERSION_COLUMN_EXISTS, {})
+    if not (exists and exists[0]):
+        return {}
+    counts: dict[str, dict[int, int]] = {}
+    for machine, version, count in fetch_all(conn, _VERSION_COUNTS, {}):
+        counts.setdefault(machine, {})[int(version)] = int(count)
+    return counts
 
-    def stamp(dbapi_connection: Any, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        cursor.execute(_SET_VERSIONS, {"versions": setting})
-        cursor.close()
-        if not dbapi_connection.autocommit:
-            dbapi_connection.commit()
 
-    sa.event.listen(engine, "connect", stamp)
+def version_state_counts(conn: sa.Connection) -> list[tuple[str, int, str, int]]:
+    """Live labels that keep a version, per (machine, version, state): an index-only scan."""
+    exists = fetch_one(conn, _VERSION_COLUMN_EXISTS, {})
+    if not (exists and exists[0]):
+        return []
+    return [
+        (str(machine), int(version), str(state), int(count))
+        for machine, version, state, count in fetch_all(conn, _VERSION_STATE_COUNTS, {})
+    ]
+
+
+def set_label_version(conn: sa.Connection, machine: str, name: str, version: int) -> None:
+    """Put a (locked) label on ``version``: what it follows from now on."""
+    run(conn, _SET_VERSION, {"sm": machine, "name": name, "key": label_key(name), "v": version})
+
+
+def rename_label(
+    conn: sa.Connection,
+    machine: str,
+    name: str,
+    *,
+    old: str,
+    new: str,
+    version: int,
+    reason: str,
+    now: datetime.datetime,
+) -> None:
+    """A (locked) label's state renamed and its version set, with a forced history row.
+
+    As a configuration's rename: the entry is kept (entered time, attempts,
+    due time, idempotency token); the history row carries ``version``.
+    """
+    run(
+        conn,
+        _RENAME_ONE,
+        {
+            "sm": machine,
+            "name": name,
+            "key": label_key(name),
+            "old": old,
+            "new": new,
+            "v": version,
+            "reason": reason,
+            "now": now,
+        },
+    )
+
+
+def labels_to_abort(
+    conn: sa.Connection,
+    machine: str,
+    *,
+    version: int,
+    ends: list[str],
+    unversioned: bool,
+    now: datetime.datetime,
+    limit: int,
+) -> list[tuple[str, int | None]]:
+    """Up to ``limit`` live labels created under a version before ``version``: (name, version).
+
+    Not in an end state (``ends``), not leased by a worker (a delivery in
+    flight finishes first). ``unversioned``: also labels with no version
+    (created while the machine did not record versions).
+    """
+    params = {"sm": machine, "v": version, "ends": ends, "now": now, "limit": limit}
+    rows = fetch_all(conn, _OLDER_LABELS, params)
+    if unversioned and len(rows) < limit:
+        rows += fetch_all(conn, _UNVERSIONED_LABELS, {**params, "limit": limit - len(rows)})
+    return [(str(name), None if found is None else int(found)) for name, found in rows]
+
+
+def versions_setting(versions: Mapping[str, int], continuing: Iterable[str] = ()) -> str:
+    """The ``routemaster.versions`` setting: machine -> version, and under ``"$continue"`` the
+    machines whose history rows carry the label's own version (migration 0015)."""
+    setting: dict[str, Any] = dict(versions)
+    names = sorted(continuing)
+    if names:
+        setting["$continue"] = names
+    return json.dumps(setting, sort_keys=True)
 
 
 _RECORD = """
@@ -135,10 +221,67 @@ _VERSIONS = """
     LIMIT %(limit)s
     """
 
+_ONE_VERSION = """
+    SELECT machine, version, digest, definition, applied_at, last_applied_at
+    FROM machine_versions
+    WHERE machine = %(machine)s AND version = %(version)s
+    """
+
 _COUNTS = """
     SELECT state_machine, state, count(*) FROM labels
     WHERE NOT deleted
     GROUP BY state_machine, state
     """
 
-_SET_VERSIONS = "SELECT set_config('routemaster.versions', %(versions)s, false)"
+_VERSION_COLUMN_EXISTS = """
+    SELECT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = to_regclass('labels') AND attname = 'version'
+                     AND NOT attisdropped)
+    """
+
+_VERSION_COUNTS = """
+    SELECT state_machine, version, count(*) FROM labels
+    WHERE version IS NOT NULL AND NOT deleted
+    GROUP BY state_machine, version
+    """
+
+_VERSION_STATE_COUNTS = """
+    SELECT state_machine, version, state, count(*) FROM labels
+    WHERE version IS NOT NULL AND NOT deleted
+    GROUP BY state_machine, version, state
+    """
+
+_SET_VERSION = """
+    UPDATE labels SET version = %(v)s, updated_at = now()
+    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    """
+
+_RENAME_ONE = """
+    WITH renamed AS (
+        UPDATE labels SET state = %(new)s, version = %(v)s, updated_at = now()
+        WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+          AND state = %(old)s
+        RETURNING state_machine, name
+    )
+    INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason,
+                         version)
+    SELECT state_machine, name, %(old)s, %(new)s, %(now)s, true, %(reason)s, %(v)s FROM renamed
+    """
+
+_OLDER_LABELS = """
+    SELECT name, version FROM labels
+    WHERE state_machine = %(sm)s AND version < %(v)s AND NOT deleted
+      AND NOT (state = ANY(CAST(%(ends)s AS text[])))
+      AND (lease_owner IS NULL OR due_at IS NULL OR due_at <= %(now)s)
+    ORDER BY version, name_key
+    LIMIT %(limit)s
+    """
+
+_UNVERSIONED_LABELS = """
+    SELECT name, version FROM labels
+    WHERE state_machine = %(sm)s AND version IS NULL AND NOT deleted
+      AND NOT (state = ANY(CAST(%(ends)s AS text[])))
+      AND (lease_owner IS NULL OR due_at IS NULL OR due_at <= %(now)s)
+    ORDER BY name_key
+    LIMIT %(limit)s
+    """

@@ -33,10 +33,13 @@ class ScheduledTrigger:
     state: str
     index: int  # position in the gate's ``triggers`` list
     trigger: IntervalTrigger | TimeTrigger
+    # an older version's trigger (a ``continue`` machine's, SPEC E4); ``None``: the configuration's
+    version: int | None = None
 
     @property
     def key(self) -> str:
-        return f"{self.machine.name}/{self.state}/{self.index}"
+        key = f"{self.machine.name}/{self.state}/{self.index}"
+        return key if self.version is None else f"{key}@v{self.version}"
 
 
 def scheduled_triggers(config: Config) -> Iterator[ScheduledTrigger]:

@@ -12,6 +12,7 @@ configuration would ever move it again.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,9 @@ class MachinePlan:
     states: tuple[StateChange, ...]
     stranded: tuple[tuple[str, int], ...] = ()  # (state, labels)
     feeds_changed: bool = False
+    # live labels by the version they follow, oldest first: (version, labels); the version is
+    # None for labels of a machine never applied
+    versions: tuple[tuple[int | None, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,22 +69,77 @@ def plan_config(
     config: Config,
     applied: Mapping[str, tuple[int, Definition]],
     counts: Mapping[str, Mapping[str, int]],
+    version_counts: Mapping[str, Mapping[int, int]] | None = None,
+    at_home: Mapping[str, Mapping[str, int]] | None = None,
 ) -> ConfigPlan:
     """The plan of ``config`` against ``applied`` (machine -> (version, definition)).
 
-    ``counts``: live labels per machine and state, as the database holds them now.
+    ``counts``: live labels per machine and state, as the database holds them now;
+    ``version_counts``: live labels per machine and the version they keep (``continue``);
+    ``at_home``: per machine and state, labels whose own version has that state (they are
+    never stranded: a ``continue`` machine's labels finish under their version).
     """
+    version_counts = version_counts or {}
+    at_home = at_home or {}
     machines = [
-        plan_machine(machine, applied.get(machine.name), counts.get(machine.name, {}))
+        dataclasses.replace(
+            _unstrand(
+                plan_machine(machine, applied.get(machine.name), counts.get(machine.name, {})),
+                at_home.get(machine.name, {}) if machine.continues else {},
+            ),
+            versions=labels_by_version(
+                applied.get(machine.name, (None,))[0],
+                sum(counts.get(machine.name, {}).values()),
+                version_counts.get(machine.name, {}) if machine.continues else {},
+            ),
+        )
         for machine in config.state_machines
     ]
     configured = {machine.name for machine in config.state_machines}
     for name in sorted((set(applied) | set(counts)) - configured):
-        machines.append(_removed_machine(name, applied.get(name), counts.get(name, {})))
+        removed = _removed_machine(name, applied.get(name), counts.get(name, {}))
+        machines.append(
+            dataclasses.replace(
+                removed,
+                versions=labels_by_version(
+                    removed.applied_version, sum(counts.get(name, {}).values()), {}
+                ),
+            )
+        )
     stranded = tuple(
         (plan.name, state, labels) for plan in machines for state, labels in plan.stranded
     )
     return ConfigPlan(tuple(machines), stranded)
+
+
+def _unstrand(plan: MachinePlan, at_home: Mapping[str, int]) -> MachinePlan:
+    """``plan`` without the labels that finish under their own version (``at_home``)."""
+    if not at_home:
+        return plan
+    stranded = tuple(
+        (state, labels - at_home.get(state, 0))
+        for state, labels in plan.stranded
+        if labels > at_home.get(state, 0)
+    )
+    return dataclasses.replace(plan, stranded=stranded)
+
+
+def labels_by_version(
+    applied: int | None, total: int, kept: Mapping[int, int]
+) -> tuple[tuple[int | None, int], ...]:
+    """``total`` live labels by the version they follow: those that keep one (``kept``) by
+    theirs, the others by the definition in force (``applied``). Versions with no label are
+    left out."""
+    by_version: dict[int | None, int] = {version: labels for version, labels in kept.items()}
+    rest = total - sum(kept.values())
+    if rest > 0:
+        by_version[applied] = by_version.get(applied, 0) + rest
+    return tuple(
+        sorted(
+            ((version, labels) for version, labels in by_version.items() if labels),
+            key=lambda pair: -1 if pair[0] is None else pair[0],
+        )
+    )
 
 
 def plan_machine(
@@ -216,6 +275,9 @@ def plan_as_json(plan: ConfigPlan) -> dict[str, Any]:
                 "stranded": [
                     {"state": state, "labels": labels} for state, labels in machine.stranded
                 ],
+                "versions": [
+                    {"version": version, "labels": labels} for version, labels in machine.versions
+                ],
             }
             for machine in plan.machines
         ],
@@ -238,6 +300,9 @@ def plan_as_text(plan: ConfigPlan) -> list[str]:
         lines.append(f"{machine.name}: {machine.status} ({applied})")
         if machine.feeds_changed:
             lines.append("  feeds changed")
+        if len(machine.versions) > 1:
+            listed = ", ".join(f"{version}: {labels}" for version, labels in machine.versions)
+            lines.append(f"  labels by version: {listed}")
         for state in machine.states:
             if state.change == "unchanged" and machine.status != "new":
                 continue
@@ -245,6 +310,6 @@ def plan_as_text(plan: ConfigPlan) -> list[str]:
             detail = f" -> {state.to}" if state.to else ""
             if state.aspects:
                 detail = f" ({', '.join(state.aspects)})"
-            stranded = " STRANDED" if (state.name, state.labels) in machine.stranded else ""
+            stranded = " STRANDED" if state.name in dict(machine.stranded) else ""
             lines.append(f"  {state.change} {state.name}{detail}: {count}{stranded}")
     return lines

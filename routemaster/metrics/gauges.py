@@ -69,6 +69,14 @@ class LabelGauges(Collector):
             for key in sorted(set(self._states) | set(by_state)):
                 family.add_metric(list(key), by_state.get(key, 0))
             yield family
+        family = GaugeMetricFamily(
+            "routemaster_labels_by_version",
+            "Live labels of continue and abort machines per machine version they keep.",
+            labels=["state_machine", "version"],
+        )
+        for key, count in sorted(counts.versions.items()):
+            family.add_metric(list(key), count)
+        yield family
 
     def counts(self) -> LabelCounts | None:
         """The snapshot, refreshed if stale; ``None`` when there is none and no database."""
@@ -125,7 +133,10 @@ def _read(path: Path) -> tuple[float, LabelCounts | None]:
         return {(machine, state): int(n) for machine, state, n in rows}
 
     return float(data["taken"]), LabelCounts(
-        labels=counts(data["labels"]), due=counts(data["due"]), errored=counts(data["errored"])
+        labels=counts(data["labels"]),
+        due=counts(data["due"]),
+        errored=counts(data["errored"]),
+        versions=counts(data.get("versions", [])),
     )
 
 
@@ -143,6 +154,7 @@ def _write(path: Path, taken: float, counts: LabelCounts) -> None:
                 "labels": rows(counts.labels),
                 "due": rows(counts.due),
                 "errored": rows(counts.errored),
+                "versions": rows(counts.versions),
             }
         )
     )

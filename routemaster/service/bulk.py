@@ -15,6 +15,7 @@ is undone.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 from collections import Counter
@@ -28,6 +29,7 @@ from routemaster.app import App
 from routemaster.config.model import StateMachine
 from routemaster.db import bulk as jobs
 from routemaster.db import labels as store
+from routemaster.db import versions
 from routemaster.db.labels import Label
 from routemaster.db.search import Search, search_count, search_page
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
@@ -35,8 +37,13 @@ from routemaster.machine.planning import context_for
 from routemaster.service.errors import InvalidOperation
 from routemaster.service.labels import log_transition, position_of
 from routemaster.service.operations import move_locked, pause_locked, retry_locked
+from routemaster.service.scheduling import store_after_update
 
-COMMANDS = ("retry", "pause", "resume", "move", "delete")
+COMMANDS = ("retry", "pause", "resume", "move", "delete", "upgrade")
+
+
+class CannotUpgrade(Exception):
+    """The version in force lacks the label's state and no migration names it: counted failed."""
 
 
 class CountMismatch(Exception):
@@ -174,6 +181,8 @@ class _JobRunner:
             self._apply(conn, machine, label)
         except InvalidOperation:  # raised before anything is written
             return "skipped"
+        except CannotUpgrade:  # raised before anything is written
+            return "failed"
         return "done"
 
     def _qualifies(self, label: Label) -> bool:
@@ -191,6 +200,11 @@ class _JobRunner:
             command in ("pause", "resume") and label.paused == (command == "pause")
         ):
             return False
+        if command == "upgrade" and label.version in (
+            None,
+            self.app.versions.in_force.get(label.state_machine),
+        ):
+            return False
         return self.program is None or self.program.evaluate(
             context_for(position_of(label), self.now)
         )
@@ -205,12 +219,61 @@ class _JobRunner:
         elif command == "move":
             to = str(self.arguments["to"])
             move_locked(conn, self.app, machine, label, to, now=now, reason=reason)
+        elif command == "upgrade":
+            upgrade_locked(conn, self.app, machine, label, now=now, reason=reason)
         elif command == "delete":
             store.record_forced(conn, label, now=now, reason=reason)
             old_state = store.soft_delete(conn, machine.name, label.name, now=now)
             log_transition(self.app, machine.name, label.name, old_state, None, forced=True)
         else:
             raise InvalidOperation(f"unknown bulk command {command!r}")
+
+
+def upgrade_locked(
+    conn: sa.Connection,
+    app: App,
+    machine: StateMachine,
+    label: Label,
+    *,
+    now: datetime.datetime,
+    reason: str,
+) -> None:
+    """Put a locked label of a ``continue`` machine on the version in force (``machine``).
+
+    In a state the version in force has, it stays where it is (a forced
+    history entry records the upgrade); in a state the configuration's
+    ``migrations:`` rename, it is renamed, keeping its entry; in one they
+    move, it enters the target as a forced move does. Otherwise
+    :class:`CannotUpgrade`, with nothing written.
+    """
+    version = app.versions.in_force.get(machine.name)
+    if version is None:
+        raise CannotUpgrade("this process recorded no version of the machine")
+    migration = next((m for m in machine.migrations if m.from_state == label.state), None)
+    known = any(state.name == label.state for state in machine.states)
+    if not known and migration is None:
+        raise CannotUpgrade(f"version {version} has no state {label.state!r} and no migration")
+    if known:
+        versions.set_label_version(conn, machine.name, label.name, version)
+        store.record_forced(conn, label, now=now, reason=reason)
+        # Waiting in a gate: now due by the version in force's condition and triggers.
+        store_after_update(conn, app, machine, dataclasses.replace(label, version=version))
+    elif migration is not None and migration.kind == "rename":
+        versions.rename_label(
+            conn,
+            machine.name,
+            label.name,
+            old=label.state,
+            new=migration.to_state,
+            version=version,
+            reason=reason,
+            now=now,
+        )
+        log_transition(app, machine.name, label.name, label.state, migration.to_state, forced=True)
+    elif migration is not None:
+        versions.set_label_version(conn, machine.name, label.name, version)
+        upgraded = dataclasses.replace(label, version=version)  # moved by the version in force
+        move_locked(conn, app, machine, upgraded, migration.to_state, now=now, reason=reason)
 
 
 SAMPLE_SIZE = 20

@@ -13,11 +13,12 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.model import StateMachine
-from routemaster.db import changes
+from routemaster.db import changes, versions
 from routemaster.db import labels as store
 from routemaster.db.changes import Change, Position, Snapshot
 from routemaster.db.labels import HistoryEntry, Label
 from routemaster.db.listings import StateCount, count_labels, label_page
+from routemaster.machine.upgrades import labels_by_version
 
 __all__ = [
     "Change",
@@ -55,6 +56,8 @@ class MachineOverview:
     counts: dict[str, StateCount]
     recent: list[Change]  # the latest changes, newest first
     errored: list[tuple[str, str]]  # errored labels by name, (name, state)
+    # live labels by the machine version they follow, oldest first (SPEC E4)
+    versions_in_use: tuple[tuple[int | None, int], ...] = ()
 
 
 def machine_overview(
@@ -62,11 +65,18 @@ def machine_overview(
 ) -> MachineOverview:
     """Counts per state, the latest ``recent`` changes and the first ``errored`` errored labels."""
     with _snapshot_connection(app) as conn:
+        counts = count_labels(conn, machine.name)
+        kept = versions.version_counts(conn).get(machine.name, {}) if machine.continues else {}
         return MachineOverview(
             snapshot=changes.snapshot(conn),
-            counts=count_labels(conn, machine.name),
+            counts=counts,
             recent=changes.recent_changes(conn, machine.name, limit=recent),
             errored=label_page(conn, machine.name, after="", limit=errored, errored=True),
+            versions_in_use=labels_by_version(
+                app.versions.in_force.get(machine.name),
+                sum(count.labels for count in counts.values()),
+                kept,
+            ),
         )
 
 

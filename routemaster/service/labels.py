@@ -33,9 +33,10 @@ from routemaster.service.feeds import FeedFetcher
 from routemaster.service.scheduling import (
     after_evaluation_of,
     arrival,
-    scheduled_states,
+    scheduled_states_of_versions,
     store_after_update,
 )
+from routemaster.service.versions import machine_for
 
 
 def position_of(label: Label) -> Position:
@@ -55,6 +56,9 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
     """
     now = app.now()
     initial = machine.initial_state
+    # New labels take the version in force (``machine``); only continue and abort machines
+    # keep it.
+    version = app.versions.in_force.get(machine.name) if machine.keeps_versions else None
     due_at, next_check_at = arrival(
         app, machine, name, metadata, state=initial.name, previous_state=None, now=now
     )
@@ -70,6 +74,7 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
                 now=now,
                 due_at=due_at,
                 next_check_at=next_check_at,
+                version=version,
             )
         if created is None:
             raise LabelExists(name)
@@ -84,6 +89,7 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
             now=now,
             due_at=due_at,
             next_check_at=next_check_at,
+            version=version,
         )
         if label is None:
             raise LabelExists(name)
@@ -110,24 +116,27 @@ def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str,
     due, and the worker evaluates it once the label is resumed.
     """
     now = app.now()
-    scheduled = scheduled_states(machine)
+    # Gates evaluated at moments in any version a label of the machine may follow (SPEC E4).
+    scheduled = scheduled_states_of_versions(app, machine)
     with app.db.begin() as conn:
         label = _merged(conn, machine, name, patch, scheduled)
-        # A state this configuration lacks (a newer one's, in a rolling deploy): not evaluated.
-        known = any(state.name == label.state for state in machine.states)
-        if label.errored or not known:
+        # The definition that governs it: its own version's, on a continue machine. A state it
+        # lacks (a newer one's, in a rolling deploy), or a version not found: not evaluated.
+        governing = machine_for(app, label)
+        state = _state_of(governing, label) if governing is not None else None
+        if label.errored or governing is None or state is None:
             return label
-        fires = update_fires(machine.get_state(label.state), patch)
+        fires = update_fires(state, patch)
         if label.state in scheduled and (label.paused or not fires):
             # The metadata a waiting label's next check was solved from has changed.
-            store_after_update(conn, app, machine, label)
+            store_after_update(conn, app, governing, label)
         if not fires:
             return label
         if label.paused:
             store.mark_due(conn, label.key, at=now)
             return label
-        label, plan = advance_locked(conn, app, machine, label, now=now)
-    return finish_in_request(app, machine, label, plan)
+        label, plan = advance_locked(conn, app, governing, label, now=now)
+    return finish_in_request(app, governing, label, plan)
 
 
 def _merged(
@@ -191,7 +200,13 @@ def advance_locked(
 
     Feeds are not fetched here (a transaction is open): a plan that needs
     them says so, for the caller to fetch them once the transaction is over.
+    The label is evaluated, and scheduled where it stops, by the definition that
+    governs it (its own version's, on a ``continue`` machine; none: left alone).
     """
+    governing = machine_for(app, label) if label.state_machine == machine.name else machine
+    if governing is None:
+        return label, Plan()
+    machine = governing
     plan = _plan(app, machine, label, now, no_feeds)
     if plan.moves:
         label = write(conn, app, [moves_for(app, machine, label, plan, now)], now=now)[0]
@@ -231,11 +246,13 @@ def advance_with_feeds(app: App, key: LabelKey, entry_id: int, *, timeout: float
     was deleted, paused or errored. A feed that fails leaves the label where
     the plan stopped, due again after ``evaluation_retry_delay``.
     """
-    machine = app.config.get_machine(key[0])
     with single_statement(app.db) as conn:
         snapshot = store.get(conn, *key)
     if snapshot is None or not snapshot.live or snapshot.entry_id != entry_id:
         return None
+    machine = machine_for(app, snapshot)
+    if machine is None:
+        return None  # a version this process cannot find: left alone
     now = app.now()
     fetcher = FeedFetcher(app, machine, key[1], state=snapshot.state, timeout=timeout)
     plan = _plan(app, machine, snapshot, now, fetcher.read)
@@ -243,7 +260,11 @@ def advance_with_feeds(app: App, key: LabelKey, entry_id: int, *, timeout: float
         label = store.lock(conn, *key)
         if label is None or not label.live or label.entry_id != entry_id:
             return None
-        if label.metadata != snapshot.metadata:
+        if label.version != snapshot.version:  # upgraded meanwhile (a bulk upgrade)
+            machine = machine_for(app, label)
+            if machine is None:
+                return None
+        if label.metadata != snapshot.metadata or label.version != snapshot.version:
             plan = _plan(app, machine, label, now, fetcher.fetched)
         if plan.moves:
             label = write(conn, app, [moves_for(app, machine, label, plan, now)], now=now)[0]
@@ -279,11 +300,11 @@ def settle_batch(
     after the moves they could make without one.
     """
     plans = [
-        (label, app.config.get_machine(label.state_machine), label_plan)
+        (label, machine, _plan(app, machine, label, now, no_feeds) if found else Plan())
         for label in batch
-        for label_plan in [
-            _plan(app, app.config.get_machine(label.state_machine), label, now, no_feeds)
-        ]
+        for found in [machine_for(app, label)]
+        # a version this process cannot find: not moved, scheduled as the configuration says
+        for machine in [found or app.config.get_machine(label.state_machine)]
     ]
     written = write(
         conn,
@@ -367,6 +388,7 @@ def _state_of(machine: StateMachine, label: Label) -> State | None:
 def _plan(
     app: App, machine: StateMachine, label: Label, now: datetime.datetime, read_feed: FeedReader
 ) -> Plan:
+    """The label's moves under ``machine``: the definition that governs it (``machine_for``)."""
     return plan_moves(
         machine,
         position_of(label),

@@ -19,6 +19,7 @@ from routemaster.machine import Plan, evaluates_on_entry
 from routemaster.service.errors import InvalidOperation, LabelDeleted, LabelNotFound
 from routemaster.service.labels import advance_locked, finish_in_request, write
 from routemaster.service.scheduling import arrival
+from routemaster.service.versions import machine_for
 
 
 def retry_label(app: App, machine: StateMachine, name: str, *, reason: str | None = None) -> Label:
@@ -138,8 +139,10 @@ def move_locked(
 
     The plan (``None`` unless the state entered is evaluated on entry) says
     whether feeds are still to be fetched; a caller that does not fetch them
-    leaves the label due, for the worker to evaluate.
+    leaves the label due, for the worker to evaluate. The destination is a state of the
+    definition that governs the label (its own version's, on a ``continue`` machine).
     """
+    machine = machine_for(app, label) or machine
     try:
         entered = machine.get_state(destination)
     except KeyError:

@@ -10,6 +10,12 @@ something that did not compute it (an older release during a rolling deploy,
 a renaming migration, every row at the upgrade) are found through an index
 and computed by :func:`schedule_unscheduled`, from ``migrate -c`` and the
 workers, in bounded batches.
+
+A label of a ``continue`` machine (SPEC E4) is scheduled by the gate of its
+own version (its condition and triggers): every function here given a label
+solves it from the definition that governs it
+(:func:`routemaster.service.versions.machine_for`), whichever definition the
+caller holds; one given only a state (:func:`arrival`) trusts the caller's.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from routemaster.machine.schedule import (
     next_check,
     schedule_gate,
 )
+from routemaster.service.versions import definitions_of, machine_for, worker_view
 
 Arrival = tuple[datetime.datetime | None, datetime.datetime | None]
 """(due time, next check) of a label entering a state."""
@@ -51,7 +58,8 @@ def arrival(
 ) -> Arrival:
     """When the worker first looks at label ``name`` entering ``state`` at ``now``.
 
-    An action: at once. A gate evaluated at moments: its schedule from now
+    ``machine``: the definition that governs the label (its own version's, on a
+    ``continue`` machine). An action: at once. A gate evaluated at moments: its schedule from now
     on. Any other gate: never by itself (only updates evaluate it).
     """
     entered = machine.get_state(state)
@@ -100,14 +108,27 @@ def scheduled_states(machine: StateMachine) -> list[str]:
     return [state.name for state in machine.states if is_scheduled(state)]
 
 
+def scheduled_states_of_versions(app: App, machine: StateMachine) -> list[str]:
+    """:func:`scheduled_states` in any version a label of ``machine`` may follow here.
+
+    Those of the configuration, then, on a ``continue`` machine, those only
+    older versions (loaded by this process) have or evaluate at moments.
+    """
+    found: dict[str, None] = {}
+    for definition in definitions_of(app, machine):
+        found.update(dict.fromkeys(scheduled_states(definition)))
+    return list(found)
+
+
 def explain_next_check(app: App, machine: StateMachine, label: Label) -> NextCheck | None:
     """For ``explain`` and the console: the next check as stored, and the clause that set it.
 
     ``None`` when the label is not waiting in a gate. The clause comes from
     solving the condition again from the stored moment (or from now when
-    none is stored), with the metadata the label has now.
+    none is stored), with the metadata the label has now, by the gate of the
+    label's own version.
     """
-    state = _state(machine, label.state)
+    state = _state(_governing(app, machine, label), label.state)
     if not isinstance(state, Gate) or label.deleted:
         return None
     with app.db.connect() as conn:
@@ -123,8 +144,11 @@ def explain_next_check(app: App, machine: StateMachine, label: Label) -> NextChe
 def next_moves(
     app: App, machine: StateMachine, *, limit: int
 ) -> list[tuple[str, list[schedules.NextMove]]]:
-    """Per gate evaluated at moments, the labels the worker evaluates soonest: the console."""
-    gates = scheduled_states(machine)
+    """Per gate evaluated at moments, the labels the worker evaluates soonest: the console.
+
+    On a ``continue`` machine, the gates of older versions' labels too.
+    """
+    gates = scheduled_states_of_versions(app, machine)
     with app.db.connect() as conn:
         return [
             (gate, schedules.next_moves(conn, machine.name, gate, limit=limit)) for gate in gates
@@ -134,13 +158,14 @@ def next_moves(
 def schedule_unscheduled(app: App, *, limit: int) -> int:
     """Compute the schedule of up to ``limit`` rows written without one; how many.
 
-    Only states this configuration knows are taken (a newer configuration's
-    state is left to the processes running it). A due time already owed
-    (an older process marked the label due) is kept if it is sooner.
+    Only states this configuration knows are taken, with the states of the
+    older versions a ``continue`` machine's labels follow (a newer
+    configuration's state is left to the processes running it). A due time
+    already owed (an older process marked the label due) is kept if it is sooner.
     """
     states = [
         (machine.name, state.name)
-        for machine in app.config.state_machines
+        for machine in worker_view(app).state_machines
         for state in machine.states
     ]
     with app.db.begin() as conn:
@@ -162,7 +187,7 @@ def store_after_update(conn: sa.Connection, app: App, machine: StateMachine, lab
 
 
 def _backfilled(app: App, label: Label) -> Schedule:
-    machine = app.config.get_machine(label.state_machine)
+    machine = app.config.get_machine(label.state_machine)  # _schedule: the label's own version's
     planned = _schedule(app, machine, label, after=app.now())
     if planned is None:  # nothing to compute: the row is only marked as seen
         return Schedule(label.key, label.entry_id, None, label.due_at)
@@ -180,13 +205,23 @@ def _schedule(
     after: datetime.datetime,
     retry_at: datetime.datetime | None = None,
 ) -> GateSchedule | None:
-    state = _state(machine, label.state)
+    state = _state(_governing(app, machine, label), label.state)
     if state is None or not is_scheduled(state):
         return None
     assert isinstance(state, Gate)
     return schedule_gate(
         state, _position(label), after=after, system_zone=app.system_zone, retry_at=retry_at
     )
+
+
+def _governing(app: App, machine: StateMachine, label: Label) -> StateMachine:
+    """The definition that governs ``label``: its own version's on a ``continue`` machine.
+
+    ``machine`` when that version cannot be found (logged where it was loaded).
+    """
+    if label.state_machine != machine.name:
+        return machine
+    return machine_for(app, label) or machine
 
 
 def _state(machine: StateMachine, name: str) -> Action | Gate | None:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from routemaster.app import App
 from routemaster.config.model import StateMachine
-from routemaster.db.search import Search, search_count, search_page
+from routemaster.db.search import Search, not_on_version, search_count, search_page
 from routemaster.search import ConditionSyntaxError, compile_search
 from routemaster.service.errors import Malformed
 
-__all__ = ["Search", "count_matches", "listing_search", "page_of_matches"]
+__all__ = ["Search", "count_matches", "listing_search", "not_on_version", "page_of_matches"]
 
 
 def listing_search(

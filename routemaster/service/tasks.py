@@ -41,6 +41,7 @@ from routemaster.service.labels import (
     settle_batch,
 )
 from routemaster.service.leases import LeaseBook
+from routemaster.service.versions import machine_for
 
 EXPIRE_BATCH = 100
 RAN_OUT = "the lease ran out without a heartbeat"
@@ -376,7 +377,9 @@ def _expire(
 
 
 def _action(app: App, label: Label) -> Action:
-    action = app.config.get_machine(label.state_machine).get_state(label.state)
+    action = (machine_for(app, label) or app.config.get_machine(label.state_machine)).get_state(
+        label.state
+    )
     assert isinstance(action, Action), "tasks are only issued for labels in actions"
     return action
 

@@ -20,6 +20,7 @@ from routemaster.db.claims import Claim
 from routemaster.db.errored import mark_errored
 from routemaster.http.webhooks import Outcome, build_request, deliver
 from routemaster.machine.retry import backoff
+from routemaster.service.versions import governing
 from routemaster.worker import callbacks
 from routemaster.worker.receivers import Permit
 from routemaster.worker.recording import Recorder, observe, webhook_delivery
@@ -38,9 +39,14 @@ def deliver_claim(
     (:func:`routemaster.worker.evaluation.complete_deliveries`) and writes
     their log entries in that transaction (from ``recorder``).
     """
-    machine = app.config.get_machine(claim.state_machine)
-    action = machine.get_state(claim.state)
-    assert isinstance(action, Action), "claims only ever select labels in action states"
+    # The label's own version's definition (its webhook), on a continue machine.
+    machine = governing(app, claim.state_machine, claim.version)
+    action = machine.get_state(claim.state) if machine is not None else None
+    if machine is None or not isinstance(action, Action):
+        # A version this process cannot find, or one that lacks the state: the lease runs
+        # out and a process that knows it takes the label.
+        logger.warning("%s/%s: no definition here for its version", claim.state_machine, claim.name)
+        return False
     policy = action.retry  # the machine's policy with the action's overrides, from the loader
     if callbacks.waited_too_often(app, claim, action):
         return False

@@ -22,6 +22,7 @@ from routemaster.db import schedules
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.deliveries import Delivery
 from routemaster.db.labels import Label
+from routemaster.service.versions import machine_for
 from routemaster.worker.recording import Answered, write_answered
 
 logger = logging.getLogger(__name__)
@@ -108,11 +109,12 @@ def evaluate_claim(app: App, claim: Claim) -> bool:
 
 
 def _known(app: App, label: Label) -> bool:
+    """Whether the definition that governs the label (its version's) has its state."""
     try:
-        app.config.get_machine(label.state_machine).get_state(label.state)
+        machine = machine_for(app, label)
+        return machine is not None and bool(machine.get_state(label.state))
     except KeyError:
         return False
-    return True
 
 
 def _observe(

@@ -21,7 +21,7 @@ import schedule
 import sqlalchemy as sa
 
 from routemaster.app import App
-from routemaster.config.model import Action, Gate
+from routemaster.config.model import Action, Config, Gate
 from routemaster.db import claims as work
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.errors import Kind, describe_failure
@@ -32,6 +32,7 @@ from routemaster.service.bulk import run_batch as run_bulk_batch
 from routemaster.service.configuration import apply_migrations
 from routemaster.service.scheduling import schedule_unscheduled
 from routemaster.service.tasks import expire_leases, forget_old_tasks
+from routemaster.service.versions import load_all_versions, worker_triggers, worker_view
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import (
     complete_deliveries,
@@ -41,7 +42,7 @@ from routemaster.worker.evaluation import (
 )
 from routemaster.worker.outage import OutageLog
 from routemaster.worker.receivers import Gatekeeper, Permit
-from routemaster.worker.recording import Delivered, Recorder
+from routemaster.worker.recording import Recorder
 from routemaster.worker.retention import prune as prune_retained
 from routemaster.worker.slots import Slots
 from routemaster.worker.subscriptions import SubscriptionSender
@@ -65,16 +66,22 @@ class Worker:
         self.app = app
         self._rng = rng or random.Random()
         self._stopping = threading.Event()
+        # Older versions' states and clock triggers too, for labels of continue machines
+        # created under them (SPEC E4): each is scheduled by its own version's gate.
+        load_all_versions(app)
+        view = worker_view(app)
         # Pull actions (``worker:``) wait for /tasks/claim: never delivered from here.
-        self._action_states = [key for key in _states_of_kind(app, Action) if not _pulled(app, key)]
-        self._gate_states = _states_of_kind(app, Gate)
+        self._action_states = [
+            key for key in _states_of_kind(view, Action) if not _pulled(view, key)
+        ]
+        self._gate_states = _states_of_kind(view, Gate)
         self._slots = Slots(app.settings.delivery_concurrency, on_error=app.hooks.exception)
         self._outage = OutageLog()
-        self._gate = Gatekeeper(app, self._slots.size)
+        self._gate = Gatekeeper(app, self._slots.size, view)
         self._recorder = Recorder()
         self._steps = Steps(app)
         self._receiver_of: dict[tuple[str, str, int], str] = {}  # claims in flight
-        self.triggers = ClockTriggers(app, sweep=self._sweep_gate)
+        self.triggers = ClockTriggers(app, sweep=self._sweep_gate, scheduled=worker_triggers(app))
         self.minutely = Minutely(app, self._sweep)
         self.subscriptions = SubscriptionSender(app, rng=self._rng)
         self._jobs = schedule.Scheduler()
@@ -137,7 +144,7 @@ class Worker:
             len(self._action_states),
             len(self.triggers.triggers),
         )
-        listener = DueListener(self.app.db)
+        listener = DueListener(self.app.direct)
         first = True
         self.subscriptions.start()
         try:
@@ -190,7 +197,7 @@ class Worker:
             return step("moving delivered labels", lambda: self._complete(delivered), False)
         # Labels whose move failed in an earlier round, in a step of their own: a move that
         # keeps failing holds up no claim.
-        completed = step("moving delivered labels", self._complete_unwritten, False)
+        completed = step("moving delivered labels", self._complete, False)
         # The labels delivered since the last round move on in the claim's transaction.
         claimed = step(
             "claiming deliveries", lambda: self._claim_deliveries(delivered=delivered), False
@@ -205,9 +212,6 @@ class Worker:
         scheduled = step("computing next checks", self._backfill, 0)
         step("pruning", self._prune, None)
         return bool(completed or claimed or evaluated or carried_out or scheduled)
-
-    def _complete_unwritten(self) -> bool:
-        return self._complete_taken(self._recorder.take_unwritten())
 
     def _evaluate_due_gates(self) -> int:
         evaluated, waiting = evaluate_due_gates(
@@ -350,14 +354,10 @@ class Worker:
 
         return deliver
 
-    def _complete(self, delivered: Sequence[Claim]) -> bool:
-        """Move delivered labels on and write their calls' log entries, in one transaction of
-        their own (no claim to share it with); whether there were any."""
-        return self._complete_taken(
-            self._recorder.take_unwritten() + self._recorder.take(delivered)
-        )
-
-    def _complete_taken(self, taken: list[Delivered]) -> bool:
+    def _complete(self, delivered: Sequence[Claim] = ()) -> bool:
+        """Move ``delivered`` labels, and those whose move failed before, on and write their
+        calls' log entries, in a transaction of their own; whether there were any."""
+        taken = self._recorder.take_unwritten() + self._recorder.take(delivered)
         if not taken:
             return False
         try:
@@ -431,15 +431,15 @@ class Steps:
             return failed
 
 
-def _pulled(app: App, key: StateKey) -> bool:
-    state = app.config.get_machine(key[0]).get_state(key[1])
+def _pulled(config: Config, key: StateKey) -> bool:
+    state = config.get_machine(key[0]).get_state(key[1])
     return isinstance(state, Action) and state.pulled
 
 
-def _states_of_kind(app: App, kind: type[Action] | type[Gate]) -> list[StateKey]:
+def _states_of_kind(config: Config, kind: type[Action] | type[Gate]) -> list[StateKey]:
     return [
         (machine.name, state.name)
-        for machine in app.config.state_machines
+        for machine in config.state_machines
         for state in machine.states
         if isinstance(state, kind)
     ]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from routemaster.app import App
+from routemaster.config.model import Config
 from routemaster.config.origins import Receiver, configured_receivers
 from routemaster.config.receivers import Rate
 from routemaster.db import receivers as shared
@@ -47,9 +48,10 @@ class Permit:
 
 
 class Gatekeeper:
-    def __init__(self, app: App, slots: int) -> None:
+    def __init__(self, app: App, slots: int, config: Config | None = None) -> None:
+        """``config``: what to claim for (the worker's view, with older versions' states)."""
         self.app = app
-        self.receivers = configured_receivers(app.config)
+        self.receivers = configured_receivers(config or app.config)
         self._calling = [r for r in self.receivers.values() if r.action_states]
         self._routes = [
             (receiver.id, machine, state)

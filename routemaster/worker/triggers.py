@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from routemaster.app import App
 from routemaster.config.model import IntervalTrigger, MetadataTimezone, NamedTimezone, TimeTrigger
@@ -40,13 +40,22 @@ MIN_OCCURRENCE_RETENTION = datetime.timedelta(days=7)
 class ClockTriggers:
     """The config's interval and fixed-zone daily triggers, and the occurrences handled here."""
 
-    def __init__(self, app: App, sweep: Callable[[StateKey], None] | None = None) -> None:
-        """``sweep``: evaluates a gate's due labels; run at each occurrence handled here."""
+    def __init__(
+        self,
+        app: App,
+        sweep: Callable[[StateKey], None] | None = None,
+        scheduled: Iterable[ScheduledTrigger] | None = None,
+    ) -> None:
+        """``sweep``: evaluates a gate's due labels; run at each occurrence handled here.
+
+        ``scheduled``: the triggers to fire (a worker's: with older versions' gates, SPEC E4;
+        :func:`routemaster.service.versions.worker_triggers`); the configuration's by default.
+        """
         self._app = app
         self._sweep = sweep
         self.triggers = [
             s
-            for s in scheduled_triggers(app.config)
+            for s in (scheduled_triggers(app.config) if scheduled is None else scheduled)
             if not (
                 isinstance(s.trigger, TimeTrigger)
                 and isinstance(s.trigger.timezone, MetadataTimezone)

@@ -28,8 +28,8 @@ def config() -> Config:
 
 
 @pytest.fixture
-def app(db_engine: sa.Engine, config: Config) -> App:
-    return App(config=config, db=db_engine)
+def app(db_engine: sa.Engine, direct_engine: sa.Engine | None, config: Config) -> App:
+    return App(config=config, db=db_engine, direct=direct_engine)
 
 
 @pytest.fixture

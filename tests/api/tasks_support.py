@@ -16,6 +16,7 @@ from routemaster.config import load_config
 from routemaster.web import create_app
 from tests.api.helpers import body
 from tests.api.openapi_check import CheckedClient
+from tests.pooler import pooled_run
 
 CONFIG = """
 state_machines:
@@ -60,7 +61,12 @@ def tasks_client(tmp_path: Path, db_engine: sa.Engine) -> MakeClient:
         path = tmp_path / "tasks.yaml"
         path.write_text(config)
         settings.setdefault("poll_interval", 0.2)
-        app = App(config=load_config([path]), db=db_engine, settings=Settings(**settings))
+        app = App(
+            config=load_config([path]),
+            db=db_engine,
+            settings=Settings(**settings),
+            direct=None if pooled_run() else db_engine,
+        )
         if clock is not None:
             app.clock = clock
         flask_app: flask.Flask = create_app(app)

@@ -14,6 +14,7 @@ from routemaster.app import App, Settings
 from routemaster.config.model import Config
 from routemaster.db.database import create_engine
 from routemaster.db.errors import Kind, describe_failure
+from routemaster.db.statements import fetch_value, run, single_statement
 from routemaster.web import create_app
 from tests.api.helpers import body
 
@@ -29,12 +30,25 @@ def impatient(database_url: str, config: Config, db_engine: sa.Engine) -> Iterat
     engine.dispose()
 
 
-def test_statement_timeout_is_set_on_every_connection(database_url: str) -> None:
+def test_statement_timeout_is_set_in_every_transaction_and_never_on_the_connection(
+    database_url: str,
+) -> None:
+    # Per transaction, so that it holds behind a transaction-mode pooler and never
+    # leaks onto a server connection another client uses next.
     engine = create_engine(database_url, statement_timeout=1.5)
     try:
-        with engine.connect() as first, engine.connect() as second:
-            for connection in (first, second):
-                assert connection.execute(sa.text("SHOW statement_timeout")).scalar() == "1500ms"
+        for _ in range(2):
+            with engine.begin() as conn:
+                assert fetch_value(conn, "SHOW statement_timeout") == "1500ms"
+                assert fetch_value(conn, "SHOW statement_timeout") == "1500ms"
+            with single_statement(engine) as conn:
+                assert fetch_value(conn, "SHOW statement_timeout") == "1500ms"
+        with engine.connect() as conn:
+            session = conn.connection.driver_connection
+            assert session is not None
+            with session.cursor() as cursor:  # outside any transaction of ours: the default
+                cursor.execute("SHOW statement_timeout")
+                assert cursor.fetchone() == ("0",)
     finally:
         engine.dispose()
 
@@ -76,7 +90,7 @@ def test_an_unreachable_server_is_the_only_cannot_connect(config: Config) -> Non
 def _error_from(engine: sa.Engine, statement: str) -> sa.exc.SQLAlchemyError:
     with engine.connect() as connection:
         try:
-            connection.execute(sa.text(statement))
+            run(connection, statement)  # as the service runs statements (its timeout is set so)
         except sa.exc.SQLAlchemyError as error:
             return error
     raise AssertionError("the statement did not fail")

@@ -9,15 +9,19 @@ from flask.testing import FlaskClient
 
 from routemaster.app import App
 from routemaster.config import describe_machine
-from routemaster.db.versions import digest_of, record_version, stamp_connections
+from routemaster.db.transaction_settings import stamp_versions
+from routemaster.db.versions import digest_of, record_version
 from routemaster.service import create_label
 from routemaster.service.configuration import record_configuration
 
 
 def test_each_distinct_definition_is_one_version(app: App, client: FlaskClient) -> None:
     assert client.get("/state-machines/user/versions").json == {"versions": [], "next": None}
-    assert record_configuration(app) == {"user": 1, "empty": 1}
-    assert record_configuration(app) == {"user": 1, "empty": 1}  # the same digest: no new one
+    assert record_configuration(app).versions == {"user": 1, "empty": 1}
+    assert record_configuration(app).versions == {
+        "user": 1,
+        "empty": 1,
+    }  # the same digest: no new one
     machine = app.config.get_machine("user")
     changed = dataclasses.replace(machine, states=machine.states[:1])
     with app.db.begin() as conn:
@@ -56,9 +60,9 @@ def test_bad_paging_and_unknown_machines_are_client_errors(client: FlaskClient) 
 def test_history_entries_carry_the_version_they_were_made_under(
     app: App, client: FlaskClient, database_url: str
 ) -> None:
-    versions = record_configuration(app)
+    versions = record_configuration(app).versions
     engine = sa.create_engine(database_url)
-    stamp_connections(engine, versions)
+    stamp_versions(engine, versions)
     stamped = dataclasses.replace(app, db=engine)
     try:
         create_label(stamped, app.config.get_machine("user"), "alice", {})

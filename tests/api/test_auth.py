@@ -151,12 +151,12 @@ def test_a_new_token_works_and_a_revoked_one_stops_at_once(
 ) -> None:
     headers = bearer("read", name="ci")
     assert client.get("/state-machines", headers=headers).status_code == 200
-    confirmation = revoke_token(db_engine, "ci", wait=10)
+    confirmation = revoke_token(db_engine, "ci", wait=10, direct=db_engine)
     assert confirmation is not None
     assert confirmation.listening >= 1
     assert confirmation.complete
     assert client.get("/state-machines", headers=headers).status_code == 401
-    assert revoke_token(db_engine, "ci", wait=1) is None
+    assert revoke_token(db_engine, "ci", wait=1, direct=db_engine) is None
 
 
 def test_checking_a_token_costs_no_database_statement(

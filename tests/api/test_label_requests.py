@@ -90,6 +90,7 @@ def _app(engine: sa.Engine, config: Config, *, metrics: Metrics | None = None) -
         db=engine,
         settings=Settings(max_request_body=LIMIT, token_use_interval=3600),
         clock=lambda: NOW,
+        direct=engine,
         metrics=metrics,
     )
     return create_app(app)
@@ -189,8 +190,8 @@ def test_with_tokens_label_requests_get_401_and_403_and_are_counted(
     cache = token_cache(flask_app)
     assert cache is not None and cache.wait_until_current(10)
     try:
-        writer, _ = create_token(db_engine, "writer", {"read", "write"}, wait=10)
-        reader, _ = create_token(db_engine, "reader", {"read"}, wait=10)
+        writer, _ = create_token(db_engine, "writer", {"read", "write"}, wait=10, direct=db_engine)
+        reader, _ = create_token(db_engine, "reader", {"read"}, wait=10, direct=db_engine)
         client = flask_app.test_client()
 
         def send(method: str, who: str | None, **kwargs: Any) -> int:

@@ -134,7 +134,7 @@ def test_the_check_catches_a_response_the_document_does_not_describe(
     document = _document(flask_app)
     label = (
         b'{"metadata":{},"state":"start","state_entered_at":null,"paused":false,'
-        b'"errored":false,"last_error":null}'
+        b'"errored":false,"last_error":null,"version":null}'
     )
     path = "/state-machines/user/labels/a%2Fb"
     check_response(document, "GET", path, 200, "application/json", label)

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.openapi_check import check_response
 from tests.api.tokens import tokens_layer
-from tests.serving import free_port, stop_all
+from tests.serving import free_port, session_environment, stop_all
 from tests.waiting import wait_answering, wait_until
 
 HERE = Path(__file__).parent
@@ -50,6 +50,7 @@ class Service:
         self.tmp_path = tmp_path
         self.env = dict(
             os.environ,
+            **session_environment(database_url),
             DATABASE_URL=database_url,
             TMPDIR=str(tmp_path),  # where serve makes its metrics directory
             ROUTEMASTER_TOKEN_USE_INTERVAL="0.2",

@@ -14,6 +14,7 @@ from routemaster.app import App
 from routemaster.auth.admin import create_token
 from routemaster.web import create_app
 from tests.api.openapi_check import CheckedClient
+from tests.pooler import pooled_run
 
 TOKENS = "api:\n  authentication: tokens\n"
 
@@ -28,7 +29,9 @@ def tokens_layer(tmp_path: Path) -> Path:
 @contextmanager
 def secured_api(app: App) -> Iterator[flask.Flask]:
     """The API of ``app`` (tokens on) once its token cache is current; responses are checked
-    against the OpenAPI document."""
+    against the OpenAPI document. In a direct run its token cache listens on ``app.db``."""
+    if app.direct is None and not pooled_run():
+        app.direct = app.db
     flask_app = create_app(app)
     flask_app.test_client_class = CheckedClient
     cache = token_cache(flask_app)
@@ -40,8 +43,9 @@ def secured_api(app: App) -> Iterator[flask.Flask]:
 
 
 def token_secret(db_engine: sa.Engine, name: str, *scopes: str) -> str:
-    """A new token with ``scopes``, known to every process; its secret."""
-    secret, confirmation = create_token(db_engine, name, set(scopes), wait=10)
+    """A new token with ``scopes``, known to every process that listens; its secret."""
+    direct = None if pooled_run() else db_engine
+    secret, confirmation = create_token(db_engine, name, set(scopes), wait=10, direct=direct)
     assert confirmation.complete
     return str(secret.secret)
 

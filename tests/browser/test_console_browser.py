@@ -113,7 +113,9 @@ def test_with_tokens_a_person_signs_in_and_sees_changes_live(
     db_engine: sa.Engine,
     screenshot: Callable[[str], None],
 ) -> None:
-    secret, _ = create_token(db_engine, "console-operator", {"read", "write", "operate"}, wait=10)
+    secret, _ = create_token(
+        db_engine, "console-operator", {"read", "write", "operate"}, wait=10, direct=db_engine
+    )
     bearer = {"Authorization": f"Bearer {secret.secret}"}
     browser.delete_all_cookies()
     browser.get(f"{secured_service}/console/machines/orders")

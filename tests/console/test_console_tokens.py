@@ -93,7 +93,7 @@ def test_a_reading_token_has_no_buttons_and_revoking_it_signs_out(
     assert "/ann/pause" not in html
     refused = client.post("/console/machines/user/labels/ann/pause", data={"csrf": _csrf(html)})
     assert refused.status_code == 403
-    revoke_token(db_engine, "reader", wait=10)
+    revoke_token(db_engine, "reader", wait=10, direct=db_engine)
     cache = token_cache(secured)
     assert cache is not None and cache.wait_until_current(10)
     assert client.get("/console/").status_code == 302

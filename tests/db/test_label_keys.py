@@ -274,6 +274,11 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
         ):
             assert "labels_pkey" in explained, explained
             assert "Seq Scan on labels" not in explained, explained
+        unscheduled = plan(
+            conn, schedules._LOCK_UNSCHEDULED, {"machines": ["m"], "states": ["a"], "limit": 500}
+        )
+        assert "labels_unscheduled" in unscheduled, unscheduled
+        assert "Seq Scan on labels" not in unscheduled, unscheduled
 
 
 def test_pages_are_index_range_scans(many_labels: sa.Engine) -> None:

@@ -19,7 +19,7 @@ from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.db.notifications import DueListener
 from routemaster.worker import Worker
-from tests.serving import stop_all
+from tests.serving import session_environment, stop_all
 from tests.stub_server import StubServer
 from tests.waiting import wait_until
 
@@ -40,7 +40,9 @@ class FakeClock:
 
 
 @pytest.fixture
-def make_app(tmp_path: Path, db_engine: sa.Engine, stub: StubServer) -> Iterator[MakeApp]:
+def make_app(
+    tmp_path: Path, db_engine: sa.Engine, direct_engine: sa.Engine | None, stub: StubServer
+) -> Iterator[MakeApp]:
     """``make_app(yaml, **settings)``: ``{stub}`` in the YAML becomes the stub server's URL."""
     apps: list[App] = []
 
@@ -49,7 +51,12 @@ def make_app(tmp_path: Path, db_engine: sa.Engine, stub: StubServer) -> Iterator
         path.write_text(yaml_text.replace("{stub}", stub.url("")))
         settings.setdefault("poll_interval", 0.2)
         settings.setdefault("worker_id", f"test-worker-{len(apps)}")
-        app = App(config=load_config([path]), db=db_engine, settings=Settings(**settings))
+        app = App(
+            config=load_config([path]),
+            db=db_engine,
+            settings=Settings(**settings),
+            direct=direct_engine,
+        )
         if clock is not None:
             app.clock = clock
         apps.append(app)
@@ -103,6 +110,7 @@ def worker_environment(database_url: str, **settings: object) -> dict[str, str]:
     settings = {"poll_interval": 0.2, **settings}
     return {
         **os.environ,
+        **session_environment(database_url),
         "DATABASE_URL": database_url,
         "PYTHONPATH": str(ROOT),
         **{f"ROUTEMASTER_{name.upper()}": str(value) for name, value in settings.items()},

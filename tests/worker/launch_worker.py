@@ -16,7 +16,11 @@ import sys
 from routemaster.app import App, utc_now
 from routemaster.cli.environment import settings_from_environment
 from routemaster.config import load_config
-from routemaster.db.database import create_engine, url_from_environment
+from routemaster.db.database import (
+    create_engine,
+    direct_url_from_environment,
+    url_from_environment,
+)
 from routemaster.worker import run_worker
 
 
@@ -33,12 +37,16 @@ def main() -> None:
     url = url_from_environment()
     assert url is not None, "set DATABASE_URL"
     engine = create_engine(url)
+    direct_url = direct_url_from_environment()
+    direct = None if direct_url is None else create_engine(direct_url, pool_size=1)
     try:
-        app = App(config=config, db=engine, settings=settings_from_environment())
+        app = App(config=config, db=engine, settings=settings_from_environment(), direct=direct)
         app.clock = lambda: utc_now() + offset
         run_worker(app)
     finally:
         engine.dispose()
+        if direct is not None:
+            direct.dispose()
 
 
 if __name__ == "__main__":

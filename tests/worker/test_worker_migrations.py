@@ -78,7 +78,7 @@ def test_renaming_an_action_keeps_its_entry_and_sends_no_second_webhook(
         wait_until(lambda: _leased(old, "failed") == 0, "retry recorded", timeout=10)
         failed = _label(old, "failed")
         # Applied while slow's webhook is in flight.
-        assert record_configuration(new) == {"m": 1}
+        assert record_configuration(new).versions == {"m": 1}
         assert apply_migrations(new, wait=True) == 1
         renamed = _label(new, "failed")
         assert renamed.state == "notify"
