@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import flask
+from werkzeug.exceptions import NotFound
 
 from routemaster import console
 from routemaster.api import (
@@ -42,6 +43,9 @@ from routemaster.app import App
 from routemaster.changes.claim_waits import ClaimWaiter
 from routemaster.changes.hub import ChangeHub
 from routemaster.console.access import TOKEN_CHECK_KEY, console_token_check
+from routemaster.console.views import error_page
+
+CONSOLE_PREFIX = "/console/"
 
 __all__ = ["create_app"]
 
@@ -88,6 +92,7 @@ def create_app(app: App) -> flask.Flask:
     flask_app.extensions[tasks.WAITER_KEY] = ClaimWaiter(app)
     flask_app.url_map.converters["name"] = NameConverter
     errors.register_error_handlers(flask_app)
+    flask_app.register_error_handler(NotFound, _not_found)
     blueprints = [
         health.blueprint,
         machines.blueprint,
@@ -123,6 +128,13 @@ def create_app(app: App) -> flask.Flask:
             flask_app.wsgi_app, app.hooks
         )
     return flask_app
+
+
+def _not_found(error: NotFound) -> Any:
+    """A console address that matches no page (``/console/bulk/x``) is a page too; else JSON."""
+    if flask.request.path.startswith(CONSOLE_PREFIX):
+        return error_page(error)
+    return errors.http_error(error)
 
 
 def _forget_pooled_connections_after_fork(app: App, hub: ChangeHub) -> None:

@@ -14,21 +14,20 @@ import flask
 from werkzeug.exceptions import BadRequest, Forbidden, NotFound
 
 from routemaster.api.auth import current_token
-from routemaster.api.bodies import json_body
 from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.operations import pause_end
 from routemaster.api.responses import json_response
+from routemaster.api.validation import checked_body
 from routemaster.app import App
 from routemaster.auth import OPERATE, WRITE
 from routemaster.config.model import StateMachine
-from routemaster.service.bulk import COMMANDS, BulkCommand, CountMismatch, accept, dry_run, get_job
+from routemaster.service.bulk import BulkCommand, CountMismatch, accept, dry_run, get_job
 from routemaster.service.search import Search, listing_search, not_on_version
 
 blueprint = flask.Blueprint("bulk", __name__)
 
 FILTERS = ("where", "state", "errored", "prefix")
-FIELDS = frozenset({*FILTERS, "command", "to", "until", "reason", "dry_run", "expect"})
 
 
 @blueprint.post("/state-machines/<name:sm>/bulk")
@@ -49,7 +48,7 @@ FIELDS = frozenset({*FILTERS, "command", "to", "until", "reason", "dry_run", "ex
 def start_bulk(sm: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    body = _body()
+    body: dict[str, Any] = checked_body()
     token = current_token()
     command, search = bulk_request(app, machine, body)
     if command.command == "delete" and token is not None and WRITE not in token.scopes:
@@ -73,10 +72,11 @@ def start_bulk(sm: str) -> flask.Response:
 def bulk_request(
     app: App, machine: StateMachine, body: dict[str, Any]
 ) -> tuple[BulkCommand, Search]:
-    """The command a body asks for and the labels it is for, or 400 saying what is wrong."""
-    unknown = sorted(set(body) - FIELDS)
-    if unknown:
-        raise BadRequest(f"Unknown field(s) {', '.join(unknown)} in a bulk command.")
+    """The command a body (checked against ``Bulk``) asks for and the labels it is for.
+
+    400 saying what is wrong with what the schema cannot check: the state to
+    move to, the time a pause ends.
+    """
     command = _command(app, machine, body)
     search = listing_search(
         app,
@@ -92,18 +92,11 @@ def bulk_request(
 
 
 def run(app: App, command: BulkCommand, search: Search, body: dict[str, Any]) -> tuple[int, int]:
-    """Accept a real run: ``(id, count)``; 400 without a filter or ``expect``.
+    """Accept a real run (the schema has made sure of a filter and ``expect``): ``(id, count)``.
 
     Raises :class:`CountMismatch` when ``expect`` is not the count.
     """
-    if not any(body.get(name) not in (None, False, "") for name in FILTERS):
-        raise BadRequest(
-            "A bulk command needs at least one filter: where, state, errored or prefix."
-        )
-    expect = body.get("expect")
-    if not isinstance(expect, int) or isinstance(expect, bool) or expect < 0:
-        raise BadRequest('A bulk command needs "expect": the number of labels a dry run counted.')
-    return accept(app, search, command, expect=expect)
+    return accept(app, search, command, expect=body["expect"])
 
 
 @blueprint.get("/bulk/<int:job>")
@@ -132,40 +125,15 @@ def bulk_progress(job: int) -> flask.Response:
     )
 
 
-def _body() -> dict[str, Any]:
-    body = json_body()
-    if not isinstance(body, dict):
-        raise BadRequest("The request body must be a JSON object.")
-    return body
-
-
 def _command(app: App, machine: StateMachine, body: dict[str, Any]) -> BulkCommand:
-    command = body.get("command")
-    if command not in COMMANDS:
-        raise BadRequest(f'"command" must be one of {", ".join(COMMANDS)}.')
-    for name in ("where", "state", "prefix", "to", "reason"):
-        if body.get(name) is not None and not isinstance(body[name], str):
-            raise BadRequest(f'"{name}" must be a string.')
-    for name in ("errored", "dry_run"):
-        if body.get(name) is not None and not isinstance(body[name], bool):
-            raise BadRequest(f'"{name}" must be true or false.')
-    if not body.get("reason"):
-        raise BadRequest(
-            'A bulk command needs a "reason": it is recorded in each label\'s history.'
-        )
-    if body.get("until") is not None and command != "pause":
-        raise BadRequest('"until" is for pause only.')
+    command = body["command"]
     until = pause_end(app, body.get("until"))
     to = body.get("to")
-    if command == "move":
-        if to is None:
-            raise BadRequest('A bulk move needs "to": the state to move the labels to.')
+    if to is not None:
         try:
             machine.get_state(to)
         except KeyError:
             raise BadRequest(f"State machine {machine.name!r} has no state {to!r}.") from None
-    elif to is not None:
-        raise BadRequest('"to" is for move only.')
     if command == "upgrade" and not machine.continues:
         raise BadRequest(
             f"State machine {machine.name!r} has upgrade_strategy {machine.upgrade_strategy}:"

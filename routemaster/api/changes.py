@@ -17,6 +17,8 @@ from werkzeug.exceptions import BadRequest, ServiceUnavailable
 
 from routemaster.api.endpoints import EVENT_STREAM, Query, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
+from routemaster.api.outbound_schemas import POSITION_PATTERN
+from routemaster.api.validation import checked_query
 from routemaster.auth import READ
 from routemaster.changes.hub import STREAM_KEY, ChangeHub, TooManyStreams
 from routemaster.service.changes import Position, current_position
@@ -48,7 +50,11 @@ STREAM_REPLIES = {
 AFTER = (
     Query(
         "after",
-        {"type": "string", "pattern": "^[0-9]{1,19}-[0-9]{1,19}$"},
+        {
+            "type": "string",
+            "pattern": POSITION_PATTERN,
+            "x-error": "after takes a position as sent in an event's id: XACT-ID.",
+        },
         "Resume after this position (an event's id); the Last-Event-ID header takes precedence.",
     ),
 )
@@ -92,7 +98,7 @@ def stream_response(machine: str | None) -> flask.Response:
 
 
 def _resume_from() -> Position | None:
-    raw = flask.request.headers.get("Last-Event-ID") or flask.request.args.get("after")
+    raw = flask.request.headers.get("Last-Event-ID") or checked_query().get("after")
     if raw is None:
         return None
     try:

@@ -11,15 +11,14 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import flask
-from werkzeug.exceptions import BadRequest
 
 from routemaster import service
-from routemaster.api.bodies import check_query
 from routemaster.api.endpoints import Query, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, check_label_name
 from routemaster.api.paths import link
 from routemaster.api.responses import isoformat, json_response
+from routemaster.api.validation import checked_query, utc_time
 from routemaster.auth import READ
 from routemaster.service import deliveries as log
 from routemaster.service.deliveries import Delivery, DeliveryFilter
@@ -37,7 +36,15 @@ _PAGING = (
         {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
         f"Page size (default {DEFAULT_PAGE}).",
     ),
-    Query("before", {"type": "string"}, "Where the page starts (opaque: from `next`)."),
+    Query(
+        "before",
+        {
+            "type": "string",
+            "pattern": "^[0-9]{1,18}$",
+            "x-error": "before must be a position from a `next` link.",
+        },
+        "Where the page starts (opaque: from `next`).",
+    ),
 )
 
 
@@ -53,9 +60,9 @@ def label_deliveries(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
     check_label_name(label)
-    check_query(("limit", "before"))
+    args = checked_query()
     service.get_label(app, machine, label)  # 404 for a name never created
-    limit, before = _paging()
+    limit, before = _paging(args)
     rows = log.of_label(app, machine.name, label, limit=limit + 1, before=before)
     return _page(rows, limit, link("state-machines", machine.name, "labels", label, "deliveries"))
 
@@ -77,19 +84,18 @@ def label_deliveries(sm: str, label: str) -> flask.Response:
 )
 def all_deliveries() -> flask.Response:
     app = routemaster_app()
-    check_query(("kind", "outcome", "receiver", "since", "until", "limit", "before"))
-    args = flask.request.args
+    args = checked_query()
     where = DeliveryFilter(
-        kind=_one_of(args.get("kind"), "kind", KINDS),
-        outcome=_one_of(args.get("outcome"), "outcome", OUTCOMES),
-        receiver=args.get("receiver") or None,
-        since=parse_time(args.get("since"), "since"),
-        until=parse_time(args.get("until"), "until"),
+        kind=args.get("kind"),
+        outcome=args.get("outcome"),
+        receiver=args.get("receiver"),
+        since=parse_time(args.get("since")),
+        until=parse_time(args.get("until")),
     )
-    limit, before = _paging()
+    limit, before = _paging(args)
     rows = log.matching(app, where, limit=limit + 1, before=before)
     names = ("kind", "outcome", "receiver", "since", "until")
-    return _page(rows, limit, "/deliveries", {name: args[name] for name in names if args.get(name)})
+    return _page(rows, limit, "/deliveries", {name: args[name] for name in names if name in args})
 
 
 def delivery_json(delivery: Delivery) -> dict[str, Any]:
@@ -112,17 +118,9 @@ def delivery_json(delivery: Delivery) -> dict[str, Any]:
     }
 
 
-def parse_time(raw: str | None, name: str) -> datetime.datetime | None:
-    """An ISO 8601 time from the query or a body (UTC when it names no offset); 400 if not."""
-    if raw is None or raw == "":
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(raw)
-    except ValueError:
-        raise BadRequest(
-            f"{name} must be an ISO 8601 time, such as 2026-11-24T12:00:00Z."
-        ) from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
+def parse_time(raw: str | None) -> datetime.datetime | None:
+    """A time checked as ``format: date-time`` (UTC when it names no offset); None for none."""
+    return None if raw is None else utc_time(raw)
 
 
 def _page(
@@ -136,25 +134,6 @@ def _page(
     return json_response(body)
 
 
-def _paging() -> tuple[int, int | None]:
-    args = flask.request.args
-    try:
-        limit = int(args.get("limit", DEFAULT_PAGE))
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= MAX_PAGE:
-        raise BadRequest(f"limit must be an integer from 1 to {MAX_PAGE}.")
-    raw = args.get("before")
-    if raw is None:
-        return limit, None
-    if not raw.isdigit() or len(raw) > 18:
-        raise BadRequest("before must be a position from a `next` link.")
-    return limit, int(raw)
-
-
-def _one_of(raw: str | None, name: str, allowed: tuple[str, ...]) -> str | None:
-    if raw is None or raw == "":
-        return None
-    if raw not in allowed:
-        raise BadRequest(f"{name} must be one of: {', '.join(allowed)}.")
-    return raw
+def _paging(args: dict[str, Any]) -> tuple[int, int | None]:
+    before = args.get("before")
+    return args.get("limit", DEFAULT_PAGE), None if before is None else int(before)

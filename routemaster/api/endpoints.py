@@ -24,6 +24,9 @@ TEXT = "text/plain"
 EVENT_STREAM = "text/event-stream"
 HTML = "text/html"
 
+CONSOLE = "console"
+"""The tag of the console's pages: their errors are pages too (JSON when the database fails)."""
+
 OPEN = None
 """The scope of an endpoint anyone may call, even with tokens required (``GET /``, ``/metrics``)."""
 
@@ -64,6 +67,8 @@ class Endpoint:
     # (body key, scope): a body with this key also needs a token with this scope (checked
     # by the handler, which has parsed the body: :func:`routemaster.api.auth.require_scope`)
     scope_with: tuple[str, str] | None = None
+    # Schemas of path parameters that are more than any text (``{"type": "string"}``).
+    path: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 _ATTRIBUTE = "routemaster_endpoint"
@@ -79,9 +84,12 @@ def endpoint(
     query: tuple[Query, ...] = (),
     tags: tuple[str, ...] = (),
     scope_with: tuple[str, str] | None = None,
+    path: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Callable[[F], F]:
     """Declare a handler's scope (or :data:`OPEN`), summary, replies and inputs."""
-    declared = Endpoint(scope, summary, replies, body, body_required, query, tags, scope_with)
+    declared = Endpoint(
+        scope, summary, replies, body, body_required, query, tags, scope_with, path or {}
+    )
 
     def mark(view: F) -> F:
         setattr(view, _ATTRIBUTE, declared)

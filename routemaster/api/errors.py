@@ -20,7 +20,7 @@ DATABASE_UNAVAILABLE = "Cannot connect to database"
 
 
 def register_error_handlers(flask_app: flask.Flask) -> None:
-    flask_app.register_error_handler(HTTPException, _http_error)
+    flask_app.register_error_handler(HTTPException, http_error)
     flask_app.register_error_handler(LabelExists, _label_exists)
     flask_app.register_error_handler(LabelNotFound, _label_not_found)
     flask_app.register_error_handler(LabelDeleted, _label_deleted)
@@ -32,7 +32,8 @@ def register_error_handlers(flask_app: flask.Flask) -> None:
     flask_app.register_error_handler(InternalServerError, _internal_error)
 
 
-def _http_error(error: HTTPException) -> Response:
+def http_error(error: HTTPException) -> Response:
+    """Werkzeug's error as the JSON error body, with its status and headers."""
     if error.code is None or error.code < 400:  # routing redirects keep Werkzeug's response
         return error.get_response()
     headers = {key: value for key, value in error.get_headers() if key.lower() != "content-type"}

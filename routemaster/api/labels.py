@@ -17,12 +17,12 @@ import flask
 from werkzeug.exceptions import BadRequest
 
 from routemaster import service
-from routemaster.api.bodies import check_query, parse_body
 from routemaster.api.endpoints import Query, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.paths import link
 from routemaster.api.responses import isoformat, json_response
-from routemaster.app import App, Settings
+from routemaster.api.validation import checked_body, checked_query
+from routemaster.app import App
 from routemaster.auth import READ, WRITE
 from routemaster.config.model import StateMachine
 from routemaster.machine.versions import version_of_label
@@ -36,7 +36,6 @@ MAX_PAGE_SIZE = 10_000
 STREAM_BATCH = 1_000
 
 LABEL = "/state-machines/<name:sm>/labels/<name:label>"
-LISTING_PARAMETERS = ("state", "after", "limit", "errored", "prefix", "where", "count")
 
 
 @blueprint.get("/state-machines/<name:sm>/labels")
@@ -81,17 +80,16 @@ def list_labels(sm: str) -> flask.Response:
     """
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_query(LISTING_PARAMETERS)
-    args = flask.request.args
-    state = args.get("state")
-    after = args.get("after", "")
-    prefix = args.get("prefix", "")
-    errored = _flag(args.get("errored"), "errored")
-    limit = _page_size(args.get("limit"))
+    args = checked_query()
+    state: str | None = args.get("state")
+    after: str = args.get("after", "")
+    prefix: str = args.get("prefix", "")
+    errored: bool = args.get("errored", False)
+    limit: int | None = args.get("limit")
     create = link("state-machines", machine.name, "labels") + "/:name"
-    where = args.get("where")
+    where: str | None = args.get("where")
     search = listing_search(app, machine, where, state=state, errored=errored, prefix=prefix)
-    if _flag(args.get("count"), "count"):
+    if args.get("count"):
         return json_response({"count": count_matches(app, search)})
 
     def page(start: str, size: int) -> list[tuple[str, str]]:
@@ -172,7 +170,7 @@ def create_label(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
     check_label_name(label)
-    metadata = metadata_from_body(flask.request, app.settings)
+    metadata = metadata_from_body()
     return json_response(label_body(service.create_label(app, machine, label, metadata)), 201)
 
 
@@ -206,7 +204,7 @@ def update_label(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
     check_label_name(label)
-    patch = metadata_from_body(flask.request, app.settings)
+    patch = metadata_from_body()
     return json_response(label_body(service.update_metadata(app, machine, label, patch)))
 
 
@@ -291,38 +289,11 @@ def check_label_name(name: str) -> None:
         raise BadRequest("Label names cannot contain NUL characters.")
 
 
-def metadata_from_body(request: flask.Request, settings: Settings) -> dict[str, Any]:
+def metadata_from_body() -> dict[str, Any]:
     """The object in a ``{"metadata": {...}}`` body, or 400 / 413 saying what is wrong.
 
     The depth limit applies to the metadata itself: the wrapping object is
     not counted, so metadata may nest exactly ``max_json_depth`` levels.
     """
-    body = parse_body(request, settings, wrapper_levels=1)
-    if not isinstance(body, dict):
-        raise BadRequest('The request body must be a JSON object like {"metadata": {...}}.')
-    if "metadata" not in body:
-        raise BadRequest('The request body must have a "metadata" key.')
-    metadata = body["metadata"]
-    if not isinstance(metadata, dict):
-        raise BadRequest('"metadata" must be a JSON object.')
+    metadata: dict[str, Any] = checked_body(wrapper_levels=1)["metadata"]
     return metadata
-
-
-def _flag(raw: str | None, name: str) -> bool:
-    if raw is None or raw.lower() in ("false", "0", ""):
-        return False
-    if raw.lower() in ("true", "1"):
-        return True
-    raise BadRequest(f"{name} must be true or false.")
-
-
-def _page_size(raw: str | None) -> int | None:
-    if raw is None:
-        return None
-    try:
-        size = int(raw)
-    except ValueError:
-        size = 0
-    if not 1 <= size <= MAX_PAGE_SIZE:
-        raise BadRequest(f"limit must be an integer from 1 to {MAX_PAGE_SIZE}.")
-    return size

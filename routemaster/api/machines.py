@@ -6,11 +6,11 @@ from typing import Any
 
 import flask
 
-from routemaster.api.bodies import check_query
 from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.paths import link
 from routemaster.api.responses import json_response
+from routemaster.api.validation import checked_query
 from routemaster.auth import READ
 from routemaster.config import describe_machine
 from routemaster.service.listings import StateCount, state_counts
@@ -21,7 +21,7 @@ blueprint = flask.Blueprint("machines", __name__)
 @blueprint.get("/state-machines")
 @endpoint(READ, "The state machines", {200: Reply("MachineList")}, tags=("machines",))
 def list_machines() -> flask.Response:
-    check_query(())
+    checked_query()
     machines = routemaster_app().config.state_machines
     return json_response(
         {

@@ -14,14 +14,24 @@ import re
 from typing import Any
 
 import flask
+from werkzeug.routing import IntegerConverter
 
 from routemaster import __version__
-from routemaster.api.endpoints import CAPABILITY, JSON, OPEN, Endpoint, Reply, declared, endpoint
+from routemaster.api.endpoints import (
+    CAPABILITY,
+    CONSOLE,
+    HTML,
+    JSON,
+    OPEN,
+    Endpoint,
+    Reply,
+    declared,
+    endpoint,
+)
 from routemaster.api.extension import routemaster_app
-from routemaster.api.outbound_schemas import OUTBOUND_SCHEMAS
 from routemaster.api.responses import json_response
-from routemaster.api.schemas import SCHEMAS, Schema, ref
-from routemaster.api.task_schemas import TASK_SCHEMAS
+from routemaster.api.schemas import Schema, ref
+from routemaster.api.validation import COMPONENTS, EMPTY_QUERY_VALUES
 from routemaster.auth import READ
 
 blueprint = flask.Blueprint("openapi", __name__)
@@ -66,8 +76,12 @@ def build_document(flask_app: flask.Flask) -> dict[str, Any]:
             operation_id = rule.endpoint.replace(".", "_")
             if len(methods) > 1:
                 operation_id += "_" + method
+            arguments = {
+                name: _path_schema(declaration, name, rule._converters.get(name))
+                for name in rule.arguments
+            }
             paths.setdefault(path, {})[method] = _operation(
-                declaration, operation_id, list(rule.arguments), tokens=tokens
+                declaration, operation_id, arguments, tokens=tokens
             )
     document: dict[str, Any] = {
         "openapi": "3.1.0",
@@ -75,10 +89,15 @@ def build_document(flask_app: flask.Flask) -> dict[str, Any]:
             "title": "routemaster",
             "version": __version__,
             "description": "State machines as a service. Label names and machine names are "
-            "percent-encoded path segments; a '/' inside a name travels as %2F.",
+            "percent-encoded path segments; a '/' inside a name travels as %2F. "
+            "Requests are checked against this document: a body or query parameter outside it "
+            "is a 400 whose message names the field and the rule. " + EMPTY_QUERY_VALUES + " "
+            "Every body is also held to the server's limits (docs/limits.md): its size, its "
+            "depth, and no string or key holding NUL (\\u0000) or an unpaired surrogate, "
+            "which the database cannot store.",
         },
         "paths": {path: paths[path] for path in sorted(paths)},
-        "components": {"schemas": {**SCHEMAS, **OUTBOUND_SCHEMAS, **TASK_SCHEMAS}},
+        "components": {"schemas": dict(COMPONENTS)},
     }
     if tokens:
         document["components"]["securitySchemes"] = {
@@ -93,8 +112,16 @@ def build_document(flask_app: flask.Flask) -> dict[str, Any]:
     return document
 
 
+def _path_schema(declaration: Endpoint, name: str, converter: object) -> dict[str, Any]:
+    if name in declaration.path:
+        return dict(declaration.path[name])
+    if isinstance(converter, IntegerConverter):
+        return {"type": "integer", "minimum": 0}
+    return {"type": "string"}
+
+
 def _operation(
-    declaration: Endpoint, operation_id: str, arguments: list[str], *, tokens: bool
+    declaration: Endpoint, operation_id: str, arguments: dict[str, Any], *, tokens: bool
 ) -> dict[str, Any]:
     operation: dict[str, Any] = {
         "operationId": operation_id,
@@ -104,11 +131,17 @@ def _operation(
     if declaration.tags:
         operation["tags"] = list(declaration.tags)
     parameters = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        {"name": name, "in": "path", "required": True, "schema": arguments[name]}
         for name in sorted(arguments)
     ]
     parameters += [
-        {"name": q.name, "in": "query", "schema": dict(q.schema), "description": q.description}
+        {
+            "name": q.name,
+            "in": "query",
+            "schema": dict(q.schema),
+            "description": q.description + " Empty: as if left out.",
+            "allowEmptyValue": True,
+        }
         for q in declaration.query
     ]
     if parameters:
@@ -145,6 +178,11 @@ def _operation(
     for status in sorted(replies):
         operation["responses"][str(status)] = _response(status, replies[status])
     operation["responses"]["default"] = _response(0, Reply("Error", description="An error"))
+    if CONSOLE in declaration.tags:
+        operation["responses"]["default"] = {
+            "description": "An error: a page, or JSON when the database failed",
+            "content": {HTML: {"schema": {"type": "string"}}, JSON: {"schema": ref("Error")}},
+        }
     return operation
 
 

@@ -14,11 +14,12 @@ import flask
 from werkzeug.exceptions import BadRequest, Conflict
 
 from routemaster import service
-from routemaster.api.bodies import json_body
 from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, check_label_name, label_body
 from routemaster.api.responses import json_response
+from routemaster.api.schemas import UNTIL_REFUSED
+from routemaster.api.validation import checked_body, utc_time
 from routemaster.app import App
 from routemaster.auth import OPERATE
 from routemaster.config.model import StateMachine
@@ -90,9 +91,7 @@ def resume(sm: str, label: str) -> flask.Response:
 def move(sm: str, label: str) -> flask.Response:
     """Body ``{"state": S, "reason": "..."}``: put the label in ``S`` regardless of conditions."""
     app, machine, reason, body = _command(sm, label)
-    destination = body.get("state")
-    if not isinstance(destination, str):
-        raise BadRequest('The request body must name the destination: {"state": "..."}.')
+    destination: str = body["state"]
     return _run(lambda: service.force_move(app, machine, label, destination, reason=reason))
 
 
@@ -100,14 +99,9 @@ def pause_end(app: App, until: Any) -> datetime.datetime | None:
     """``until`` of a pause: an ISO-8601 time with a UTC offset, in the future."""
     if until is None:
         return None
-    try:
-        moment = datetime.datetime.fromisoformat(until) if isinstance(until, str) else None
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        raise BadRequest(
-            '"until" must be an ISO-8601 time with its UTC offset, e.g. "2030-01-01T09:00:00Z".'
-        )
+    if datetime.datetime.fromisoformat(until).tzinfo is None:  # checked as format: date-time
+        raise BadRequest(UNTIL_REFUSED)
+    moment = utc_time(until)
     if moment <= app.now():
         raise BadRequest('"until" must be in the future.')
     return moment
@@ -118,7 +112,7 @@ def _command(sm: str, label: str) -> tuple[App, StateMachine, str | None, dict[s
     app = routemaster_app()
     machine = machine_or_404(app, sm)
     check_label_name(label)
-    body = _command_body()
+    body = checked_body(optional=True) or {}
     return app, machine, body.get("reason"), body
 
 
@@ -127,19 +121,3 @@ def _run(command: Any) -> flask.Response:
         return json_response(label_body(command()))
     except service.InvalidOperation as error:
         raise Conflict(str(error)) from None
-
-
-def _command_body() -> dict[str, Any]:
-    """An optional JSON object; ``reason``, when given, must be a string.
-
-    Parsed like every body (size, depth, no ``\\u0000`` or unpaired
-    surrogates), so a reason can always be stored in history.
-    """
-    body = json_body(optional=True)
-    if body is None:
-        return {}
-    if not isinstance(body, dict):
-        raise BadRequest("The request body must be a JSON object.")
-    if body.get("reason") is not None and not isinstance(body["reason"], str):
-        raise BadRequest('"reason" must be a string.')
-    return body

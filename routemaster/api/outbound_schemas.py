@@ -4,9 +4,20 @@ has both)."""
 
 from __future__ import annotations
 
-from routemaster.api.schemas import INTEGER, TEXT, TIME, Schema, array, nullable, obj, ref
+from routemaster.api.schemas import (
+    INTEGER,
+    TEXT,
+    TEXT_OR_NULL,
+    TIME,
+    Schema,
+    array,
+    nullable,
+    obj,
+    ref,
+)
 
-TEXT_OR_NULL: Schema = {"type": ["string", "null"]}
+MAX_URL = 2048
+POSITION_PATTERN = "^[0-9]{1,19}-[0-9]{1,19}$"
 
 SUBSCRIPTION = obj(
     {
@@ -93,9 +104,17 @@ OUTBOUND_SCHEMAS: dict[str, Schema] = {
     "ReceiverList": obj({"receivers": array(ref("Receiver"))}),
     "RetryErrored": obj(
         {
-            "since": {"type": "string", "format": "date-time"},
-            "until": {"type": "string", "format": "date-time"},
-            "reason": TEXT,
+            "since": {
+                "type": "string",
+                "format": "date-time",
+                "description": "Retry the labels that became errored at or after this time.",
+            },
+            "until": {
+                "type": ["string", "null"],
+                "format": "date-time",
+                "description": "...and before this one (null or left out: now).",
+            },
+            "reason": TEXT_OR_NULL,
         },
         optional=("until", "reason"),
     ),
@@ -105,10 +124,21 @@ OUTBOUND_SCHEMAS: dict[str, Schema] = {
     "SubscriptionBody": obj(
         {
             "url": {
-                **TEXT,
-                "description": "http or https; never inside the network unless allowed",
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_URL,
+                "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://[^/?#@]+([/?#]|$)",
+                "description": "http or https, without user or password; refused (400, "
+                '"reason": "forbidden_address") when it resolves inside the network, unless '
+                "the configuration allows it",
+                "x-error": f'"url" must be an http or https URL of at most {MAX_URL} characters.',
             },
-            "state_machines": nullable(array(TEXT)),
+            "state_machines": {
+                "anyOf": [{**array(TEXT), "minItems": 1}, {"type": "null"}],
+                "description": "Only these machines' changes (null or left out: every machine); "
+                "a name the configuration lacks is refused (400).",
+                "x-error": '"state_machines" must be a non-empty list of state machine names.',
+            },
             "max_events": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
             "batch_delay_ms": {
                 "type": "integer",
@@ -118,11 +148,30 @@ OUTBOUND_SCHEMAS: dict[str, Schema] = {
             },
             "signing_secret_env": {
                 "type": ["string", "null"],
-                "pattern": "^ROUTEMASTERSUBSCRIPTION_SECRET_[A-Za-z0-9_]+$",
+                "pattern": "^ROUTEMASTER_SUBSCRIPTION_SECRET_[A-Za-z0-9_]{1,200}$",
+                "description": "The environment variable holding the signing secret.",
+                "x-error": '"signing_secret_env" must name an environment variable starting '
+                "ROUTEMASTER_SUBSCRIPTION_SECRET_ (letters, digits, _).",
             },
-            "after": {**TEXT, "description": "A changes-stream position; only when creating"},
+            "after": {
+                **TEXT_OR_NULL,
+                "pattern": POSITION_PATTERN,
+                "description": "A changes-stream position (XACT-ID); only when creating",
+                "x-error": '"after" must be a changes-stream position (XACT-ID).',
+            },
         },
         optional=("state_machines", "max_events", "batch_delay_ms", "signing_secret_env", "after"),
     ),
-    "Cursor": obj({"after": {**TEXT, "description": "A changes-stream position (XACT-ID)"}}),
+    "Cursor": {
+        **obj(
+            {
+                "after": {
+                    **TEXT,
+                    "pattern": POSITION_PATTERN,
+                    "description": "A changes-stream position (XACT-ID)",
+                }
+            }
+        ),
+        "x-error": 'The body must be {"after": POSITION}.',
+    },
 }

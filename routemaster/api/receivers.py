@@ -9,13 +9,12 @@ import datetime
 from typing import Any
 
 import flask
-from werkzeug.exceptions import BadRequest
 
-from routemaster.api.bodies import json_body
 from routemaster.api.deliveries import parse_time
 from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import routemaster_app
 from routemaster.api.responses import isoformat, json_response
+from routemaster.api.validation import checked_body
 from routemaster.app import App
 from routemaster.auth import OPERATE, READ
 from routemaster.service import receivers
@@ -73,20 +72,11 @@ def retry_errored(receiver: str) -> flask.Response:
     """``{"since", "until"?}``: labels that became errored in [since, until) are due again."""
     app = routemaster_app()
     known = receivers.known_receiver(app, receiver)
-    body = json_body()
-    if not isinstance(body, dict):
-        raise BadRequest('The request body must be a JSON object: {"since": ISO-8601}.')
-    unknown = set(body) - {"since", "until", "reason"}
-    if unknown:
-        raise BadRequest(f"Unknown key {sorted(unknown)[0]!r} (expected since, until, reason).")
-    for key in ("since", "until", "reason"):
-        if body.get(key) is not None and not isinstance(body[key], str):
-            raise BadRequest(f'"{key}" must be a string.')
-    since = parse_time(body.get("since"), "since")
-    if since is None:
-        raise BadRequest('"since" is required: retry the labels errored since when?')
+    body = checked_body()
+    since = parse_time(body["since"])
+    assert since is not None
     now = app.now()
-    until = parse_time(body.get("until"), "until") or now + datetime.timedelta(seconds=1)
+    until = parse_time(body.get("until")) or now + datetime.timedelta(seconds=1)
     reason = body.get("reason") or f"retry-errored for receiver {known.id}"
     count = receivers.retry_errored(app, known, since=since, until=until, now=now, reason=reason)
     return json_response({"count": count})

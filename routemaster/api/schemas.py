@@ -19,6 +19,8 @@ TEXT: Schema = {"type": "string"}
 INTEGER: Schema = {"type": "integer"}
 BOOLEAN: Schema = {"type": "boolean"}
 ANY: Schema = {}
+
+UNTIL_REFUSED = '"until" must be an ISO-8601 time with its UTC offset, e.g. "2030-01-01T09:00:00Z".'
 TIME: Schema = {"type": ["string", "null"], "format": "date-time"}
 
 
@@ -106,6 +108,29 @@ _CLAUSE = obj(
     },
     optional=("error",),
 )
+
+TEXT_OR_NULL: Schema = {"type": ["string", "null"]}
+_DRY_RUN: Schema = {"required": ["dry_run"], "properties": {"dry_run": {"const": True}}}
+
+
+def _given(name: str) -> Schema:
+    """The property is there and not empty."""
+    return {"required": [name], "properties": {name: {"type": "string", "minLength": 1}}}
+
+
+def _only_with(command: str, name: str, required: str | None) -> Schema:
+    """``name`` is for ``command`` only (and required with it when ``required`` says why)."""
+    if_command: Schema = {"required": ["command"], "properties": {"command": {"const": command}}}
+    refused = {"type": "null", "x-error": f'"{name}" is for {command} only.'}
+    rule: Schema = {"if": if_command, "else": {"properties": {name: refused}}}
+    if required is not None:
+        rule["then"] = {
+            "required": [name],
+            "properties": {name: {"type": "string"}},
+            "x-error": required,
+        }
+    return rule
+
 
 SCHEMAS: dict[str, Schema] = {
     "Error": obj(
@@ -262,7 +287,11 @@ SCHEMAS: dict[str, Schema] = {
                     "clause": ref("Clause"),
                 }
             ),
-            "next_state_if_held": TEXT,
+            "next_state_if_held": {
+                "type": ["string", "null"],
+                "description": "Where the label would go if the condition held (null: nowhere, "
+                "the gate is an end state).",
+            },
             "next_state_error": TEXT,
             "recent_deliveries": array(ref("Delivery")),
         },
@@ -282,26 +311,69 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "LabelCount": obj({"count": {**INTEGER, "description": "Live labels matching the filters."}}),
     "LabelListOrCount": {"anyOf": [ref("LabelList"), ref("LabelCount")]},
-    "Bulk": obj(
-        {
-            "command": {"enum": ["retry", "pause", "resume", "move", "delete", "upgrade"]},
-            "where": TEXT,
-            "state": TEXT,
-            "errored": BOOLEAN,
-            "prefix": TEXT,
-            "to": TEXT,
-            "until": {
-                **TEXT,
-                "format": "date-time",
-                "description": "pause only: ISO-8601 with offset, in the future; "
-                "each label resumes by itself then.",
+    "Bulk": {
+        **obj(
+            {
+                "command": {"enum": ["retry", "pause", "resume", "move", "delete", "upgrade"]},
+                "where": TEXT_OR_NULL,
+                "state": TEXT_OR_NULL,
+                "errored": {"type": ["boolean", "null"]},
+                "prefix": TEXT_OR_NULL,
+                "to": {
+                    **TEXT_OR_NULL,
+                    "description": "move only (and required there): the state to move to.",
+                },
+                "until": {
+                    "type": ["string", "null"],
+                    "format": "date-time",
+                    "description": "pause only: ISO-8601 with offset, in the future; "
+                    "each label resumes by itself then.",
+                    "x-error": UNTIL_REFUSED,
+                },
+                "reason": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Recorded in each label's history.",
+                    "x-error": 'A bulk command needs a "reason": it is recorded in each '
+                    "label's history.",
+                },
+                "dry_run": {"type": ["boolean", "null"]},
+                "expect": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "A real run (not dry_run): the count a dry run answered.",
+                },
             },
-            "reason": TEXT,
-            "dry_run": BOOLEAN,
-            "expect": INTEGER,
-        },
-        optional=("where", "state", "errored", "prefix", "to", "until", "dry_run", "expect"),
-    ),
+            optional=("where", "state", "errored", "prefix", "to", "until", "dry_run", "expect"),
+        ),
+        "description": "A real run (without dry_run: true) needs at least one filter (where, "
+        "state, errored: true or prefix) and expect; to only with move, until only with pause.",
+        "allOf": [
+            {
+                "if": _DRY_RUN,
+                "else": {
+                    "anyOf": [
+                        _given("where"),
+                        _given("state"),
+                        _given("prefix"),
+                        {"required": ["errored"], "properties": {"errored": {"const": True}}},
+                    ],
+                    "x-error": "A bulk command needs at least one filter: where, state, "
+                    "errored or prefix.",
+                },
+            },
+            {
+                "if": _DRY_RUN,
+                "else": {
+                    "required": ["expect"],
+                    "x-error": 'A bulk command needs "expect": the number of labels a dry '
+                    "run counted.",
+                },
+            },
+            _only_with("move", "to", 'A bulk move needs "to": the state to move the labels to.'),
+            _only_with("pause", "until", None),
+        ],
+    },
     "BulkDryRun": obj({"count": INTEGER, "sample": array(TEXT)}),
     "BulkAccepted": obj({"id": INTEGER, "count": INTEGER}),
     "BulkMismatch": obj({"message": TEXT, "reason": {"const": "count_mismatch"}, "count": INTEGER}),
@@ -324,9 +396,14 @@ SCHEMAS: dict[str, Schema] = {
         optional=("until",),
     ),
     "Command": obj({"reason": {"type": ["string", "null"]}}, optional=("reason",), strict=False),
-    "Move": obj(
-        {"state": TEXT, "reason": {"type": ["string", "null"]}}, optional=("reason",), strict=False
-    ),
+    "Move": {
+        **obj(
+            {"state": TEXT, "reason": {"type": ["string", "null"]}},
+            optional=("reason",),
+            strict=False,
+        ),
+        "x-error": 'The request body must name the destination: {"state": "..."}.',
+    },
     "Pause": obj(
         {
             "reason": {"type": ["string", "null"]},
@@ -334,6 +411,7 @@ SCHEMAS: dict[str, Schema] = {
                 "type": ["string", "null"],
                 "format": "date-time",
                 "description": "ISO-8601 with offset: the label resumes by itself then.",
+                "x-error": UNTIL_REFUSED,
             },
         },
         optional=("reason", "until"),

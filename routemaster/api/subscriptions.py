@@ -13,10 +13,10 @@ from typing import Any
 import flask
 from werkzeug.exceptions import NotFound
 
-from routemaster.api.bodies import json_body
 from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import routemaster_app
 from routemaster.api.responses import isoformat, json_response
+from routemaster.api.validation import InvalidRequest, checked_body
 from routemaster.app import App
 from routemaster.auth import ADMIN
 from routemaster.service import subscriptions as service
@@ -33,11 +33,14 @@ blueprint = flask.Blueprint("subscriptions", __name__)
 
 SUBSCRIPTION = "/subscriptions/<name>"
 NAME = re.compile(r"[A-Za-z0-9_.~-]{1,200}")
-SECRET_ENV = re.compile(r"ROUTEMASTER_SUBSCRIPTION_SECRET_[A-Za-z0-9_]{1,200}")
-MAX_URL = 2048
-MAX_EVENTS = (1, 1000, 100)  # least, most, default
-BATCH_DELAY_MS = (0, 3_600_000, 500)
-FIELDS = ("url", "state_machines", "max_events", "batch_delay_ms", "signing_secret_env", "after")
+NAME_SCHEMA = {
+    "type": "string",
+    "pattern": f"^{NAME.pattern}$",
+    "not": {"enum": [".", ".."]},
+    "description": "1 to 200 of A-Z a-z 0-9 _ . ~ - (and not . or ..).",
+}
+DEFAULT_MAX_EVENTS = 100
+DEFAULT_BATCH_DELAY_MS = 500
 MAX_XID8 = 2**63 - 1
 
 ERRORS = {400: Reply("Error"), 404: Reply("Error")}
@@ -46,6 +49,18 @@ ERRORS = {400: Reply("Error"), 404: Reply("Error")}
 @blueprint.errorhandler(Invalid)
 def _invalid(error: Invalid) -> flask.Response:
     return json_response({"message": str(error), "reason": error.reason}, 400)
+
+
+@blueprint.errorhandler(InvalidRequest)
+def _outside_the_document(error: InvalidRequest) -> flask.Response:
+    reason = (
+        "invalid_cursor"
+        if error.field == "after"
+        else "invalid_url"
+        if (error.field, error.rule) == ("url", "pattern")
+        else "invalid"
+    )
+    return json_response({"message": error.description, "reason": reason}, 400)
 
 
 @blueprint.get("/subscriptions")
@@ -64,15 +79,24 @@ def list_subscriptions() -> flask.Response:
 @endpoint(
     ADMIN,
     "Create or replace a push subscription (replacing keeps its cursor)",
-    {200: Reply("Subscription"), 201: Reply("Subscription", description="Created"), **ERRORS},
+    {
+        200: Reply("Subscription"),
+        201: Reply("Subscription", description="Created"),
+        **ERRORS,
+        400: Reply(
+            "Error",
+            description="Outside this document, or refused by the configuration: a url inside "
+            "the network, a state machine it lacks, an after ahead of the stream",
+        ),
+    },
     body="SubscriptionBody",
     tags=("subscriptions",),
+    path={"name": NAME_SCHEMA},
 )
 def put_subscription(name: str) -> flask.Response:
     app = routemaster_app()
     _check_name(name)
-    body = json_body()
-    settings, after = _settings(app, body)
+    settings, after = _settings(app, checked_body())
     stored, created = service.put_subscription(app, name, settings, after=after)
     return json_response(shown(stored), 201 if created else 200)
 
@@ -83,6 +107,7 @@ def put_subscription(name: str) -> flask.Response:
     "A push subscription, with its lag",
     {200: Reply("Subscription"), **ERRORS},
     tags=("subscriptions",),
+    path={"name": NAME_SCHEMA},
 )
 def get_subscription(name: str) -> flask.Response:
     app = routemaster_app()
@@ -96,6 +121,7 @@ def get_subscription(name: str) -> flask.Response:
     "Delete a push subscription (a batch in flight is dropped)",
     {204: Reply(None), **ERRORS},
     tags=("subscriptions",),
+    path={"name": NAME_SCHEMA},
 )
 def delete_subscription(name: str) -> flask.Response:
     app = routemaster_app()
@@ -109,17 +135,19 @@ def delete_subscription(name: str) -> flask.Response:
 @endpoint(
     ADMIN,
     "Replay from a stream position (supersedes the batch in flight)",
-    {200: Reply("Subscription"), **ERRORS},
+    {
+        200: Reply("Subscription"),
+        **ERRORS,
+        400: Reply("Error", description="Outside this document, or after is ahead of the stream"),
+    },
     body="Cursor",
     tags=("subscriptions",),
+    path={"name": NAME_SCHEMA},
 )
 def set_cursor(name: str) -> flask.Response:
     app = routemaster_app()
     _check_name(name)
-    body = json_body()
-    if not isinstance(body, dict) or set(body) != {"after"}:
-        raise Invalid('The body must be {"after": POSITION}.')
-    after = _position(body["after"])
+    after = _position(checked_body()["after"])
     return json_response(shown(_found(service.set_cursor(app, name, after), name)))
 
 
@@ -171,15 +199,9 @@ def _check_name(name: str) -> None:
         )
 
 
-def _settings(app: App, body: Any) -> tuple[Settings, Position | None]:
-    if not isinstance(body, dict):
-        raise Invalid("The request body must be a JSON object.")
-    unknown = sorted(set(body) - set(FIELDS))
-    if unknown:
-        raise Invalid(f"Unknown fields: {', '.join(unknown)} (expected: {', '.join(FIELDS)}).")
-    url = body.get("url")
-    if not isinstance(url, str) or not url or len(url) > MAX_URL:
-        raise Invalid(f'"url" must be an http or https URL of at most {MAX_URL} characters.')
+def _settings(app: App, body: dict[str, Any]) -> tuple[Settings, Position | None]:
+    """The subscription a body (checked against ``SubscriptionBody``) asks for."""
+    url: str = body["url"]
     try:
         check_destination(app, url)
     except ForbiddenDestination as refused:
@@ -187,48 +209,24 @@ def _settings(app: App, body: Any) -> tuple[Settings, Position | None]:
     machines = body.get("state_machines")
     if machines is not None:
         known = {machine.name for machine in app.config.state_machines}
-        if not isinstance(machines, list) or not machines:
-            raise Invalid('"state_machines" must be a non-empty list of state machine names.')
         for machine in machines:
             if machine not in known:
                 raise Invalid(f'"state_machines": no state machine called {machine!r}.')
         machines = tuple(dict.fromkeys(machines))
-    secret_env = body.get("signing_secret_env")
-    if secret_env is not None and (
-        not isinstance(secret_env, str) or not SECRET_ENV.fullmatch(secret_env)
-    ):
-        raise Invalid(
-            '"signing_secret_env" must name an environment variable starting '
-            "ROUTEMASTER_SUBSCRIPTION_SECRET_ (letters, digits, _)."
-        )
     after = body.get("after")
     settings = Settings(
         url=url,
         state_machines=machines,
-        max_events=_bounded(body, "max_events", MAX_EVENTS),
-        batch_delay_ms=_bounded(body, "batch_delay_ms", BATCH_DELAY_MS),
-        signing_secret_env=secret_env,
+        max_events=body.get("max_events", DEFAULT_MAX_EVENTS),
+        batch_delay_ms=body.get("batch_delay_ms", DEFAULT_BATCH_DELAY_MS),
+        signing_secret_env=body.get("signing_secret_env"),
     )
     return settings, None if after is None else _position(after)
 
 
-def _bounded(body: dict[str, Any], key: str, bounds: tuple[int, int, int]) -> int:
-    least, most, default = bounds
-    value = body.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
-        raise Invalid(f'"{key}" must be an integer from {least:,} to {most:,}.')
-    return value
-
-
-def _position(value: Any) -> Position:
-    if not isinstance(value, str):
-        raise Invalid('"after" must be a changes-stream position (the id of an event).')
-    try:
-        position = Position.parse(value)
-    except ValueError:
-        raise Invalid(
-            f'"after": {value[:40]!r} is not a changes-stream position (XACT-ID).', "invalid_cursor"
-        ) from None
+def _position(value: str) -> Position:
+    """A position checked by the schema's pattern, within the stream's range."""
+    position = Position.parse(value)
     if position.xact > MAX_XID8 or position.id > MAX_XID8:
         raise Invalid(f'"after": {value[:40]!r} is out of range.', "invalid_cursor")
     return position

@@ -4,7 +4,22 @@ has both)."""
 
 from __future__ import annotations
 
-from routemaster.api.schemas import BOOLEAN, INTEGER, TEXT, TIME, Schema, array, obj, ref
+from routemaster.api.schemas import (
+    BOOLEAN,
+    INTEGER,
+    TEXT,
+    TEXT_OR_NULL,
+    TIME,
+    Schema,
+    array,
+    obj,
+    ref,
+)
+
+MAX_WORKER_NAME = 200
+MAX_CLAIM = 100  # tasks claimed, or completed, in one request
+MAX_CLAIM_WAIT = 60  # seconds
+MAX_RETRY_AFTER = 86_400  # seconds
 
 WORKER_SETTINGS = obj(
     {
@@ -42,14 +57,22 @@ LEASE = obj(
 TASK_SCHEMAS: dict[str, Schema] = {
     "Claim": obj(
         {
-            "worker": {**TEXT, "description": "Who claims: shown in explanations and the console."},
-            "state_machine": TEXT,
-            "state": {**TEXT, "description": "A pull action (worker:) to claim from."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1},
+            "worker": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_WORKER_NAME,
+                "pattern": "\\S",
+                "description": "Who claims: shown in explanations and the console.",
+                "x-error": '"worker" must name the worker: text of 1 to '
+                f"{MAX_WORKER_NAME} characters.",
+            },
+            "state_machine": TEXT_OR_NULL,
+            "state": {**TEXT_OR_NULL, "description": "A pull action (worker:) to claim from."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_CLAIM, "default": 1},
             "wait": {
                 "type": "number",
                 "minimum": 0,
-                "maximum": 60,
+                "maximum": MAX_CLAIM_WAIT,
                 "default": 0,
                 "description": "Seconds to wait for a task when none is due now.",
             },
@@ -92,43 +115,62 @@ TASK_SCHEMAS: dict[str, Schema] = {
     "Heartbeat": obj({"lease_expires_at": {**TEXT, "format": "date-time"}}),
     "Empty": obj({}, strict=False),
     "Completion": obj(
-        {"metadata": {"type": "object", "description": "Deep-merged as PATCH does."}},
+        {"metadata": {"type": ["object", "null"], "description": "Deep-merged as PATCH does."}},
         optional=("metadata",),
         strict=False,
     ),
     "Failure": obj(
         {
-            "error": TEXT,
+            "error": {**TEXT, "x-error": '"error" must say what went wrong, as text.'},
             "retry": {**BOOLEAN, "default": True},
-            "retry_after": {"type": ["number", "null"], "minimum": 0},
+            "retry_after": {
+                "type": ["number", "null"],
+                "minimum": 0,
+                "maximum": MAX_RETRY_AFTER,
+                "description": "Seconds until the next attempt, instead of the backoff.",
+            },
         },
         optional=("retry", "retry_after"),
         strict=False,
     ),
     "WorkerSettings": WORKER_SETTINGS,
     "Lease": LEASE,
-    "Completions": obj(
-        {
-            "tasks": {
-                **array(
-                    obj(
-                        {
-                            "id": TEXT,
-                            "metadata": {
-                                "type": "object",
-                                "description": "Deep-merged as PATCH does.",
+    "Completions": {
+        **obj(
+            {
+                "tasks": {
+                    **array(
+                        obj(
+                            {
+                                "id": TEXT,
+                                "metadata": {
+                                    "type": ["object", "null"],
+                                    "description": "Deep-merged as PATCH does.",
+                                },
                             },
-                        },
-                        optional=("metadata",),
-                    )
-                ),
-                "maxItems": 100,
-                "description": "Tasks to complete, in order (none only with claim).",
+                            optional=("metadata",),
+                        )
+                    ),
+                    "maxItems": MAX_CLAIM,
+                    "description": "Tasks to complete, in order (none only with claim).",
+                },
+                "claim": {
+                    "anyOf": [ref("Claim"), {"type": "null"}],
+                    "description": "Claim next (needs the work scope).",
+                },
             },
-            "claim": {**ref("Claim"), "description": "Claim next (needs the work scope)."},
-        },
-        optional=("claim",),
-    ),
+            optional=("claim",),
+        ),
+        "allOf": [
+            {
+                "anyOf": [
+                    {"properties": {"tasks": {"minItems": 1}}},
+                    {"required": ["claim"], "properties": {"claim": {"not": {"type": "null"}}}},
+                ],
+                "x-error": '"tasks" is empty: give tasks to complete, or a "claim".',
+            }
+        ],
+    },
     "Completed": obj(
         {
             "completed": array(

@@ -8,7 +8,6 @@ no token, and accept a valid one. A stale id answers 409 with
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -16,12 +15,12 @@ import flask
 from werkzeug.exceptions import BadRequest, NotFound, ServiceUnavailable
 
 from routemaster.api.auth import require_scope
-from routemaster.api.bodies import json_body
 from routemaster.api.endpoints import CAPABILITY, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, label_body, live_label
 from routemaster.api.responses import isoformat, json_response
 from routemaster.api.task_views import past_tasks
+from routemaster.api.validation import checked_body
 from routemaster.auth import READ, WORK
 from routemaster.changes.claim_waits import ClaimWaiter, PendingClaim, task_json
 from routemaster.changes.hub import STREAM_KEY
@@ -30,13 +29,15 @@ from routemaster.service import tasks as task_service
 blueprint = flask.Blueprint("tasks", __name__)
 
 WAITER_KEY = "routemaster.claims"
-MAX_LIMIT = 100
-MAX_WAIT = 60
-MAX_WORKER_NAME = 200
 HISTORY_LIMIT = 100  # a label's latest tasks shown
 TASK = "/tasks/<task_id>"
 NO_STORE = {"Cache-Control": "no-store"}
 
+CLAIM_REFUSED = Reply(
+    "Error",
+    description="The request is outside this document, or `state` is not a pull action "
+    "(worker:) of the configuration",
+)
 TASK_REPLIES = {
     400: Reply("Error"),
     404: Reply("Error", description="No task with this id was ever issued"),
@@ -60,7 +61,7 @@ def claim_waiter(flask_app: flask.Flask) -> ClaimWaiter:
     "Claim due labels of pull actions (worker:), waiting up to `wait` seconds for one",
     {
         200: Reply("TaskList"),
-        400: Reply("Error"),
+        400: CLAIM_REFUSED,
         404: Reply("Error"),
         503: Reply("Error", description="This process has too many waiting claims"),
     },
@@ -69,7 +70,7 @@ def claim_waiter(flask_app: flask.Flask) -> ClaimWaiter:
 )
 def claim() -> flask.Response:
     app = routemaster_app()
-    claim_request, wait = _claim_request(_object_body(optional=False))
+    claim_request, wait = _claim_request(checked_body())
     waiter = claim_waiter(flask.current_app)
     tasks = task_service.claim_tasks(
         app,
@@ -89,7 +90,7 @@ def claim() -> flask.Response:
     "Complete many tasks in order, then claim the next ones (with `claim`), in one request",
     {
         200: Reply("Completed"),
-        400: Reply("Error"),
+        400: CLAIM_REFUSED,
         404: Reply("Error", description="`claim` names a state machine that does not exist"),
         503: Reply("Error", description="This process has too many waiting claims"),
     },
@@ -98,15 +99,9 @@ def claim() -> flask.Response:
     scope_with=("claim", WORK),
 )
 def complete_many() -> flask.Response:
-    body = _object_body(optional=False)
-    tasks, wanted = body.get("tasks"), body.get("claim")
-    if not isinstance(tasks, list) or len(tasks) > MAX_LIMIT:
-        raise BadRequest(f'"tasks" must be a list of at most {MAX_LIMIT} tasks to complete.')
-    if wanted is not None and not isinstance(wanted, dict):
-        raise BadRequest('"claim" must be a JSON object, as the body of /tasks/claim.')
-    if not tasks and wanted is None:
-        raise BadRequest('"tasks" is empty: give tasks to complete, or a "claim".')
-    completions = [_completion(index, task) for index, task in enumerate(tasks)]
+    body = checked_body()
+    wanted = body.get("claim")
+    completions = [(task["id"], task.get("metadata")) for task in body["tasks"]]
     then, wait = None, 0.0
     if wanted is not None:
         refused = require_scope(flask.current_app, WORK, 'Completing with a "claim"')
@@ -129,20 +124,14 @@ def complete_many() -> flask.Response:
 
 
 def _claim_request(body: dict[str, Any]) -> tuple[task_service.NextClaim, float]:
-    """A claim's pull actions, worker and limit, and its wait; 400 or 404 when wrong."""
+    """A claim (checked against ``Claim``): its pull actions, worker, limit and wait; 400
+    or 404 when the machine or the state is not one."""
     app = routemaster_app()
-    worker = body.get("worker")
-    if not isinstance(worker, str) or not worker.strip() or len(worker) > MAX_WORKER_NAME:
-        raise BadRequest(
-            f'"worker" must name the worker: text of 1 to {MAX_WORKER_NAME} characters.'
-        )
-    machine = body.get("state_machine")
-    state = body.get("state")
-    for key, value in (("state_machine", machine), ("state", state)):
-        if value is not None and not isinstance(value, str):
-            raise BadRequest(f'"{key}" must be text.')
-    limit = _number(body, "limit", 1, 1, MAX_LIMIT, integer=True)
-    wait = _number(body, "wait", 0, 0, MAX_WAIT, integer=False)
+    worker: str = body["worker"]
+    machine: str | None = body.get("state_machine")
+    state: str | None = body.get("state")
+    limit: int = body.get("limit", 1)
+    wait: float = body.get("wait", 0)
     if machine is not None:
         machine_or_404(app, machine)
     try:
@@ -151,7 +140,7 @@ def _claim_request(body: dict[str, Any]) -> tuple[task_service.NextClaim, float]
         raise BadRequest(
             f"{error}" + (f" in state machine {machine!r}." if machine else ".")
         ) from None
-    return task_service.NextClaim(states, worker, int(limit)), wait
+    return task_service.NextClaim(states, worker, limit), wait
 
 
 def _claimed(
@@ -186,19 +175,6 @@ def _claimed(
     return flask.Response(pending.body(), mimetype="application/json", headers=NO_STORE)
 
 
-def _completion(index: int, task: Any) -> tuple[str, dict[str, Any] | None]:
-    where = f'"tasks"[{index}]'
-    if not isinstance(task, dict) or not isinstance(task.get("id"), str):
-        raise BadRequest(f'{where} must be an object with the task\'s "id".')
-    unknown = set(task) - {"id", "metadata"}
-    if unknown:
-        raise BadRequest(f"{where} has unknown fields: {', '.join(sorted(unknown))}.")
-    metadata = task.get("metadata")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise BadRequest(f'{where}: "metadata" must be a JSON object.')
-    return task["id"], metadata
-
-
 def _completed(answer: task_service.Completed) -> dict[str, Any]:
     """One completion as /tasks/{id}/complete would have answered it."""
     if answer.label is not None:
@@ -223,7 +199,7 @@ def _completed(answer: task_service.Completed) -> dict[str, Any]:
     tags=("tasks",),
 )
 def heartbeat(task_id: str) -> flask.Response:
-    _object_body(optional=True)
+    checked_body(optional=True)
     app = routemaster_app()
     return _answer(lambda: {"lease_expires_at": isoformat(task_service.heartbeat(app, task_id))})
 
@@ -238,10 +214,7 @@ def heartbeat(task_id: str) -> flask.Response:
     tags=("tasks",),
 )
 def complete(task_id: str) -> flask.Response:
-    body = _object_body(optional=True)
-    metadata = body.get("metadata")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise BadRequest('"metadata" must be a JSON object.')
+    metadata = (checked_body(optional=True) or {}).get("metadata")
     app = routemaster_app()
     return _answer(lambda: label_body(task_service.complete(app, task_id, metadata)))
 
@@ -255,16 +228,10 @@ def complete(task_id: str) -> flask.Response:
     tags=("tasks",),
 )
 def fail(task_id: str) -> flask.Response:
-    body = _object_body(optional=False)
-    error = body.get("error")
-    if not isinstance(error, str):
-        raise BadRequest('"error" must say what went wrong, as text.')
-    retry = body.get("retry", True)
-    if not isinstance(retry, bool):
-        raise BadRequest('"retry" must be true or false.')
-    retry_after = None
-    if body.get("retry_after") is not None:
-        retry_after = _number(body, "retry_after", 0, 0, 86_400, integer=False)
+    body = checked_body()
+    error: str = body["error"]
+    retry: bool = body.get("retry", True)
+    retry_after: float | None = body.get("retry_after")
     app = routemaster_app()
     waiter = claim_waiter(flask.current_app)
     return _answer(
@@ -286,7 +253,7 @@ def fail(task_id: str) -> flask.Response:
     tags=("tasks",),
 )
 def release(task_id: str) -> flask.Response:
-    _object_body(optional=True)
+    checked_body(optional=True)
     app = routemaster_app()
     return _answer(lambda: label_body(task_service.release(app, task_id)))
 
@@ -311,28 +278,3 @@ def _answer(act: Any) -> flask.Response:
         raise NotFound(str(error)) from None
     except task_service.LeaseLost as error:
         return json_response({"message": str(error), "reason": "lease_lost"}, 409)
-
-
-def _object_body(*, optional: bool) -> dict[str, Any]:
-    body = json_body(optional=optional)
-    if body is None:
-        return {}
-    if not isinstance(body, dict):
-        raise BadRequest("The request body must be a JSON object.")
-    return body
-
-
-def _number(
-    body: dict[str, Any], key: str, default: float, low: float, high: float, *, integer: bool
-) -> float:
-    value = body.get(key, default)
-    kind = "an integer" if integer else "a number"
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or (integer and not isinstance(value, int))
-        or not math.isfinite(value)
-        or not low <= value <= high
-    ):
-        raise BadRequest(f'"{key}" must be {kind} from {low:g} to {high:g}.')
-    return value

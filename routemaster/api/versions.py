@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import flask
-from werkzeug.exceptions import BadRequest
 
-from routemaster.api.bodies import check_query
 from routemaster.api.endpoints import Query, Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.paths import link
 from routemaster.api.responses import isoformat, json_response
+from routemaster.api.validation import checked_query
 from routemaster.auth import READ
 from routemaster.service.configuration import MachineVersion, versions_of
 
@@ -33,7 +32,9 @@ blueprint = flask.Blueprint("versions", __name__)
             f"Page size (default {DEFAULT_PAGE}).",
         ),
         Query(
-            "after", {"type": "integer", "minimum": 0}, "Start after this version (from `next`)."
+            "after",
+            {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+            "Start after this version (from `next`).",
         ),
     ),
     tags=("machines",),
@@ -42,9 +43,9 @@ def list_versions(sm: str) -> flask.Response:
     """Oldest first; ``next`` links the following page, null on the last."""
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_query(("limit", "after"))
-    limit = _number(flask.request.args.get("limit"), "limit", DEFAULT_PAGE, 1, MAX_PAGE)
-    after = _number(flask.request.args.get("after"), "after", 0, 0, 2**31 - 1)
+    args = checked_query()
+    limit: int = args.get("limit", DEFAULT_PAGE)
+    after: int = args.get("after", 0)
     found = versions_of(app, machine.name, after=after, limit=limit + 1)
     body: dict[str, Any] = {"versions": [version_body(version) for version in found[:limit]]}
     body["next"] = (
@@ -63,15 +64,3 @@ def version_body(version: MachineVersion) -> dict[str, Any]:
         "digest": version.digest,
         "definition": version.definition,
     }
-
-
-def _number(raw: str | None, name: str, default: int, low: int, high: int) -> int:
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
-    if not low <= value <= high:
-        raise BadRequest(f"{name} must be an integer from {low} to {high}.")
-    return value

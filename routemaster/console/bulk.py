@@ -19,6 +19,7 @@ from werkzeug.wrappers import Response
 from routemaster.api.bulk import FILTERS, bulk_request, run
 from routemaster.api.endpoints import OPEN, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
+from routemaster.api.validation import checked_value
 from routemaster.console import access
 from routemaster.console.views import BUTTON, PAGES, blueprint, machine_url, render_page
 from routemaster.service.bulk import CountMismatch, dry_run, get_job
@@ -42,6 +43,7 @@ def bulk(sm: str) -> Response | str:
     body = _body(flask.request.form)
     if body.get("command") == "delete" and not flask.g.access.may("write"):
         raise Forbidden("Deleting labels needs a token with the write scope.")
+    checked_value("Bulk", body if "expect" in body else {**body, "dry_run": True})
     command, search = bulk_request(app, machine, body)
     if "expect" not in body:
         counted = dry_run(app, search)

@@ -12,7 +12,7 @@ from werkzeug.exceptions import BadRequest, Forbidden, HTTPException, NotFound
 from werkzeug.wrappers import Response
 
 from routemaster import service
-from routemaster.api.changes import stream_response
+from routemaster.api.changes import AFTER, stream_response
 from routemaster.api.endpoints import EVENT_STREAM, HTML, OPEN, Reply, endpoint
 from routemaster.api.explanations import explanation_of
 from routemaster.api.extension import machine_or_404, routemaster_app
@@ -127,11 +127,11 @@ def script() -> Response:
     return flask.send_from_directory(STATIC, "console.js", max_age=300)
 
 
-STREAM = {200: Reply(None, EVENT_STREAM), 302: PAGES[302], 400: Reply("Error")}
+STREAM = {200: Reply(None, EVENT_STREAM), 302: PAGES[302], 400: _PAGE, 404: _PAGE}
 
 
 @blueprint.get("/changes")
-@endpoint(OPEN, "Every change, for the console's pages", STREAM, tags=("console",))
+@endpoint(OPEN, "Every change, for the console's pages", STREAM, query=AFTER, tags=("console",))
 def changes() -> Response:
     """The changes stream for the console's script: signed in by cookie, not by header.
 
@@ -145,7 +145,8 @@ def changes() -> Response:
 @endpoint(
     OPEN,
     "A machine's changes, for the console's pages",
-    {**STREAM, 404: Reply("Error")},
+    STREAM,
+    query=AFTER,
     tags=("console",),
 )
 def machine_changes(sm: str) -> Response:

@@ -79,7 +79,9 @@ def test_a_real_run_needs_a_filter_and_expect(client: FlaskClient) -> None:
     assert "expect" in body(no_expect)["message"]
     no_reason = client.post(BULK, json={"command": "pause", "state": "start", "expect": 3})
     assert no_reason.status_code == 400
-    bad = client.post(BULK, json={"command": "pause", "where": "metadata.n ==", "reason": "x"})
+    bad = client.post(
+        BULK, json={"command": "pause", "where": "metadata.n ==", "reason": "x", "expect": 3}
+    )
     assert bad.status_code == 400
     assert "Error on line 1" in body(bad)["message"]
 

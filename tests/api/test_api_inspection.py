@@ -98,10 +98,19 @@ def test_after_without_limit_streams_the_rest(client: FlaskClient, db_engine: sa
 
 
 def test_bad_limits_are_400(client: FlaskClient) -> None:
-    for limit in ("0", "-1", "x", "", "10001"):
+    for limit in ("0", "-1", "x", "1.5", "10001"):
         response = client.get(f"{LABELS}?limit={limit}")
         assert response.status_code == 400, limit
-        assert "limit" in body(response)["message"]
+        assert body(response)["message"] == "limit must be an integer from 1 to 10000."
+
+
+def test_an_empty_query_value_is_as_if_left_out(client: FlaskClient) -> None:
+    client.post(f"{LABELS}/a", json={"metadata": {}})
+    whole = body(client.get(LABELS))
+    for query in ("limit=", "state=", "errored=", "prefix=", "after=", "where=", "count="):
+        response = client.get(f"{LABELS}?{query}")
+        assert response.status_code == 200, query
+        assert body(response) == whole, query
 
 
 def test_machine_description_counts_live_labels_per_state(client: FlaskClient) -> None:
@@ -134,6 +143,16 @@ def test_history_lists_transitions_oldest_first(client: FlaskClient) -> None:
 
 def test_history_of_an_unknown_label_is_404(client: FlaskClient) -> None:
     assert client.get(f"{LABELS}/nobody/history").status_code == 404
+
+
+def test_explain_a_label_in_an_end_gate_goes_nowhere(client: FlaskClient) -> None:
+    """null, as the document says (the checked client validates the answer against it)."""
+    client.post(f"{LABELS}/ends", json={"metadata": {}})
+    moved = client.post(f"{LABELS}/ends/move", json={"state": "done", "reason": "test"})
+    assert moved.status_code == 200
+    described = body(client.get(f"{LABELS}/ends/explain"))
+    assert described["state"] == "done"
+    assert described["next_state_if_held"] is None
 
 
 def test_explain_a_gate_clause_by_clause(client: FlaskClient) -> None:

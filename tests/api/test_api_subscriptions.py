@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,10 @@ def test_replaying_from_a_position(client: FlaskClient) -> None:
         ({"url": PUBLIC, "signing_secret_env": "ROUTEMASTER_SUBSCRIPTION_SECRET_"}, "invalid"),
         ({"url": PUBLIC, "state_machines": ["nope"]}, "invalid"),
         ({"url": PUBLIC, "state_machines": []}, "invalid"),
+        ({"url": PUBLIC, "state_machines": [{}]}, "invalid"),
+        ({"url": PUBLIC, "state_machines": [1]}, "invalid"),
+        ({"url": PUBLIC, "state_machines": [["user"]]}, "invalid"),
+        ({"url": PUBLIC, "state_machines": "user"}, "invalid"),
         ({"url": PUBLIC, "after": "yesterday"}, "invalid_cursor"),
         ({"url": PUBLIC, "after": "99999999999-0"}, "invalid_cursor"),  # ahead of the stream
         ({"url": PUBLIC, "colour": "red"}, "invalid"),
@@ -126,6 +131,32 @@ def test_bad_subscriptions_are_400_with_a_reason(
     assert response.status_code == 400, body(response)
     assert body(response)["reason"] == reason
     assert client.get("/subscriptions/s").status_code == 404
+
+
+@pytest.mark.parametrize("machines", [[{}], [1], [None], "user", {"user": 1}])
+def test_state_machines_that_are_not_a_list_of_names_are_refused_plainly(
+    client: FlaskClient, machines: Any
+) -> None:
+    response = client.put("/subscriptions/s", json={"url": PUBLIC, "state_machines": machines})
+    assert response.status_code == 400
+    assert body(response)["message"] == (
+        '"state_machines" must be a non-empty list of state machine names.'
+    )
+
+
+def test_the_documented_secret_pattern_accepts_what_the_server_accepts(
+    client: FlaskClient,
+) -> None:
+    document = body(client.get("/openapi.json"))
+    pattern = document["components"]["schemas"]["SubscriptionBody"]["properties"][
+        "signing_secret_env"
+    ]["pattern"]
+    name = "ROUTEMASTER_SUBSCRIPTION_SECRET_HOOKS"
+    assert re.search(pattern, name)
+    created = client.put("/subscriptions/s", json={"url": PUBLIC, "signing_secret_env": name})
+    assert created.status_code == 201
+    for refused in ("HOME", "ROUTEMASTERSUBSCRIPTION_SECRET_X", "ROUTEMASTER_SUBSCRIPTION_SECRET_"):
+        assert not re.search(pattern, refused)
 
 
 def test_names_are_url_safe(client: FlaskClient) -> None:

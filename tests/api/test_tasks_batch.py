@@ -104,12 +104,12 @@ def test_a_claim_that_waits_answers_with_the_completions(client: Client) -> None
     ("request_body", "fragment"),
     [
         ({"tasks": []}, "give tasks to complete, or a"),
-        ({}, "must be a list"),
+        ({}, '"tasks" is required'),
         ({"tasks": [{"id": f"t{i}"} for i in range(101)]}, "at most 100"),
-        ({"tasks": [{"metadata": {}}]}, '"tasks"[0]'),
-        ({"tasks": [{"id": "x", "metadata": 3}]}, '"metadata" must be a JSON object'),
-        ({"tasks": [{"id": "x", "extra": 1}]}, "unknown fields: extra"),
-        ({"tasks": [], "claim": {"limit": 2}}, '"worker" must name the worker'),
+        ({"tasks": [{"metadata": {}}]}, '"tasks[0].id" is required'),
+        ({"tasks": [{"id": "x", "metadata": 3}]}, '"tasks[0].metadata" must be a JSON object'),
+        ({"tasks": [{"id": "x", "extra": 1}]}, "Unknown field 'extra'"),
+        ({"tasks": [], "claim": {"limit": 2}}, '"claim.worker" is required'),
         ({"tasks": [], "claim": "w1"}, '"claim" must be a JSON object'),
     ],
 )

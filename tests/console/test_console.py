@@ -31,6 +31,13 @@ def _text(html: str) -> str:
     return unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)))
 
 
+def test_the_change_streams_refuse_as_pages_as_documented(client: FlaskClient) -> None:
+    """The checked client holds each answer to the document: HTML, as every console error."""
+    assert "nope" in _page(client, "/console/machines/nope/changes", 404)
+    assert "position" in _page(client, "/console/changes?after=yesterday", 400)
+    assert "position" in _page(client, "/console/machines/user/changes?after=1", 400)
+
+
 def test_front_page_lists_each_machine_with_counts_per_state(client: FlaskClient) -> None:
     for name in ("a", "b"):
         client.post(f"{LABELS}/{name}", json={"metadata": {}})

@@ -179,6 +179,12 @@ def test_retry_errored_requeues_labels_errored_in_the_window(
         outside = client.post(f"/receivers/{ident}/retry-errored", json={"since": since_errored})
         assert outside.get_json() == {"count": 0}
         assert client.post(f"/receivers/{ident}/retry-errored", json={}).status_code == 400
+        for until in ("", "garbage", 5):  # never read as "no bound": refused, nothing retried
+            unbounded = client.post(
+                f"/receivers/{ident}/retry-errored", json={"since": before, "until": until}
+            )
+            assert unbounded.status_code == 400, until
+            assert unbounded.get_json()["message"].startswith('"until" must be'), until
         retried = client.post(f"/receivers/{ident}/retry-errored", json={"since": before})
         assert retried.get_json() == {"count": 2}
         wait_until(
