@@ -124,6 +124,33 @@ def record_retry(
     return updated == 1
 
 
+@dataclass(frozen=True)
+class Unsent:
+    """A claim given back unsent (the worker is stopping): due at ``due_at``, its attempt not
+    used (``counted``: the claim had counted one)."""
+
+    claim: Claim
+    due_at: datetime.datetime
+    counted: bool
+
+
+def put_back(conn: sa.Connection, unsent: Sequence[Unsent], *, worker_id: str) -> int:
+    """Release claims never sent: due again, the attempt given back, no lease; how many.
+
+    Only rows still leased to ``worker_id`` in the claimed entry change.
+    """
+    if not unsent:
+        return 0
+    params = {
+        **label_key_arrays(item.claim.key for item in unsent),
+        "entries": [item.claim.entry_id for item in unsent],
+        "due_ats": [item.due_at for item in unsent],
+        "counted": [int(item.counted) for item in unsent],
+        "me": worker_id,
+    }
+    return run(conn, _PUT_BACK, params)
+
+
 def mark_gate_due(
     conn: sa.Connection,
     state_machine: str,
@@ -207,6 +234,18 @@ _RECORD_RETRY = """
     UPDATE labels SET due_at = %(due_at)s, last_error = %(error)s, lease_owner = NULL
     WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
       AND entry_id = %(entry_id)s AND lease_owner = %(me)s AND NOT deleted AND NOT errored
+    """
+
+_PUT_BACK = """
+    UPDATE labels SET due_at = back.due_at, lease_owner = NULL,
+                      attempts = GREATEST(labels.attempts - back.counted, 0)
+    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
+                CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]),
+                CAST(%(due_ats)s AS timestamptz[]), CAST(%(counted)s AS integer[]))
+         AS back(sm, key, name, entry_id, due_at, counted)
+    WHERE labels.state_machine = back.sm AND labels.name_key = back.key
+      AND labels.name = back.name AND labels.entry_id = back.entry_id
+      AND labels.lease_owner = %(me)s AND NOT labels.deleted AND NOT labels.errored
     """
 
 

@@ -10,6 +10,7 @@ are :mod:`routemaster.db.subscriptions`.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -104,6 +105,13 @@ _WAIT = """
 _RELEASE = """
     UPDATE subscriptions SET lease_token = NULL, lease_until = NULL
     WHERE name = %(name)s AND lease_token = %(token)s
+    """
+
+# A stopping worker's claims, not sent: due at once, so another worker takes them now.
+_GIVE_BACK = """
+    UPDATE subscriptions SET lease_token = NULL, lease_until = NULL,
+                             due_at = LEAST(due_at, %(now)s)
+    WHERE name = ANY(CAST(%(names)s AS text[])) AND lease_token = %(token)s
     """
 
 
@@ -255,3 +263,11 @@ def wait_with_error(
 def release(conn: sa.Connection, name: str, token: str) -> None:
     """End this claim's lease (after its outcome was recorded)."""
     run(conn, _RELEASE, {"name": name, "token": token})
+
+
+def give_back(
+    conn: sa.Connection, names: Sequence[str], token: str, *, now: datetime.datetime
+) -> None:
+    """End the claim ``token`` of ``names`` without sending (the worker stops): due at once."""
+    if names:
+        run(conn, _GIVE_BACK, {"names": list(names), "token": token, "now": now})

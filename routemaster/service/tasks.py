@@ -325,12 +325,6 @@ def open_callback_task(
     return task_id if opened else None
 
 
-def hold_for_callback(app: App, task_id: str, timeout: datetime.timedelta) -> bool:
-    """The receiver answered 202: the label stays leased for ``timeout``, awaiting the task."""
-    with app.db.begin() as conn:
-        return task_store.hold_for_callback(conn, task_id, until=app.now() + timeout)
-
-
 def _take(conn: sa.Connection, task_id: str, outcome: str, now: datetime.datetime) -> Label:
     taken = task_store.take(conn, task_id, outcome=outcome, now=now)
     if taken is None:

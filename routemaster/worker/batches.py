@@ -55,6 +55,10 @@ SECRET_RECHECK = datetime.timedelta(seconds=5)  # the signing variable is missin
 MAX_BATCHES_PER_CLAIM = 50  # full batches sent in a row under one claim before letting go
 
 
+class _Stopping(Exception):
+    """The worker is stopping: the claimed subscription's batch is not sent."""
+
+
 @dataclass(frozen=True)
 class Hold:
     """The receiver may not be called now: look again at ``until``."""
@@ -125,18 +129,30 @@ class BatchSender:
         )
 
     def handle(self, subscription: Subscription) -> None:
-        """Send what is due under this claim; the lease is always given back."""
+        """Send what is due under this claim; the lease is always given back.
+
+        Once ``stopping`` is set no batch is sent: the subscription is given back
+        due at once, for another worker to send now.
+        """
         token = subscription.lease_token
         assert token is not None
+        unsent = False
         try:
             for _ in range(MAX_BATCHES_PER_CLAIM):
+                if self.stopping.is_set():
+                    raise _Stopping
                 following = self._once(subscription)
-                if following is None or self.stopping.is_set():
+                if following is None:
                     return
                 subscription = following
+        except _Stopping:
+            unsent = True
         finally:
             with self.app.db.begin() as conn:
-                sending.release(conn, subscription.name, token)
+                if unsent:
+                    sending.give_back(conn, [subscription.name], token, now=self.app.now())
+                else:
+                    sending.release(conn, subscription.name, token)
 
     def _once(self, subscription: Subscription) -> Subscription | None:
         """One batch (or none); the subscription as it is after a full batch was acknowledged."""
@@ -155,6 +171,8 @@ class BatchSender:
             if cut is None:
                 return None
             batch_id, body, events, last = cut
+        if self.stopping.is_set():  # stopped while the batch was read: another worker sends it
+            raise _Stopping
         permit = self.seam.may_send(self.app, subscription)
         if isinstance(permit, Hold):
             self._wait(subscription, permit.until, error=permit.reason)

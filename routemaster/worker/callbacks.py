@@ -12,14 +12,18 @@ label on, as without ``async_timeout``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from routemaster.app import App
 from routemaster.config.model import Action
+from routemaster.db import tasks as task_store
 from routemaster.db.claims import Claim
+from routemaster.db.deliveries import Delivery
 from routemaster.db.errored import mark_errored
 from routemaster.http.webhooks import DeliveryResult, Outcome, WebhookRequest
-from routemaster.service.tasks import hold_for_callback, open_callback_task
+from routemaster.service.tasks import open_callback_task
+from routemaster.worker.recording import observe, write_answered
 
 logger = logging.getLogger(__name__)
 
@@ -54,12 +58,20 @@ def waited_too_often(app: App, claim: Claim, action: Action) -> bool:
 
 
 def accepted_for_later(
-    app: App, action: Action, task_id: str | None, result: DeliveryResult
+    app: App, action: Action, task_id: str | None, result: DeliveryResult, entry: Delivery
 ) -> bool:
-    """Whether the receiver took the work on for later (202): the label waits for the task."""
+    """Whether the receiver took the work on for later (202): the label waits for the task.
+
+    If so, the call's log entry (``accepted``) is written with the hold.
+    """
     if task_id is None or action.async_timeout is None:
         return False
     if result.outcome is not Outcome.DELIVERED or result.status != 202:
         return False
-    hold_for_callback(app, task_id, action.async_timeout)
+    entry = dataclasses.replace(entry, outcome="accepted")  # a 202 that became a task
+    now = app.now()
+    with app.db.begin() as conn:
+        task_store.hold_for_callback(conn, task_id, until=now + action.async_timeout)
+        write_answered(conn, [entry], now=now)
+    observe(app, entry)
     return True

@@ -9,7 +9,6 @@ for or against its receiver (:mod:`routemaster.worker.receivers`).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import random
 import time
@@ -34,11 +33,11 @@ def deliver_claim(
 ) -> bool:
     """POST the claimed label's webhook; whether it was delivered.
 
-    A failure is recorded here (retry later, or errored; a failed probe goes
-    back where it was in the queue, no attempt used); a success is left to
-    the loop, which moves delivered labels on in batches
+    A failure is recorded here with its log entry (retry later, or errored; a
+    failed probe goes back where it was in the queue, no attempt used); a
+    success is left to the loop, which moves delivered labels on in batches
     (:func:`routemaster.worker.evaluation.complete_deliveries`) and writes
-    their log entries (``recorder``).
+    their log entries in that transaction (from ``recorder``).
     """
     # The label's own version's definition (its webhook), on a continue machine.
     machine = governing(app, claim.state_machine, claim.version)
@@ -80,16 +79,13 @@ def deliver_claim(
     assert result.call is not None
     entry = webhook_delivery(claim, permit, result.call)
     where = f"{claim.state_machine}/{claim.name} in {claim.state} (attempt {claim.attempts})"
-    if callbacks.accepted_for_later(app, action, task_id, result):
+    if callbacks.accepted_for_later(app, action, task_id, result, entry):
         logger.debug("%s accepted for later: waiting for task completion", where)
-        entry = dataclasses.replace(entry, outcome="accepted")  # a 202 that became a task
-        observe(app, entry)
-        recorder.answered(entry)
         return False
     observe(app, entry)
     if result.outcome is Outcome.DELIVERED:
         logger.debug("delivered %s: %s -> %s", where, request.url, result.status)
-        recorder.answered(entry)
+        recorder.delivered(claim, entry)
         return True
     assert result.error is not None
     now = app.now()

@@ -20,8 +20,10 @@ from routemaster.db import claims as work
 from routemaster.db import labels as store
 from routemaster.db import schedules
 from routemaster.db.claims import Claim, StateKey
+from routemaster.db.deliveries import Delivery
 from routemaster.db.labels import Label
 from routemaster.service.versions import machine_for
+from routemaster.worker.recording import Answered, write_answered
 
 logger = logging.getLogger(__name__)
 
@@ -50,18 +52,40 @@ def evaluate_due_gates(
             return len(due), _lease(conn, app, due)
 
 
-def complete_deliveries(app: App, delivered: Sequence[Claim]) -> list[Claim]:
-    """Move delivered labels on, all in one transaction; those leased to read feeds.
-
-    Labels no longer in the delivered entry (an operator moved them) are left alone, and
-    so are labels in a state this configuration lacks (renamed by a newer configuration
-    during a rolling deploy): a worker running that one moves them on.
-    """
+def complete_deliveries(
+    app: App,
+    delivered: Sequence[Claim],
+    entries: Sequence[Delivery] = (),
+    answered: Answered | None = None,
+) -> list[Claim]:
+    """:func:`move_delivered` in a transaction of its own."""
     if not delivered:
         return []
     with app.db.begin() as conn:
-        locked = store.lock_entries(conn, [claim.entry for claim in delivered])
-        return _settle(conn, app, [label for label in locked if _known(app, label)])
+        return move_delivered(conn, app, delivered, entries, answered)
+
+
+def move_delivered(
+    conn: sa.Connection,
+    app: App,
+    delivered: Sequence[Claim],
+    entries: Sequence[Delivery] = (),
+    answered: Answered | None = None,
+) -> list[Claim]:
+    """Move delivered labels on and write their calls' log ``entries``, all in ``conn``'s
+    transaction (so the log never lags the labels); those leased to read feeds.
+
+    Labels no longer in the delivered entry (an operator moved them) are left alone, and
+    so are labels in a state this configuration lacks (renamed by a newer configuration
+    during a rolling deploy): a worker running that one moves them on. ``answered``: see
+    :func:`~routemaster.worker.recording.write_answered`.
+    """
+    if not delivered:
+        return []
+    locked = store.lock_entries(conn, [claim.entry for claim in delivered])
+    waiting = _settle(conn, app, [label for label in locked if _known(app, label)])
+    write_answered(conn, entries, now=app.now(), answered=answered)
+    return waiting
 
 
 def evaluate_claim(app: App, claim: Claim) -> bool:

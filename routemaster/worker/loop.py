@@ -9,12 +9,12 @@ time, whichever is first (at most ``poll_interval``).
 
 from __future__ import annotations
 
+import datetime
 import logging
 import random
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import schedule
@@ -34,7 +34,13 @@ from routemaster.service.scheduling import schedule_unscheduled
 from routemaster.service.tasks import expire_leases, forget_old_tasks
 from routemaster.service.versions import load_all_versions, worker_triggers, worker_view
 from routemaster.worker.delivery import deliver_claim
-from routemaster.worker.evaluation import complete_deliveries, evaluate_claim, evaluate_due_gates
+from routemaster.worker.evaluation import (
+    complete_deliveries,
+    evaluate_claim,
+    evaluate_due_gates,
+    move_delivered,
+)
+from routemaster.worker.outage import OutageLog
 from routemaster.worker.receivers import Gatekeeper, Permit
 from routemaster.worker.recording import Recorder
 from routemaster.worker.retention import prune as prune_retained
@@ -42,6 +48,7 @@ from routemaster.worker.slots import Slots
 from routemaster.worker.subscriptions import SubscriptionSender
 from routemaster.worker.sweeps import Minutely, Sweep
 from routemaster.worker.triggers import ClockTriggers
+from routemaster.worker.unsent import put_back
 from routemaster.worker.upkeep import give_up_on_open_receivers, prune_deliveries
 
 logger = logging.getLogger(__name__)
@@ -52,7 +59,6 @@ OCCURRENCES_FORGET_SECONDS = 60
 SCHEDULE_BACKFILL_SECONDS = 10  # rows written without a next check: looked for this often
 PRUNE_SECONDS = 60
 GIVE_UP_SECONDS = 10
-OUTAGE_REMINDER_SECONDS = 60
 
 
 class Worker:
@@ -123,9 +129,13 @@ class Worker:
         return len(self._slots.held())
 
     def stop(self) -> None:
-        """Stop claiming; :meth:`run` returns once in-flight work is done."""
+        """Stop claiming and sending; :meth:`run` returns once in-flight work is recorded.
+
+        Safe from a signal handler: it only sets a flag and writes to a pipe.
+        """
         self._stopping.set()
         self._slots.wake()
+        self.subscriptions.stop_sending()
 
     def run(self) -> None:
         logger.info(
@@ -138,7 +148,8 @@ class Worker:
         first = True
         self.subscriptions.start()
         try:
-            while not self._stopping.is_set():
+            # Stopping, the loop goes on only to record (and lease) what is still in flight.
+            while not self._stopping.is_set() or self._slots.held():
                 try:
                     if first:
                         self._steps.run("clock jobs", self._jobs.run_all, None)
@@ -156,15 +167,16 @@ class Worker:
                     listener.wait(sleep, [self._slots.wake_fd])
                     self._slots.clear_wake()
         finally:
-            logger.info("worker %s stopping: finishing in-flight work", self.app.settings.worker_id)
+            logger.info("worker %s stopping", self.app.settings.worker_id)
             self._slots.shutdown()
             self.subscriptions.stop()
             try:
                 self._complete(self._slots.take_done())
-                self._recorder.flush(self.app)
+                self._gate.release()
             except sa.exc.SQLAlchemyError:
                 logger.warning("could not record the last deliveries; they will be sent again")
             listener.close()
+            logger.info("worker %s stopped", self.app.settings.worker_id)
 
     def work_once(self) -> bool:
         """One round: clock jobs, finished deliveries, new claims, due gates; whether any work.
@@ -172,14 +184,26 @@ class Worker:
         Each piece of work is its own step: a statement of one that fails (a
         statement timeout, a conflict) is logged and tried again next round,
         and the others go on. Only an unreachable database stops the round.
+        Once :meth:`stop` is called nothing new is claimed or sent: a round only
+        records what slots finished, and work claimed meanwhile is given back.
         """
         step = self._steps.run
         step("clock jobs", self._jobs.run_pending, None)
         if self.triggers.next_interval_at and self.app.now() >= self.triggers.next_interval_at:
             step("clock triggers", self.triggers.fire, None)
         step("1.x jobs", self.minutely.run_pending, None)
-        completed = step("moving delivered labels", self._complete_done, False)
-        claimed = step("claiming deliveries", self._claim_deliveries, False)
+        delivered = self._slots.take_done()
+        if self._stopping.is_set():
+            return step("moving delivered labels", lambda: self._complete(delivered), False)
+        # Labels whose move failed in an earlier round, in a step of their own: a move that
+        # keeps failing holds up no claim.
+        completed = step("moving delivered labels", self._complete, False)
+        # The labels delivered since the last round move on in the claim's transaction.
+        claimed = step(
+            "claiming deliveries", lambda: self._claim_deliveries(delivered=delivered), False
+        )
+        if self._stopping.is_set():
+            return bool(completed or claimed)
         evaluated = step("evaluating due gates", self._evaluate_due_gates, 0)
         # Bulk commands: one batch a round, so deliveries and gates are never kept waiting.
         carried_out = step(
@@ -188,9 +212,6 @@ class Worker:
         scheduled = step("computing next checks", self._backfill, 0)
         step("pruning", self._prune, None)
         return bool(completed or claimed or evaluated or carried_out or scheduled)
-
-    def _complete_done(self) -> bool:
-        return self._complete(self._slots.take_done())
 
     def _evaluate_due_gates(self) -> int:
         evaluated, waiting = evaluate_due_gates(
@@ -276,57 +297,90 @@ class Worker:
 
     def _sweep_gate(self, gate: StateKey) -> None:
         """Evaluate one gate's due labels now (those reading feeds go to slots)."""
+        if self._stopping.is_set():
+            return
         _, waiting = evaluate_due_gates(self.app, [gate], limit=self.app.settings.batch_size)
         self._evaluate(waiting)
 
-    def _claim_deliveries(self, states: list[StateKey] | None = None) -> bool:
-        """Claim as many due deliveries as there are free slots (any free slot is used)."""
+    def _claim_deliveries(
+        self, states: list[StateKey] | None = None, *, delivered: Sequence[Claim] = ()
+    ) -> bool:
+        """Claim as many due deliveries as there are free slots (any free slot is used);
+        whether anything was claimed or moved.
+
+        The claim's transaction first moves the ``delivered`` labels on and writes
+        their calls' log entries: one transaction a round, the log never behind.
+        """
         states = self._action_states if states is None else states
         free = self._slots.free
-        if free <= 0 or not states:
-            self._recorder.flush(self.app, only_due=True)
-            return False
+        if free <= 0 or not states or self._stopping.is_set():
+            return self._complete(delivered)
         held = self._slots.held()
         receiver_of = self._receiver_of
         for entry in set(receiver_of) - {claim.entry for claim in held}:
             del receiver_of[entry]
         in_flight = Counter(receiver_of.values())
-        pending = self._recorder.take_due()
         if self._recorder.take_failures():
             self._gate.invalidate()
+        taken = self._recorder.take(delivered)
+        waiting: list[Claim] = []
+
+        def complete(conn: sa.Connection, now: datetime.datetime) -> None:
+            claims, entries = [c for c, _ in taken], [e for _, e in taken]
+            waiting.extend(move_delivered(conn, self.app, claims, entries, self._gate.answered))
+
         try:
             claimed = self._gate.claim(
-                free,
-                in_flight,
-                lambda conn, now: self._recorder.write(
-                    conn, pending, now=now, answered=self._gate.answered
-                ),
-                states=None if states is self._action_states else states,
+                free, in_flight, complete, states=None if states is self._action_states else states
             )
         except Exception:
-            self._recorder.restore(pending)
+            self._recorder.restore(taken)  # written with the next round's
             raise
+        self._evaluate(waiting)
+        if self._stopping.is_set():  # the signal came during the claim: none of it is sent
+            put_back(self.app, deliveries=claimed)
+            return bool(taken)
         for claim, permit in claimed:
             receiver_of[claim.entry] = permit.receiver.id
             self._slots.submit(claim, self._delivery(permit))
-        return bool(claimed)
+        return bool(claimed or taken)
 
     def _delivery(self, permit: Permit) -> Callable[[Claim], bool]:
         def deliver(claim: Claim) -> bool:
+            if self._stopping.is_set():  # stopped between the claim and this slot
+                put_back(self.app, deliveries=[(claim, permit)])
+                return False
             return deliver_claim(self.app, claim, self._rng, permit, self._recorder)
 
         return deliver
 
-    def _complete(self, delivered: list[Claim]) -> bool:
-        """Move delivered labels on in one transaction; whether there were any."""
-        if not delivered:
+    def _complete(self, delivered: Sequence[Claim] = ()) -> bool:
+        """Move ``delivered`` labels, and those whose move failed before, on and write their
+        calls' log entries, in a transaction of their own; whether there were any."""
+        taken = self._recorder.take_unwritten() + self._recorder.take(delivered)
+        if not taken:
             return False
-        self._evaluate(complete_deliveries(self.app, delivered))
+        try:
+            claims, entries = [c for c, _ in taken], [e for _, e in taken]
+            waiting = complete_deliveries(self.app, claims, entries, self._gate.answered)
+        except Exception:
+            self._recorder.restore(taken)  # written with the next round's
+            raise
+        self._evaluate(waiting)
         return True
 
     def _evaluate(self, waiting: list[Claim]) -> None:
+        if self._stopping.is_set():
+            put_back(self.app, gates=waiting)
+            return
         for claim in waiting:
-            self._slots.submit(claim, lambda leased: evaluate_claim(self.app, leased))
+            self._slots.submit(claim, self._evaluation)
+
+    def _evaluation(self, claim: Claim) -> bool:
+        if self._stopping.is_set():  # stopped between the lease and this slot
+            put_back(self.app, gates=[claim])
+            return False
+        return evaluate_claim(self.app, claim)
 
     def _sleep_for(self) -> float:
         """Until the next clock job, interval occurrence or known due time; at most a poll."""
@@ -337,9 +391,6 @@ class Worker:
             timeout = min(timeout, max(until_job, 0.0))
         if self._gate.wake_at is not None:  # a receiver's rate or cooldown: past means now
             timeout = min(timeout, max((self._gate.wake_at - now).total_seconds(), 0.0))
-        log_deadline = self._recorder.deadline()
-        if log_deadline is not None:  # the delivery log's pending entries
-            timeout = min(timeout, max(log_deadline - time.monotonic(), 0.0))
         wakes = [self.triggers.next_interval_at]
         with self.app.db.connect() as conn:
             wakes.append(work.next_due_at(conn))
@@ -378,32 +429,6 @@ class Steps:
             if self._app.metrics is not None and failure.kind is Kind.TIMEOUT:
                 self._app.metrics.statement_timeouts.labels(name).inc()
             return failed
-
-
-class OutageLog:
-    """One log line per change of the database's availability, and a reminder each minute."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._down_since: float | None = None
-        self._reminded_at = 0.0
-
-    def down(self, error: Exception) -> None:
-        now = self._clock()
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        if self._down_since is None:
-            self._down_since = self._reminded_at = now
-            logger.error("database unavailable; the worker waits for it: %s", reason)
-        elif now - self._reminded_at >= OUTAGE_REMINDER_SECONDS:
-            self._reminded_at = now
-            logger.error(
-                "database still unavailable after %d s: %s", now - self._down_since, reason
-            )
-
-    def up(self) -> None:
-        if self._down_since is not None:
-            logger.info("database available again after %d s", self._clock() - self._down_since)
-            self._down_since = None
 
 
 def _pulled(config: Config, key: StateKey) -> bool:

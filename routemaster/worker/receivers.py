@@ -103,8 +103,9 @@ class Gatekeeper:
     ) -> list[tuple[Claim, Permit]]:
         """Lease due deliveries for up to ``free`` slots; ``held``: calls in flight per receiver.
 
-        ``first`` runs at the start of the same transaction (the loop writes the
-        delivery log's pending entries there, saving a transaction per round).
+        ``first`` runs at the start of the same transaction (the loop moves the
+        labels delivered since its last round on there, with their delivery-log
+        entries, saving a transaction per round).
         ``states``: only these action states (a minutely sweep's one); None: all.
         """
         routes, calling = self._routes, self._calling
@@ -175,6 +176,15 @@ class Gatekeeper:
             for ident in probes - set(taken):
                 shared.no_probe(conn, ident, now=now)
         return [(item.claim, self._permit(item)) for item in claimed]
+
+    def release(self) -> None:
+        """The worker stops with no call in flight: its share of every receiver's
+        ``max_in_flight`` goes to the other workers now, not when its count expires."""
+        limited = {r.id: 0 for r in self._calling if r.policy.max_in_flight}
+        now = self.app.now()
+        worker_id = self.app.settings.worker_id
+        with self.app.db.begin() as conn:
+            shared.others_in_flight(conn, limited, worker_id=worker_id, now=now, expires_at=now)
 
     def _wanted(
         self,

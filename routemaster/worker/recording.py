@@ -1,21 +1,22 @@
-"""The worker's part of the delivery log: what each call came to, written after the call.
+"""The worker's part of the delivery log: what each call came to, written with what it did.
 
-A failed call is written by its slot in the one short transaction that also
-records what the failure means for the label and the receiver. Answered
-calls are buffered here and written by the loop in one statement for many
-calls (at least :data:`BATCH`, or the oldest :data:`DELAY` seconds old), in
-the transaction that claims the next work, with their receivers' circuits
-closed in it: recording a successful call costs a fraction of a statement.
-A worker that is killed loses the entries it had not written yet (its
-labels' outcomes too: they are delivered again).
+A call's entry is written in the one transaction that records what the call
+did to its label, so the log never lags the label and a crash cannot
+separate them: a failed call's by its slot, with the retry, the errored mark
+or the probe put back (:mod:`~routemaster.worker.delivery`); a 202 that
+became a task with the task's hold (:mod:`~routemaster.worker.callbacks`);
+a delivered call's by the loop, in the transaction that moves the delivered
+labels on (many labels, one statement for their entries). Between the slot
+and that transaction the entry waits here, in memory: a worker killed then
+has moved neither the label nor written the entry, and the label is
+delivered again once its lease runs out.
 """
 
 from __future__ import annotations
 
 import datetime
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 
@@ -26,8 +27,8 @@ from routemaster.db.deliveries import Delivery
 from routemaster.http.calls import Call
 from routemaster.worker.receivers import Permit
 
-BATCH = 64  # answered calls written together
-DELAY = 0.25  # seconds the oldest waits at most
+Answered = Callable[[set[str], datetime.datetime], list[str]]
+"""Of the receivers that answered, those whose rows need the success written."""
 
 
 def webhook_delivery(claim: Claim, permit: Permit, call: Call) -> Delivery:
@@ -50,15 +51,57 @@ def observe(app: App, delivery: Delivery) -> None:
         app.metrics.observe_call(delivery)
 
 
-class Recorder:
-    """Answered calls waiting to be written by the loop (slots add, the loop takes)."""
+def write_answered(
+    conn: sa.Connection,
+    entries: Sequence[Delivery],
+    *,
+    now: datetime.datetime,
+    answered: Answered | None = None,
+) -> None:
+    """Write answered calls' entries and close their receivers' circuits, in ``conn``.
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    ``answered`` picks the receivers whose rows need the success written
+    (default: all of them).
+    """
+    if entries:
+        deliveries.record(conn, entries)
+        ids = {entry.receiver for entry in entries}
+        receivers.succeeded(conn, answered(ids, now) if answered else sorted(ids), now=now)
+
+
+Delivered = tuple[Claim, Delivery]
+
+
+class Recorder:
+    """Delivered calls between their slot and the loop's transaction that moves their labels."""
+
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._clock = clock
-        self._pending: list[Delivery] = []
-        self._oldest: float | None = None  # when the oldest pending entry came
+        self._delivered: dict[tuple[str, str, int], Delivery] = {}
+        self._unwritten: list[Delivered] = []  # taken once, but their transaction failed
         self._failures = 0
+
+    def delivered(self, claim: Claim, entry: Delivery) -> None:
+        """A slot's call was answered 2xx: the loop writes ``entry`` when it moves the label."""
+        with self._lock:
+            self._delivered[claim.entry] = entry
+
+    def take(self, claims: Sequence[Claim]) -> list[Delivered]:
+        """The delivered ``claims`` with their entries."""
+        with self._lock:
+            return [(claim, self._delivered.pop(claim.entry)) for claim in claims]
+
+    def restore(self, taken: Sequence[Delivered]) -> None:
+        """What :meth:`take` gave, not written (its transaction failed): for
+        :meth:`take_unwritten`."""
+        with self._lock:
+            self._unwritten[:0] = taken
+
+    def take_unwritten(self) -> list[Delivered]:
+        """Delivered calls whose labels' move failed, to be tried again."""
+        with self._lock:
+            taken, self._unwritten = self._unwritten, []
+        return taken
 
     def failed(self) -> None:
         """A call failed (and was recorded by its slot): receivers' states may have changed."""
@@ -69,66 +112,3 @@ class Recorder:
         with self._lock:
             failures, self._failures = self._failures, 0
         return failures
-
-    def answered(self, delivery: Delivery) -> None:
-        with self._lock:
-            if not self._pending:
-                self._oldest = self._clock()
-            self._pending.append(delivery)
-
-    def deadline(self) -> float | None:
-        """When (``clock`` time) the pending entries must be written; None: nothing pending."""
-        with self._lock:
-            return None if self._oldest is None else self._oldest + DELAY
-
-    def take_due(self) -> list[Delivery]:
-        """The pending entries if it is time to write them (enough, or old enough), else none."""
-        with self._lock:
-            if self._oldest is None or (
-                len(self._pending) < BATCH and self._clock() < self._oldest + DELAY
-            ):
-                return []
-        return self.take()
-
-    def take(self) -> list[Delivery]:
-        """What is pending; give it back with :meth:`restore` if it could not be written."""
-        with self._lock:
-            pending, self._pending = self._pending, []
-            self._oldest = None
-        return pending
-
-    def restore(self, pending: list[Delivery]) -> None:
-        if pending:
-            with self._lock:  # written with the next round's
-                self._pending[:0] = pending
-                self._oldest = self._clock()
-
-    @staticmethod
-    def write(
-        conn: sa.Connection,
-        pending: list[Delivery],
-        *,
-        now: datetime.datetime,
-        answered: Callable[[set[str], datetime.datetime], list[str]] | None = None,
-    ) -> None:
-        """Write ``pending`` and close the answering receivers' circuits, in ``conn``.
-
-        ``answered`` picks the receivers whose rows need the success written
-        (default: all of them).
-        """
-        if pending:
-            deliveries.record(conn, pending)
-            ids = {entry.receiver for entry in pending}
-            receivers.succeeded(conn, answered(ids, now) if answered else sorted(ids), now=now)
-
-    def flush(self, app: App, *, only_due: bool = False) -> int:
-        """Write what is pending (if ``only_due``, only once due) in a transaction of its own."""
-        pending = self.take_due() if only_due else self.take()
-        if pending:
-            try:
-                with app.db.begin() as conn:
-                    self.write(conn, pending, now=app.now())
-            except Exception:
-                self.restore(pending)
-                raise
-        return len(pending)

@@ -75,8 +75,12 @@ class Slots:
         return done
 
     def wake(self) -> None:
+        """Wake the loop (from any thread, or a signal handler); nothing once shut down."""
+        fd = self._wake_write
+        if fd < 0:
+            return
         with contextlib.suppress(BlockingIOError):  # a full pipe: the loop is awake already
-            os.write(self._wake_write, b"\0")
+            os.write(fd, b"\0")
 
     def clear_wake(self) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -86,5 +90,6 @@ class Slots:
     def shutdown(self) -> None:
         """Wait for every job in flight, then release the pipe."""
         self._pool.shutdown(wait=True)
+        write, self._wake_write = self._wake_write, -1  # a late stop() must not write to it
+        os.close(write)
         os.close(self.wake_fd)
-        os.close(self._wake_write)

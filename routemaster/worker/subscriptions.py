@@ -93,10 +93,15 @@ class SubscriptionSender:
         self._thread.daemon = True
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop claiming, and wait for the batches in flight (each within its deadline)."""
+    def stop_sending(self) -> None:
+        """From now on claim and send nothing: a subscription claimed but not sent is given
+        back, due at once. Returns at once (a signal handler calls it)."""
         self._stopping.set()
         self._wake.set()
+
+    def stop(self) -> None:
+        """:meth:`stop_sending`, then wait for the batches in flight (each within its deadline)."""
+        self.stop_sending()
         if self._thread is not None:
             self._thread.join()
         self._pool.shutdown(wait=True)
@@ -140,18 +145,19 @@ class SubscriptionSender:
         news = seen.stream != self._seen
         due = seen.next_due is not None and seen.next_due <= now
         free = self.size - self.in_flight
-        if not (news or due) or free <= 0:
+        if not (news or due) or free <= 0 or self._stopping.is_set():
             return 0
         lease = datetime.timedelta(seconds=self.app.settings.subscription_lease)
+        token = uuid.uuid4().hex
         with self.app.db.begin() as conn:
             claimed = sending.claim_subscriptions(
-                conn,
-                token=uuid.uuid4().hex,
-                now=now,
-                lease_until=now + lease,
-                news=news,
-                limit=free,
+                conn, token=token, now=now, lease_until=now + lease, news=news, limit=free
             )
+        if self._stopping.is_set():  # stopped during the claim: none of them is sent
+            with self.app.db.begin() as conn:
+                names = [subscription.name for subscription in claimed]
+                sending.give_back(conn, names, token, now=self.app.now())
+            return 0
         if len(claimed) < free:  # every subscription that could have news was looked at
             self._seen = seen.stream
         for subscription in claimed:

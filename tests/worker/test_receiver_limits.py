@@ -28,14 +28,17 @@ def test_a_rate_holds_across_two_workers(make_app: MakeApp, stub: StubServer) ->
         stack.enter_context(running(first))
         stack.enter_context(running(second))
         stub.wait_for(lambda: len(stub.received()) >= 500, timeout=20)
+        with first.db.connect() as conn:  # both take part, each counting its calls in flight
+            workers = set(conn.execute(sa.text("SELECT worker FROM receiver_slots")).scalars())
     arrivals = sorted(request.at for request in stub.received())
     window = arrivals[450] - arrivals[50]  # steady state: after the first burst
     rate = 400 / window
     assert 90 <= rate <= 110, f"{rate:.1f} calls/s"
     assert stub.most_in_flight <= 6
-    with first.db.connect() as conn:  # both took part, each counting its calls in flight
-        workers = set(conn.execute(sa.text("SELECT worker FROM receiver_slots")).scalars())
     assert workers == {first.settings.worker_id, second.settings.worker_id}
+    with first.db.connect() as conn:  # stopped, they hold none of the receiver's share
+        held = "SELECT count(*) FROM receiver_slots WHERE in_flight > 0 AND expires_at > now()"
+        assert not conn.execute(sa.text(held)).scalar()
 
 
 DRILL = notify_config(

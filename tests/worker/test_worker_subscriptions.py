@@ -11,6 +11,7 @@ import datetime
 import hashlib
 import hmac
 import itertools
+import random
 import signal
 import threading
 import time
@@ -19,15 +20,18 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import pytest
+import requests
 import sqlalchemy as sa
 
 from routemaster import service
 from routemaster.app import App
 from routemaster.db import labels as label_store
+from routemaster.db import subscription_batches as sending
 from routemaster.db import subscriptions as store
 from routemaster.db.changes import Position, current_position
 from routemaster.db.subscriptions import Settings, Subscription
 from routemaster.worker import Worker
+from routemaster.worker.batches import BatchSender, ReceiverSeam
 from tests.stub_server import Recorded, Reply, StubServer
 from tests.waiting import wait_until
 from tests.worker.conftest import MakeApp, WorkersFor, running
@@ -371,3 +375,33 @@ def test_an_address_inside_the_network_is_refused_when_sending(
         wait_until(lambda: shown(app).failures_in_a_row >= 1, timeout=10)
     assert stub.received(HOOK) == []
     assert "inside the network" in (shown(app).last_error or "")
+
+
+def test_a_stopping_worker_gives_a_claimed_subscription_back_unsent(
+    app: App, stub: StubServer
+) -> None:
+    subscribe(app, stub)
+    create(app, "a")
+    now = app.now()
+    with app.db.begin() as conn:  # claimed for an hour, as if just before SIGTERM
+        [claimed] = sending.claim_subscriptions(
+            conn,
+            token="t",
+            now=now,
+            lease_until=now + datetime.timedelta(hours=1),
+            news=True,
+            limit=1,
+        )
+    stopping = threading.Event()
+    stopping.set()
+    with requests.Session() as session:
+        sender = BatchSender(
+            app, session, rng=random.Random(), environ={}, seam=ReceiverSeam(), stopping=stopping
+        )
+        sender.handle(claimed)
+    assert stub.received() == []
+    given_back = shown(app)
+    assert given_back.lease_token is None
+    assert given_back.due_at <= app.now()
+    with running(app):  # so a running worker sends it at once, not after the hour's lease
+        wait_until(lambda: delivered_labels(stub) == ["a"], timeout=5)
