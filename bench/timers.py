@@ -162,6 +162,7 @@ def run(url: str, args: argparse.Namespace) -> dict[str, Any]:
             }
         report["migrate_next_checks"]["api_get_ms"] = during_migrate.summary()
         report["occurrences"] = _occurrences(engine, cli, env, base, args, workdir)
+        print(json.dumps(report, indent=2), file=sys.stderr)  # kept if a later phase fails
         stopped_at = report["occurrences"]["stopped_at"]
         report["movable"] = _movable_check(engine, args.movable, stopped_at)
         if args.timer:
@@ -443,7 +444,7 @@ def _request(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
 
 
 def _wait_for(url: str) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # serve migrates and checks the labels at start
     while time.monotonic() < deadline:
         try:
             _request("GET", url)
