@@ -35,9 +35,9 @@ from routemaster.db.search import Search, search_count, search_page
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
 from routemaster.machine.planning import context_for
 from routemaster.service.errors import InvalidOperation
-from routemaster.service.labels import log_transition, position_of
+from routemaster.service.labels import log_transition
 from routemaster.service.operations import move_locked, pause_locked, retry_locked
-from routemaster.service.scheduling import store_after_update
+from routemaster.service.scheduling import position_of, store_after_update
 
 COMMANDS = ("retry", "pause", "resume", "move", "delete", "upgrade")
 

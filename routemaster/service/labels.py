@@ -26,27 +26,18 @@ from routemaster.db.moves import write_moves
 from routemaster.db.schedules import Schedule
 from routemaster.db.statements import single_statement
 from routemaster.exit_conditions import Context
-from routemaster.machine import Plan, Position, evaluates_on_entry, plan_moves, update_fires
+from routemaster.machine import Plan, evaluates_on_entry, plan_moves, update_fires
 from routemaster.machine.planning import FeedReader, context_for, no_feeds
 from routemaster.service.errors import LabelDeleted, LabelExists, LabelNotFound
 from routemaster.service.feeds import FeedFetcher
 from routemaster.service.scheduling import (
     after_evaluation_of,
     arrival,
+    position_of,
     scheduled_states_of_versions,
     store_after_update,
 )
 from routemaster.service.versions import machine_for
-
-
-def position_of(label: Label) -> Position:
-    return Position(
-        label=label.name,
-        state=label.state,
-        metadata=label.metadata,
-        entered_at=label.state_entered_at,
-        previous_state=label.previous_state,
-    )
 
 
 def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str, Any]) -> Label:
@@ -62,25 +53,9 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
     due_at, next_check_at = arrival(
         app, machine, name, metadata, state=initial.name, previous_state=None, now=now
     )
-    if not isinstance(initial, Action) and not evaluates_on_entry(initial):
-        # The insert is all there is to do: one statement, its own transaction.
-        with single_statement(app.db) as conn:
-            created = store.insert(
-                conn,
-                machine.name,
-                name,
-                metadata,
-                state=initial.name,
-                now=now,
-                due_at=due_at,
-                next_check_at=next_check_at,
-                version=version,
-            )
-        if created is None:
-            raise LabelExists(name)
-        return created
-    with app.db.begin() as conn:
-        label = store.insert(
+
+    def insert(conn: sa.Connection) -> Label | None:
+        return store.insert(
             conn,
             machine.name,
             name,
@@ -91,6 +66,16 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
             next_check_at=next_check_at,
             version=version,
         )
+
+    if not isinstance(initial, Action) and not evaluates_on_entry(initial):
+        # The insert is all there is to do: one statement, its own transaction.
+        with single_statement(app.db) as conn:
+            created = insert(conn)
+        if created is None:
+            raise LabelExists(name)
+        return created
+    with app.db.begin() as conn:
+        label = insert(conn)
         if label is None:
             raise LabelExists(name)
         if not evaluates_on_entry(initial):

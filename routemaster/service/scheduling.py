@@ -133,12 +133,9 @@ def explain_next_check(app: App, machine: StateMachine, label: Label) -> NextChe
         return None
     with app.db.connect() as conn:
         stored = schedules.next_check_of(conn, label.key)
-    position = _position(label)
-    after = stored if stored is not None else app.now()
-    solved = next_check(state, position, after=after)
-    if stored is None and solved.at is not None and not is_scheduled(state):
-        return solved  # a gate evaluated only on updates: nothing stored, shown as solved
-    return NextCheck(stored if stored is not None else solved.at, solved.reason)
+    if stored is None:  # none yet, none possible, or a gate evaluated only on updates
+        return next_check(state, position_of(label), after=app.now())
+    return NextCheck(stored, next_check(state, position_of(label), after=stored).reason)
 
 
 def next_moves(
@@ -210,7 +207,7 @@ def _schedule(
         return None
     assert isinstance(state, Gate)
     return schedule_gate(
-        state, _position(label), after=after, system_zone=app.system_zone, retry_at=retry_at
+        state, position_of(label), after=after, system_zone=app.system_zone, retry_at=retry_at
     )
 
 
@@ -231,7 +228,8 @@ def _state(machine: StateMachine, name: str) -> Action | Gate | None:
         return None
 
 
-def _position(label: Label) -> Position:
+def position_of(label: Label) -> Position:
+    """What planning needs of a stored label: where it is and what it carries."""
     return Position(
         label=label.name,
         state=label.state,
