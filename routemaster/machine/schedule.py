@@ -113,7 +113,7 @@ def first_occurrence(
         periods = -((EPOCH - moment) // trigger.interval)  # ceiling division
         return EPOCH + trigger.interval * periods
     if isinstance(trigger, TimeTrigger):
-        zone = _zone_of(trigger, metadata, system_zone)
+        zone = zone_of(trigger, metadata, system_zone)
         if zone is None:
             return None
         return daily_at_or_after(moment, trigger.time, zone)
@@ -149,9 +149,10 @@ def after_evaluation(evaluated_at: datetime.datetime) -> datetime.datetime:
     return evaluated_at + _TICK
 
 
-def _zone_of(
+def zone_of(
     trigger: TimeTrigger, metadata: Mapping[str, Any], system_zone: datetime.tzinfo
 ) -> datetime.tzinfo | None:
+    """The zone a daily time is read in for a label with ``metadata`` (``None``: no valid one)."""
     timezone = trigger.timezone
     if isinstance(timezone, NamedTimezone):
         return ZoneInfo(timezone.name)

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from routemaster.app import App
-from routemaster.config.model import IntervalTrigger, MetadataTimezone, NamedTimezone, TimeTrigger
+from routemaster.config.model import IntervalTrigger, MetadataTimezone, TimeTrigger
 from routemaster.db import occurrences
 from routemaster.db.claims import StateKey
 from routemaster.machine.clock import (
@@ -29,7 +29,7 @@ from routemaster.machine.clock import (
     interval_occurrence,
     scheduled_triggers,
 )
-from routemaster.machine.schedule import label_zone
+from routemaster.machine.schedule import zone_of
 from routemaster.worker.sweeps import PROCESS_GATE
 
 logger = logging.getLogger(__name__)
@@ -126,9 +126,8 @@ class ClockTriggers:
 
 
 def _fixed_zone(app: App, trigger: IntervalTrigger | TimeTrigger) -> datetime.tzinfo:
+    """A named or the system zone: metadata zones never come here (they are not fired)."""
     assert isinstance(trigger, TimeTrigger)
-    if isinstance(trigger.timezone, NamedTimezone):
-        zone = label_zone(trigger.timezone.name)
-        assert zone is not None, "checked at load"
-        return zone
-    return app.system_zone
+    zone = zone_of(trigger, {}, app.system_zone)
+    assert zone is not None, "checked at load"
+    return zone
