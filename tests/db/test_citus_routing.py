@@ -28,7 +28,12 @@ from routemaster.db import labels
 from routemaster.db.history import stamp_versions
 from routemaster.db.keys import shard_key
 from routemaster.db.plumbing.database import create_engine, distributed
-from routemaster.db.plumbing.migrate import DISTRIBUTED_TABLES, upgrade
+from routemaster.db.plumbing.migrate import (
+    DISTRIBUTED_TABLES,
+    REFERENCE_TABLES,
+    distribute,
+    upgrade,
+)
 from routemaster.db.statements import PROLOGUE, fetch_value
 from routemaster.web import create_app
 from tests.api.conftest import CONFIG_PATH
@@ -165,3 +170,20 @@ def test_history_rows_carry_the_version_and_the_coordinators_transaction(
             {"shard_key": shard_key("alice")},
         )
     assert written == coordinator
+
+
+def test_migrating_again_distributes_nothing_more(citus_engine: sa.Engine) -> None:
+    assert distribute(citus_engine) == []
+    with citus_engine.connect() as conn:
+        kinds: dict[str, str] = dict(
+            conn.execute(
+                sa.text("SELECT CAST(logicalrelid AS text), partmethod FROM pg_dist_partition")
+            ).all()
+        )
+    assert {table: kinds.get(table) for table in DISTRIBUTED_TABLES} == dict.fromkeys(
+        DISTRIBUTED_TABLES, "h"
+    )
+    assert {table: kinds.get(table) for table in REFERENCE_TABLES} == dict.fromkeys(
+        REFERENCE_TABLES, "n"
+    )
+    assert "api_tokens" not in kinds  # small tables no statement joins stay on the coordinator
