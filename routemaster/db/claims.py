@@ -19,7 +19,8 @@ import sqlalchemy as sa
 
 from routemaster.db.keys import label_key, label_key_arrays, label_keys
 from routemaster.db.labels import Label, LabelKey, label_from_row
-from routemaster.db.statements import fetch_all, fetch_one, run
+from routemaster.db.shards import shard_map
+from routemaster.db.statements import Row, fetch_all, fetch_one, run
 
 StateKey = tuple[str, str]
 """(state machine, state)."""
@@ -57,7 +58,17 @@ def lock_due_gates(
     """
     if limit <= 0 or not gate_states:
         return []
-    rows = fetch_all(conn, _LOCK_GATES, {"now": now, "limit": limit, **_states(gate_states)})
+    params = {"now": now, "limit": limit, **_states(gate_states)}
+    shards = shard_map(conn)
+    if shards is None:
+        return [label_from_row(row) for row in fetch_all(conn, _LOCK_GATES, params)]
+    keys = [key for (key,) in fetch_all(conn, _DUE_GATE_KEYS, params)]
+    rows: list[Row] = []
+    for group in shards.groups(conn, keys):
+        taking = {**params, "limit": limit - len(rows), "shard_keys": group}
+        rows += shards.fetch_all(conn, _LOCK_GATES_IN_SHARD, taking)
+        if len(rows) >= limit:
+            break
     return [label_from_row(row) for row in rows]
 
 
@@ -202,6 +213,32 @@ _LOCK_GATES = """
            version
     FROM labels
     WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
+    ORDER BY due_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+    """
+
+# On Citus (routemaster.db.shards): the shard keys of the oldest due gate labels, read
+# without a lock across the shards; then _LOCK_GATES per shard, restricted to that shard's
+# keys, so that it is a router statement and SKIP LOCKED holds.
+_DUE_GATE_KEYS = """
+    SELECT shard_key FROM labels
+    WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
+    ORDER BY due_at
+    LIMIT %(limit)s
+    """
+
+_LOCK_GATES_IN_SHARD = """
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version
+    FROM labels
+    WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
       AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
                                                           CAST(%(states)s AS text[])))
     ORDER BY due_at

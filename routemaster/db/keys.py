@@ -64,3 +64,12 @@ def prefix_bounds(prefix: str) -> tuple[bytes, bytes]:
     """
     lower = prefix.encode()[:WHOLE]
     return lower, lower + _LONG_MARK * (1 + _DIGEST_SIZE)
+
+
+SHARD_KEYS = 4096
+"""How many shard keys there are: a label's is in ``range(SHARD_KEYS)``."""
+
+
+def shard_key(name: str) -> int:
+    """``routemaster_shard_key(name)``: the label's distribution key on Citus (all its rows')."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:2], "big") % SHARD_KEYS

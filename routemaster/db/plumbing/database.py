@@ -154,3 +154,28 @@ def _ping_connections_idle_for(engine: sa.Engine, seconds: float) -> None:
         except Exception as error:
             # The pool throws this connection away and checks out another.
             raise sa.exc.DisconnectionError(str(error)) from error
+
+
+_DISTRIBUTED_OPTION = "routemaster_distributed"
+
+
+def distributed(engine: sa.Engine) -> bool:
+    """Whether ``labels`` is a distributed table (Citus); read once per engine.
+
+    A stand-in until issue-35-citus lands its own (same name, same answer).
+    """
+    known = engine.get_execution_options().get(_DISTRIBUTED_OPTION)
+    if known is not None:
+        return bool(known)
+    with engine.connect() as conn:
+        has_citus = conn.exec_driver_sql(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+        ).scalar()
+        answer = bool(has_citus) and bool(
+            conn.exec_driver_sql(
+                "SELECT EXISTS (SELECT 1 FROM pg_dist_partition"
+                " WHERE logicalrelid = CAST('labels' AS regclass))"
+            ).scalar()
+        )
+    engine.update_execution_options(**{_DISTRIBUTED_OPTION: answer})
+    return answer
