@@ -19,7 +19,8 @@ import sqlalchemy as sa
 
 from routemaster.db.notifications import notify_due
 from routemaster.db.search import Search, filter_params, with_condition
-from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
+from routemaster.db.shards import shard_map
+from routemaster.db.statements import Row, fetch_all, fetch_one, fetch_value, run
 
 _INSERT_JOB = """
     INSERT INTO bulk_jobs (state_machine, command, arguments, reason, pause_until, total)
@@ -54,6 +55,26 @@ _CLAIM = """
     SELECT item.job_id, item.name_key, item.name
     FROM bulk_items AS item JOIN bulk_jobs AS job ON job.id = item.job_id
     WHERE item.outcome IS NULL AND job.finished_at IS NULL
+    ORDER BY item.job_id, item.name_key
+    LIMIT %(limit)s
+    FOR UPDATE OF item SKIP LOCKED
+    """
+
+# On Citus (routemaster.db.shards): the shard keys of the first pending items, read without a
+# lock across the shards; then _CLAIM per shard, restricted to the shard's keys.
+_PENDING_KEYS = """
+    SELECT item.shard_key
+    FROM bulk_items AS item JOIN bulk_jobs AS job ON job.id = item.job_id
+    WHERE item.outcome IS NULL AND job.finished_at IS NULL
+    ORDER BY item.job_id, item.name_key
+    LIMIT %(limit)s
+    """
+
+_CLAIM_IN_SHARD = """
+    SELECT item.job_id, item.name_key, item.name
+    FROM bulk_items AS item JOIN bulk_jobs AS job ON job.id = item.job_id
+    WHERE item.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND item.outcome IS NULL AND job.finished_at IS NULL
     ORDER BY item.job_id, item.name_key
     LIMIT %(limit)s
     FOR UPDATE OF item SKIP LOCKED
@@ -144,8 +165,22 @@ def get_job(conn: sa.Connection, job: int) -> Job | None:
 
 
 def claim_items(conn: sa.Connection, *, limit: int) -> list[Item]:
-    """Up to ``limit`` pending items no other transaction holds, locked until this one ends."""
-    return [Item(*row) for row in fetch_all(conn, _CLAIM, {"limit": limit})]
+    """Up to ``limit`` pending items no other transaction holds, locked until this one ends.
+
+    On Citus shard by shard (:mod:`routemaster.db.shards`): the oldest running job's
+    pending items first within each shard, the shards from a random one on.
+    """
+    shards = shard_map(conn)
+    if shards is None:
+        return [Item(*row) for row in fetch_all(conn, _CLAIM, {"limit": limit})]
+    keys = [key for (key,) in fetch_all(conn, _PENDING_KEYS, {"limit": limit})]
+    rows: list[Row] = []
+    for group in shards.groups(conn, keys):
+        taking = {"limit": limit - len(rows), "shard_keys": group}
+        rows += shards.fetch_all(conn, _CLAIM_IN_SHARD, taking)
+        if len(rows) >= limit:
+            break
+    return [Item(*row) for row in rows]
 
 
 def record_outcomes(
