@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from routemaster.db.notifications import notify_due
 from routemaster.db.search import Search, filter_params, with_condition
 from routemaster.db.shards import shard_map
-from routemaster.db.statements import Row, fetch_all, fetch_one, fetch_value, run
+from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
 
 _INSERT_JOB = """
     INSERT INTO bulk_jobs (state_machine, command, arguments, reason, pause_until, total)
@@ -173,13 +173,7 @@ def claim_items(conn: sa.Connection, *, limit: int) -> list[Item]:
     shards = shard_map(conn)
     if shards is None:
         return [Item(*row) for row in fetch_all(conn, _CLAIM, {"limit": limit})]
-    keys = [key for (key,) in fetch_all(conn, _PENDING_KEYS, {"limit": limit})]
-    rows: list[Row] = []
-    for group in shards.groups(conn, keys):
-        taking = {"limit": limit - len(rows), "shard_keys": group}
-        rows += shards.fetch_all(conn, _CLAIM_IN_SHARD, taking)
-        if len(rows) >= limit:
-            break
+    rows = shards.take(conn, _PENDING_KEYS, _CLAIM_IN_SHARD, {"limit": limit})
     return [Item(*row) for row in rows]
 
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from routemaster.db.keys import label_key, label_key_arrays, label_keys
 from routemaster.db.labels import Label, LabelKey, label_from_row
 from routemaster.db.shards import shard_map
-from routemaster.db.statements import Row, fetch_all, fetch_one, run
+from routemaster.db.statements import fetch_all, fetch_one, run
 
 StateKey = tuple[str, str]
 """(state machine, state)."""
@@ -62,13 +62,7 @@ def lock_due_gates(
     shards = shard_map(conn)
     if shards is None:
         return [label_from_row(row) for row in fetch_all(conn, _LOCK_GATES, params)]
-    keys = [key for (key,) in fetch_all(conn, _DUE_GATE_KEYS, params)]
-    rows: list[Row] = []
-    for group in shards.groups(conn, keys):
-        taking = {**params, "limit": limit - len(rows), "shard_keys": group}
-        rows += shards.fetch_all(conn, _LOCK_GATES_IN_SHARD, taking)
-        if len(rows) >= limit:
-            break
+    rows = shards.take(conn, _DUE_GATE_KEYS, _LOCK_GATES_IN_SHARD, params)
     return [label_from_row(row) for row in rows]
 
 

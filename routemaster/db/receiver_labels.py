@@ -159,13 +159,7 @@ def give_up(
     if shards is None:
         stale = fetch_all(conn, _STALE, params)
     else:
-        keys = [key for (key,) in fetch_all(conn, _STALE_KEYS, params)]
-        stale = []
-        for group in shards.groups(conn, keys):
-            taking = {**params, "batch": batch - len(stale), "shard_keys": group}
-            stale += shards.fetch_all(conn, _STALE_IN_SHARD, taking)
-            if len(stale) >= batch:
-                break
+        stale = shards.take(conn, _STALE_KEYS, _STALE_IN_SHARD, params, limit="batch")
     erring = [Erring(machine, name, entry_id, reason) for machine, name, entry_id in stale]
     return len(become_errored(conn, erring, now=now))
 

@@ -75,6 +75,32 @@ class ShardMap:
             start = self._rng.randrange(len(groups))
         return groups[start:] + groups[:start]
 
+    def take(
+        self,
+        conn: sa.Connection,
+        find: Statement,
+        take: Statement,
+        params: Params,
+        *,
+        limit: str = "limit",
+    ) -> list[Row]:
+        """Up to ``params[limit]`` rows: ``find``'s shard keys, then ``take`` shard by shard.
+
+        ``find`` is the non-locking read across the shards (it returns shard
+        keys); ``take`` the router statement, given ``%(shard_keys)s`` and,
+        under the name ``limit``, what the earlier shards left to take.
+        """
+        wanted = int(params[limit])
+        keys = [key for (key,) in fetch_all(conn, find, params)]
+        rows: list[Row] = []
+        for group in self.groups(conn, keys):
+            rows += self.fetch_all(
+                conn, take, {**params, limit: wanted - len(rows), "shard_keys": group}
+            )
+            if len(rows) >= wanted:
+                break
+        return rows
+
     def fetch_all(self, conn: sa.Connection, statement: Statement, params: Params) -> list[Row]:
         """A router statement's rows; on failure the placement is read again next time."""
         try:

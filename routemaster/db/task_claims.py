@@ -71,13 +71,7 @@ def lock_expired(
     shards = shard_map(conn)
     if shards is None:
         return [Held(*row) for row in fetch_all(conn, _LOCK_EXPIRED, params)]
-    keys = [key for (key,) in fetch_all(conn, _EXPIRED_KEYS, params)]
-    rows: list[Row] = []
-    for group in shards.groups(conn, keys):
-        taking = {**params, "limit": limit - len(rows), "shard_keys": group}
-        rows += shards.fetch_all(conn, _LOCK_EXPIRED_IN_SHARD, taking)
-        if len(rows) >= limit:
-            break
+    rows = shards.take(conn, _EXPIRED_KEYS, _LOCK_EXPIRED_IN_SHARD, params)
     return [Held(*row) for row in rows]
 
 
