@@ -11,10 +11,18 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from routemaster.db.statements import run_on_driver
+from routemaster.db.statements import fetch_value, run_on_driver
 from routemaster.db.transaction_settings import set_statement_timeout
 
 _PING = "SELECT 1"
+
+# Citus's catalog of distributed tables exists only where the extension is installed.
+_CITUS_CATALOG = "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL"
+_LABELS_DISTRIBUTED = """
+    SELECT EXISTS (SELECT 1 FROM pg_dist_partition
+                   WHERE logicalrelid = CAST('labels' AS regclass) AND partmethod = 'h')
+    """
+_DISTRIBUTED_OPTION = "routemaster_distributed"  # the engine execution option caching the answer
 
 
 class DatabaseURLError(ValueError):
@@ -156,26 +164,20 @@ def _ping_connections_idle_for(engine: sa.Engine, seconds: float) -> None:
             raise sa.exc.DisconnectionError(str(error)) from error
 
 
-_DISTRIBUTED_OPTION = "routemaster_distributed"
-
-
 def distributed(engine: sa.Engine) -> bool:
-    """Whether ``labels`` is a distributed table (Citus); read once per engine.
+    """Whether ``engine``'s database is a Citus cluster with ``labels`` distributed.
 
-    A stand-in until issue-35-citus lands its own (same name, same answer).
+    Asked once per engine (kept in its execution options): a database is
+    distributed by ``routemaster migrate``, which processes started before it
+    would not see anyway. Where the answer changes what a statement must look
+    like (claims shard by shard, the changes stream's horizon), code asks this.
     """
-    known = engine.get_execution_options().get(_DISTRIBUTED_OPTION)
-    if known is not None:
-        return bool(known)
+    found = engine.get_execution_options().get(_DISTRIBUTED_OPTION)
+    if isinstance(found, bool):
+        return found
     with engine.connect() as conn:
-        has_citus = conn.exec_driver_sql(
-            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
-        ).scalar()
-        answer = bool(has_citus) and bool(
-            conn.exec_driver_sql(
-                "SELECT EXISTS (SELECT 1 FROM pg_dist_partition"
-                " WHERE logicalrelid = CAST('labels' AS regclass))"
-            ).scalar()
+        answer = bool(fetch_value(conn, _CITUS_CATALOG)) and bool(
+            fetch_value(conn, _LABELS_DISTRIBUTED)
         )
     engine.update_execution_options(**{_DISTRIBUTED_OPTION: answer})
     return answer
