@@ -83,12 +83,23 @@ def _claim_by_shard(
     free: int,
     lease: dict[str, Any],
 ) -> list[ReceiverClaim]:
-    """On Citus: the shards with due deliveries one by one, each taking what is still wanted."""
-    found = fetch_all(
-        conn, _DUE_DELIVERY_KEYS, {**_plain_params(wanted, routes), "free": free, **lease}
-    )
+    """On Citus: the shards with due deliveries one by one, each taking what is still wanted.
+
+    The shard keys come from one read of the oldest due deliveries of all wanted receivers
+    when none is limited below ``free``; otherwise from one read per receiver, up to its
+    number, so that a receiver's old backlog it may not take (a rate, a probe) never hides
+    the others' due labels.
+    """
+    if _unlimited(wanted, free):
+        asked = [(wanted, free)]
+    else:
+        asked = [([want], min(want.limit, free)) for want in wanted]
+    keys: set[int] = set()
+    for receivers, limit in asked:
+        params = {**_plain_params(receivers, routes), "free": limit, **lease}
+        keys.update(key for (key,) in fetch_all(conn, _DUE_DELIVERY_KEYS, params))
     claimed: list[ReceiverClaim] = []
-    for group in shards.groups(conn, [key for (key,) in found]):
+    for group in shards.groups(conn, keys):
         room = free - len(claimed)
         if room <= 0 or not wanted:
             break

@@ -45,6 +45,10 @@ def claim(
     shards = shard_map(conn)
     if shards is None:
         return [Task(*row) for row in fetch_all(conn, _CLAIM, params)]
+    # Citus refuses a STABLE function (timestamptz + interval) of a column in an UPDATE:
+    # each pull action's lease end is computed here instead.
+    until = [now + datetime.timedelta(seconds=lease.seconds) for _, _, lease in states]
+    params = {**params, "lease_untils": until}
     keys = [key for (key,) in fetch_all(conn, _AWAITING_KEYS, params)]
     rows: list[Row] = []
     for group in shards.groups(conn, keys):
@@ -142,10 +146,12 @@ _CLAIM_IN_SHARD = """
     WITH pulled AS (
         SELECT * FROM unnest(CAST(%(machines)s AS text[]), CAST(%(states)s AS text[]),
                              CAST(%(leases)s AS double precision[]),
-                             CAST(%(sources)s AS text[]), CAST(%(samples)s AS integer[]))
-                      AS p(state_machine, state, lease, lease_source, lease_samples)
+                             CAST(%(sources)s AS text[]), CAST(%(samples)s AS integer[]),
+                             CAST(%(lease_untils)s AS timestamptz[]))
+                      AS p(state_machine, state, lease, lease_source, lease_samples, lease_until)
     ), candidates AS (
-        SELECT waiting.*, pulled.lease, pulled.lease_source, pulled.lease_samples
+        SELECT waiting.*, pulled.lease, pulled.lease_source, pulled.lease_samples,
+               pulled.lease_until
         FROM pulled CROSS JOIN LATERAL (
             SELECT labels.shard_key, labels.state_machine, labels.name_key, labels.due_at
             FROM labels
@@ -164,8 +170,9 @@ _CLAIM_IN_SHARD = """
     ), ids AS (
         SELECT * FROM unnest(CAST(%(ids)s AS text[])) WITH ORDINALITY AS i(id, n)
     ), claimed AS (
-        UPDATE labels SET due_at = %(now)s + numbered.lease * interval '1 second',
-                          lease_owner = %(worker)s, task_id = ids.id,
+        UPDATE labels SET due_at = numbered.lease_until,
+                          lease_owner = %(worker)s,
+                          task_id = CAST(labels.shard_key AS text) || '.' || ids.id,
                           attempts = labels.attempts + 1
         FROM numbered JOIN ids ON ids.n = numbered.n
         WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
@@ -174,11 +181,12 @@ _CLAIM_IN_SHARD = """
           AND labels.name_key = numbered.name_key
         RETURNING labels.task_id, labels.state_machine, labels.name, labels.state,
                   labels.metadata, labels.attempts, labels.entry_id, labels.due_at,
-                  numbered.lease, numbered.lease_source, numbered.lease_samples, numbered.n
+                  numbered.lease, numbered.lease_source, numbered.lease_samples, numbered.n,
+                  labels.shard_key
     ), issued AS (
-        INSERT INTO tasks (id, state_machine, label, state, entry_id, attempt, worker, lease,
-                           claimed_at, lease_source, lease_samples)
-        SELECT task_id, state_machine, name, state, entry_id, attempts, %(worker)s,
+        INSERT INTO tasks (id, shard_key, state_machine, label, state, entry_id, attempt, worker,
+                           lease, claimed_at, lease_source, lease_samples)
+        SELECT task_id, shard_key, state_machine, name, state, entry_id, attempts, %(worker)s,
                lease * interval '1 second', %(now)s, lease_source, lease_samples
         FROM claimed
     )
