@@ -109,18 +109,20 @@ _CLAIM = """
         SELECT * FROM unnest(CAST(%(ids)s AS text[])) WITH ORDINALITY AS i(id, n)
     ), claimed AS (
         UPDATE labels SET due_at = %(now)s + numbered.lease * interval '1 second',
-                          lease_owner = %(worker)s, task_id = ids.id,
+                          lease_owner = %(worker)s,
+                          task_id = CAST(labels.shard_key AS text) || '.' || ids.id,
                           attempts = labels.attempts + 1
         FROM numbered JOIN ids ON ids.n = numbered.n
         WHERE labels.state_machine = numbered.state_machine
           AND labels.name_key = numbered.name_key
         RETURNING labels.task_id, labels.state_machine, labels.name, labels.state,
                   labels.metadata, labels.attempts, labels.entry_id, labels.due_at,
-                  numbered.lease, numbered.lease_source, numbered.lease_samples, numbered.n
+                  numbered.lease, numbered.lease_source, numbered.lease_samples, numbered.n,
+                  labels.shard_key
     ), issued AS (
-        INSERT INTO tasks (id, state_machine, label, state, entry_id, attempt, worker, lease,
-                           claimed_at, lease_source, lease_samples)
-        SELECT task_id, state_machine, name, state, entry_id, attempts, %(worker)s,
+        INSERT INTO tasks (id, shard_key, state_machine, label, state, entry_id, attempt, worker,
+                           lease, claimed_at, lease_source, lease_samples)
+        SELECT task_id, shard_key, state_machine, name, state, entry_id, attempts, %(worker)s,
                lease * interval '1 second', %(now)s, lease_source, lease_samples
         FROM claimed
     )
