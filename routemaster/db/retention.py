@@ -29,6 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.db.changes import START, Position
+from routemaster.db.history import version_params
 from routemaster.db.plumbing.database import distributed
 from routemaster.db.shards import shard_map
 from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
@@ -45,14 +46,6 @@ class Pruned:
     scanned: int
     removed: list[Position]
     labels: int = 0  # label rows removed or deleted
-
-
-@dataclass(frozen=True)
-class Progress:
-    table: str
-    rows_pruned: int
-    last_run_at: datetime.datetime | None
-    horizon: datetime.datetime | None
 
 
 def lead(conn: sa.Connection) -> bool:
@@ -124,6 +117,7 @@ def delete_finished(
         "now": now,
         "batch": batch,
         "reason": FINISHED_REASON,
+        **version_params(conn, state_machine),
     }
     shards = shard_map(conn)
     if shards is None:
@@ -148,22 +142,6 @@ def count_lost(conn: sa.Connection, state_machine: str, removed: Sequence[Positi
         "ids": [position.id for position in removed],
     }
     return run(conn, _COUNT_LOST, params)
-
-
-def record_progress(
-    conn: sa.Connection,
-    table: str,
-    *,
-    rows: int,
-    now: datetime.datetime,
-    horizon: datetime.datetime | None,
-) -> None:
-    """Add ``rows`` to what pruning removed from ``table``, and when it ran, for ``/metrics``."""
-    run(conn, _PROGRESS, {"table": table, "rows": rows, "now": now, "horizon": horizon})
-
-
-def progress(conn: sa.Connection) -> list[Progress]:
-    return [Progress(*row) for row in fetch_all(conn, _ALL_PROGRESS)]
 
 
 def pruned_position(conn: sa.Connection, state_machine: str | None) -> Position:
@@ -273,7 +251,7 @@ _REMOVE_DELETED = """
 # As labels._DELETE, for a batch of labels in an end state since before the cutoff.
 _DELETE_FINISHED = """
     WITH done AS MATERIALIZED (
-        SELECT name_key FROM labels
+        SELECT shard_key, name_key FROM labels
         WHERE state_machine = %(sm)s AND state = ANY (CAST(%(states)s AS text[]))
           AND NOT deleted AND state_entered_at < %(cutoff)s
         LIMIT %(batch)s
@@ -283,12 +261,17 @@ _DELETE_FINISHED = """
         UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
                           lease_owner = NULL, updated_at = %(now)s
         FROM done
-        WHERE labels.state_machine = %(sm)s AND labels.name_key = done.name_key
-          AND NOT labels.deleted
-        RETURNING labels.state_machine, labels.name, labels.state
+        WHERE labels.shard_key = done.shard_key AND labels.state_machine = %(sm)s
+          AND labels.name_key = done.name_key AND NOT labels.deleted
+        RETURNING labels.shard_key, labels.state_machine, labels.name, labels.state,
+                  labels.version
     )
-    INSERT INTO history (state_machine, label, old_state, new_state, created, reason)
-    SELECT state_machine, name, state, NULL, %(now)s, %(reason)s FROM marked
+    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, reason,
+                         version, xact_id)
+    SELECT shard_key, state_machine, name, state, NULL, %(now)s, %(reason)s,
+           CASE WHEN %(continuing)s THEN COALESCE(version, %(running)s) ELSE %(running)s END,
+           pg_current_xact_id()
+    FROM marked
     """
 
 # On Citus (routemaster.db.shards), which refuses the statements above: LATERAL with a LIMIT,
@@ -425,19 +408,6 @@ _COUNT_LOST = """
     )
     UPDATE subscriptions SET lost_events = subscriptions.lost_events + lost.n
     FROM lost WHERE subscriptions.name = lost.name
-    """
-
-_PROGRESS = """
-    INSERT INTO retention_progress AS p (table_name, rows_pruned, last_run_at, horizon)
-    VALUES (%(table)s, %(rows)s, %(now)s, %(horizon)s)
-    ON CONFLICT (table_name) DO UPDATE
-    SET rows_pruned = p.rows_pruned + excluded.rows_pruned, last_run_at = excluded.last_run_at,
-        horizon = coalesce(excluded.horizon, p.horizon)
-    """
-
-_ALL_PROGRESS = """
-    SELECT table_name, rows_pruned, last_run_at, horizon FROM retention_progress
-    ORDER BY table_name
     """
 
 _PRUNED_POSITION = """
