@@ -18,8 +18,9 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from routemaster.db.notifications import notify_due
+from routemaster.db.plumbing.database import distributed
 from routemaster.db.search import Search, filter_params, with_condition
-from routemaster.db.shards import shard_map
+from routemaster.db.shards import one_connection_per_node, shard_map
 from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
 
 _INSERT_JOB = """
@@ -205,9 +206,11 @@ def forget_finished(
     """Delete up to ``limit`` items of jobs finished before ``before``, then those jobs once
     empty (up to ``limit`` too): (items, jobs) deleted. A job's item list may be long, so it
     goes a batch at a time, never in one statement."""
-    items = run(conn, _FORGET_ITEMS, {"before": before, "limit": limit})
-    jobs = run(conn, _FORGET_JOBS, {"before": before, "limit": limit})
-    return items, jobs
+    params = {"before": before, "limit": limit}
+    if not distributed(conn.engine):
+        return run(conn, _FORGET_ITEMS, params), run(conn, _FORGET_JOBS, params)
+    one_connection_per_node(conn)  # bulk_jobs, a reference table, is written after bulk_items
+    return run(conn, _FORGET_ITEMS, params), run(conn, _FORGET_JOBS_ON_CITUS, params)
 
 
 _FORGET_ITEMS = """
@@ -228,4 +231,17 @@ _FORGET_JOBS = """
         ORDER BY job.finished_at
         LIMIT %(limit)s
     )
+    """
+
+# On Citus a correlated subquery on bulk_items under bulk_jobs (a reference table) is refused:
+# the jobs with items left among the oldest finished ones are read first.
+_FORGET_JOBS_ON_CITUS = """
+    WITH old AS MATERIALIZED (
+        SELECT id FROM bulk_jobs WHERE finished_at < %(before)s
+        ORDER BY finished_at
+        LIMIT %(limit)s
+    ), busy AS MATERIALIZED (
+        SELECT DISTINCT job_id FROM bulk_items WHERE job_id IN (SELECT id FROM old)
+    )
+    DELETE FROM bulk_jobs WHERE id IN (SELECT id FROM old) AND id NOT IN (SELECT job_id FROM busy)
     """

@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from routemaster.db.changes import START, Position
 from routemaster.db.history import version_params
 from routemaster.db.plumbing.database import distributed
-from routemaster.db.shards import shard_map
+from routemaster.db.shards import one_connection_per_node, shard_map
 from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
 
 LEADER_KEY = 0x726D7265746E  # "rmretn": one pruning leader at a time, per batch
@@ -81,6 +81,7 @@ def remove_deleted(
         assert row is not None
         labels, removed = row
     else:  # shard by shard (routemaster.db.shards): one row of aggregates from each
+        one_connection_per_node(conn)  # retention_horizons, a reference table, is written after
         labels, removed = 0, []
         found = fetch_all(conn, _DELETED_KEYS, params)
         for group in shards.groups(conn, [key for (key,) in found]):
@@ -155,6 +156,7 @@ def _prune_history_on_citus(
 ) -> tuple[int, str | None, list[str]]:
     """:data:`_PRUNE_HISTORY`'s answer on Citus (which refuses its ``LATERAL ... LIMIT``): the
     batch read across the shards (no lock), its old rows found here, deleted in one statement."""
+    one_connection_per_node(conn)  # retention_horizons, a reference table, is written after
     frontier = fetch_one(conn, _FRONTIER, params)
     assert frontier is not None  # one row of aggregates
     xact, ident = frontier

@@ -62,15 +62,22 @@ class ShardMap:
         self._lock = threading.Lock()
         self._rng = random.Random()
 
-    def groups(self, conn: sa.Connection, keys: Iterable[int]) -> list[list[int]]:
-        """``keys`` grouped by shard, each group sorted, starting at a random group."""
+    def groups(
+        self, conn: sa.Connection, keys: Iterable[int], *, ordered: bool = False
+    ) -> list[list[int]]:
+        """``keys`` grouped by shard, each group sorted, starting at a random group.
+
+        ``ordered``: in shard order instead, for statements that wait for row locks
+        (every transaction then takes its shards' locks in one order, as one server's
+        statements take rows in key order).
+        """
         shard_of = self._placement(conn)
         by_shard: dict[int, set[int]] = {}
         for key in keys:
             by_shard.setdefault(shard_of[key], set()).add(key)
         groups = [sorted(by_shard[shard]) for shard in sorted(by_shard)]
-        if not groups:
-            return []
+        if not groups or ordered:
+            return groups
         with self._lock:
             start = self._rng.randrange(len(groups))
         return groups[start:] + groups[:start]
@@ -132,6 +139,22 @@ class ShardMap:
         with self._lock:
             self._shard_of = placement
         return placement
+
+
+def one_connection_per_node(conn: sa.Connection) -> None:
+    """Make this transaction's statements across shards use one connection per node.
+
+    A transaction that touches many shards in parallel (several connections to
+    a node) and then writes a reference table (``bulk_jobs``,
+    ``retention_horizons``) is refused by Citus; run first in such a
+    transaction, this makes its multi-shard statements go over one connection
+    per node, which the reference table's write can then use. Transaction-local
+    (``set_config(..., true)``), so it holds behind a transaction-mode pooler.
+    """
+    run(conn, _ONE_CONNECTION_PER_NODE)
+
+
+_ONE_CONNECTION_PER_NODE = "SELECT set_config('citus.multi_shard_modify_mode', 'sequential', true)"
 
 
 def shard_map(conn: sa.Connection) -> ShardMap | None:

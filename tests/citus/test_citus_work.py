@@ -108,7 +108,7 @@ def test_two_workers_deliver_the_labels_of_every_shard_each_once(
     try:
         for _ in range(2):
             workers.start(delivery_concurrency=4)
-        workers.wait_started()
+        workers.wait_started(timeout=120)
         machine = app.config.get_machine("m")
         for name in names:
             service.create_label(app, machine, name, {})
@@ -117,7 +117,7 @@ def test_two_workers_deliver_the_labels_of_every_shard_each_once(
                 count(citus_engine, "SELECT count(*) FROM labels WHERE state = 'done'") == LABELS
             ),
             workers.logs,
-            timeout=90,
+            timeout=180,
         )
     finally:
         workers.stop_all()
