@@ -176,6 +176,7 @@ def claim_items(conn: sa.Connection, *, limit: int) -> list[Item]:
     shards = shard_map(conn)
     if shards is None:
         return [Item(*row) for row in fetch_all(conn, _CLAIM, {"limit": limit})]
+    one_connection_per_node(conn)  # the batch ends writing bulk_jobs, a reference table
     rows = shards.take(conn, _PENDING_KEYS, _CLAIM_IN_SHARD, {"limit": limit})
     return [Item(*row) for row in rows]
 
@@ -197,7 +198,10 @@ def record_outcomes(
     )
     counts = Counter(outcome for _, outcome in outcomes)
     run(conn, _COUNT_OUTCOMES, {"job": job, **{name: counts[name] for name in OUTCOMES}})
-    run(conn, _FINISH, {"job": job, "now": now})
+    if not distributed(conn.engine):
+        run(conn, _FINISH, {"job": job, "now": now})
+    elif not fetch_value(conn, _ANY_PENDING, {"job": job}):  # Citus: bulk_jobs is a reference
+        run(conn, _FINISH_ON_CITUS, {"job": job, "now": now})  # table, read apart from items
 
 
 def forget_finished(
@@ -212,6 +216,14 @@ def forget_finished(
     one_connection_per_node(conn)  # bulk_jobs, a reference table, is written after bulk_items
     return run(conn, _FORGET_ITEMS, params), run(conn, _FORGET_JOBS_ON_CITUS, params)
 
+
+_ANY_PENDING = """
+    SELECT EXISTS (SELECT 1 FROM bulk_items WHERE job_id = %(job)s AND outcome IS NULL)
+    """
+
+_FINISH_ON_CITUS = """
+    UPDATE bulk_jobs SET finished_at = %(now)s WHERE id = %(job)s AND finished_at IS NULL
+    """
 
 _FORGET_ITEMS = """
     DELETE FROM bulk_items WHERE (job_id, name_key) IN (

@@ -165,7 +165,7 @@ def _prune_history_on_citus(
     if not old:
         return 0, None, []
     removing = {**params, "shard_keys": sorted({row[2] for row in old}), "ids": [r[1] for r in old]}
-    removed = [text for (text,) in fetch_all(conn, _REMOVE_OLD_HISTORY, removing)]
+    removed = [f"{x}-{i}" for x, i in fetch_all(conn, _REMOVE_OLD_HISTORY, removing)]
     return len(old), f"{old[-1][0]}-{old[-1][1]}", removed
 
 
@@ -299,7 +299,7 @@ _REMOVE_OLD_HISTORY = """
           WHERE labels.shard_key = history.shard_key AND labels.state_machine = %(sm)s
             AND labels.name_key = routemaster_label_key(history.label)
             AND labels.entry_id = history.id)
-    RETURNING CAST(xact_id AS text) || '-' || id
+    RETURNING xact_id, id
     """
 
 # Deleted and finished labels: a batch's shard keys, then the plain statement per shard.
