@@ -18,7 +18,9 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from routemaster.db.notifications import notify_due
+from routemaster.db.plumbing.database import distributed
 from routemaster.db.search import Search, filter_params, with_condition
+from routemaster.db.shards import one_connection_per_node, shard_map
 from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
 
 _INSERT_JOB = """
@@ -55,6 +57,26 @@ _CLAIM = """
     SELECT item.job_id, item.name_key, item.name
     FROM bulk_items AS item JOIN bulk_jobs AS job ON job.id = item.job_id
     WHERE item.outcome IS NULL AND job.finished_at IS NULL
+    ORDER BY item.job_id, item.name_key
+    LIMIT %(limit)s
+    FOR UPDATE OF item SKIP LOCKED
+    """
+
+# On Citus (routemaster.db.shards): the shard keys of the first pending items, read without a
+# lock across the shards; then _CLAIM per shard, restricted to the shard's keys.
+_PENDING_KEYS = """
+    SELECT item.shard_key
+    FROM bulk_items AS item JOIN bulk_jobs AS job ON job.id = item.job_id
+    WHERE item.outcome IS NULL AND job.finished_at IS NULL
+    ORDER BY item.job_id, item.name_key
+    LIMIT %(limit)s
+    """
+
+_CLAIM_IN_SHARD = """
+    SELECT item.job_id, item.name_key, item.name
+    FROM bulk_items AS item JOIN bulk_jobs AS job ON job.id = item.job_id
+    WHERE item.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND item.outcome IS NULL AND job.finished_at IS NULL
     ORDER BY item.job_id, item.name_key
     LIMIT %(limit)s
     FOR UPDATE OF item SKIP LOCKED
@@ -146,8 +168,17 @@ def get_job(conn: sa.Connection, job: int) -> Job | None:
 
 
 def claim_items(conn: sa.Connection, *, limit: int) -> list[Item]:
-    """Up to ``limit`` pending items no other transaction holds, locked until this one ends."""
-    return [Item(*row) for row in fetch_all(conn, _CLAIM, {"limit": limit})]
+    """Up to ``limit`` pending items no other transaction holds, locked until this one ends.
+
+    On Citus shard by shard (:mod:`routemaster.db.shards`): the oldest running job's
+    pending items first within each shard, the shards from a random one on.
+    """
+    shards = shard_map(conn)
+    if shards is None:
+        return [Item(*row) for row in fetch_all(conn, _CLAIM, {"limit": limit})]
+    one_connection_per_node(conn)  # the batch ends writing bulk_jobs, a reference table
+    rows = shards.take(conn, _PENDING_KEYS, _CLAIM_IN_SHARD, {"limit": limit})
+    return [Item(*row) for row in rows]
 
 
 def record_outcomes(
@@ -167,7 +198,10 @@ def record_outcomes(
     )
     counts = Counter(outcome for _, outcome in outcomes)
     run(conn, _COUNT_OUTCOMES, {"job": job, **{name: counts[name] for name in OUTCOMES}})
-    run(conn, _FINISH, {"job": job, "now": now})
+    if not distributed(conn.engine):
+        run(conn, _FINISH, {"job": job, "now": now})
+    elif not fetch_value(conn, _ANY_PENDING, {"job": job}):  # Citus: bulk_jobs is a reference
+        run(conn, _FINISH_ON_CITUS, {"job": job, "now": now})  # table, read apart from items
 
 
 def forget_finished(
@@ -176,10 +210,20 @@ def forget_finished(
     """Delete up to ``limit`` items of jobs finished before ``before``, then those jobs once
     empty (up to ``limit`` too): (items, jobs) deleted. A job's item list may be long, so it
     goes a batch at a time, never in one statement."""
-    items = run(conn, _FORGET_ITEMS, {"before": before, "limit": limit})
-    jobs = run(conn, _FORGET_JOBS, {"before": before, "limit": limit})
-    return items, jobs
+    params = {"before": before, "limit": limit}
+    if not distributed(conn.engine):
+        return run(conn, _FORGET_ITEMS, params), run(conn, _FORGET_JOBS, params)
+    one_connection_per_node(conn)  # bulk_jobs, a reference table, is written after bulk_items
+    return run(conn, _FORGET_ITEMS, params), run(conn, _FORGET_JOBS_ON_CITUS, params)
 
+
+_ANY_PENDING = """
+    SELECT EXISTS (SELECT 1 FROM bulk_items WHERE job_id = %(job)s AND outcome IS NULL)
+    """
+
+_FINISH_ON_CITUS = """
+    UPDATE bulk_jobs SET finished_at = %(now)s WHERE id = %(job)s AND finished_at IS NULL
+    """
 
 _FORGET_ITEMS = """
     DELETE FROM bulk_items WHERE (job_id, name_key) IN (
@@ -199,4 +243,17 @@ _FORGET_JOBS = """
         ORDER BY job.finished_at
         LIMIT %(limit)s
     )
+    """
+
+# On Citus a correlated subquery on bulk_items under bulk_jobs (a reference table) is refused:
+# the jobs with items left among the oldest finished ones are read first.
+_FORGET_JOBS_ON_CITUS = """
+    WITH old AS MATERIALIZED (
+        SELECT id FROM bulk_jobs WHERE finished_at < %(before)s
+        ORDER BY finished_at
+        LIMIT %(limit)s
+    ), busy AS MATERIALIZED (
+        SELECT DISTINCT job_id FROM bulk_items WHERE job_id IN (SELECT id FROM old)
+    )
+    DELETE FROM bulk_jobs WHERE id IN (SELECT id FROM old) AND id NOT IN (SELECT job_id FROM busy)
     """

@@ -17,9 +17,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.keys import label_key, label_key_arrays, label_keys
+from routemaster.db.keys import label_key, label_key_arrays, label_keys, shard_key
 from routemaster.db.labels import Label, LabelKey, label_from_row
-from routemaster.db.statements import fetch_all, fetch_one, run
+from routemaster.db.shards import shard_map
+from routemaster.db.statements import Row, fetch_all, fetch_one, run
 
 StateKey = tuple[str, str]
 """(state machine, state)."""
@@ -57,7 +58,11 @@ def lock_due_gates(
     """
     if limit <= 0 or not gate_states:
         return []
-    rows = fetch_all(conn, _LOCK_GATES, {"now": now, "limit": limit, **_states(gate_states)})
+    params = {"now": now, "limit": limit, **_states(gate_states)}
+    shards = shard_map(conn)
+    if shards is None:
+        return [label_from_row(row) for row in fetch_all(conn, _LOCK_GATES, params)]
+    rows = shards.take(conn, _DUE_GATE_KEYS, _LOCK_GATES_IN_SHARD, params)
     return [label_from_row(row) for row in rows]
 
 
@@ -151,6 +156,33 @@ def put_back(conn: sa.Connection, unsent: Sequence[Unsent], *, worker_id: str) -
     return run(conn, _PUT_BACK, params)
 
 
+def lock_entries(conn: sa.Connection, entries: Sequence[tuple[str, str, int]]) -> list[Label]:
+    """Lock the live labels still in the given entries, (machine, name, entry_id) each."""
+    if not entries:
+        return []
+    shards = shard_map(conn)
+    if shards is None:
+        return [label_from_row(row) for row in fetch_all(conn, _LOCK_ENTRIES, _entries(entries))]
+    # On Citus one router statement per shard (routemaster.db.shards), in shard order.
+    rows: list[Row] = []
+    for group in shards.groups(conn, {shard_key(name) for _, name, _ in entries}, ordered=True):
+        keys = set(group)
+        some = [entry for entry in entries if shard_key(entry[1]) in keys]
+        params = {**_entries(some), "shard_keys": group}
+        rows += shards.fetch_all(conn, _LOCK_ENTRIES_IN_SHARD, params)
+    return [label_from_row(row) for row in rows]
+
+
+def _entries(entries: Sequence[tuple[str, str, int]]) -> dict[str, list[Any]]:
+    names = [name for _, name, _ in entries]
+    return {
+        "machines": [machine for machine, _, _ in entries],
+        "names": names,
+        "keys": label_keys(names),
+        "entries": [entry_id for _, _, entry_id in entries],
+    }
+
+
 def mark_gate_due(
     conn: sa.Connection,
     state_machine: str,
@@ -207,6 +239,63 @@ _LOCK_GATES = """
     ORDER BY due_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+    """
+
+# On Citus (routemaster.db.shards): the shard keys of the oldest due gate labels, read
+# without a lock across the shards; then _LOCK_GATES per shard, restricted to that shard's
+# keys, so that it is a router statement and SKIP LOCKED holds.
+_DUE_GATE_KEYS = """
+    SELECT shard_key FROM labels
+    WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
+    ORDER BY due_at
+    LIMIT %(limit)s
+    """
+
+_LOCK_GATES_IN_SHARD = """
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version
+    FROM labels
+    WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
+    ORDER BY due_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+    """
+
+_LOCK_ENTRIES = """
+    SELECT labels.state_machine, labels.name, labels.metadata, labels.state,
+           labels.state_entered_at, labels.entry_id, labels.previous_state, labels.deleted,
+           labels.paused, labels.errored, labels.last_error, labels.attempts, labels.due_at,
+           labels.created_at, labels.updated_at, labels.version
+    FROM labels JOIN unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
+                            CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]))
+                     AS wanted(sm, key, name, entry_id)
+      ON labels.state_machine = wanted.sm AND labels.name_key = wanted.key
+         AND labels.name = wanted.name AND labels.entry_id = wanted.entry_id
+    WHERE NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
+    ORDER BY labels.state_machine, labels.name_key
+    FOR UPDATE OF labels
+    """
+
+_LOCK_ENTRIES_IN_SHARD = """
+    SELECT labels.state_machine, labels.name, labels.metadata, labels.state,
+           labels.state_entered_at, labels.entry_id, labels.previous_state, labels.deleted,
+           labels.paused, labels.errored, labels.last_error, labels.attempts, labels.due_at,
+           labels.created_at, labels.updated_at, labels.version
+    FROM labels JOIN unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
+                            CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]))
+                     AS wanted(sm, key, name, entry_id)
+      ON labels.state_machine = wanted.sm AND labels.name_key = wanted.key
+         AND labels.name = wanted.name AND labels.entry_id = wanted.entry_id
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
+    ORDER BY labels.state_machine, labels.name_key
+    FOR UPDATE OF labels
     """
 
 _LEASE = """

@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.db import history as history_rows
-from routemaster.db.keys import label_key, label_key_arrays, label_keys, shard_key
+from routemaster.db.keys import label_key, label_key_arrays, shard_key
 from routemaster.db.notifications import notify_due
 from routemaster.db.statements import Prepared, Row, fetch_all, fetch_one, run
 
@@ -193,24 +193,6 @@ def lock(conn: sa.Connection, state_machine: str, name: str) -> Label | None:
     return None if row is None else label_from_row(row)
 
 
-def lock_entries(conn: sa.Connection, entries: Sequence[tuple[str, str, int]]) -> list[Label]:
-    """Lock the live labels still in the given entries, (machine, name, entry_id) each."""
-    if not entries:
-        return []
-    names = [name for _, name, _ in entries]
-    rows = fetch_all(
-        conn,
-        _LOCK_ENTRIES,
-        {
-            "machines": [machine for machine, _, _ in entries],
-            "names": names,
-            "keys": label_keys(names),
-            "entries": [entry_id for _, _, entry_id in entries],
-        },
-    )
-    return [label_from_row(row) for row in rows]
-
-
 def merge_metadata(
     conn: sa.Connection,
     state_machine: str,
@@ -368,21 +350,6 @@ _SELECT_FOR_UPDATE = """
     WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
       AND name = %(name)s
     FOR UPDATE
-    """
-
-_LOCK_ENTRIES = """
-    SELECT labels.state_machine, labels.name, labels.metadata, labels.state,
-           labels.state_entered_at, labels.entry_id, labels.previous_state, labels.deleted,
-           labels.paused, labels.errored, labels.last_error, labels.attempts, labels.due_at,
-           labels.created_at, labels.updated_at, labels.version
-    FROM labels JOIN unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
-                            CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]))
-                     AS wanted(sm, key, name, entry_id)
-      ON labels.state_machine = wanted.sm AND labels.name_key = wanted.key
-         AND labels.name = wanted.name AND labels.entry_id = wanted.entry_id
-    WHERE NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
-    ORDER BY labels.state_machine, labels.name_key
-    FOR UPDATE OF labels
     """
 
 _MERGE_METADATA = """

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from routemaster.db.keys import label_key, shard_key
 from routemaster.db.labels import Label, label_from_row
+from routemaster.db.shards import shard_map
 from routemaster.db.statements import fetch_all, fetch_one, run
 
 
@@ -45,7 +46,12 @@ def paused_until(conn: sa.Connection, state_machine: str, name: str) -> datetime
 
 def lock_ended(conn: sa.Connection, *, now: datetime.datetime, limit: int) -> list[Label]:
     """Lock up to ``limit`` paused labels whose pause has ended."""
-    rows = fetch_all(conn, _LOCK_ENDED, {"now": now, "limit": limit})
+    params = {"now": now, "limit": limit}
+    shards = shard_map(conn)
+    if shards is None:
+        rows = fetch_all(conn, _LOCK_ENDED, params)
+    else:
+        rows = shards.take(conn, _ENDED_KEYS, _LOCK_ENDED_IN_SHARD, params)
     return [label_from_row(row) for row in rows]
 
 
@@ -70,6 +76,27 @@ _LOCK_ENDED = """
            version
     FROM labels
     WHERE paused_until <= %(now)s AND paused AND NOT deleted
+    ORDER BY paused_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+    """
+
+# On Citus (routemaster.db.shards): the shard keys of the oldest ended pauses, read without a
+# lock across the shards; then _LOCK_ENDED per shard, restricted to the shard's keys.
+_ENDED_KEYS = """
+    SELECT shard_key FROM labels
+    WHERE paused_until <= %(now)s AND paused AND NOT deleted
+    ORDER BY paused_until
+    LIMIT %(limit)s
+    """
+
+_LOCK_ENDED_IN_SHARD = """
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version
+    FROM labels
+    WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND paused_until <= %(now)s AND paused AND NOT deleted
     ORDER BY paused_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

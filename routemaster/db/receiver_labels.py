@@ -16,6 +16,7 @@ from routemaster.db.errored import Erring, become_errored
 from routemaster.db.history import version_arrays
 from routemaster.db.notifications import notify_due
 from routemaster.db.receivers import Route, route_arrays
+from routemaster.db.shards import shard_map
 from routemaster.db.statements import fetch_all, run
 
 """(receiver id, state machine, action state): where an action's webhooks go."""
@@ -95,6 +96,32 @@ _STALE = """
     FOR UPDATE SKIP LOCKED
     """
 
+# On Citus (routemaster.db.shards): the shard keys of the oldest such labels, read without a
+# lock across the shards; then _STALE per shard, restricted to the shard's keys.
+_STALE_KEYS = """
+    WITH routes AS (
+        SELECT * FROM unnest(CAST(%(route_machines)s AS text[]), CAST(%(route_states)s AS text[]))
+                 AS r(sm, state)
+    )
+    SELECT shard_key FROM labels
+    WHERE due_at < %(cutoff)s AND NOT deleted AND NOT paused AND NOT errored
+      AND (state_machine, state) IN (SELECT sm, state FROM routes)
+    ORDER BY due_at LIMIT %(batch)s
+    """
+
+_STALE_IN_SHARD = """
+    WITH routes AS (
+        SELECT * FROM unnest(CAST(%(route_machines)s AS text[]), CAST(%(route_states)s AS text[]))
+                 AS r(sm, state)
+    )
+    SELECT state_machine, name, entry_id FROM labels
+    WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND due_at < %(cutoff)s AND NOT deleted AND NOT paused AND NOT errored
+      AND (state_machine, state) IN (SELECT sm, state FROM routes)
+    ORDER BY due_at LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+    """
+
 
 def counts(
     conn: sa.Connection, routes: Sequence[Route], *, now: datetime.datetime
@@ -150,7 +177,11 @@ def give_up(
     if not states:
         return 0
     params = {**_pairs(states), "cutoff": cutoff, "batch": batch}
-    stale = fetch_all(conn, _STALE, params)
+    shards = shard_map(conn)
+    if shards is None:
+        stale = fetch_all(conn, _STALE, params)
+    else:
+        stale = shards.take(conn, _STALE_KEYS, _STALE_IN_SHARD, params, limit="batch")
     erring = [Erring(machine, name, entry_id, reason) for machine, name, entry_id in stale]
     return len(become_errored(conn, erring, now=now))
 

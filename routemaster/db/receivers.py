@@ -1,4 +1,4 @@
-"""Receivers: the state every worker shares about each origin, and claiming work by receiver.
+"""Receivers: the state every worker shares about each origin.
 
 One row per receiver: paused or not, its circuit (``closed``, ``open``,
 ``half_open`` while one probe is out), consecutive failures, and when the
@@ -6,8 +6,9 @@ next call may go: ``open_until`` (the circuit's cooldown, or a probe's
 lease), ``not_before`` (``Retry-After``), ``rate_at`` (the rate limiter's
 theoretical arrival time, advanced by one interval per call). Workers
 decide from these rows which receivers' due labels they may claim and how
-many; a label whose receiver may not be called is never claimed, so it
-waits without using an attempt.
+many (the claim itself: :mod:`routemaster.db.receiver_claims`); a label
+whose receiver may not be called is never claimed, so it waits without
+using an attempt.
 
 ``receiver_slots`` holds how many calls each worker has in flight to a
 receiver with ``max_in_flight``; a row whose worker stopped renewing it
@@ -26,7 +27,7 @@ import sqlalchemy as sa
 from routemaster.db.claims import Claim
 from routemaster.db.keys import label_key
 from routemaster.db.notifications import notify_due
-from routemaster.db.statements import Row, fetch_all, fetch_one, run
+from routemaster.db.statements import fetch_all, fetch_one, run
 
 Route = tuple[str, str, str]
 """(receiver id, state machine, action state): where an action's webhooks go."""
@@ -51,24 +52,6 @@ class ReceiverRow:
     def state(self) -> str:
         """What ``GET /receivers`` shows: ``paused``, or the circuit."""
         return "paused" if self.paused else self.circuit
-
-
-@dataclass(frozen=True)
-class Wanted:
-    """Up to ``limit`` due labels for one receiver; ``counted``: the claim uses an attempt."""
-
-    receiver: str
-    limit: int
-    counted: bool = True
-
-
-@dataclass(frozen=True)
-class ReceiverClaim:
-    claim: Claim
-    receiver: str
-    was_due: datetime.datetime  # put back here if the call must not count
-    last_error: str | None
-    counted: bool  # False: a probe, which uses no attempt
 
 
 @dataclass(frozen=True)
@@ -144,61 +127,6 @@ _OTHERS_IN_FLIGHT = """
     SELECT receiver, sum(in_flight) AS in_flight FROM receiver_slots
     WHERE receiver = ANY(CAST(%(ids)s AS text[])) AND worker <> %(me)s AND expires_at > %(now)s
     GROUP BY receiver
-    """
-
-# Per receiver, its oldest due labels up to its limit (each receiver's own LATERAL scan,
-# so a saturated receiver's backlog is never even read); then the oldest of those up to
-# the free slots. Rows locked but not chosen are released at commit, never leased.
-_CLAIM = """
-    WITH wanted AS (
-        SELECT * FROM unnest(CAST(%(receivers)s AS text[]), CAST(%(limits)s AS integer[]),
-                             CAST(%(counted)s AS integer[])) AS w(receiver, lim, counted)
-    ), routes AS (
-        SELECT * FROM unnest(CAST(%(route_receivers)s AS text[]),
-                             CAST(%(route_machines)s AS text[]),
-                             CAST(%(route_states)s AS text[])) AS r(receiver, sm, state)
-    ), due AS (
-        SELECT picked.state_machine, picked.name_key, picked.due_at, wanted.receiver,
-               wanted.counted
-        FROM wanted CROSS JOIN LATERAL (
-            SELECT state_machine, name_key, due_at FROM labels
-            WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
-              AND (state_machine, state) IN (
-                  SELECT sm, state FROM routes WHERE routes.receiver = wanted.receiver)
-            ORDER BY due_at
-            LIMIT wanted.lim
-            FOR UPDATE SKIP LOCKED
-        ) AS picked
-    ), chosen AS (
-        SELECT * FROM due ORDER BY due_at LIMIT %(free)s
-    )
-    UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
-                      attempts = labels.attempts + chosen.counted
-    FROM chosen
-    WHERE labels.state_machine = chosen.state_machine AND labels.name_key = chosen.name_key
-    RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
-              labels.entry_id, labels.attempts, chosen.receiver, chosen.due_at AS was_due,
-              labels.last_error, chosen.counted, labels.version
-    """
-
-_CLAIM_PLAIN = """
-    WITH due AS (
-        SELECT state_machine, name_key, due_at FROM labels
-        WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
-          AND (state_machine, state) IN (
-              SELECT * FROM unnest(CAST(%(route_machines)s AS text[]),
-                                   CAST(%(route_states)s AS text[])))
-        ORDER BY due_at
-        LIMIT %(free)s
-        FOR UPDATE SKIP LOCKED
-    )
-    UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
-                      attempts = labels.attempts + 1
-    FROM due
-    WHERE labels.state_machine = due.state_machine AND labels.name_key = due.name_key
-    RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
-              labels.entry_id, labels.attempts, due.due_at AS was_due, labels.last_error,
-              labels.version
     """
 
 _SUCCEEDED = """
@@ -305,70 +233,6 @@ def others_in_flight(
     )
     rows = fetch_all(conn, _OTHERS_IN_FLIGHT, {"ids": list(mine), "me": worker_id, "now": now})
     return {receiver: int(in_flight) for receiver, in_flight in rows}
-
-
-def claim(
-    conn: sa.Connection,
-    wanted: Sequence[Wanted],
-    routes: Sequence[Route],
-    *,
-    free: int,
-    now: datetime.datetime,
-    lease_until: datetime.datetime,
-    worker_id: str,
-) -> list[ReceiverClaim]:
-    """Lease up to ``free`` due labels, oldest first, at most each receiver's limit from it.
-
-    When no receiver is limited below ``free`` (the common case), one plain
-    scan of the due labels of all their routes does, as cheap to plan as it gets.
-    """
-    wanted = [want for want in wanted if want.limit > 0]
-    if free <= 0 or not wanted:
-        return []
-    if all(want.counted and want.limit >= free for want in wanted):
-        receiver_of = {(sm, state): receiver for receiver, sm, state in routes}
-        taken = {want.receiver for want in wanted}
-        pairs = [(sm, state) for receiver, sm, state in routes if receiver in taken]
-        params = {
-            "route_machines": [sm for sm, _ in pairs],
-            "route_states": [state for _, state in pairs],
-            "free": free,
-            "now": now,
-            "lease_until": lease_until,
-            "me": worker_id,
-        }
-        rows = fetch_all(conn, _CLAIM_PLAIN, params)
-        return [_claimed(row, receiver_of[(row[0], row[2])], counted=True) for row in rows]
-    rows = fetch_all(
-        conn,
-        _CLAIM,
-        {
-            "receivers": [want.receiver for want in wanted],
-            "limits": [want.limit for want in wanted],
-            "counted": [int(want.counted) for want in wanted],
-            **route_arrays(routes),
-            "free": free,
-            "now": now,
-            "lease_until": lease_until,
-            "me": worker_id,
-        },
-    )
-    # (label columns, receiver, was_due, last_error, counted, version): the receiver is the
-    # claim's own
-    return [_claimed(row[:6] + row[7:9] + row[10:11], row[6], counted=bool(row[9])) for row in rows]
-
-
-def _claimed(row: Row, receiver: str, *, counted: bool) -> ReceiverClaim:
-    """From (state_machine, name, state, metadata, entry_id, attempts, was_due, last_error,
-    version)."""
-    state_machine, name, state, metadata, entry_id, attempts, was_due, last_error, version = row
-    return ReceiverClaim(
-        Claim(state_machine, name, state, metadata, entry_id, attempts, version),
-        receiver,
-        was_due,
-        last_error,
-        counted,
-    )
 
 
 def succeeded(conn: sa.Connection, ids: Sequence[str], *, now: datetime.datetime) -> None:

@@ -21,13 +21,17 @@ subscription still behind a removed row.
 from __future__ import annotations
 
 import datetime
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
 from routemaster.db.changes import START, Position
 from routemaster.db.history import version_params
+from routemaster.db.plumbing.database import distributed
+from routemaster.db.shards import one_connection_per_node, shard_map
 from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
 
 LEADER_KEY = 0x726D7265746E  # "rmretn": one pruning leader at a time, per batch
@@ -44,14 +48,6 @@ class Pruned:
     labels: int = 0  # label rows removed or deleted
 
 
-@dataclass(frozen=True)
-class Progress:
-    table: str
-    rows_pruned: int
-    last_run_at: datetime.datetime | None
-    horizon: datetime.datetime | None
-
-
 def lead(conn: sa.Connection) -> bool:
     """Whether this transaction is the pruning leader (until it ends)."""
     return bool(fetch_value(conn, _LEAD, {"key": LEADER_KEY}))
@@ -61,9 +57,13 @@ def prune_history(
     conn: sa.Connection, state_machine: str, *, cutoff: datetime.datetime, batch: int
 ) -> Pruned:
     """Remove up to ``batch`` history rows older than ``cutoff``, never a label's current entry."""
-    row = fetch_one(conn, _PRUNE_HISTORY, {"sm": state_machine, "cutoff": cutoff, "batch": batch})
-    assert row is not None  # one row of aggregates
-    scanned, last, removed = row
+    params = {"sm": state_machine, "cutoff": cutoff, "batch": batch}
+    if distributed(conn.engine):
+        scanned, last, removed = _prune_history_on_citus(conn, params)
+    else:
+        row = fetch_one(conn, _PRUNE_HISTORY, params)
+        assert row is not None  # one row of aggregates
+        scanned, last, removed = row
     positions = _positions(removed)
     if last is not None or positions:
         _advance(conn, state_machine, positions, scanned=Position.parse(last) if last else START)
@@ -74,9 +74,22 @@ def remove_deleted(
     conn: sa.Connection, state_machine: str, *, cutoff: datetime.datetime, batch: int
 ) -> Pruned:
     """Remove up to ``batch`` labels deleted before ``cutoff``, with their whole history."""
-    row = fetch_one(conn, _REMOVE_DELETED, {"sm": state_machine, "cutoff": cutoff, "batch": batch})
-    assert row is not None
-    labels, removed = row
+    params = {"sm": state_machine, "cutoff": cutoff, "batch": batch}
+    shards = shard_map(conn)
+    if shards is None:
+        row = fetch_one(conn, _REMOVE_DELETED, params)
+        assert row is not None
+        labels, removed = row
+    else:  # shard by shard (routemaster.db.shards): one row of aggregates from each
+        one_connection_per_node(conn)  # retention_horizons, a reference table, is written after
+        labels, removed = 0, []
+        found = fetch_all(conn, _DELETED_KEYS, params)
+        for group in shards.groups(conn, [key for (key,) in found]):
+            taking = {**params, "batch": batch - labels, "shard_keys": group}
+            [(count, positions)] = shards.fetch_all(conn, _REMOVE_DELETED_IN_SHARD, taking)
+            labels, removed = labels + int(count), removed + list(positions or ())
+            if labels >= batch:
+                break
     positions = _positions(removed)
     if positions:
         _advance(conn, state_machine, positions, scanned=START)
@@ -107,7 +120,16 @@ def delete_finished(
         "reason": FINISHED_REASON,
         **version_params(conn, state_machine),
     }
-    return run(conn, _DELETE_FINISHED, params)
+    shards = shard_map(conn)
+    if shards is None:
+        return run(conn, _DELETE_FINISHED, params)
+    done = 0
+    for group in shards.groups(conn, [key for (key,) in fetch_all(conn, _FINISHED_KEYS, params)]):
+        taking = {**params, "batch": batch - done, "shard_keys": group}
+        done += shards.run(conn, _DELETE_FINISHED_IN_SHARD, taking)
+        if done >= batch:
+            break
+    return done
 
 
 def count_lost(conn: sa.Connection, state_machine: str, removed: Sequence[Position]) -> int:
@@ -123,26 +145,28 @@ def count_lost(conn: sa.Connection, state_machine: str, removed: Sequence[Positi
     return run(conn, _COUNT_LOST, params)
 
 
-def record_progress(
-    conn: sa.Connection,
-    table: str,
-    *,
-    rows: int,
-    now: datetime.datetime,
-    horizon: datetime.datetime | None,
-) -> None:
-    """Add ``rows`` to what pruning removed from ``table``, and when it ran, for ``/metrics``."""
-    run(conn, _PROGRESS, {"table": table, "rows": rows, "now": now, "horizon": horizon})
-
-
-def progress(conn: sa.Connection) -> list[Progress]:
-    return [Progress(*row) for row in fetch_all(conn, _ALL_PROGRESS)]
-
-
 def pruned_position(conn: sa.Connection, state_machine: str | None) -> Position:
     """The newest position pruning removed (of one machine, or of any): the stream's horizon."""
     row = fetch_one(conn, _PRUNED_POSITION, {"sm": state_machine})
     return Position.parse(row[0]) if row is not None else START
+
+
+def _prune_history_on_citus(
+    conn: sa.Connection, params: dict[str, Any]
+) -> tuple[int, str | None, list[str]]:
+    """:data:`_PRUNE_HISTORY`'s answer on Citus (which refuses its ``LATERAL ... LIMIT``): the
+    batch read across the shards (no lock), its old rows found here, deleted in one statement."""
+    one_connection_per_node(conn)  # retention_horizons, a reference table, is written after
+    frontier = fetch_one(conn, _FRONTIER, params)
+    assert frontier is not None  # one row of aggregates
+    xact, ident = frontier
+    rows = fetch_all(conn, _HISTORY_AFTER, {**params, "xact": xact, "id": ident})
+    old = list(itertools.takewhile(lambda row: row[3] < params["cutoff"], rows))
+    if not old:
+        return 0, None, []
+    removing = {**params, "shard_keys": sorted({row[2] for row in old}), "ids": [r[1] for r in old]}
+    removed = [f"{x}-{i}" for x, i in fetch_all(conn, _REMOVE_OLD_HISTORY, removing)]
+    return len(old), f"{old[-1][0]}-{old[-1][1]}", removed
 
 
 def _positions(texts: list[str] | None) -> list[Position]:
@@ -252,6 +276,101 @@ _DELETE_FINISHED = """
     FROM marked
     """
 
+# On Citus (routemaster.db.shards), which refuses the statements above: LATERAL with a LIMIT,
+# row locks across shards. History: the frontier, the batch after it, the old rows deleted.
+_FRONTIER = """
+    SELECT coalesce(max(scanned_xact), '0'), coalesce(max(scanned_id), 0)
+    FROM retention_horizons WHERE state_machine = %(sm)s
+    """
+
+_HISTORY_AFTER = """
+    SELECT CAST(xact_id AS text), id, shard_key, created FROM history
+    WHERE state_machine = %(sm)s AND (xact_id, id) > (CAST(%(xact)s AS xid8), %(id)s)
+    ORDER BY xact_id, id
+    LIMIT %(batch)s
+    """
+
+_REMOVE_OLD_HISTORY = """
+    DELETE FROM history
+    WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND id = ANY(CAST(%(ids)s AS bigint[])) AND state_machine = %(sm)s
+      AND NOT EXISTS (
+          SELECT 1 FROM labels
+          WHERE labels.shard_key = history.shard_key AND labels.state_machine = %(sm)s
+            AND labels.name_key = routemaster_label_key(history.label)
+            AND labels.entry_id = history.id)
+    RETURNING xact_id, id
+    """
+
+# Deleted and finished labels: a batch's shard keys, then the plain statement per shard.
+_DELETED_KEYS = """
+    SELECT shard_key FROM labels
+    WHERE state_machine = %(sm)s AND deleted AND updated_at < %(cutoff)s
+    ORDER BY updated_at
+    LIMIT %(batch)s
+    """
+
+_REMOVE_DELETED_IN_SHARD = """
+    WITH gone AS MATERIALIZED (
+        SELECT shard_key, name_key FROM labels
+        WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+          AND state_machine = %(sm)s AND deleted AND updated_at < %(cutoff)s
+        ORDER BY updated_at
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED
+    ),
+    labels_removed AS (
+        DELETE FROM labels USING gone
+        WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+          AND labels.shard_key = gone.shard_key AND labels.state_machine = %(sm)s
+          AND labels.name_key = gone.name_key AND labels.deleted
+        RETURNING labels.shard_key, labels.name
+    ),
+    history_removed AS (
+        DELETE FROM history USING labels_removed
+        WHERE history.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+          AND history.shard_key = labels_removed.shard_key
+          AND history.label = labels_removed.name AND history.state_machine = %(sm)s
+        RETURNING history.xact_id, history.id
+    )
+    SELECT (SELECT count(*) FROM labels_removed),
+           (SELECT array_agg(CAST(xact_id AS text) || '-' || id) FROM history_removed)
+    """
+
+_FINISHED_KEYS = """
+    SELECT shard_key FROM labels
+    WHERE state_machine = %(sm)s AND state = ANY (CAST(%(states)s AS text[]))
+      AND NOT deleted AND state_entered_at < %(cutoff)s
+    LIMIT %(batch)s
+    """
+
+_DELETE_FINISHED_IN_SHARD = """
+    WITH done AS MATERIALIZED (
+        SELECT shard_key, name_key FROM labels
+        WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+          AND state_machine = %(sm)s AND state = ANY (CAST(%(states)s AS text[]))
+          AND NOT deleted AND state_entered_at < %(cutoff)s
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED
+    ),
+    marked AS (
+        UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
+                          lease_owner = NULL, updated_at = %(now)s
+        FROM done
+        WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+          AND labels.shard_key = done.shard_key AND labels.state_machine = %(sm)s
+          AND labels.name_key = done.name_key AND NOT labels.deleted
+        RETURNING labels.shard_key, labels.state_machine, labels.name, labels.state,
+                  labels.version
+    )
+    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, reason,
+                         version, xact_id)
+    SELECT shard_key, state_machine, name, state, NULL, %(now)s, %(reason)s,
+           CASE WHEN %(continuing)s THEN COALESCE(version, %(running)s) ELSE %(running)s END,
+           pg_current_xact_id()
+    FROM marked
+    """
+
 _ADVANCE = """
     INSERT INTO retention_horizons AS r (state_machine, pruned_xact, pruned_id,
                                          scanned_xact, scanned_id)
@@ -291,19 +410,6 @@ _COUNT_LOST = """
     )
     UPDATE subscriptions SET lost_events = subscriptions.lost_events + lost.n
     FROM lost WHERE subscriptions.name = lost.name
-    """
-
-_PROGRESS = """
-    INSERT INTO retention_progress AS p (table_name, rows_pruned, last_run_at, horizon)
-    VALUES (%(table)s, %(rows)s, %(now)s, %(horizon)s)
-    ON CONFLICT (table_name) DO UPDATE
-    SET rows_pruned = p.rows_pruned + excluded.rows_pruned, last_run_at = excluded.last_run_at,
-        horizon = coalesce(excluded.horizon, p.horizon)
-    """
-
-_ALL_PROGRESS = """
-    SELECT table_name, rows_pruned, last_run_at, horizon FROM retention_progress
-    ORDER BY table_name
     """
 
 _PRUNED_POSITION = """

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from routemaster.db.keys import label_key, label_key_arrays, shard_key
 from routemaster.db.labels import Label, LabelKey, label_from_row
 from routemaster.db.notifications import notify_due
+from routemaster.db.shards import shard_map
 from routemaster.db.statements import fetch_all, fetch_one, run
 
 
@@ -73,7 +74,12 @@ def lock_unscheduled(
         "states": [state for _, state in states],
         "limit": limit,
     }
-    return [label_from_row(row) for row in fetch_all(conn, _LOCK_UNSCHEDULED, params)]
+    shards = shard_map(conn)
+    if shards is None:
+        rows = fetch_all(conn, _LOCK_UNSCHEDULED, params)
+    else:
+        rows = shards.take(conn, _UNSCHEDULED_KEYS, _LOCK_UNSCHEDULED_IN_SHARD, params)
+    return [label_from_row(row) for row in rows]
 
 
 def count_unscheduled(conn: sa.Connection) -> int:
@@ -162,6 +168,31 @@ _LOCK_UNSCHEDULED = """
            version
     FROM labels
     WHERE NOT deleted AND scheduled_at IS DISTINCT FROM updated_at AND lease_owner IS NULL
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
+    ORDER BY state_machine, state
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+    """
+
+# On Citus (routemaster.db.shards): the shard keys of such rows, read without a lock across
+# the shards; then _LOCK_UNSCHEDULED per shard, restricted to the shard's keys.
+_UNSCHEDULED_KEYS = """
+    SELECT shard_key FROM labels
+    WHERE NOT deleted AND scheduled_at IS DISTINCT FROM updated_at AND lease_owner IS NULL
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
+    ORDER BY state_machine, state
+    LIMIT %(limit)s
+    """
+
+_LOCK_UNSCHEDULED_IN_SHARD = """
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version
+    FROM labels
+    WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND NOT deleted AND scheduled_at IS DISTINCT FROM updated_at AND lease_owner IS NULL
       AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
                                                           CAST(%(states)s AS text[])))
     ORDER BY state_machine, state

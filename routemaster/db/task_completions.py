@@ -19,6 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.db.labels import Label, label_from_row
+from routemaster.db.plumbing.database import distributed
 from routemaster.db.statements import fetch_all
 
 RECENT = 100  # completions a percentile lease is taken over
@@ -65,6 +66,16 @@ def recent_durations(
     ``RECENT`` tasks ended by a completion (not failed, released or expired)."""
     if not states:
         return {}
+    if distributed(conn.engine):
+        return {
+            (machine, state): [
+                seconds
+                for (seconds,) in fetch_all(
+                    conn, _RECENT_DURATIONS_OF, {"sm": machine, "state": state, "limit": RECENT}
+                )
+            ]
+            for machine, state in states
+        }
     rows = fetch_all(
         conn,
         _RECENT_DURATIONS,
@@ -123,4 +134,14 @@ _RECENT_DURATIONS = """
             LIMIT %(limit)s
         ) AS latest
     ) AS recent
+    """
+
+# On Citus a LATERAL subquery with a LIMIT over a distributed table is refused: one pull action
+# at a time instead, each an ORDER BY ... LIMIT that every shard answers from its index.
+_RECENT_DURATIONS_OF = """
+    SELECT CAST(extract(epoch FROM ended_at - claimed_at) AS double precision)
+    FROM tasks
+    WHERE state_machine = %(sm)s AND state = %(state)s AND outcome = 'completed'
+    ORDER BY ended_at DESC
+    LIMIT %(limit)s
     """

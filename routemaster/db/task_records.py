@@ -75,10 +75,11 @@ def in_flight(conn: sa.Connection, *, now: datetime.datetime) -> dict[tuple[str,
 
 
 _FORGET = """
-    DELETE FROM tasks WHERE id IN (
-        SELECT id FROM tasks
+    DELETE FROM tasks WHERE (shard_key, id) IN (
+        SELECT shard_key, id FROM tasks
         WHERE claimed_at < %(before)s
-          AND NOT EXISTS (SELECT 1 FROM labels WHERE labels.task_id = tasks.id)
+          AND NOT EXISTS (SELECT 1 FROM labels
+                          WHERE labels.shard_key = tasks.shard_key AND labels.task_id = tasks.id)
         ORDER BY claimed_at
         LIMIT %(limit)s
     )

@@ -1,4 +1,4 @@
-"""Pull workers' tasks: claiming labels in pull actions, and acting on them by task id.
+"""Pull workers' tasks: acting on claimed labels by task id (claims: ``db/task_claims.py``).
 
 A claim leases labels as the worker's claims do (``due_at`` one lease ahead,
 ``lease_owner`` set, the attempt counted) and gives each lease a new task id
@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from routemaster.db.errored import Erring, become_errored
 from routemaster.db.keys import SHARD_KEYS, label_keys, shard_key
 from routemaster.db.labels import Label, label_from_row
-from routemaster.db.statements import Params, Statement, fetch_all, fetch_one, run
+from routemaster.db.statements import Params, Statement, fetch_one, run
 
 PullState = tuple[str, str]
 """(state machine, pull action)."""
@@ -80,54 +80,6 @@ class Expiry:
     held: Held
     due_at: datetime.datetime | None
     error: str  # the label's last error, and the history entry's reason when errored
-
-
-def claim(
-    conn: sa.Connection,
-    states: Sequence[LeasedState],
-    *,
-    ids: Sequence[str],
-    worker: str,
-    now: datetime.datetime,
-) -> list[Task]:
-    """Lease up to ``len(ids)`` due labels in ``states``, oldest due first, one id each."""
-    if not states or not ids:
-        return []
-    rows = fetch_all(
-        conn,
-        _CLAIM,
-        {
-            "machines": [machine for machine, _, _ in states],
-            "states": [state for _, state, _ in states],
-            "leases": [lease.seconds for _, _, lease in states],
-            "sources": [lease.source for _, _, lease in states],
-            "samples": [lease.samples for _, _, lease in states],
-            "ids": list(ids),
-            "limit": len(ids),
-            "worker": worker,
-            "now": now,
-        },
-    )
-    return [Task(*row) for row in rows]
-
-
-def lock_expired(
-    conn: sa.Connection, states: Sequence[tuple[str, str]], *, now: datetime.datetime, limit: int
-) -> list[Held]:
-    """Lock up to ``limit`` labels in ``states`` whose lease has run out."""
-    if not states:
-        return []
-    rows = fetch_all(
-        conn,
-        _LOCK_EXPIRED,
-        {
-            "machines": [machine for machine, _ in states],
-            "states": [state for _, state in states],
-            "now": now,
-            "limit": limit,
-        },
-    )
-    return [Held(*row) for row in rows]
 
 
 def expire(conn: sa.Connection, expiries: Sequence[Expiry], *, now: datetime.datetime) -> None:
@@ -282,69 +234,6 @@ def hold_for_callback(conn: sa.Connection, task_id: str, *, until: datetime.date
     statement, params = _by_id(task_id, _HOLD_FOR_CALLBACK, _HOLD_FOR_CALLBACK_UNKEYED)
     return run(conn, statement, {**params, "until": until}) == 1
 
-
-# The pull actions a claim takes from come as arrays: machines, states, their leases in
-# seconds and where each lease came from (recorded in tasks for explanations). Each
-# state's oldest due labels come from the labels_awaiting_claim index (so a claim costs
-# the same however long the backlog), then the oldest of those are taken; the ids are
-# numbered in that order, so each label gets one.
-_CLAIM = """
-    WITH pulled AS (
-        SELECT * FROM unnest(CAST(%(machines)s AS text[]), CAST(%(states)s AS text[]),
-                             CAST(%(leases)s AS double precision[]),
-                             CAST(%(sources)s AS text[]), CAST(%(samples)s AS integer[]))
-                      AS p(state_machine, state, lease, lease_source, lease_samples)
-    ), candidates AS (
-        SELECT waiting.*, pulled.lease, pulled.lease_source, pulled.lease_samples
-        FROM pulled CROSS JOIN LATERAL (
-            SELECT labels.state_machine, labels.name_key, labels.due_at FROM labels
-            WHERE labels.state_machine = pulled.state_machine AND labels.state = pulled.state
-              AND labels.due_at <= %(now)s AND labels.lease_owner IS NULL
-              AND NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
-            ORDER BY labels.due_at
-            LIMIT %(limit)s
-            FOR UPDATE SKIP LOCKED
-        ) AS waiting
-    ), due AS (
-        SELECT * FROM candidates ORDER BY due_at LIMIT %(limit)s
-    ), numbered AS (
-        SELECT due.*, row_number() OVER (ORDER BY due.due_at) AS n FROM due
-    ), ids AS (
-        SELECT * FROM unnest(CAST(%(ids)s AS text[])) WITH ORDINALITY AS i(id, n)
-    ), claimed AS (
-        UPDATE labels SET due_at = %(now)s + numbered.lease * interval '1 second',
-                          lease_owner = %(worker)s,
-                          task_id = CAST(labels.shard_key AS text) || '.' || ids.id,
-                          attempts = labels.attempts + 1
-        FROM numbered JOIN ids ON ids.n = numbered.n
-        WHERE labels.state_machine = numbered.state_machine
-          AND labels.name_key = numbered.name_key
-        RETURNING labels.task_id, labels.state_machine, labels.name, labels.state,
-                  labels.metadata, labels.attempts, labels.entry_id, labels.due_at,
-                  numbered.lease, numbered.lease_source, numbered.lease_samples, numbered.n,
-                  labels.shard_key
-    ), issued AS (
-        INSERT INTO tasks (id, shard_key, state_machine, label, state, entry_id, attempt, worker,
-                           lease, claimed_at, lease_source, lease_samples)
-        SELECT task_id, shard_key, state_machine, name, state, entry_id, attempts, %(worker)s,
-               lease * interval '1 second', %(now)s, lease_source, lease_samples
-        FROM claimed
-    )
-    SELECT task_id AS id, state_machine, name AS label, state, metadata, attempts AS attempt,
-           entry_id, due_at AS lease_expires_at
-    FROM claimed ORDER BY n
-    """
-
-_LOCK_EXPIRED = """
-    SELECT state_machine, name, state, task_id, attempts, entry_id FROM labels
-    WHERE due_at <= %(now)s AND lease_owner IS NOT NULL AND task_id IS NOT NULL
-      AND NOT deleted AND NOT errored
-      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
-                                                          CAST(%(states)s AS text[])))
-    ORDER BY due_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-    """
 
 # Run-out leases: every task ended; labels due again rescheduled here, those to be errored
 # left to routemaster.db.errored (expire runs both in one transaction).

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from routemaster.db import retention as store
+from routemaster.db import retention_progress as store
 
 logger = logging.getLogger(__name__)
 

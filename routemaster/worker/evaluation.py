@@ -82,7 +82,7 @@ def move_delivered(
     """
     if not delivered:
         return []
-    locked = store.lock_entries(conn, [claim.entry for claim in delivered])
+    locked = work.lock_entries(conn, [claim.entry for claim in delivered])
     waiting = _settle(conn, app, [label for label in locked if _known(app, label)])
     write_answered(conn, entries, now=app.now(), answered=answered)
     return waiting

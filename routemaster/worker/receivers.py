@@ -27,9 +27,11 @@ from routemaster.app import App
 from routemaster.config.model import Config
 from routemaster.config.origins import Receiver, configured_receivers
 from routemaster.config.receivers import Rate
+from routemaster.db import receiver_claims
 from routemaster.db import receivers as shared
 from routemaster.db.claims import Claim, StateKey
-from routemaster.db.receivers import ReceiverClaim, ReceiverRow, Wanted
+from routemaster.db.receiver_claims import ReceiverClaim, Wanted
+from routemaster.db.receivers import ReceiverRow
 
 RATE_TOLERANCE = 0.1  # seconds of calls a rate lets go at once (at least one call)
 RATE_BATCH = 0.05  # seconds of calls worth waking up for when a rate holds work back
@@ -153,7 +155,7 @@ class Gatekeeper:
                     probes.add(receiver.id)
                 if want is not None:
                     wanted.append(want)
-            claimed = shared.claim(
+            claimed = receiver_claims.claim(
                 conn,
                 wanted,
                 routes,

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.model import NoNext, StateMachine
-from routemaster.db import bulk, receivers
+from routemaster.db import bulk, receivers, retention_progress
 from routemaster.db import retention as store
 
 logger = logging.getLogger(__name__)
@@ -156,4 +156,4 @@ def _record(
     horizon: datetime.datetime | None,
 ) -> None:
     if rows or horizon is not None:
-        store.record_progress(conn, table, rows=rows, now=now, horizon=horizon)
+        retention_progress.record_progress(conn, table, rows=rows, now=now, horizon=horizon)

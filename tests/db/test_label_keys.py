@@ -301,7 +301,7 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
         history = plan(conn, store._HISTORY, one)
         assert "history_by_label" in history and "Seq Scan" not in history, history
         for explained in (
-            plan(conn, store._LOCK_ENTRIES, arrays),
+            plan(conn, claims._LOCK_ENTRIES, arrays),
             plan(conn, store._CLEAR_DUE, arrays),
             plan(conn, moves._MOVE_ONE, {**one, **move}),
             plan(conn, moves._MOVE_MANY, batch),

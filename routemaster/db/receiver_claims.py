@@ -1,0 +1,297 @@
+"""Claiming due deliveries by receiver: up to each receiver's number, oldest due first.
+
+The worker decides from the receivers' shared rows (:mod:`routemaster.db.receivers`)
+how many due labels each receiver may take now; one statement then takes
+them, per receiver and up to its number, with ``FOR UPDATE SKIP LOCKED``
+(concurrent workers never take the same label), the oldest of those up to
+the free slots, and leases them.
+
+On Citus the same statement runs once per shard that has due deliveries,
+restricted to that shard's keys, each shard's claim asking only for what
+the earlier shards left (free slots, each receiver's remaining number):
+:mod:`routemaster.db.shards` says why and how.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import sqlalchemy as sa
+
+from routemaster.db.claims import Claim
+from routemaster.db.receivers import Route, route_arrays
+from routemaster.db.shards import ShardMap, shard_map
+from routemaster.db.statements import Row, fetch_all
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """Up to ``limit`` due labels for one receiver; ``counted``: the claim uses an attempt."""
+
+    receiver: str
+    limit: int
+    counted: bool = True
+
+
+@dataclass(frozen=True)
+class ReceiverClaim:
+    claim: Claim
+    receiver: str
+    was_due: datetime.datetime  # put back here if the call must not count
+    last_error: str | None
+    counted: bool  # False: a probe, which uses no attempt
+
+
+def claim(
+    conn: sa.Connection,
+    wanted: Sequence[Wanted],
+    routes: Sequence[Route],
+    *,
+    free: int,
+    now: datetime.datetime,
+    lease_until: datetime.datetime,
+    worker_id: str,
+) -> list[ReceiverClaim]:
+    """Lease up to ``free`` due labels, oldest first, at most each receiver's limit from it.
+
+    When no receiver is limited below ``free`` (the common case), one plain
+    scan of the due labels of all their routes does, as cheap to plan as it gets.
+    """
+    wanted = [want for want in wanted if want.limit > 0]
+    if free <= 0 or not wanted:
+        return []
+    shards = shard_map(conn)
+    lease = {"now": now, "lease_until": lease_until, "me": worker_id}
+    if shards is not None:
+        return _claim_by_shard(conn, shards, wanted, routes, free=free, lease=lease)
+    if _unlimited(wanted, free):
+        params = {**_plain_params(wanted, routes), "free": free, **lease}
+        return _plain_claims(fetch_all(conn, _CLAIM_PLAIN, params), routes)
+    params = {**_wanted_params(wanted, routes), "free": free, **lease}
+    return _limited_claims(fetch_all(conn, _CLAIM, params))
+
+
+def _claim_by_shard(
+    conn: sa.Connection,
+    shards: ShardMap,
+    wanted: list[Wanted],
+    routes: Sequence[Route],
+    *,
+    free: int,
+    lease: dict[str, Any],
+) -> list[ReceiverClaim]:
+    """On Citus: the shards with due deliveries one by one, each taking what is still wanted.
+
+    The shard keys come from one read of the oldest due deliveries of all wanted receivers
+    when none is limited below ``free``; otherwise from one read per receiver, up to its
+    number, so that a receiver's old backlog it may not take (a rate, a probe) never hides
+    the others' due labels.
+    """
+    if _unlimited(wanted, free):
+        asked = [(wanted, free)]
+    else:
+        asked = [([want], min(want.limit, free)) for want in wanted]
+    keys: set[int] = set()
+    for receivers, limit in asked:
+        params = {**_plain_params(receivers, routes), "free": limit, **lease}
+        keys.update(key for (key,) in fetch_all(conn, _DUE_DELIVERY_KEYS, params))
+    claimed: list[ReceiverClaim] = []
+    for group in shards.groups(conn, keys):
+        room = free - len(claimed)
+        if room <= 0 or not wanted:
+            break
+        if _unlimited(wanted, room):
+            params = {**_plain_params(wanted, routes), "free": room, **lease}
+            params["shard_keys"] = group
+            taken = _plain_claims(shards.fetch_all(conn, _CLAIM_PLAIN_IN_SHARD, params), routes)
+        else:
+            params = {**_wanted_params(wanted, routes), "free": room, **lease}
+            params["shard_keys"] = group
+            taken = _limited_claims(shards.fetch_all(conn, _CLAIM_IN_SHARD, params))
+        claimed += taken
+        wanted = _still_wanted(wanted, taken)
+    return claimed
+
+
+def _unlimited(wanted: Sequence[Wanted], free: int) -> bool:
+    return all(want.counted and want.limit >= free for want in wanted)
+
+
+def _still_wanted(wanted: list[Wanted], taken: list[ReceiverClaim]) -> list[Wanted]:
+    """What each receiver may still take after ``taken``."""
+    left = []
+    for want in wanted:
+        limit = want.limit - sum(1 for item in taken if item.receiver == want.receiver)
+        if limit > 0:
+            left.append(replace(want, limit=limit))
+    return left
+
+
+def _plain_params(wanted: Sequence[Wanted], routes: Sequence[Route]) -> dict[str, Any]:
+    taken = {want.receiver for want in wanted}
+    pairs = [(sm, state) for receiver, sm, state in routes if receiver in taken]
+    return {"route_machines": [sm for sm, _ in pairs], "route_states": [s for _, s in pairs]}
+
+
+def _wanted_params(wanted: Sequence[Wanted], routes: Sequence[Route]) -> dict[str, Any]:
+    return {
+        "receivers": [want.receiver for want in wanted],
+        "limits": [want.limit for want in wanted],
+        "counted": [int(want.counted) for want in wanted],
+        **route_arrays(routes),
+    }
+
+
+def _plain_claims(rows: list[Row], routes: Sequence[Route]) -> list[ReceiverClaim]:
+    receiver_of = {(sm, state): receiver for receiver, sm, state in routes}
+    return [_claimed(row, receiver_of[(row[0], row[2])], counted=True) for row in rows]
+
+
+def _limited_claims(rows: list[Row]) -> list[ReceiverClaim]:
+    # (label columns, receiver, was_due, last_error, counted, version): the receiver is the
+    # claim's own
+    return [_claimed(row[:6] + row[7:9] + row[10:11], row[6], counted=bool(row[9])) for row in rows]
+
+
+def _claimed(row: Row, receiver: str, *, counted: bool) -> ReceiverClaim:
+    """From (state_machine, name, state, metadata, entry_id, attempts, was_due, last_error,
+    version)."""
+    state_machine, name, state, metadata, entry_id, attempts, was_due, last_error, version = row
+    return ReceiverClaim(
+        Claim(state_machine, name, state, metadata, entry_id, attempts, version),
+        receiver,
+        was_due,
+        last_error,
+        counted,
+    )
+
+
+# Per receiver, its oldest due labels up to its limit (each receiver's own LATERAL scan,
+# so a saturated receiver's backlog is never even read); then the oldest of those up to
+# the free slots. Rows locked but not chosen are released at commit, never leased.
+_CLAIM = """
+    WITH wanted AS (
+        SELECT * FROM unnest(CAST(%(receivers)s AS text[]), CAST(%(limits)s AS integer[]),
+                             CAST(%(counted)s AS integer[])) AS w(receiver, lim, counted)
+    ), routes AS (
+        SELECT * FROM unnest(CAST(%(route_receivers)s AS text[]),
+                             CAST(%(route_machines)s AS text[]),
+                             CAST(%(route_states)s AS text[])) AS r(receiver, sm, state)
+    ), due AS (
+        SELECT picked.state_machine, picked.name_key, picked.due_at, wanted.receiver,
+               wanted.counted
+        FROM wanted CROSS JOIN LATERAL (
+            SELECT state_machine, name_key, due_at FROM labels
+            WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
+              AND (state_machine, state) IN (
+                  SELECT sm, state FROM routes WHERE routes.receiver = wanted.receiver)
+            ORDER BY due_at
+            LIMIT wanted.lim
+            FOR UPDATE SKIP LOCKED
+        ) AS picked
+    ), chosen AS (
+        SELECT * FROM due ORDER BY due_at LIMIT %(free)s
+    )
+    UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
+                      attempts = labels.attempts + chosen.counted
+    FROM chosen
+    WHERE labels.state_machine = chosen.state_machine AND labels.name_key = chosen.name_key
+    RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
+              labels.entry_id, labels.attempts, chosen.receiver, chosen.due_at AS was_due,
+              labels.last_error, chosen.counted, labels.version
+    """
+
+_CLAIM_PLAIN = """
+    WITH due AS (
+        SELECT state_machine, name_key, due_at FROM labels
+        WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
+          AND (state_machine, state) IN (
+              SELECT * FROM unnest(CAST(%(route_machines)s AS text[]),
+                                   CAST(%(route_states)s AS text[])))
+        ORDER BY due_at
+        LIMIT %(free)s
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
+                      attempts = labels.attempts + 1
+    FROM due
+    WHERE labels.state_machine = due.state_machine AND labels.name_key = due.name_key
+    RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
+              labels.entry_id, labels.attempts, due.due_at AS was_due, labels.last_error,
+              labels.version
+    """
+
+# On Citus (routemaster.db.shards): the shard keys of the oldest due deliveries of every
+# wanted receiver, read without a lock across the shards; then per shard _CLAIM or
+# _CLAIM_PLAIN restricted to the shard's keys (each reference to labels, so that the whole
+# statement is one shard's: a router statement, where SKIP LOCKED holds).
+_DUE_DELIVERY_KEYS = """
+    SELECT shard_key FROM labels
+    WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
+      AND (state_machine, state) IN (
+          SELECT * FROM unnest(CAST(%(route_machines)s AS text[]),
+                               CAST(%(route_states)s AS text[])))
+    ORDER BY due_at
+    LIMIT %(free)s
+    """
+
+_CLAIM_IN_SHARD = """
+    WITH wanted AS (
+        SELECT * FROM unnest(CAST(%(receivers)s AS text[]), CAST(%(limits)s AS integer[]),
+                             CAST(%(counted)s AS integer[])) AS w(receiver, lim, counted)
+    ), routes AS (
+        SELECT * FROM unnest(CAST(%(route_receivers)s AS text[]),
+                             CAST(%(route_machines)s AS text[]),
+                             CAST(%(route_states)s AS text[])) AS r(receiver, sm, state)
+    ), due AS (
+        SELECT picked.shard_key, picked.state_machine, picked.name_key, picked.due_at,
+               wanted.receiver, wanted.counted
+        FROM wanted CROSS JOIN LATERAL (
+            SELECT shard_key, state_machine, name_key, due_at FROM labels
+            WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+              AND due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
+              AND (state_machine, state) IN (
+                  SELECT sm, state FROM routes WHERE routes.receiver = wanted.receiver)
+            ORDER BY due_at
+            LIMIT wanted.lim
+            FOR UPDATE SKIP LOCKED
+        ) AS picked
+    ), chosen AS (
+        SELECT * FROM due ORDER BY due_at LIMIT %(free)s
+    )
+    UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
+                      attempts = labels.attempts + chosen.counted
+    FROM chosen
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND labels.shard_key = chosen.shard_key
+      AND labels.state_machine = chosen.state_machine AND labels.name_key = chosen.name_key
+    RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
+              labels.entry_id, labels.attempts, chosen.receiver, chosen.due_at AS was_due,
+              labels.last_error, chosen.counted, labels.version
+    """
+
+_CLAIM_PLAIN_IN_SHARD = """
+    WITH due AS (
+        SELECT shard_key, state_machine, name_key, due_at FROM labels
+        WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+          AND due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
+          AND (state_machine, state) IN (
+              SELECT * FROM unnest(CAST(%(route_machines)s AS text[]),
+                                   CAST(%(route_states)s AS text[])))
+        ORDER BY due_at
+        LIMIT %(free)s
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
+                      attempts = labels.attempts + 1
+    FROM due
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND labels.shard_key = due.shard_key
+      AND labels.state_machine = due.state_machine AND labels.name_key = due.name_key
+    RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
+              labels.entry_id, labels.attempts, due.due_at AS was_due, labels.last_error,
+              labels.version
+    """
