@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from routemaster.db.changes import Position
+from routemaster.db.horizon import Horizon
 from routemaster.db.statements import fetch_all, fetch_one, run
 from routemaster.db.subscriptions import Subscription, subscription_from_row
 
@@ -25,6 +26,13 @@ _LOOK = """
            (SELECT max(id) FROM history) AS last_change,
            (SELECT count(*) FROM history
             WHERE xact_id >= pg_snapshot_xmin(pg_current_snapshot())) AS in_doubt,
+           (SELECT min(due_at) FROM subscriptions
+            WHERE lease_until IS NULL OR lease_until <= %(now)s) AS next_due
+    """
+
+# On Citus: the subscriptions alone; what the stream has is the confirmed horizon.
+_LOOK_SUBSCRIPTIONS = """
+    SELECT EXISTS (SELECT 1 FROM subscriptions) AS subscribed,
            (SELECT min(due_at) FROM subscriptions
             WHERE lease_until IS NULL OR lease_until <= %(now)s) AS next_due
     """
@@ -122,8 +130,10 @@ class Look:
     ``stream`` is the newest history id and the number of changes that may
     not be readable yet (written by transactions at or after the oldest one
     still running): when either differs from the last look, a subscription
-    may have new events. A hint only: every subscription is also looked at
-    again a second after it found nothing.
+    may have new events. On Citus it is the confirmed horizon
+    (:mod:`routemaster.db.horizon`), which moves whenever changes may have
+    become readable, so the look never reads the workers. A hint only: every
+    subscription is also looked at again a second after it found nothing.
     """
 
     subscribed: bool  # whether there is any subscription at all
@@ -131,7 +141,11 @@ class Look:
     next_due: datetime.datetime | None
 
 
-def look(conn: sa.Connection, *, now: datetime.datetime) -> Look:
+def look(conn: sa.Connection, *, now: datetime.datetime, horizon: Horizon) -> Look:
+    if horizon.distributed(conn):
+        found = fetch_one(conn, _LOOK_SUBSCRIPTIONS, {"now": now})
+        assert found is not None  # one row of aggregates
+        return Look(found[0], (None, horizon.confirmed(conn)), found[1])
     row = fetch_one(conn, _LOOK, {"now": now})
     assert row is not None  # one row of aggregates
     subscribed, last_change, in_doubt, next_due = row

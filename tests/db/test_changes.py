@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from routemaster.db import changes
 from routemaster.db import labels as store
 from routemaster.db.changes import START, Page, Position, read_changes
+from routemaster.db.horizon import Horizon
 from routemaster.db.moves import write_moves
 from routemaster.db.statements import fetch_all
 from tests.waiting import wait_until
@@ -28,7 +29,7 @@ def _create(conn: sa.Connection, name: str, machine: str = "m") -> store.Label:
 
 def _read_all(engine: sa.Engine, after: Position, *, machine: str | None = None) -> Page:
     with engine.connect() as conn:
-        return read_changes(conn, after, machine=machine, limit=1000)
+        return read_changes(conn, after, machine=machine, limit=1000, horizon=Horizon())
 
 
 def _read_once_visible(
@@ -108,7 +109,7 @@ def test_pages_resume_exactly_after_the_last_position(db_engine: sa.Engine) -> N
     cursor = START
     for _ in range(5):
         with db_engine.connect() as conn:
-            page = read_changes(conn, cursor, machine=None, limit=3)
+            page = read_changes(conn, cursor, machine=None, limit=3, horizon=Horizon())
         seen += [c.label for c in page.changes]
         cursor = page.reached
     assert seen == [f"l{n}" for n in range(7)]
@@ -177,7 +178,7 @@ def test_concurrent_writers_committing_out_of_order_are_read_once_each_in_a_fixe
                 if expected and len(received) >= len(expected):
                     return
                 with db_engine.connect() as conn:
-                    page = read_changes(conn, cursor, machine=None, limit=5)
+                    page = read_changes(conn, cursor, machine=None, limit=5, horizon=Horizon())
                 received.extend((c.position, c.position.id) for c in page.changes)
                 cursor = page.reached
         except BaseException as error:
