@@ -13,25 +13,27 @@ would pass them for good. (A transaction that writes to one worker commits
 there *before* the coordinator commits, so it never shows that gap.)
 
 So a horizon H taken on the coordinator (the same refined
-``pg_snapshot_xmin`` as on one server) is only *confirmed* once every
-transaction prepared on the workers at a moment after H was taken has
-resolved: a transaction below H prepared on every worker before it
-committed on the coordinator, so it is either visible already or in that
-list, and once the listed ones are gone (``COMMIT PREPARED`` removes a
-prepared transaction only after making it visible), every row below H is
-visible. Until a horizon is confirmed, readers use the last confirmed one;
-the stream waits, it never skips. A worker that does not answer confirms
-nothing, and the stream waits for it like a database outage.
+``pg_snapshot_xmin`` as on one server) is *confirmed* by the workers: a
+transaction below H that committed in two phases prepared on every worker
+before it committed, so after H is taken each of its prepared transactions
+is either resolved (``COMMIT PREPARED`` removes a prepared transaction only
+after making it visible) or listed in the worker's ``pg_prepared_xacts``.
+Which transactions committed in two phases the coordinator knows itself:
+Citus writes a commit record per prepared transaction into
+``pg_dist_transaction`` in the committing transaction (so the record's
+``xmin`` is its coordinator transaction id), and deletes it only once the
+prepared transaction is gone from its worker. A round therefore reads H,
+then the commit records (coordinator-local); only records it has not yet
+seen resolved send it to the workers (``run_command_on_workers``), and the
+horizon confirmed is H, or just below the oldest transaction still prepared
+somewhere. Writes that touch one worker (one label's) leave no record, so a
+stream over them never asks the workers anything. A worker that does not
+answer confirms nothing, and the stream waits for it like a database outage.
 
-Listing the workers' prepared transactions costs a connection to every
-worker (``run_command_on_workers`` opens new ones), so it is done by one
-:class:`Horizon` per process (hung on the App), shared by every stream and
-the subscription sender, at most once per :data:`REUSE` seconds, and not at
-all while the coordinator's horizon has not moved past the confirmed one (an
-idle stream asks nothing of the workers). Each confirmation round confirms
-the newest earlier candidate whose listed transactions have all gone, and
-takes a new candidate; under steady two-phase writes the confirmed horizon
-trails the coordinator's by about one round.
+One :class:`Horizon` per process (hung on the App) is shared by every
+stream and the subscription sender, and rechecked at most every
+:data:`REUSE` seconds; readers in between, and readers while another thread
+confirms, use the last confirmed horizon: the stream waits, it never skips.
 
 On plain PostgreSQL (or with history not distributed) none of this runs:
 :meth:`Horizon.distributed` says so once per process, and the stream keeps
@@ -58,10 +60,6 @@ FIRST_WAIT = 5.0
 """Seconds a process's first read waits for a first confirmed horizon before it fails (a
 worker that does not answer, or a transaction left prepared until Citus recovers it)."""
 
-CANDIDATES = 16
-"""Unconfirmed horizons kept while a prepared transaction stays unresolved; when full, the
-newest is replaced, so the oldest still confirm as soon as their transactions resolve."""
-
 # Whether Citus is installed here at all (its catalog table is named only once it is).
 _CITUS = "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL"
 
@@ -86,17 +84,25 @@ _COORDINATOR_HORIZON = """
     FROM snap
     """
 
-# Every transaction prepared in this database, on each worker (one row per worker that
-# failed, with success false) and on the coordinator itself (should it hold shards).
+# Citus's commit records: one per transaction prepared on a node by a transaction that
+# committed here (its xmin, the 32 low bits of that transaction's id), kept until the prepared
+# transaction is gone from the node.
+_COMMIT_RECORDS = """
+    SELECT groupid, gid, CAST(CAST(xmin AS text) AS bigint) FROM pg_dist_transaction
+    """
+
+# Every transaction prepared in this database on each worker, by node group (success false:
+# a worker that did not answer), and on the coordinator itself (should it hold shards).
 _PREPARED = """
-    SELECT w.success, w.nodename || ':' || w.nodeport, gid
+    SELECT w.success, n.groupid, gid
     FROM run_command_on_workers(
         'SELECT coalesce(array_agg(gid), ''{}'') FROM pg_prepared_xacts'
         ' WHERE database = current_database()') AS w
+    LEFT JOIN pg_dist_node AS n ON n.nodename = w.nodename AND n.nodeport = w.nodeport
     LEFT JOIN LATERAL unnest(CASE WHEN w.success THEN CAST(w.result AS text[]) END) AS gid
         ON true
     UNION ALL
-    SELECT true, 'coordinator', gid FROM pg_prepared_xacts
+    SELECT true, (SELECT groupid FROM pg_dist_local_group), gid FROM pg_prepared_xacts
     WHERE database = current_database()
     """
 
@@ -105,19 +111,12 @@ class Unconfirmed(sa.exc.SQLAlchemyError):
     """No horizon could be confirmed yet: the stream cannot be read (like a database outage)."""
 
 
-@dataclass(frozen=True)
-class _Candidate:
-    """A coordinator horizon, and the transactions prepared on the nodes just after it."""
-
-    xmin: int
-    prepared: frozenset[str]  # "node gid"
-
-
 @dataclass
 class Rounds:
     """What confirming has cost this process (for /metrics and docs/performance.md)."""
 
     rounds: int = 0  # times the coordinator's horizon was read
+    record_rounds: int = 0  # times the commit records were read (the horizon had moved)
     worker_rounds: int = 0  # times the workers' prepared transactions were listed
     worker_seconds: float = 0.0  # time spent listing them
     failures: int = 0  # listings a node did not answer
@@ -137,7 +136,7 @@ class Horizon:
         self._confirmed: int | None = None
         self._checked_at = 0.0
         self._reuse = REUSE
-        self._candidates: list[_Candidate] = []
+        self._resolved: set[tuple[int, str]] = set()  # commit records seen resolved
         self.rounds = Rounds()
 
     def distributed(self, conn: sa.Connection) -> bool:
@@ -194,11 +193,23 @@ class Horizon:
         self._reuse = max(REUSE, 10 * (self._checked_at - started))
 
     def _confirm(self, conn: sa.Connection) -> None:
-        """One round: the coordinator's horizon, then (if it moved) the nodes' prepared list."""
+        """One round: the coordinator's horizon, its commit records, the nodes if need be."""
         self.rounds.rounds += 1
         xmin = self.coordinator(conn)
         if self._confirmed is not None and xmin <= self._confirmed:
             return  # nothing finished since the last confirmed horizon
+        self.rounds.record_rounds += 1
+        records = {
+            (group, gid): _full_xid(low, near=xmin)
+            for group, gid, low in fetch_all(conn, _COMMIT_RECORDS)
+        }
+        self._resolved &= records.keys()
+        doubtful = {
+            key: xact for key, xact in records.items() if xact < xmin and key not in self._resolved
+        }
+        if not doubtful:
+            self._advance(xmin)
+            return
         started = self._clock()
         rows = fetch_all(conn, _PREPARED)
         self.rounds.worker_rounds += 1
@@ -206,20 +217,25 @@ class Horizon:
         if not all(success for success, _, _ in rows):
             self.rounds.failures += 1
             return  # a node did not answer: nothing is confirmed until it does
-        prepared = frozenset(f"{node} {gid}" for _, node, gid in rows if gid is not None)
-        for index in range(len(self._candidates) - 1, -1, -1):
-            if self._candidates[index].prepared.isdisjoint(prepared):
-                self._advance(self._candidates[index].xmin)
-                del self._candidates[: index + 1]
-                break
-        if not prepared:
-            self._advance(xmin)
-            self._candidates.clear()
-        elif len(self._candidates) < CANDIDATES:
-            self._candidates.append(_Candidate(xmin, prepared))
-        else:
-            self._candidates[-1] = _Candidate(xmin, prepared)
+        prepared = {(group, gid) for _, group, gid in rows if gid is not None}
+        self._resolved |= doubtful.keys() - prepared
+        self._advance(min([xact for key, xact in doubtful.items() if key in prepared] + [xmin]))
 
     def _advance(self, xmin: int) -> None:
         if self._confirmed is None or xmin > self._confirmed:
             self._confirmed = xmin
+
+
+def _full_xid(low: int, *, near: int) -> int:
+    """The 64-bit transaction id whose 32 low bits are ``low``, nearest to ``near``.
+
+    A commit record's transaction committed less than 2**31 transactions
+    from the coordinator's horizon (PostgreSQL's wraparound limit), either
+    side of it.
+    """
+    full = (near & ~0xFFFFFFFF) | low
+    if full > near + (1 << 31):
+        return full - (1 << 32)
+    if full < near - (1 << 31):
+        return full + (1 << 32)
+    return full
