@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from routemaster.db.plumbing import database
 from routemaster.db.statements import fetch_all, fetch_value
 
 REUSE = 0.2
@@ -59,14 +60,6 @@ more than a tenth of one thread's time)."""
 FIRST_WAIT = 5.0
 """Seconds a process's first read waits for a first confirmed horizon before it fails (a
 worker that does not answer, or a transaction left prepared until Citus recovers it)."""
-
-# Whether Citus is installed here at all (its catalog table is named only once it is).
-_CITUS = "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL"
-
-_HISTORY_DISTRIBUTED = """
-    SELECT EXISTS (SELECT 1 FROM pg_dist_partition
-                   WHERE logicalrelid = to_regclass('history'))
-    """
 
 # The coordinator's horizon, as the changes stream computes it on one server (db/changes.py
 # reads it in the same statement as the history it applies to): the oldest
@@ -132,20 +125,16 @@ class Horizon:
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._distributed: bool | None = None
         self._confirmed: int | None = None
         self._checked_at = 0.0
         self._reuse = REUSE
         self._resolved: set[tuple[int, str]] = set()  # commit records seen resolved
         self.rounds = Rounds()
 
-    def distributed(self, conn: sa.Connection) -> bool:
-        """Whether history is distributed (Citus): read once per process."""
-        if self._distributed is None:
-            self._distributed = bool(fetch_value(conn, _CITUS)) and bool(
-                fetch_value(conn, _HISTORY_DISTRIBUTED)
-            )
-        return self._distributed
+    @staticmethod
+    def distributed(conn: sa.Connection) -> bool:
+        """Whether the database is distributed (Citus): asked once per engine."""
+        return database.distributed(conn.engine)
 
     def confirmed(self, conn: sa.Connection) -> int:
         """A coordinator transaction id below which every history row is visible on its worker.

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from routemaster.db.changes import Position
 from routemaster.db.horizon import Horizon
+from routemaster.db.plumbing.database import distributed
 from routemaster.db.statements import fetch_all, fetch_one, run
 from routemaster.db.subscriptions import Subscription, subscription_from_row
 
@@ -81,6 +82,22 @@ _FALL_BEHIND = """
             WHERE (xact_id, id) > (CAST(%(from_xid)s AS xid8), %(cursor_id)s)
               AND (xact_id, id) <= (CAST(%(to_xid)s AS xid8), %(to_id)s)
               AND (state_machines IS NULL OR history.state_machine = ANY (state_machines)))
+    WHERE name = %(name)s AND lease_token = %(token)s AND batch_id IS NULL
+      AND cursor_xact = %(cursor_xact)s AND cursor_id = %(cursor_id)s
+    RETURNING lost_events
+    """
+
+# On Citus a subquery of a distributed table may not refer to the row being updated: the
+# machines the subscription follows are a parameter instead (as the claim read them).
+_FALL_BEHIND_DISTRIBUTED = """
+    UPDATE subscriptions
+    SET cursor_xact = %(to_xact)s, cursor_id = %(to_id)s, updated_at = now(),
+        lost_events = lost_events + (
+            SELECT count(*) FROM history
+            WHERE (xact_id, id) > (CAST(%(from_xid)s AS xid8), %(cursor_id)s)
+              AND (xact_id, id) <= (CAST(%(to_xid)s AS xid8), %(to_id)s)
+              AND (CAST(%(sms)s AS text[]) IS NULL
+                   OR history.state_machine = ANY (CAST(%(sms)s AS text[]))))
     WHERE name = %(name)s AND lease_token = %(token)s AND batch_id IS NULL
       AND cursor_xact = %(cursor_xact)s AND cursor_id = %(cursor_id)s
     RETURNING lost_events
@@ -226,10 +243,12 @@ def skip_to(conn: sa.Connection, subscription: Subscription, reached: Position) 
 def fall_behind(conn: sa.Connection, subscription: Subscription, gap: Position) -> int:
     """Move an idle cursor that retention overtook to ``gap``; its lost events now (0: moved
     meanwhile by someone else)."""
+    sms = subscription.state_machines
     row = fetch_one(
         conn,
-        _FALL_BEHIND,
+        _FALL_BEHIND_DISTRIBUTED if distributed(conn.engine) else _FALL_BEHIND,
         {
+            "sms": list(sms) if sms is not None else None,
             "name": subscription.name,
             "token": subscription.lease_token,
             "to_xact": gap.xact,

@@ -248,3 +248,33 @@ def test_the_read_with_or_without_a_machine_has_its_own_indexs_plan(
         plan = "\n".join(row[0] for row in fetch_all(conn, "EXPLAIN " + changes._CHANGES, params))
     assert index in plan, plan
     assert ("state_machine = " in plan) == (machine is not None), plan  # NULL: no test at all
+
+
+def test_on_one_server_a_read_is_still_one_statement_and_never_asks_for_workers(
+    db_engine: sa.Engine,
+) -> None:
+    """The Citus horizon (routemaster.db.horizon) changes nothing on plain PostgreSQL."""
+    horizon = Horizon()
+    with db_engine.begin() as conn:
+        _create(conn, "ann")
+    with db_engine.connect() as conn:
+        assert not horizon.distributed(conn)
+    statements: list[str] = []
+
+    def seen(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    sa.event.listen(db_engine, "before_cursor_execute", seen)
+    try:
+        page = _read_once_visible(db_engine, START, 1)
+        statements.clear()
+        with db_engine.connect() as conn:
+            again = read_changes(conn, START, machine=None, limit=1000, horizon=horizon)
+            here = changes.current_position(conn, horizon)
+    finally:
+        sa.event.remove(db_engine, "before_cursor_execute", seen)
+    assert again.changes == page.changes and [change.label for change in page.changes] == ["ann"]
+    assert statements[0] == changes._CHANGES
+    assert len(statements) == 2  # the read, then the position: no round of any kind
+    assert here >= again.reached >= page.reached
+    assert horizon.rounds.rounds == 0
