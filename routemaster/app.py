@@ -19,6 +19,7 @@ import requests
 import sqlalchemy as sa
 
 from routemaster.config.model import Config
+from routemaster.db.horizon import Horizon
 from routemaster.hooks import Hooks
 from routemaster.http.client import outbound_session
 from routemaster.logging import BaseLogger
@@ -124,6 +125,9 @@ class App:
     # replaced whole when it learns one (routemaster.service.versions)
     versions: LoadedVersions = field(default_factory=LoadedVersions)
     direct: sa.Engine | None = None
+    # how far the changes stream may read: on Citus confirmed by the workers, once for every
+    # stream and the subscription sender of this process (routemaster.db.horizon)
+    horizon: Horizon = field(default_factory=Horizon, repr=False, compare=False)
     _hooks: Hooks | None = field(default=None, init=False, repr=False, compare=False)
 
     def now(self) -> datetime.datetime:

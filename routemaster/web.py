@@ -87,7 +87,7 @@ def create_app(app: App) -> flask.Flask:
     # Unexpected errors reach got_request_exception and the JSON 500 handler, even when testing.
     flask_app.config["PROPAGATE_EXCEPTIONS"] = False
     flask_app.extensions[EXTENSION_KEY] = app
-    hub = ChangeHub(app.db, app.settings)
+    hub = ChangeHub(app.db, app.settings, app.horizon)
     flask_app.extensions[changes.HUB_KEY] = hub
     flask_app.extensions[tasks.WAITER_KEY] = ClaimWaiter(app)
     flask_app.url_map.converters["name"] = NameConverter
@@ -154,6 +154,7 @@ def _forget_pooled_connections_after_fork(app: App, hub: ChangeHub) -> None:
         if inherited is not None:
             inherited.db.dispose(close=False)
             inherited.http.close()
+            inherited.horizon.forget_after_fork()
         inherited_hub = hub_reference()
         if inherited_hub is not None:
             inherited_hub.forget_after_fork()

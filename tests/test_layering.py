@@ -106,8 +106,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "logging": frozenset({"config"}),  # logging plugins
     "hooks": frozenset({"config", "logging"}),  # calling the plugins' hooks
     "app": frozenset(
-        {"config", "logging", "hooks", "http", "machine", "metrics"}
-    ),  # the per-process App
+        {"config", "db", "logging", "hooks", "http", "machine", "metrics"}
+    ),  # the per-process App (and the per-process state it holds: the stream's horizon)
     "auth": frozenset({"db"}),  # API tokens: secrets, the per-process cache, admin
     "metrics": frozenset({"config", "db", "logging"}),  # Prometheus metrics and label gauges
     # the service: labels, operator commands, tasks, bulk, configuration changes, receivers,

@@ -47,7 +47,7 @@ def instrument(flask_app: flask.Flask, app: App, metrics: Metrics) -> None:
     receiver_gauges = ReceiverGauges(
         app.db, app.config, interval=app.settings.label_gauges_interval
     )
-    lags = SubscriptionGauges(app.db, interval=app.settings.label_gauges_interval)
+    lags = SubscriptionGauges(app.db, app.horizon, interval=app.settings.label_gauges_interval)
     retention = RetentionGauges(app.db, interval=app.settings.label_gauges_interval)
     flask_app.extensions[EXPOSITION_KEY] = metrics.registry(
         gauges, receiver_gauges, lags, retention

@@ -41,6 +41,7 @@ import sqlalchemy as sa
 from routemaster.app import Settings
 from routemaster.db.changes import Change, Position, read_changes
 from routemaster.db.events import change_data
+from routemaster.db.horizon import Horizon
 
 logger = logging.getLogger(__name__)
 
@@ -209,8 +210,9 @@ class Subscription:
 class ChangeHub:
     """The process's stream reader: a thread that runs while any stream is open."""
 
-    def __init__(self, engine: sa.Engine, settings: Settings) -> None:
+    def __init__(self, engine: sa.Engine, settings: Settings, horizon: Horizon) -> None:
         self._engine = engine
+        self._horizon = horizon
         self._settings = settings
         self._lock = threading.Lock()
         self._arriving: list[_Subscriber] = []
@@ -326,7 +328,9 @@ class ChangeHub:
         try:
             with self._engine.connect() as conn:
                 for (machine, reached), members in groups.items():
-                    page = read_changes(conn, reached, machine=machine, limit=PAGE)
+                    page = read_changes(
+                        conn, reached, machine=machine, limit=PAGE, horizon=self._horizon
+                    )
                     data = b"".join(encode(change) for change in page.changes)
                     if page.gap is not None:
                         data = encode_gap(page.gap) + data

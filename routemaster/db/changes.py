@@ -23,6 +23,15 @@ The price: a change is seen once every transaction of this database that was
 writing when it was made has finished, so a long write transaction holds the
 stream back (never loses anything).
 
+On Citus (history distributed over workers) the horizon is the coordinator's,
+confirmed by the workers (:mod:`routemaster.db.horizon`: a transaction that
+writes to two workers makes one worker's rows visible before the other's),
+and the read is two statements: the gap, then history below that horizon,
+a multi-shard read whose ``ORDER BY ... LIMIT`` each shard runs on its own
+``(xact_id, id)`` index before the coordinator merges them. Positions are the
+same pairs on both: a position survives a move to Citus, a shard move and a
+rebalance (shards are copied with their values).
+
 Retention (:mod:`routemaster.db.retention`) removes old history and records,
 per machine, the newest position it removed. A read from before that
 position cannot be complete, so it says so: the page carries a ``gap`` (that
@@ -37,8 +46,9 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from routemaster.db.horizon import Horizon
 from routemaster.db.labels import history_kind
-from routemaster.db.statements import Row, fetch_all, fetch_value
+from routemaster.db.statements import Row, fetch_all, fetch_one, fetch_value
 
 _POSITION = re.compile(r"(\d{1,19})-(\d{1,19})")
 
@@ -99,21 +109,47 @@ class Page:
     gap: Position | None = None
 
 
-def read_changes(conn: sa.Connection, after: Position, *, machine: str | None, limit: int) -> Page:
+def read_changes(
+    conn: sa.Connection, after: Position, *, machine: str | None, limit: int, horizon: Horizon
+) -> Page:
     """Up to ``limit`` finished changes after ``after``, in position order.
 
     When the page is not full, the cursor moves on to the horizon (every
     transaction below it has finished), so a reader that found nothing still
-    advances, and readers that have caught up share one cursor.
+    advances, and readers that have caught up share one cursor. ``horizon``
+    is the process's (:attr:`routemaster.app.App.horizon`).
     """
+    if horizon.distributed(conn):
+        return _read_distributed(conn, after, machine=machine, limit=limit, horizon=horizon)
     params = {"xact": str(after.xact), "id": after.id, "limit": limit, "sm": machine}
     rows = fetch_all(conn, _CHANGES, params)
-    horizon = int(rows[0][0])
+    horizon_xact = int(rows[0][0])
     gap = Position.parse(rows[0][1]) if rows[0][1] is not None else None
     changes = [_change(row[2:]) for row in rows if row[3] is not None]
     if len(changes) >= limit:
         return Page(changes, changes[-1].position, gap)
-    return Page(changes, max(after, gap or after, Position(horizon, 0)), gap)
+    return Page(changes, max(after, gap or after, Position(horizon_xact, 0)), gap)
+
+
+def _read_distributed(
+    conn: sa.Connection, after: Position, *, machine: str | None, limit: int, horizon: Horizon
+) -> Page:
+    """:func:`read_changes` on Citus: below the confirmed horizon, gap first."""
+    below = horizon.confirmed(conn)
+    found = fetch_one(conn, _GAP, {"xact": str(after.xact), "id": after.id, "sm": machine})
+    gap = Position.parse(found[0]) if found is not None else None
+    start = gap or after
+    params = {
+        "xact": str(start.xact),
+        "id": start.id,
+        "horizon": str(below),
+        "limit": limit,
+        "sm": machine,
+    }
+    changes = [_change(row) for row in fetch_all(conn, _CHANGES_BELOW, params)]
+    if len(changes) >= limit:
+        return Page(changes, changes[-1].position, gap)
+    return Page(changes, max(start, Position(below, 0)), gap)
 
 
 def recent_changes(conn: sa.Connection, machine: str, *, limit: int) -> list[Change]:
@@ -210,11 +246,45 @@ _CHANGES = """
     ORDER BY c.xact_id, c.id
     """
 
+# On Citus, the gap alone (retention_horizons is a table of the coordinator) ...
+_GAP = """
+    SELECT CAST(pruned_xact AS text) || '-' || pruned_id FROM retention_horizons
+    WHERE (CAST(%(sm)s AS text) IS NULL OR state_machine = %(sm)s)
+      AND (pruned_xact, pruned_id) > (CAST(%(xact)s AS xid8), %(id)s)
+    ORDER BY pruned_xact DESC, pruned_id DESC
+    LIMIT 1
+    """
 
-def current_position(conn: sa.Connection) -> Position:
+# ... then history after the start, below the confirmed horizon: every shard returns its
+# first ``limit`` rows by its (xact_id, id) index, or (state_machine, xact_id, id) for one
+# machine, and the coordinator merges them.
+_CHANGES_BELOW = """
+    SELECT CAST(xact_id AS text), id, state_machine, label, old_state, new_state, created,
+           forced, reason, kind, version
+    FROM history
+    WHERE (CAST(%(sm)s AS text) IS NULL OR state_machine = %(sm)s)
+      AND (xact_id, id) > (CAST(%(xact)s AS xid8), %(id)s)
+      AND xact_id < CAST(%(horizon)s AS xid8)
+    ORDER BY xact_id, id
+    LIMIT %(limit)s
+    """
+
+
+def current_position(conn: sa.Connection, horizon: Horizon) -> Position:
     """The horizon as a position: a stream started here shows changes from about now on."""
-    params = {"xact": "0", "id": 0, "limit": 0, "sm": None}
-    return Position(int(fetch_value(conn, _CHANGES, params)), 0)
+    if horizon.distributed(conn):
+        return Position(horizon.confirmed(conn), 0)
+    return ceiling(conn, horizon)
+
+
+def ceiling(conn: sa.Connection, horizon: Horizon) -> Position:
+    """No process has given out a position at or after this one.
+
+    On one server it is the horizon itself; on Citus the coordinator's,
+    which every confirmed horizon is below (processes confirm on their own,
+    so another's may be ahead of this one's).
+    """
+    return Position(horizon.coordinator(conn), 0)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from routemaster.db.changes import Position
+from routemaster.db.horizon import Horizon
+from routemaster.db.plumbing.database import distributed
 from routemaster.db.statements import fetch_all, fetch_one, run
 from routemaster.db.subscriptions import Subscription, subscription_from_row
 
@@ -25,6 +27,13 @@ _LOOK = """
            (SELECT max(id) FROM history) AS last_change,
            (SELECT count(*) FROM history
             WHERE xact_id >= pg_snapshot_xmin(pg_current_snapshot())) AS in_doubt,
+           (SELECT min(due_at) FROM subscriptions
+            WHERE lease_until IS NULL OR lease_until <= %(now)s) AS next_due
+    """
+
+# On Citus: the subscriptions alone; what the stream has is the confirmed horizon.
+_LOOK_SUBSCRIPTIONS = """
+    SELECT EXISTS (SELECT 1 FROM subscriptions) AS subscribed,
            (SELECT min(due_at) FROM subscriptions
             WHERE lease_until IS NULL OR lease_until <= %(now)s) AS next_due
     """
@@ -78,6 +87,22 @@ _FALL_BEHIND = """
     RETURNING lost_events
     """
 
+# On Citus a subquery of a distributed table may not refer to the row being updated: the
+# machines the subscription follows are a parameter instead (as the claim read them).
+_FALL_BEHIND_DISTRIBUTED = """
+    UPDATE subscriptions
+    SET cursor_xact = %(to_xact)s, cursor_id = %(to_id)s, updated_at = now(),
+        lost_events = lost_events + (
+            SELECT count(*) FROM history
+            WHERE (xact_id, id) > (CAST(%(from_xid)s AS xid8), %(cursor_id)s)
+              AND (xact_id, id) <= (CAST(%(to_xid)s AS xid8), %(to_id)s)
+              AND (CAST(%(sms)s AS text[]) IS NULL
+                   OR history.state_machine = ANY (CAST(%(sms)s AS text[]))))
+    WHERE name = %(name)s AND lease_token = %(token)s AND batch_id IS NULL
+      AND cursor_xact = %(cursor_xact)s AND cursor_id = %(cursor_id)s
+    RETURNING lost_events
+    """
+
 _ACKNOWLEDGE = """
     UPDATE subscriptions
     SET cursor_xact = batch_last_xact, cursor_id = batch_last_id,
@@ -122,8 +147,10 @@ class Look:
     ``stream`` is the newest history id and the number of changes that may
     not be readable yet (written by transactions at or after the oldest one
     still running): when either differs from the last look, a subscription
-    may have new events. A hint only: every subscription is also looked at
-    again a second after it found nothing.
+    may have new events. On Citus it is the confirmed horizon
+    (:mod:`routemaster.db.horizon`), which moves whenever changes may have
+    become readable, so the look never reads the workers. A hint only: every
+    subscription is also looked at again a second after it found nothing.
     """
 
     subscribed: bool  # whether there is any subscription at all
@@ -131,7 +158,11 @@ class Look:
     next_due: datetime.datetime | None
 
 
-def look(conn: sa.Connection, *, now: datetime.datetime) -> Look:
+def look(conn: sa.Connection, *, now: datetime.datetime, horizon: Horizon) -> Look:
+    if horizon.distributed(conn):
+        found = fetch_one(conn, _LOOK_SUBSCRIPTIONS, {"now": now})
+        assert found is not None  # one row of aggregates
+        return Look(found[0], (None, horizon.confirmed(conn)), found[1])
     row = fetch_one(conn, _LOOK, {"now": now})
     assert row is not None  # one row of aggregates
     subscribed, last_change, in_doubt, next_due = row
@@ -212,10 +243,12 @@ def skip_to(conn: sa.Connection, subscription: Subscription, reached: Position) 
 def fall_behind(conn: sa.Connection, subscription: Subscription, gap: Position) -> int:
     """Move an idle cursor that retention overtook to ``gap``; its lost events now (0: moved
     meanwhile by someone else)."""
+    sms = subscription.state_machines
     row = fetch_one(
         conn,
-        _FALL_BEHIND,
+        _FALL_BEHIND_DISTRIBUTED if distributed(conn.engine) else _FALL_BEHIND,
         {
+            "sms": list(sms) if sms is not None else None,
             "name": subscription.name,
             "token": subscription.lease_token,
             "to_xact": gap.xact,

@@ -25,6 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.db.changes import Position, current_position
+from routemaster.db.horizon import Horizon
 from routemaster.db.statements import Row, fetch_all, fetch_one, run
 
 # Reads return a subscription's columns in this order (:func:`subscription_from_row`):
@@ -198,10 +199,15 @@ _LAG = """
 
 
 def put_subscription(
-    conn: sa.Connection, name: str, settings: Settings, *, after: Position | None
+    conn: sa.Connection,
+    name: str,
+    settings: Settings,
+    *,
+    after: Position | None,
+    horizon: Horizon,
 ) -> tuple[Subscription, bool]:
     """Create (at ``after``, else the present) or replace, keeping the cursor; whether created."""
-    start = after if after is not None else current_position(conn)
+    start = after if after is not None else current_position(conn, horizon)
     params = {"name": name, **_settings(settings), "cursor_xact": start.xact, "cursor_id": start.id}
     row = fetch_one(conn, _UPSERT, params)
     assert row is not None  # an upsert returns its row
@@ -228,13 +234,13 @@ def set_cursor(conn: sa.Connection, name: str, after: Position) -> Subscription 
     return None if row is None else subscription_from_row(row)
 
 
-def lag(conn: sa.Connection, subscription: Subscription) -> Lag:
+def lag(conn: sa.Connection, subscription: Subscription, horizon: Horizon) -> Lag:
     """How far behind the stream: the changes after the cursor it takes, and the oldest's time.
 
     Counted over the history index from the cursor, so it costs in
     proportion to the lag.
     """
-    horizon = current_position(conn)
+    below = current_position(conn, horizon)
     sms = subscription.state_machines
     pending, oldest = fetch_all(
         conn,
@@ -242,7 +248,7 @@ def lag(conn: sa.Connection, subscription: Subscription) -> Lag:
         {
             "cursor_xact": str(subscription.acknowledged.xact),
             "cursor_id": subscription.acknowledged.id,
-            "horizon": str(horizon.xact),
+            "horizon": str(below.xact),
             "sms": list(sms) if sms is not None else None,
         },
     )[0]

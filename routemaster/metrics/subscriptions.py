@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from routemaster.db import subscriptions as store
+from routemaster.db.horizon import Horizon
 
 logger = logging.getLogger(__name__)
 
@@ -37,13 +38,13 @@ class SubscriptionLag:
     lost_events: int = 0
 
 
-def subscription_lags(engine: sa.Engine) -> list[SubscriptionLag]:
+def subscription_lags(engine: sa.Engine, horizon: Horizon) -> list[SubscriptionLag]:
     """Every subscription's lag, read now."""
     now = datetime.datetime.now(datetime.UTC)
     lags = []
     with engine.connect() as conn:
         for subscription in store.all_subscriptions(conn):
-            lag = store.lag(conn, subscription)
+            lag = store.lag(conn, subscription, horizon)
             oldest = lag.oldest_pending_at
             lags.append(
                 SubscriptionLag(
@@ -59,9 +60,15 @@ def subscription_lags(engine: sa.Engine) -> list[SubscriptionLag]:
 
 class SubscriptionGauges(Collector):
     def __init__(
-        self, engine: sa.Engine, *, interval: float, clock: Callable[[], float] = time.monotonic
+        self,
+        engine: sa.Engine,
+        horizon: Horizon,
+        *,
+        interval: float,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._engine = engine
+        self._horizon = horizon
         self._interval = interval
         self._clock = clock
         self._lock = threading.Lock()
@@ -101,7 +108,7 @@ class SubscriptionGauges(Collector):
             if self._taken is not None and self._clock() - self._taken[0] < self._interval:
                 return self._taken[1]
             try:
-                fresh = subscription_lags(self._engine)
+                fresh = subscription_lags(self._engine, self._horizon)
             except sa.exc.SQLAlchemyError as error:
                 logger.warning("subscription gauges not refreshed: %s", type(error).__name__)
                 return self._taken[1] if self._taken else []

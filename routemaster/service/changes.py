@@ -36,7 +36,7 @@ __all__ = [
 def current_position(app: App) -> Position:
     """The horizon as a position: a stream started here shows changes from about now on."""
     with app.db.connect() as conn:
-        return changes.current_position(conn)
+        return changes.current_position(conn, app.horizon)
 
 
 def machines_counted(app: App) -> tuple[Snapshot, list[tuple[StateMachine, dict[str, StateCount]]]]:

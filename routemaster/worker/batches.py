@@ -252,7 +252,13 @@ class BatchSender:
         taken: list[Change] = []
         reached = subscription.acknowledged
         for _ in range(MAX_PAGES):
-            page = read_changes(conn, reached, machine=single, limit=wanted if exact else READ_PAGE)
+            page = read_changes(
+                conn,
+                reached,
+                machine=single,
+                limit=wanted if exact else READ_PAGE,
+                horizon=self.app.horizon,
+            )
             if page.gap is not None and not taken:
                 return Pending([], subscription.acknowledged, more=False, gap=page.gap)
             for change in page.changes:

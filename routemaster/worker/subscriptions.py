@@ -137,7 +137,7 @@ class SubscriptionSender:
         """Look, and claim what may have work; how many subscriptions were claimed."""
         now = self.app.now()
         with self.app.db.connect() as conn:
-            seen = sending.look(conn, now=now)
+            seen = sending.look(conn, now=now, horizon=self.app.horizon)
         self._any = seen.subscribed
         self._next_due = (
             seen.next_due if seen.next_due is not None and seen.next_due > now else None

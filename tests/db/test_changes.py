@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from routemaster.db import changes
 from routemaster.db import labels as store
 from routemaster.db.changes import START, Page, Position, read_changes
+from routemaster.db.horizon import Horizon
 from routemaster.db.moves import write_moves
 from routemaster.db.statements import fetch_all
 from tests.waiting import wait_until
@@ -28,7 +29,7 @@ def _create(conn: sa.Connection, name: str, machine: str = "m") -> store.Label:
 
 def _read_all(engine: sa.Engine, after: Position, *, machine: str | None = None) -> Page:
     with engine.connect() as conn:
-        return read_changes(conn, after, machine=machine, limit=1000)
+        return read_changes(conn, after, machine=machine, limit=1000, horizon=Horizon())
 
 
 def _read_once_visible(
@@ -108,7 +109,7 @@ def test_pages_resume_exactly_after_the_last_position(db_engine: sa.Engine) -> N
     cursor = START
     for _ in range(5):
         with db_engine.connect() as conn:
-            page = read_changes(conn, cursor, machine=None, limit=3)
+            page = read_changes(conn, cursor, machine=None, limit=3, horizon=Horizon())
         seen += [c.label for c in page.changes]
         cursor = page.reached
     assert seen == [f"l{n}" for n in range(7)]
@@ -177,7 +178,7 @@ def test_concurrent_writers_committing_out_of_order_are_read_once_each_in_a_fixe
                 if expected and len(received) >= len(expected):
                     return
                 with db_engine.connect() as conn:
-                    page = read_changes(conn, cursor, machine=None, limit=5)
+                    page = read_changes(conn, cursor, machine=None, limit=5, horizon=Horizon())
                 received.extend((c.position, c.position.id) for c in page.changes)
                 cursor = page.reached
         except BaseException as error:
@@ -247,3 +248,33 @@ def test_the_read_with_or_without_a_machine_has_its_own_indexs_plan(
         plan = "\n".join(row[0] for row in fetch_all(conn, "EXPLAIN " + changes._CHANGES, params))
     assert index in plan, plan
     assert ("state_machine = " in plan) == (machine is not None), plan  # NULL: no test at all
+
+
+def test_on_one_server_a_read_is_still_one_statement_and_never_asks_for_workers(
+    db_engine: sa.Engine,
+) -> None:
+    """The Citus horizon (routemaster.db.horizon) changes nothing on plain PostgreSQL."""
+    horizon = Horizon()
+    with db_engine.begin() as conn:
+        _create(conn, "ann")
+    with db_engine.connect() as conn:
+        assert not horizon.distributed(conn)
+    statements: list[str] = []
+
+    def seen(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    sa.event.listen(db_engine, "before_cursor_execute", seen)
+    try:
+        page = _read_once_visible(db_engine, START, 1)
+        statements.clear()
+        with db_engine.connect() as conn:
+            again = read_changes(conn, START, machine=None, limit=1000, horizon=horizon)
+            here = changes.current_position(conn, horizon)
+    finally:
+        sa.event.remove(db_engine, "before_cursor_execute", seen)
+    assert again.changes == page.changes and [change.label for change in page.changes] == ["ann"]
+    assert statements[0] == changes._CHANGES
+    assert len(statements) == 2  # the read, then the position: no round of any kind
+    assert here >= again.reached >= page.reached
+    assert horizon.rounds.rounds == 0

@@ -210,7 +210,7 @@ def test_becoming_errored_is_a_change_on_the_stream(make_app: MakeApp, stub: Stu
         create(app, "a")
         wait_until(lambda: label(app, "a").errored, "errored", timeout=10)
     with app.db.connect() as conn:
-        changes = read_changes(conn, START, machine="m", limit=10).changes
+        changes = read_changes(conn, START, machine="m", limit=10, horizon=app.horizon).changes
     assert [change.kind for change in changes] == ["created", "errored"]
     assert changes[1].reason is not None and "410" in changes[1].reason
 

@@ -186,12 +186,12 @@ def test_a_read_from_a_pruned_position_reports_the_gap_then_continues(
     prune(app)
     with db_engine.connect() as conn:
         oldest = retention_store.pruned_position(conn, "m")
-        page = read_changes(conn, START, machine=None, limit=100)
+        page = read_changes(conn, START, machine=None, limit=100, horizon=app.horizon)
         assert page.gap == oldest
         assert all(change.position > oldest for change in page.changes)
         assert [(c.label, c.new_state) for c in page.changes] == [("b", "done"), ("c", "start")]
-        assert read_changes(conn, oldest, machine="m", limit=100).gap is None
-        assert read_changes(conn, START, machine="kept", limit=100).gap is None
+        assert read_changes(conn, oldest, machine="m", limit=100, horizon=app.horizon).gap is None
+        assert read_changes(conn, START, machine="kept", limit=100, horizon=app.horizon).gap is None
 
 
 def test_a_subscription_behind_the_horizon_moves_on_and_reports_what_it_lost(
@@ -203,6 +203,7 @@ def test_a_subscription_behind_the_horizon_moves_on_and_reports_what_it_lost(
             "s",
             Settings(stub.url(HOOK), None, 100, 0, None),
             after=Position(0, 0),
+            horizon=app.horizon,
         )
     three_labels(app, clock)
     prune(app)  # removes a's and b's creation, b's first move: 3 changes never sent

@@ -73,7 +73,9 @@ def subscribe(app: App, stub: StubServer, name: str = "s", **fields: Any) -> Sub
         signing_secret_env=fields.pop("signing_secret_env", None),
     )
     with app.db.begin() as conn:
-        subscription, _ = store.put_subscription(conn, name, settings, after=fields.get("after"))
+        subscription, _ = store.put_subscription(
+            conn, name, settings, after=fields.get("after"), horizon=app.horizon
+        )
     return subscription
 
 
@@ -127,7 +129,7 @@ def test_batches_are_cut_at_max_events(app: App, stub: StubServer) -> None:
     }
     assert (first["state_machine"], first["kind"], first["new_state"]) == ("m", "created", "start")
     with app.db.connect() as conn:
-        assert store.lag(conn, shown(app)).pending == 2
+        assert store.lag(conn, shown(app), app.horizon).pending == 2
 
 
 def test_batches_are_cut_when_the_oldest_event_is_batch_delay_old(
@@ -230,7 +232,7 @@ def test_replay_from_a_cursor_sends_the_same_events_under_a_new_webhook_id(
 def test_a_subscription_can_start_after_a_given_position(app: App, stub: StubServer) -> None:
     create(app, "old")
     with app.db.connect() as conn:
-        here = current_position(conn)
+        here = current_position(conn, app.horizon)
     create(app, "new")
     subscribe(app, stub, after=here)
     with running(app):
@@ -338,7 +340,7 @@ def test_a_cursor_reset_supersedes_the_batch_in_flight(app: App, stub: StubServe
     assert [e["label"] for e in second.json()["events"]] == ["a", "b"]  # replayed from start
     assert first.headers["webhook-id"] != second.headers["webhook-id"]
     with app.db.connect() as conn:
-        assert store.lag(conn, shown(app)).pending == 0
+        assert store.lag(conn, shown(app), app.horizon).pending == 0
 
 
 def test_batches_are_signed_with_the_secret_read_when_sending(

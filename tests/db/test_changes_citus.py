@@ -1,0 +1,183 @@
+"""The changes stream on Citus: a change whose second worker has not committed yet is waited for.
+
+Runs only with ``ROUTEMASTER_TEST_CITUS_URL`` (tests/citus.py). The moment
+that lost changes before the horizon was confirmed by the workers: one
+transaction wrote history to two workers, the coordinator and one worker
+have committed, the other worker's ``COMMIT PREPARED`` has not run. The
+coordinator's own horizon is past the transaction then; the stream's must
+not be.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from routemaster.db import labels as store
+from routemaster.db.changes import START, Change, Position, current_position, read_changes
+from routemaster.db.horizon import Horizon
+from tests.citus import Cluster, Node, fresh_cluster_database, rounds_pass, second_worker_held
+from tests.waiting import wait_until
+
+NOW = datetime.datetime(2026, 11, 28, 5, 0, tzinfo=datetime.UTC)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with fresh_cluster_database() as made:
+        yield made
+
+
+@pytest.fixture
+def engine(cluster: Cluster) -> Iterator[sa.Engine]:
+    yield cluster.engine
+    with cluster.engine.begin() as conn:
+        conn.exec_driver_sql("TRUNCATE labels, history, retention_horizons")
+
+
+class Reader:
+    """A stream reader as the hub is one: a cursor, pages from it, every change kept."""
+
+    def __init__(self, engine: sa.Engine, after: Position = START) -> None:
+        self.engine = engine
+        self.horizon = Horizon()
+        self.cursor = after
+        self.changes: list[Change] = []
+
+    def read(self) -> list[Change]:
+        with self.engine.connect() as conn:
+            page = read_changes(conn, self.cursor, machine=None, limit=1000, horizon=self.horizon)
+        assert page.reached >= self.cursor
+        self.changes += page.changes
+        self.cursor = page.reached
+        return page.changes
+
+    def until(self, labels: set[str]) -> None:
+        def arrived() -> bool:
+            self.read()
+            return labels <= {change.label for change in self.changes}
+
+        wait_until(arrived, f"the changes of {sorted(labels)}", timeout=30, every=0.05)
+
+
+def _create(conn: sa.Connection, name: str) -> None:
+    assert store.insert(conn, "m", name, {}, state="a", now=NOW) is not None
+
+
+def _visible(engine: sa.Engine, name: str) -> bool:
+    with engine.connect() as conn:
+        return bool(
+            conn.exec_driver_sql("SELECT count(*) FROM history WHERE label = %s", (name,)).scalar()
+        )
+
+
+def test_a_change_whose_second_worker_has_not_committed_is_waited_for_never_skipped(
+    cluster: Cluster, engine: sa.Engine
+) -> None:
+    first, second = cluster.workers[:2]
+    [before_1, early, late_1] = cluster.names_on(first, "one", 3)
+    [before_2, held, late_2] = cluster.names_on(second, "two", 3)
+    with engine.begin() as conn:
+        _create(conn, before_1)
+    with engine.begin() as conn:
+        _create(conn, before_2)
+    reader = Reader(engine)
+    reader.until({before_1, before_2})
+
+    with engine.connect() as writer:
+        writer.begin()
+        _create(writer, held)  # the lower history id, on the worker held back
+        _create(writer, early)
+        with second_worker_held(cluster, writer, second) as moment:
+            # The coordinator has committed and so has the first worker: a horizon read on
+            # the coordinator alone is past the transaction, and one of its rows is missing.
+            with engine.connect() as conn:
+                assert Horizon.coordinator(conn) > moment.xact
+            assert _visible(engine, early) and not _visible(engine, held)
+            assert not moment.committed.is_set()
+            with engine.begin() as conn:  # later changes, committed on both sides
+                _create(conn, late_1)
+            with engine.begin() as conn:
+                _create(conn, late_2)
+
+            rounds_pass(reader.horizon, 3, reader.read)
+            assert reader.cursor <= Position(moment.xact, 0)
+            assert {change.label for change in reader.changes} == {before_1, before_2}
+            assert not _visible(engine, held)
+        wait_until(moment.committed.is_set, "the writer's commit returned", timeout=30)
+
+    reader.until({held, early, late_1, late_2})
+    labels = [change.label for change in reader.changes]
+    assert labels[:2] == [before_1, before_2], _shown(reader.changes)
+    assert labels[2:4] == [held, early], _shown(reader.changes)  # one transaction, by id
+    assert sorted(labels[4:]) == sorted([late_1, late_2]), _shown(reader.changes)
+    _assert_once_in_order_and_resumable(engine, reader.changes)
+
+
+def test_a_change_left_prepared_by_a_lost_connection_waits_for_citus_to_recover_it(
+    cluster: Cluster, engine: sa.Engine
+) -> None:
+    """COMMIT PREPARED fails (the worker's connection is gone): Citus commits it later."""
+    first, second = cluster.workers[:2]
+    [early] = cluster.names_on(first, "lost-one", 1)
+    [held] = cluster.names_on(second, "lost-two", 1)
+    reader = Reader(engine)
+    reader.read()
+
+    with engine.connect() as writer:
+        writer.begin()
+        _create(writer, held)
+        _create(writer, early)
+        with second_worker_held(cluster, writer, second, lose=True) as moment:
+            wait_until(moment.committed.is_set, "the writer's commit returned", timeout=30)
+            assert _visible(engine, early)
+            rounds_pass(reader.horizon, 3, reader.read)
+            if _prepared(cluster, second):  # (unless Citus's daemon recovered it meanwhile)
+                assert not _visible(engine, held)
+                assert reader.cursor <= Position(moment.xact, 0)
+                assert not reader.changes
+    cluster.query(cluster.coordinator, "SELECT recover_prepared_transactions()")
+    reader.until({held, early})
+    assert [change.label for change in reader.changes] == [held, early]
+    _assert_once_in_order_and_resumable(engine, reader.changes)
+
+
+def _shown(changes: list[Change]) -> str:
+    return ", ".join(f"{change.label} at {change.position}" for change in changes)
+
+
+def _prepared(cluster: Cluster, worker: Node) -> bool:
+    return bool(cluster.query(worker, "SELECT 1 FROM pg_prepared_xacts"))
+
+
+def _assert_once_in_order_and_resumable(engine: sa.Engine, changes: list[Change]) -> None:
+    """Every change once, in position order, and a stream resumed after any of them gets
+    exactly the ones after it (the whole stream read afresh is the same list)."""
+    positions = [change.position for change in changes]
+    assert positions == sorted(set(positions))
+    everything = Reader(engine)
+    everything.until({change.label for change in changes})
+    assert [change.position for change in everything.changes] == positions
+    for index, change in enumerate(changes):
+        resumed = Reader(engine, change.position)
+        resumed.read()
+        assert [found.position for found in resumed.changes] == positions[index + 1 :]
+
+
+def test_a_stream_started_now_on_citus_starts_below_the_coordinators_horizon(
+    engine: sa.Engine,
+) -> None:
+    horizon = Horizon()
+    with engine.begin() as conn:
+        _create(conn, "old")
+    with engine.connect() as conn:
+        here = current_position(conn, horizon)
+        assert here <= Position(Horizon.coordinator(conn), 0)
+    with engine.begin() as conn:
+        _create(conn, "new")
+    reader = Reader(engine, here)
+    reader.until({"new"})
+    assert "old" not in {change.label for change in reader.changes}
