@@ -175,25 +175,42 @@ def drop_citus_database(database: CitusDatabase) -> None:
     _on_each(database.workers, drop)
 
 
-def restart_node(url: sa.URL | str) -> None:
-    """Restart the PostgreSQL server at ``url`` with ``pg_ctl`` (fast shutdown), as its owner.
+@dataclass(frozen=True)
+class Server:
+    """A PostgreSQL server of the cluster that a test stops and starts (``pg_ctl``, as the
+    data directory's owner: ``cluster.sh`` runs the servers as the OS user ``postgres``)."""
 
-    Its data directory and version come from the server itself. ``cluster.sh`` runs the
-    servers as the OS user ``postgres``; as root this runs ``pg_ctl`` as that user.
-    """
-    engine = _admin(sa.engine.make_url(url))
-    try:
-        with engine.connect() as conn:
-            data = Path(conn.execute(_DATA_DIRECTORY).scalar_one())
-            major = conn.execute(_SERVER_VERSION).scalar_one()
-    finally:
-        engine.dispose()
-    pg_ctl = f"/usr/lib/postgresql/{major}/bin/pg_ctl"
-    owner = pwd.getpwuid(data.stat().st_uid).pw_name
-    command = [pg_ctl, "-D", str(data), "-m", "fast", "-w"]
-    as_owner: list[str] = []
-    if os.geteuid() == 0 and owner != "root":
-        as_owner = ["runuser", "-u", owner, "--"]
-    log = data.parent / f"{data.name}.log"
-    subprocess.run([*as_owner, *command, "stop"], check=True, capture_output=True)
-    subprocess.run([*as_owner, *command, "-l", str(log), "start"], check=True, capture_output=True)
+    data: Path
+    major: int
+
+    @classmethod
+    def at(cls, url: sa.URL | str) -> Server:
+        """The server answering at ``url``: its data directory and version come from itself."""
+        if isinstance(url, sa.URL):
+            url = url.render_as_string(hide_password=False)
+        engine = _admin(sa.engine.make_url(normalise_url(url)))
+        try:
+            with engine.connect() as conn:
+                data = Path(conn.execute(_DATA_DIRECTORY).scalar_one())
+                major = int(conn.execute(_SERVER_VERSION).scalar_one())
+        finally:
+            engine.dispose()
+        return cls(data, major)
+
+    def _pg_ctl(self, *args: str) -> None:
+        command = [f"/usr/lib/postgresql/{self.major}/bin/pg_ctl", "-D", str(self.data), *args]
+        owner = pwd.getpwuid(self.data.stat().st_uid).pw_name
+        if os.geteuid() == 0 and owner != "root":
+            command = ["runuser", "-u", owner, "--", *command]
+        subprocess.run(command, check=True, capture_output=True, timeout=60)
+
+    def stop(self) -> None:
+        """A fast shutdown: sessions are cut, as when a node goes down."""
+        self._pg_ctl("-m", "fast", "-w", "stop")
+
+    def start(self) -> None:
+        """Start it again (once it accepts connections), logging beside its data directory."""
+        self._pg_ctl("-w", "-l", str(self.data.parent / f"{self.data.name}.log"), "start")
+
+    def running(self) -> bool:
+        return (self.data / "postmaster.pid").exists()
