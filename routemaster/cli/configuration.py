@@ -18,9 +18,9 @@ import sqlalchemy as sa
 from routemaster.app import App
 from routemaster.cli.options import direct_engine, migrate_database, unreachable
 from routemaster.config.model import Config
+from routemaster.db.history import stamp_versions
 from routemaster.db.plumbing.database import create_engine
 from routemaster.db.search_indexes import ensure_search_index
-from routemaster.db.transaction_settings import stamp_versions
 from routemaster.machine.upgrades import stranded_message
 from routemaster.machine.versions import LoadedVersions
 from routemaster.service.configuration import (

@@ -10,8 +10,8 @@ from routemaster.cli.environment import database_url, late_config_option, settin
 from routemaster.cli.metrics import instrumented, multiprocess_directory, worker_metrics
 from routemaster.cli.options import Options, direct_engine
 from routemaster.cli.plugins import sending_statsd_at_once
+from routemaster.db.history import stamp_versions
 from routemaster.db.plumbing.database import create_engine
-from routemaster.db.transaction_settings import stamp_versions
 from routemaster.machine.versions import LoadedVersions
 
 

@@ -23,8 +23,8 @@ from routemaster.cli.environment import (
 )
 from routemaster.cli.metrics import instrumented, multiprocess_directory, wants_metrics_directory
 from routemaster.cli.options import Options, direct_engine
+from routemaster.db.history import stamp_versions
 from routemaster.db.plumbing.database import create_engine
-from routemaster.db.transaction_settings import stamp_versions
 from routemaster.logging import wants_json
 from routemaster.machine.versions import LoadedVersions
 from routemaster.server.application import WSGIApp, default_threads, run_server

@@ -29,8 +29,8 @@ _INSERT_JOB = """
 
 # A search template (db/search.py): complete SQL but for the compiled condition's slot.
 _INSERT_ITEMS = """
-    INSERT INTO bulk_items (job_id, name_key, name)
-    SELECT %(job)s, name_key, name FROM labels
+    INSERT INTO bulk_items (job_id, shard_key, name_key, name)
+    SELECT %(job)s, shard_key, name_key, name FROM labels
     WHERE state_machine = %(sm)s AND NOT deleted
       AND (CAST(%(state)s AS text) IS NULL OR state = %(state)s)
       AND (NOT %(errored)s OR errored)
@@ -39,7 +39,8 @@ _INSERT_ITEMS = """
     """
 
 _SET_TOTAL = """
-    UPDATE bulk_jobs SET total = %(total)s, finished_at = CASE WHEN %(total)s = 0 THEN now() END
+    UPDATE bulk_jobs SET total = %(total)s,
+                         finished_at = CASE WHEN %(total)s = 0 THEN %(now)s END
     WHERE id = %(job)s
     """
 
@@ -110,6 +111,7 @@ def accept_job(
     command: str,
     arguments: str,
     reason: str,
+    now: datetime.datetime,
     pause_until: datetime.datetime | None = None,
 ) -> tuple[int, int]:
     """Record a job and copy the labels matching ``search`` into it: ``(id, how many)``.
@@ -133,7 +135,7 @@ def accept_job(
     )
     items = with_condition(_INSERT_ITEMS, search)
     count = run(conn, items, {**filter_params(search), "job": job})
-    run(conn, _SET_TOTAL, {"job": job, "total": count})
+    run(conn, _SET_TOTAL, {"job": job, "total": count, "now": now})
     notify_due(conn)
     return job, count
 

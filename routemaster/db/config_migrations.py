@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 
+from routemaster.db.history import version_params
 from routemaster.db.lock_rows import exclusive
 from routemaster.db.statements import fetch_all
 
@@ -66,6 +67,7 @@ def rename_batch(
             "now": now,
             "limit": limit,
             "version": version,
+            **version_params(conn, machine),
         },
     )
     return len(rows)
@@ -94,7 +96,7 @@ def names_in_state(
 
 _RENAME = """
     WITH batch AS (
-        SELECT state_machine, name_key FROM labels
+        SELECT shard_key, state_machine, name_key FROM labels
         WHERE state_machine = %(sm)s AND state = %(old)s AND NOT deleted
           AND (lease_owner IS NULL OR due_at IS NULL OR due_at <= %(now)s)
           AND (CAST(%(version)s AS integer) IS NULL OR version IS NULL
@@ -103,13 +105,18 @@ _RENAME = """
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ), renamed AS (
-        UPDATE labels SET state = %(new)s, updated_at = now()
+        UPDATE labels SET state = %(new)s, updated_at = %(now)s
         FROM batch
-        WHERE labels.state_machine = batch.state_machine AND labels.name_key = batch.name_key
-        RETURNING labels.state_machine, labels.name
+        WHERE labels.shard_key = batch.shard_key AND labels.state_machine = batch.state_machine
+          AND labels.name_key = batch.name_key
+        RETURNING labels.shard_key, labels.state_machine, labels.name, labels.version
     )
-    INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
-    SELECT state_machine, name, %(old)s, %(new)s, %(now)s, true, %(reason)s FROM renamed
+    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, forced,
+                         reason, version, xact_id)
+    SELECT shard_key, state_machine, name, %(old)s, %(new)s, %(now)s, true, %(reason)s,
+           CASE WHEN %(continuing)s THEN COALESCE(version, %(running)s) ELSE %(running)s END,
+           pg_current_xact_id()
+    FROM renamed
     RETURNING id
     """
 

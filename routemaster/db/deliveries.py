@@ -16,7 +16,7 @@ from typing import Protocol
 
 import sqlalchemy as sa
 
-from routemaster.db.keys import label_key
+from routemaster.db.keys import label_key, shard_key
 from routemaster.db.statements import fetch_all, run
 
 
@@ -114,11 +114,15 @@ _FIELDS = (
     "response_excerpt",
 )
 
+# A delivery's shard key is its label's (co-located with it on Citus); a subscription's batch,
+# which has no label, takes its receiver's (migration 0017).
 _INSERT = """
-    INSERT INTO deliveries (kind, state_machine, label, state, url, receiver, attempt, trigger,
-                            started_at, duration_ms, status, outcome, error, response_excerpt)
+    INSERT INTO deliveries (shard_key, kind, state_machine, label, state, url, receiver, attempt,
+                            trigger, started_at, duration_ms, status, outcome, error,
+                            response_excerpt)
     SELECT * FROM unnest(
-        CAST(%(kind)s AS text[]), CAST(%(state_machine)s AS text[]), CAST(%(label)s AS text[]),
+        CAST(%(shard_key)s AS integer[]), CAST(%(kind)s AS text[]),
+        CAST(%(state_machine)s AS text[]), CAST(%(label)s AS text[]),
         CAST(%(state)s AS text[]), CAST(%(url)s AS text[]), CAST(%(receiver)s AS text[]),
         CAST(%(attempt)s AS integer[]), CAST(%(trigger)s AS text[]),
         CAST(%(started_at)s AS timestamptz[]), CAST(%(duration_ms)s AS integer[]),
@@ -132,7 +136,8 @@ _OF_LABEL = """
     SELECT kind, state_machine, label, state, url, receiver, attempt, trigger, started_at,
            duration_ms, status, outcome, error, response_excerpt, id
     FROM deliveries
-    WHERE state_machine = %(sm)s AND routemaster_label_key(label) = %(key)s
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s
+      AND routemaster_label_key(label) = %(key)s
       AND label = %(name)s AND label IS NOT NULL AND id < %(before)s
     ORDER BY id DESC LIMIT %(limit)s
     """
@@ -176,6 +181,7 @@ def record(conn: sa.Connection, deliveries: Sequence[Delivery]) -> None:
     """Append ``deliveries`` to the log, in one statement."""
     if deliveries:
         params = {name: [getattr(entry, name) for entry in deliveries] for name in _FIELDS}
+        params["shard_key"] = [shard_key(entry.label or entry.receiver) for entry in deliveries]
         run(conn, _INSERT, params)
 
 
@@ -186,6 +192,7 @@ def of_label(
     params = {
         "sm": state_machine,
         "key": label_key(name),
+        "shard_key": shard_key(name),
         "name": name,
         "before": _NEWEST if before is None else before,
         "limit": limit,

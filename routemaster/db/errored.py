@@ -10,6 +10,9 @@ id cleared, the error kept as ``last_error``. Its history entry: ``kind``
 as ``reason``, so it shows in ``/history`` and on the changes streams; the
 label's ``entry_id`` (its idempotency token) is unchanged. Only a live label
 still in the entry it was picked in, and not errored already, becomes errored.
+The labels' shard keys are named (``= ANY(...)``): on Citus the statement
+runs on their shards only; the history rows are written as
+:mod:`routemaster.db.history` says.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from routemaster.db.claims import Claim
-from routemaster.db.keys import label_keys
+from routemaster.db.history import version_arrays
+from routemaster.db.keys import label_keys, shard_keys
 from routemaster.db.labels import Label, label_from_row
 from routemaster.db.statements import fetch_all
 
@@ -38,28 +42,33 @@ class Erring:
 
 _BECOME_ERRORED = """
     WITH erring AS (
-        SELECT * FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
-                             CAST(%(names)s AS text[]), CAST(%(entry_ids)s AS bigint[]),
-                             CAST(%(errors)s AS text[]))
-                      AS e(sm, key, name, entry_id, error)
+        SELECT * FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                             CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+                             CAST(%(entry_ids)s AS bigint[]), CAST(%(errors)s AS text[]),
+                             CAST(%(runnings)s AS integer[]), CAST(%(continuings)s AS boolean[]))
+                      AS e(shard_key, sm, key, name, entry_id, error, running, continuing)
     ), errored AS (
         UPDATE labels SET errored = true, due_at = NULL, last_error = erring.error,
-                          lease_owner = NULL, task_id = NULL, updated_at = now(),
+                          lease_owner = NULL, task_id = NULL, updated_at = %(now)s,
                           scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
-                                              THEN now() ELSE labels.scheduled_at END
+                                              THEN %(now)s ELSE labels.scheduled_at END
         FROM erring
-        WHERE labels.state_machine = erring.sm AND labels.name_key = erring.key
-          AND labels.name = erring.name AND labels.entry_id = erring.entry_id
-          AND NOT labels.deleted AND NOT labels.errored
+        WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+          AND labels.shard_key = erring.shard_key AND labels.state_machine = erring.sm
+          AND labels.name_key = erring.key AND labels.name = erring.name
+          AND labels.entry_id = erring.entry_id AND NOT labels.deleted AND NOT labels.errored
         RETURNING labels.state_machine, labels.name, labels.metadata, labels.state,
                   labels.state_entered_at, labels.entry_id, labels.previous_state,
                   labels.deleted, labels.paused, labels.errored, labels.last_error,
                   labels.attempts, labels.due_at, labels.created_at, labels.updated_at,
-                  labels.version
+                  labels.version, labels.shard_key,
+                  CASE WHEN erring.continuing THEN COALESCE(labels.version, erring.running)
+                       ELSE erring.running END AS history_version
     ), entries AS (
-        INSERT INTO history (state_machine, label, old_state, new_state, created, forced,
-                             reason, kind)
-        SELECT state_machine, name, state, state, %(now)s, false, last_error, 'errored'
+        INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created,
+                             forced, reason, kind, version, xact_id)
+        SELECT shard_key, state_machine, name, state, state, %(now)s, false, last_error,
+               'errored', history_version, pg_current_xact_id()
         FROM errored
     )
     SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
@@ -76,8 +85,11 @@ def become_errored(
     if not erring:
         return []
     names = [each.name for each in erring]
+    machines = [each.state_machine for each in erring]
     params = {
-        "machines": [each.state_machine for each in erring],
+        **version_arrays(conn, machines),
+        "shard_keys": shard_keys(names),
+        "machines": machines,
         "names": names,
         "keys": label_keys(names),
         "entry_ids": [each.entry_id for each in erring],

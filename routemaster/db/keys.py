@@ -15,6 +15,11 @@ it. Statements still compare the full name as well as the key.
 Keys sort as their bytes, and UTF-8's byte order is code-point order, so
 listings by key are by name in code-point order, except that long names
 sharing their first :data:`WHOLE` bytes sort among themselves by hash.
+
+Every row that belongs to a label also carries the label's :func:`shard_key`
+(migration 0017): the column Citus distributes by, so that a label's rows in
+every table live on one shard and a statement naming the label and its key
+runs there alone.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from typing import Any
 
 WHOLE = 1024
 """The most bytes of UTF-8 a key keeps as they are (migration 0006 has the same number)."""
+
+SHARD_KEYS = 4096
+"""How many shard keys there are: buckets of labels that always stay together."""
 
 _LONG_MARK = b"\xff"
 _DIGEST_SIZE = 32
@@ -38,6 +46,21 @@ def label_key(name: str) -> bytes:
     return data[:WHOLE] + _LONG_MARK + hashlib.sha256(data).digest()
 
 
+def shard_key(name: str) -> int:
+    """``routemaster_shard_key(name)``: the label's bucket, in [0, :data:`SHARD_KEYS`).
+
+    The first two bytes of the SHA-256 of the UTF-8 name, big-endian, modulo
+    :data:`SHARD_KEYS`. A bucket rather than the whole hash: a claim can then
+    name the few buckets of one shard (``shard_key = ANY(...)``) and Citus
+    routes it to that shard.
+    """
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:2], "big") % SHARD_KEYS
+
+
+def shard_keys(names: Iterable[str]) -> list[int]:
+    return [shard_key(name) for name in names]
+
+
 def label_keys(names: list[str]) -> list[bytes]:
     return [label_key(name) for name in names]
 
@@ -45,14 +68,19 @@ def label_keys(names: list[str]) -> list[bytes]:
 def label_key_arrays(labels: Iterable[tuple[str, str]]) -> dict[str, list[Any]]:
     """Labels, (machine, name) each, as the arrays statements unnest.
 
-    ``machines``, ``names`` and their ``keys``, in the order given.
+    ``machines``, ``names``, their ``keys`` and ``shard_keys``, in the order given.
     """
     machines: list[str] = []
     names: list[str] = []
     for machine, name in labels:
         machines.append(machine)
         names.append(name)
-    return {"machines": machines, "names": names, "keys": label_keys(names)}
+    return {
+        "machines": machines,
+        "names": names,
+        "keys": label_keys(names),
+        "shard_keys": shard_keys(names),
+    }
 
 
 def prefix_bounds(prefix: str) -> tuple[bytes, bytes]:

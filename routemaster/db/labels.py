@@ -4,6 +4,12 @@ A label's current state is on its row; every move also appends a history row
 in the same statement, and that row's id becomes the label's ``entry_id`` (the
 idempotency token of an action entry, and the "is it still where it was"
 check after remote calls).
+
+Every statement naming one label names its ``shard_key`` too
+(:func:`routemaster.db.keys.shard_key`), so on Citus it runs on that label's
+shard alone, and passes the time as a parameter (Citus refuses ``now()`` in
+a ``CASE`` and in the UPDATE of a distributed table). History rows name their
+shard key, version and transaction as :mod:`routemaster.db.history` says.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.keys import label_key, label_key_arrays, label_keys
+from routemaster.db import history as history_rows
+from routemaster.db.keys import label_key, label_key_arrays, label_keys, shard_key
 from routemaster.db.notifications import notify_due
 from routemaster.db.statements import Prepared, Row, fetch_all, fetch_one, run
 
@@ -124,8 +131,13 @@ def label_from_row(row: Row) -> Label:
 
 
 def _one(state_machine: str, name: str) -> dict[str, Any]:
-    """One label's parameters: machine, name and index key (``routemaster/db/keys.py``)."""
-    return {"sm": state_machine, "name": name, "key": label_key(name)}
+    """One label's parameters: machine, name, index and shard keys (``routemaster/db/keys.py``)."""
+    return {
+        "sm": state_machine,
+        "name": name,
+        "key": label_key(name),
+        "shard_key": shard_key(name),
+    }
 
 
 def insert(
@@ -155,14 +167,14 @@ def insert(
         conn,
         _PREPARED_INSERT,
         {
-            "sm": state_machine,
-            "name": name,
+            **_one(state_machine, name),
             "metadata": json.dumps(metadata),
             "state": state,
             "now": now,
             "due_at": due_at,
             "next_check_at": next_check_at,
             "version": version,
+            "history_version": history_rows.version_for(conn, state_machine, version),
         },
     )
     if row is not None and due_at is not None and due_at <= now:
@@ -205,6 +217,7 @@ def merge_metadata(
     name: str,
     patch: dict[str, Any],
     *,
+    now: datetime.datetime,
     scheduled_states: Sequence[str] = (),
 ) -> Label | None:
     """Deep-merge ``patch`` into a live label's metadata; ``None`` if there is no such label.
@@ -217,6 +230,7 @@ def merge_metadata(
         **_one(state_machine, name),
         "patch": json.dumps(patch),
         "scheduled_states": list(scheduled_states),
+        "now": now,
     }
     row = fetch_one(conn, _MERGE_METADATA, params)
     return None if row is None else label_from_row(row)
@@ -263,7 +277,15 @@ def soft_delete(
     conn: sa.Connection, state_machine: str, name: str, *, now: datetime.datetime
 ) -> str | None:
     """Clear the metadata and record the deletion; the state it left, or ``None`` if nothing."""
-    row = fetch_one(conn, _DELETE, {**_one(state_machine, name), "now": now})
+    row = fetch_one(
+        conn,
+        _DELETE,
+        {
+            **_one(state_machine, name),
+            **history_rows.version_params(conn, state_machine),
+            "now": now,
+        },
+    )
     return None if row is None else str(row[0])
 
 
@@ -271,17 +293,10 @@ def record_forced(
     conn: sa.Connection, label: Label, *, now: datetime.datetime, reason: str
 ) -> None:
     """An operator command that keeps the state, recorded for the audit trail."""
-    run(
-        conn,
-        _RECORD_FORCED,
-        {
-            "sm": label.state_machine,
-            "name": label.name,
-            "state": label.state,
-            "now": now,
-            "reason": reason,
-        },
+    entry = history_rows.Entry(
+        label.state_machine, label.name, label.state, label.state, True, reason, label.version
     )
+    history_rows.append_one(conn, entry, now=now)
 
 
 def make_retryable(conn: sa.Connection, label: Label, *, now: datetime.datetime) -> Label:
@@ -292,8 +307,8 @@ def make_retryable(conn: sa.Connection, label: Label, *, now: datetime.datetime)
     return label_from_row(row)
 
 
-def set_paused(conn: sa.Connection, label: Label, paused: bool) -> Label:
-    row = fetch_one(conn, _SET_PAUSED, {**_one(*label.key), "paused": paused})
+def set_paused(conn: sa.Connection, label: Label, paused: bool, *, now: datetime.datetime) -> Label:
+    row = fetch_one(conn, _SET_PAUSED, {**_one(*label.key), "paused": paused, "now": now})
     assert row is not None, "the label is locked by the caller"
     updated = label_from_row(row)
     if not paused and updated.due_at is not None:
@@ -302,27 +317,33 @@ def set_paused(conn: sa.Connection, label: Label, paused: bool) -> Label:
 
 
 def history(conn: sa.Connection, state_machine: str, name: str) -> list[HistoryEntry]:
-    rows = fetch_all(conn, _HISTORY, {"sm": state_machine, "name": name})
+    rows = fetch_all(
+        conn, _HISTORY, {"sm": state_machine, "name": name, "shard_key": shard_key(name)}
+    )
     return [HistoryEntry(*row) for row in rows]
 
 
-# One label is found through the primary key (``name_key``) and checked by its full name.
+# One label is found through the primary key (``name_key``, ``shard_key``) and checked by its
+# full name.
 
 _INSERT = """
     WITH created AS (
-        INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, entry_id,
-                            due_at, next_check_at, created_at, updated_at, scheduled_at,
-                            version)
-        VALUES (%(sm)s, %(name)s, CAST(%(metadata)s AS jsonb), %(state)s, %(now)s,
-                nextval(pg_get_serial_sequence('history', 'id')), %(due_at)s,
+        INSERT INTO labels (shard_key, state_machine, name, name_key, metadata, state,
+                            state_entered_at, entry_id, due_at, next_check_at, created_at,
+                            updated_at, scheduled_at, version)
+        VALUES (%(shard_key)s, %(sm)s, %(name)s, %(key)s, CAST(%(metadata)s AS jsonb), %(state)s,
+                %(now)s, nextval(pg_get_serial_sequence('history', 'id')), %(due_at)s,
                 %(next_check_at)s, %(now)s, %(now)s, %(now)s, %(version)s)
-        ON CONFLICT (state_machine, name_key) DO NOTHING
+        ON CONFLICT (state_machine, name_key, shard_key) DO NOTHING
         RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
                   previous_state, deleted, paused, errored, last_error, attempts, due_at,
                   created_at, updated_at, version
     ), entry AS (
-        INSERT INTO history (id, state_machine, label, old_state, new_state, created)
-        SELECT entry_id, state_machine, name, NULL, state, state_entered_at FROM created
+        INSERT INTO history (id, shard_key, state_machine, label, old_state, new_state, created,
+                             version, xact_id)
+        SELECT entry_id, %(shard_key)s, state_machine, name, NULL, state, state_entered_at,
+               %(history_version)s, pg_current_xact_id()
+        FROM created
     )
     SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
            deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
@@ -335,7 +356,8 @@ _SELECT = """
            deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
            version
     FROM labels
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s
     """
 
 _SELECT_FOR_UPDATE = """
@@ -343,7 +365,8 @@ _SELECT_FOR_UPDATE = """
            deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
            version
     FROM labels
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s
     FOR UPDATE
     """
 
@@ -364,12 +387,13 @@ _LOCK_ENTRIES = """
 
 _MERGE_METADATA = """
     UPDATE labels SET metadata = routemaster_deep_merge(metadata, CAST(%(patch)s AS jsonb)),
-                      updated_at = now(),
+                      updated_at = %(now)s,
                       scheduled_at = CASE
                           WHEN state = ANY(CAST(%(scheduled_states)s AS text[])) THEN scheduled_at
-                          WHEN scheduled_at = updated_at THEN now()
+                          WHEN scheduled_at = updated_at THEN %(now)s
                           ELSE scheduled_at END
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s AND NOT deleted
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s AND NOT deleted
     RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
               deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
               version
@@ -377,7 +401,8 @@ _MERGE_METADATA = """
 
 _IS_DELETED = """
     SELECT deleted FROM labels
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s
     """
 
 _CLEAR_DUE = """
@@ -390,12 +415,14 @@ _CLEAR_DUE = """
 
 _MARK_DUE = """
     UPDATE labels SET due_at = LEAST(COALESCE(due_at, %(at)s), %(at)s)
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s
     """
 
 _EVALUATION_FAILED = """
     UPDATE labels SET due_at = %(due_at)s, last_error = %(error)s, lease_owner = NULL
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s AND NOT deleted
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s AND NOT deleted
       AND (CAST(%(entry_id)s AS bigint) IS NULL OR entry_id = %(entry_id)s)
     """
 
@@ -403,34 +430,37 @@ _DELETE = """
     WITH deleted AS (
         UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
                           lease_owner = NULL, updated_at = %(now)s
-        WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s AND NOT deleted
-        RETURNING state_machine, name, state
+        WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s AND NOT deleted
+        RETURNING state_machine, name, state, version
     )
-    INSERT INTO history (state_machine, label, old_state, new_state, created, reason)
-    SELECT state_machine, name, state, NULL, %(now)s, 'deleted' FROM deleted
+    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, reason,
+                         version, xact_id)
+    SELECT %(shard_key)s, state_machine, name, state, NULL, %(now)s, 'deleted',
+           CASE WHEN %(continuing)s THEN COALESCE(version, %(running)s) ELSE %(running)s END,
+           pg_current_xact_id()
+    FROM deleted
     RETURNING old_state
-    """
-
-_RECORD_FORCED = """
-    INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
-    VALUES (%(sm)s, %(name)s, %(state)s, %(state)s, %(now)s, true, %(reason)s)
     """
 
 _RETRY = """
     UPDATE labels SET errored = false, attempts = 0, due_at = %(now)s, lease_owner = NULL,
-                      updated_at = now(), scheduled_at = CASE WHEN scheduled_at = updated_at
-                                                             THEN now() ELSE scheduled_at END
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+                      updated_at = %(now)s, scheduled_at = CASE WHEN scheduled_at = updated_at
+                                                                THEN %(now)s
+                                                                ELSE scheduled_at END
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s
     RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
               deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
               version
     """
 
 _SET_PAUSED = """
-    UPDATE labels SET paused = %(paused)s, lease_owner = NULL, updated_at = now(),
+    UPDATE labels SET paused = %(paused)s, lease_owner = NULL, updated_at = %(now)s,
                       scheduled_at = CASE WHEN scheduled_at = updated_at
-                                          THEN now() ELSE scheduled_at END
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+                                          THEN %(now)s ELSE scheduled_at END
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s
     RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
               deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
               version
@@ -438,7 +468,7 @@ _SET_PAUSED = """
 
 _HISTORY = """
     SELECT id, old_state, new_state, created, forced, reason, kind, version FROM history
-    WHERE state_machine = %(sm)s AND label = %(name)s ORDER BY id
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND label = %(name)s ORDER BY id
     """
 
 # The API's create and read, prepared once per connection (see routemaster.db.statements).

@@ -4,6 +4,11 @@ Every move of the service, whoever decided it (an API update, the worker,
 an operator), is written here. A batch is one statement however many
 labels move; a single label moving one state (the commonest case, an API
 update) has a plainer statement that PostgreSQL plans in half the time.
+
+Every statement names the labels' shard keys (``shard_key = %(shard_key)s``,
+or ``= ANY(...)`` for a batch), so on Citus one label's move runs on its
+shard alone, and a batch on the shards of its labels; history rows carry the
+shard key, version and transaction as :mod:`routemaster.db.history` says.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.keys import label_key
+from routemaster.db.history import version_for
+from routemaster.db.keys import label_key, shard_key
 from routemaster.db.labels import Label, Moves, label_from_row
 from routemaster.db.notifications import notify_due
 from routemaster.db.statements import fetch_all, fetch_one
@@ -33,14 +39,28 @@ def write_moves(
     if len(moves) == 1 and len(moves[0].states) == 1:
         return [_write_one_move(conn, moves[0], now=now)]
     history: dict[str, list[Any]] = {
-        key: [] for key in ("m_sm", "m_name", "m_old", "m_new", "m_forced", "m_reason")
+        key: []
+        for key in (
+            "m_shard_key",
+            "m_sm",
+            "m_name",
+            "m_old",
+            "m_new",
+            "m_forced",
+            "m_reason",
+            "m_version",
+        )
     }
     finals: dict[str, list[Any]] = {
-        key: [] for key in ("f_sm", "f_name", "f_key", "f_due_at", "f_next_check_at")
+        key: [] for key in ("f_shard_key", "f_sm", "f_name", "f_key", "f_due_at", "f_next_check_at")
     }
     for move in moves:
         old = move.label.state
+        bucket = shard_key(move.label.name)
+        version = version_for(conn, move.label.state_machine, move.label.version)
         for state in move.states:
+            history["m_shard_key"].append(bucket)
+            history["m_version"].append(version)
             history["m_sm"].append(move.label.state_machine)
             history["m_name"].append(move.label.name)
             history["m_old"].append(old)
@@ -48,6 +68,7 @@ def write_moves(
             history["m_forced"].append(move.forced)
             history["m_reason"].append(move.reason)
             old = state
+        finals["f_shard_key"].append(bucket)
         finals["f_sm"].append(move.label.state_machine)
         finals["f_name"].append(move.label.name)
         finals["f_key"].append(label_key(move.label.name))
@@ -70,9 +91,11 @@ def _write_one_move(conn: sa.Connection, move: Moves, *, now: datetime.datetime)
         conn,
         _MOVE_ONE,
         {
+            "shard_key": shard_key(label.name),
             "sm": label.state_machine,
             "name": label.name,
             "key": label_key(label.name),
+            "version": version_for(conn, label.state_machine, label.version),
             "old": label.state,
             "new": move.states[0],
             "forced": move.forced,
@@ -94,33 +117,39 @@ def _write_one_move(conn: sa.Connection, move: Moves, *, now: datetime.datetime)
 _MOVE_MANY = """
     WITH moves AS (
         SELECT m.*, ordinality AS seq
-        FROM unnest(CAST(%(m_sm)s AS text[]), CAST(%(m_name)s AS text[]),
-                    CAST(%(m_old)s AS text[]), CAST(%(m_new)s AS text[]),
-                    CAST(%(m_forced)s AS boolean[]), CAST(%(m_reason)s AS text[]))
-             WITH ORDINALITY AS m(state_machine, name, old_state, new_state, forced, reason)
+        FROM unnest(CAST(%(m_shard_key)s AS integer[]), CAST(%(m_sm)s AS text[]),
+                    CAST(%(m_name)s AS text[]), CAST(%(m_old)s AS text[]),
+                    CAST(%(m_new)s AS text[]), CAST(%(m_forced)s AS boolean[]),
+                    CAST(%(m_reason)s AS text[]), CAST(%(m_version)s AS integer[]))
+             WITH ORDINALITY
+             AS m(shard_key, state_machine, name, old_state, new_state, forced, reason, version)
     ), entries AS (
-        INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
-        SELECT state_machine, name, old_state, new_state, %(now)s, forced, reason
+        INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created,
+                             forced, reason, version, xact_id)
+        SELECT shard_key, state_machine, name, old_state, new_state, %(now)s, forced, reason,
+               version, pg_current_xact_id()
         FROM moves ORDER BY seq
         RETURNING id, state_machine, label, old_state, new_state
     ), latest AS (
         SELECT DISTINCT ON (state_machine, label) id, state_machine, label, old_state, new_state
         FROM entries ORDER BY state_machine, label, id DESC
     ), finals AS (
-        SELECT * FROM unnest(CAST(%(f_sm)s AS text[]), CAST(%(f_name)s AS text[]),
-                             CAST(%(f_key)s AS bytea[]), CAST(%(f_due_at)s AS timestamptz[]),
+        SELECT * FROM unnest(CAST(%(f_shard_key)s AS integer[]), CAST(%(f_sm)s AS text[]),
+                             CAST(%(f_name)s AS text[]), CAST(%(f_key)s AS bytea[]),
+                             CAST(%(f_due_at)s AS timestamptz[]),
                              CAST(%(f_next_check_at)s AS timestamptz[]))
-                 AS f(state_machine, name, key, due_at, next_check_at)
+                 AS f(shard_key, state_machine, name, key, due_at, next_check_at)
     )
     UPDATE labels SET
         state = latest.new_state, previous_state = latest.old_state,
-        state_entered_at = %(now)s, entry_id = latest.id, updated_at = now(),
-        due_at = finals.due_at, next_check_at = finals.next_check_at, scheduled_at = now(),
+        state_entered_at = %(now)s, entry_id = latest.id, updated_at = %(now)s,
+        due_at = finals.due_at, next_check_at = finals.next_check_at, scheduled_at = %(now)s,
         attempts = 0, errored = false, last_error = NULL, lease_owner = NULL
     FROM latest JOIN finals
         ON finals.state_machine = latest.state_machine AND finals.name = latest.label
-    WHERE labels.state_machine = finals.state_machine AND labels.name_key = finals.key
-      AND labels.name = finals.name
+    WHERE labels.shard_key = ANY(CAST(%(f_shard_key)s AS integer[]))
+      AND labels.shard_key = finals.shard_key AND labels.state_machine = finals.state_machine
+      AND labels.name_key = finals.key AND labels.name = finals.name
     RETURNING labels.state_machine, labels.name, labels.metadata, labels.state,
               labels.state_entered_at, labels.entry_id, labels.previous_state, labels.deleted,
               labels.paused, labels.errored, labels.last_error, labels.attempts, labels.due_at,
@@ -129,17 +158,20 @@ _MOVE_MANY = """
 
 _MOVE_ONE = """
     WITH entry AS (
-        INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
-        VALUES (%(sm)s, %(name)s, %(old)s, %(new)s, %(now)s, %(forced)s, %(reason)s)
+        INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created,
+                             forced, reason, version, xact_id)
+        VALUES (%(shard_key)s, %(sm)s, %(name)s, %(old)s, %(new)s, %(now)s, %(forced)s,
+                %(reason)s, %(version)s, pg_current_xact_id())
         RETURNING id
     )
     UPDATE labels SET
         state = %(new)s, previous_state = %(old)s,
-        state_entered_at = %(now)s, entry_id = entry.id, updated_at = now(),
-        due_at = %(due_at)s, next_check_at = %(next_check_at)s, scheduled_at = now(),
+        state_entered_at = %(now)s, entry_id = entry.id, updated_at = %(now)s,
+        due_at = %(due_at)s, next_check_at = %(next_check_at)s, scheduled_at = %(now)s,
         attempts = 0, errored = false, last_error = NULL, lease_owner = NULL
     FROM entry
-    WHERE labels.state_machine = %(sm)s AND labels.name_key = %(key)s AND labels.name = %(name)s
+    WHERE labels.shard_key = %(shard_key)s AND labels.state_machine = %(sm)s
+      AND labels.name_key = %(key)s AND labels.name = %(name)s
     RETURNING labels.state_machine, labels.name, labels.metadata, labels.state,
               labels.state_entered_at, labels.entry_id, labels.previous_state, labels.deleted,
               labels.paused, labels.errored, labels.last_error, labels.attempts, labels.due_at,

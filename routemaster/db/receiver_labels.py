@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from routemaster.db.errored import Erring, become_errored
+from routemaster.db.history import version_arrays
 from routemaster.db.notifications import notify_due
 from routemaster.db.receivers import Route, route_arrays
 from routemaster.db.statements import fetch_all, run
@@ -43,10 +44,10 @@ _RETRY_ERRORED = """
         SELECT * FROM unnest(CAST(%(route_machines)s AS text[]), CAST(%(route_states)s AS text[]))
                  AS r(sm, state)
     ), errored AS (
-        SELECT labels.state_machine, labels.name_key,
+        SELECT labels.shard_key, labels.state_machine, labels.name_key,
                COALESCE(
                    (SELECT max(history.created) FROM history
-                    WHERE history.label = labels.name
+                    WHERE history.shard_key = labels.shard_key AND history.label = labels.name
                       AND history.state_machine = labels.state_machine
                       AND history.kind = 'errored' AND history.id > labels.entry_id),
                    labels.updated_at) AS errored_at
@@ -55,17 +56,29 @@ _RETRY_ERRORED = """
           AND (labels.state_machine, labels.state) IN (SELECT sm, state FROM routes)
     ), retried AS (
         UPDATE labels SET errored = false, attempts = 0, due_at = %(now)s, lease_owner = NULL,
-                          updated_at = now(),
+                          updated_at = %(now)s,
                           scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
-                                              THEN now() ELSE labels.scheduled_at END
+                                              THEN %(now)s ELSE labels.scheduled_at END
         FROM errored
-        WHERE labels.state_machine = errored.state_machine
+        WHERE labels.shard_key = errored.shard_key
+          AND labels.state_machine = errored.state_machine
           AND labels.name_key = errored.name_key
           AND errored.errored_at >= %(since)s AND errored.errored_at < %(until)s
-        RETURNING labels.state_machine, labels.name, labels.state
+        RETURNING labels.shard_key, labels.state_machine, labels.name, labels.state,
+                  labels.version
+    ), versions AS (
+        SELECT * FROM unnest(CAST(%(version_machines)s AS text[]),
+                             CAST(%(runnings)s AS integer[]), CAST(%(continuings)s AS boolean[]))
+                      AS v(sm, running, continuing)
     )
-    INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason)
-    SELECT state_machine, name, state, state, %(now)s, true, %(reason)s FROM retried
+    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, forced,
+                         reason, version, xact_id)
+    SELECT retried.shard_key, retried.state_machine, retried.name, retried.state, retried.state,
+           %(now)s, true, %(reason)s,
+           CASE WHEN versions.continuing THEN COALESCE(retried.version, versions.running)
+                ELSE versions.running END,
+           pg_current_xact_id()
+    FROM retried LEFT JOIN versions ON versions.sm = retried.state_machine
     """
 
 # Labels due since before the cutoff, locked (skipping those another worker holds) until
@@ -105,7 +118,16 @@ def retry_errored(
     """Make due again every label errored in these states within [since, until): how many."""
     if not states:
         return 0
-    params = {**_pairs(states), "since": since, "until": until, "now": now, "reason": reason}
+    machines = sorted({machine for machine, _ in states})
+    params = {
+        **_pairs(states),
+        **version_arrays(conn, machines),
+        "version_machines": machines,
+        "since": since,
+        "until": until,
+        "now": now,
+        "reason": reason,
+    }
     count = run(conn, _RETRY_ERRORED, params)
     if count:
         notify_due(conn)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from routemaster.db.changes import START, Position
+from routemaster.db.history import version_params
 from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
 
 LEADER_KEY = 0x726D7265746E  # "rmretn": one pruning leader at a time, per batch
@@ -104,6 +105,7 @@ def delete_finished(
         "now": now,
         "batch": batch,
         "reason": FINISHED_REASON,
+        **version_params(conn, state_machine),
     }
     return run(conn, _DELETE_FINISHED, params)
 
@@ -227,7 +229,7 @@ _REMOVE_DELETED = """
 # As labels._DELETE, for a batch of labels in an end state since before the cutoff.
 _DELETE_FINISHED = """
     WITH done AS MATERIALIZED (
-        SELECT name_key FROM labels
+        SELECT shard_key, name_key FROM labels
         WHERE state_machine = %(sm)s AND state = ANY (CAST(%(states)s AS text[]))
           AND NOT deleted AND state_entered_at < %(cutoff)s
         LIMIT %(batch)s
@@ -237,12 +239,17 @@ _DELETE_FINISHED = """
         UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
                           lease_owner = NULL, updated_at = %(now)s
         FROM done
-        WHERE labels.state_machine = %(sm)s AND labels.name_key = done.name_key
-          AND NOT labels.deleted
-        RETURNING labels.state_machine, labels.name, labels.state
+        WHERE labels.shard_key = done.shard_key AND labels.state_machine = %(sm)s
+          AND labels.name_key = done.name_key AND NOT labels.deleted
+        RETURNING labels.shard_key, labels.state_machine, labels.name, labels.state,
+                  labels.version
     )
-    INSERT INTO history (state_machine, label, old_state, new_state, created, reason)
-    SELECT state_machine, name, state, NULL, %(now)s, %(reason)s FROM marked
+    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, reason,
+                         version, xact_id)
+    SELECT shard_key, state_machine, name, state, NULL, %(now)s, %(reason)s,
+           CASE WHEN %(continuing)s THEN COALESCE(version, %(running)s) ELSE %(running)s END,
+           pg_current_xact_id()
+    FROM marked
     """
 
 _ADVANCE = """

@@ -16,7 +16,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.keys import label_key, label_key_arrays
+from routemaster.db.keys import label_key, label_key_arrays, shard_key
 from routemaster.db.labels import Label, LabelKey, label_from_row
 from routemaster.db.notifications import notify_due
 from routemaster.db.statements import fetch_all, fetch_one, run
@@ -83,7 +83,13 @@ def count_unscheduled(conn: sa.Connection) -> int:
 
 def next_check_of(conn: sa.Connection, key: LabelKey) -> datetime.datetime | None:
     """The stored next check of one label (``None``: none, or not computed yet)."""
-    row = fetch_one(conn, _NEXT_CHECK, {"sm": key[0], "name": key[1], "key": label_key(key[1])})
+    params = {
+        "sm": key[0],
+        "name": key[1],
+        "key": label_key(key[1]),
+        "shard_key": shard_key(key[1]),
+    }
+    row = fetch_one(conn, _NEXT_CHECK, params)
     return None if row is None else row[0]
 
 
@@ -171,5 +177,6 @@ _NEXT_MOVES = """
 
 _NEXT_CHECK = """
     SELECT next_check_at FROM labels
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s
     """

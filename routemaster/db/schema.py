@@ -8,6 +8,10 @@ Work for the worker is a single column, ``due_at``: a label is due when
 ``due_at <= now()``. Claiming work moves ``due_at`` into the future by the
 lease length, so a worker that dies mid-work simply lets the lease run out and
 the label becomes due again.
+
+Every table that grows with labels carries the label's ``shard_key``
+(:func:`routemaster.db.keys.shard_key`, migration 0017), in its primary key
+and unique indexes: the column Citus distributes them by.
 """
 
 from __future__ import annotations
@@ -58,13 +62,9 @@ labels = sa.Table(
     sa.Column("lease_owner", sa.Text, nullable=True),
     # the lease's task id (migration 0007): live while lease_owner is set and due_at is ahead
     # what the indexes hold for the name: its UTF-8, or for a name over 1,024
-    # bytes a prefix and a hash (db/keys.py, migration 0006)
-    sa.Column(
-        "name_key",
-        postgresql.BYTEA,
-        sa.Computed("routemaster_label_key(name)", persisted=True),
-        primary_key=True,
-    ),
+    # bytes a prefix and a hash (db/keys.py, migration 0006; written by the application
+    # since 0017)
+    sa.Column("name_key", postgresql.BYTEA, primary_key=True),
     sa.Column("task_id", sa.Text, nullable=True),
     # when a pause with "until" ends by itself (migration 0007)
     sa.Column("paused_until", sa.DateTime(timezone=True), nullable=True),
@@ -75,6 +75,8 @@ labels = sa.Table(
     # the machine version the label follows (``continue``) or was created under (``abort``);
     # NULL for ``upgrade`` machines, whose labels follow the definition in force (0015)
     sa.Column("version", sa.Integer, nullable=True),
+    # the label's bucket (db/keys.py, migration 0017): Citus's distribution column
+    sa.Column("shard_key", sa.Integer, primary_key=True),
 )
 
 sa.Index(
@@ -88,6 +90,7 @@ sa.Index("labels_due", labels.c.due_at, postgresql_where=labels.c.due_at.isnot(N
 sa.Index(
     "labels_by_task",
     labels.c.task_id,
+    labels.c.shard_key,
     unique=True,
     postgresql_where=labels.c.task_id.isnot(None),
 )
@@ -145,7 +148,13 @@ sa.Index(
 history = sa.Table(
     "history",
     metadata,
-    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column(
+        "id",
+        sa.BigInteger,
+        sa.Sequence("history_id_seq"),
+        primary_key=True,
+        server_default=sa.text("nextval('history_id_seq'::regclass)"),
+    ),
     sa.Column("state_machine", sa.Text, nullable=False),
     sa.Column("label", sa.Text, nullable=False),
     sa.Column("old_state", sa.Text, nullable=True),
@@ -156,11 +165,13 @@ history = sa.Table(
     # the writing transaction: the changes stream orders by (xact_id, id) and
     # shows a row only once every transaction below it has finished
     sa.Column("xact_id", Xid8(), nullable=False, server_default=sa.text("pg_current_xact_id()")),
-    # the machine version the writing process ran (set by a trigger: migration 0008)
+    # the machine version the label follows, or that the writing process ran (written by
+    # every writer since migration 0017; a trigger set it before)
     sa.Column("version", sa.Integer, nullable=True),
     # NULL when the row's states and ``forced`` say what it was (created, moved,
     # deleted, forced); "errored" when the label became errored (migration 0009)
     sa.Column("kind", sa.Text, nullable=True),
+    sa.Column("shard_key", sa.Integer, primary_key=True),
 )
 
 sa.Index("history_by_label", history.c.label, postgresql_using="hash")
@@ -230,6 +241,7 @@ tasks = sa.Table(
     # how the lease was chosen at the claim (migration 0016): fixed, percentile, min, max
     sa.Column("lease_source", sa.Text, nullable=True),
     sa.Column("lease_samples", sa.Integer, nullable=True),
+    sa.Column("shard_key", sa.Integer, primary_key=True),
 )
 
 sa.Index("tasks_by_label", tasks.c.label, postgresql_using="hash")
@@ -244,7 +256,13 @@ sa.Index(
 deliveries = sa.Table(
     "deliveries",
     metadata,
-    sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True),
+    sa.Column(
+        "id",
+        sa.BigInteger,
+        sa.Sequence("deliveries_id_seq"),
+        primary_key=True,
+        server_default=sa.text("nextval('deliveries_id_seq'::regclass)"),
+    ),
     sa.Column("kind", sa.Text, nullable=False),  # webhook, feed, subscription
     sa.Column("state_machine", sa.Text, nullable=True),
     sa.Column("label", sa.Text, nullable=True),
@@ -259,6 +277,8 @@ deliveries = sa.Table(
     sa.Column("outcome", sa.Text, nullable=False),
     sa.Column("error", sa.Text, nullable=True),
     sa.Column("response_excerpt", sa.Text, nullable=True),
+    # the label's bucket; a delivery with no label (a subscription's batch) its receiver's
+    sa.Column("shard_key", sa.Integer, primary_key=True),
 )
 
 sa.Index(
@@ -339,7 +359,13 @@ sa.Index("subscriptions_due", subscriptions.c.due_at)
 bulk_jobs = sa.Table(
     "bulk_jobs",
     metadata,
-    sa.Column("id", sa.BigInteger, sa.Identity(always=False), primary_key=True),
+    sa.Column(
+        "id",
+        sa.BigInteger,
+        sa.Sequence("bulk_jobs_id_seq"),
+        primary_key=True,
+        server_default=sa.text("nextval('bulk_jobs_id_seq'::regclass)"),
+    ),
     sa.Column("state_machine", sa.Text, nullable=False),
     sa.Column("command", sa.Text, nullable=False),
     # the filters and the command's own arguments (``to``), as accepted
@@ -377,6 +403,7 @@ bulk_items = sa.Table(
     sa.Column("name", sa.Text, nullable=False),
     # NULL until a worker has handled the label: "done", "skipped" or "failed"
     sa.Column("outcome", sa.Text, nullable=True),
+    sa.Column("shard_key", sa.Integer, primary_key=True),
 )
 
 sa.Index(

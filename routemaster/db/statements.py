@@ -92,10 +92,7 @@ SETTINGS_OPTION = "routemaster_transaction_settings"
 
 _SINGLE_KEY = "routemaster.single_statement"  # in the pool's connection info: in single_statement
 
-PROLOGUE = (
-    "SELECT set_config('statement_timeout', %(routemaster_statement_timeout)s, true),"
-    " set_config('routemaster.versions', %(routemaster_versions)s, true); "
-)
+PROLOGUE = "SELECT set_config('statement_timeout', %(routemaster_statement_timeout)s, true); "
 """Sent in front of the first statement of every transaction (see the module's docstring)."""
 
 

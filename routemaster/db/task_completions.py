@@ -83,9 +83,10 @@ _TAKE_COMPLETED = """
         SELECT * FROM unnest(CAST(%(ids)s AS text[]), CAST(%(patches)s AS text[]))
                       AS a(id, patch)
     ), taken AS (
-        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL, updated_at = now(),
+        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL,
+                          updated_at = %(now)s,
                           scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
-                                              THEN now() ELSE labels.scheduled_at END,
+                                              THEN %(now)s ELSE labels.scheduled_at END,
                           metadata = CASE WHEN asked.patch IS NULL THEN labels.metadata
                                           ELSE routemaster_deep_merge(labels.metadata,
                                                                       CAST(asked.patch AS jsonb))

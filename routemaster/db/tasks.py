@@ -8,6 +8,12 @@ leased (every move and operator command clears ``lease_owner``) and not run
 out (``due_at > %(now)s``). A stale id therefore changes nothing, whatever the
 order in which two workers call. Statements are written and run as
 :mod:`routemaster.db.statements` says.
+
+A task id begins with its label's shard key (``"<shard key>.<random>"``,
+:func:`labelled_task_id`), so every call made with it names the shard key
+and on Citus runs on the label's shard alone. Ids issued before (random
+only: no ``.``) still work, through statements that do not name it (on
+Citus those read every shard).
 """
 
 from __future__ import annotations
@@ -20,9 +26,9 @@ from typing import Any, cast
 import sqlalchemy as sa
 
 from routemaster.db.errored import Erring, become_errored
-from routemaster.db.keys import label_keys
+from routemaster.db.keys import SHARD_KEYS, label_keys, shard_key
 from routemaster.db.labels import Label, label_from_row
-from routemaster.db.statements import fetch_all, fetch_one, run
+from routemaster.db.statements import Params, Statement, fetch_all, fetch_one, run
 
 PullState = tuple[str, str]
 """(state machine, pull action)."""
@@ -150,11 +156,34 @@ def expire(conn: sa.Connection, expiries: Sequence[Expiry], *, now: datetime.dat
     become_errored(conn, erring, now=now)
 
 
+def labelled_task_id(name: str, token: str) -> str:
+    """The task id of a lease of label ``name``: its shard key, ``.`` and ``token`` (random)."""
+    return f"{shard_key(name)}.{token}"
+
+
+def shard_key_of_task(task_id: str) -> int | None:
+    """The shard key a task id begins with; ``None`` for an id without (issued before 0017)."""
+    prefix, dot, _ = task_id.partition(".")
+    if not dot or not prefix.isdigit() or len(prefix) > 4:
+        return None
+    found = int(prefix)
+    return found if found < SHARD_KEYS else None
+
+
+def _by_id(task_id: str, with_key: Statement, without_key: Statement) -> tuple[Statement, Params]:
+    """The statement for ``task_id`` (naming its shard key when it has one) and its parameters."""
+    bucket = shard_key_of_task(task_id)
+    if bucket is None:
+        return without_key, {"id": task_id}
+    return with_key, {"id": task_id, "shard_key": bucket}
+
+
 def heartbeat(
     conn: sa.Connection, task_id: str, *, now: datetime.datetime
 ) -> datetime.datetime | None:
     """Extend the lease by its length from now; ``None`` when the id holds no live lease."""
-    row = fetch_one(conn, _HEARTBEAT, {"id": task_id, "now": now})
+    statement, params = _by_id(task_id, _HEARTBEAT, _HEARTBEAT_UNKEYED)
+    row = fetch_one(conn, statement, {**params, "now": now})
     return None if row is None else cast(datetime.datetime, row[0])
 
 
@@ -166,7 +195,8 @@ def take(
     Returns the label (its lease ended, still in the action, not due: the
     caller moves it on or says when it is due again) and the task's attempt number.
     """
-    row = fetch_one(conn, _TAKE, {"id": task_id, "outcome": outcome, "now": now})
+    statement, params = _by_id(task_id, _TAKE, _TAKE_UNKEYED)
+    row = fetch_one(conn, statement, {**params, "outcome": outcome, "now": now})
     if row is None:
         return None
     *columns, attempt = row
@@ -175,7 +205,8 @@ def take(
 
 def issued(conn: sa.Connection, task_id: str) -> bool:
     """Whether ``task_id`` was ever issued."""
-    return fetch_one(conn, _ISSUED, {"id": task_id}) is not None
+    statement, params = _by_id(task_id, _ISSUED, _ISSUED_UNKEYED)
+    return fetch_one(conn, statement, params) is not None
 
 
 def set_due(
@@ -183,6 +214,7 @@ def set_due(
     label: Label,
     *,
     due_at: datetime.datetime,
+    now: datetime.datetime,
     error: str | None = None,
     attempts: int | None = None,
 ) -> Label:
@@ -194,9 +226,11 @@ def set_due(
             "sm": label.state_machine,
             "name": label.name,
             "key": label_keys([label.name])[0],
+            "shard_key": shard_key(label.name),
             "due_at": due_at,
             "error": error,
             "attempts": label.attempts if attempts is None else attempts,
+            "now": now,
         },
     )
     assert row is not None, "the label is locked by the caller"
@@ -232,6 +266,7 @@ def open_callback(
             "sm": key[0],
             "name": key[1],
             "key": label_keys([key[1]])[0],
+            "shard_key": shard_key(key[1]),
             "entry_id": entry_id,
             "id": task_id,
             "holder": holder,
@@ -244,7 +279,8 @@ def open_callback(
 
 def hold_for_callback(conn: sa.Connection, task_id: str, *, until: datetime.datetime) -> bool:
     """After a 202: keep the label leased until ``until`` for the receiver to finish the task."""
-    return run(conn, _HOLD_FOR_CALLBACK, {"id": task_id, "until": until}) == 1
+    statement, params = _by_id(task_id, _HOLD_FOR_CALLBACK, _HOLD_FOR_CALLBACK_UNKEYED)
+    return run(conn, statement, {**params, "until": until}) == 1
 
 
 # The pull actions a claim takes from come as arrays: machines, states, their leases in
@@ -277,18 +313,20 @@ _CLAIM = """
         SELECT * FROM unnest(CAST(%(ids)s AS text[])) WITH ORDINALITY AS i(id, n)
     ), claimed AS (
         UPDATE labels SET due_at = %(now)s + numbered.lease * interval '1 second',
-                          lease_owner = %(worker)s, task_id = ids.id,
+                          lease_owner = %(worker)s,
+                          task_id = CAST(labels.shard_key AS text) || '.' || ids.id,
                           attempts = labels.attempts + 1
         FROM numbered JOIN ids ON ids.n = numbered.n
         WHERE labels.state_machine = numbered.state_machine
           AND labels.name_key = numbered.name_key
         RETURNING labels.task_id, labels.state_machine, labels.name, labels.state,
                   labels.metadata, labels.attempts, labels.entry_id, labels.due_at,
-                  numbered.lease, numbered.lease_source, numbered.lease_samples, numbered.n
+                  numbered.lease, numbered.lease_source, numbered.lease_samples, numbered.n,
+                  labels.shard_key
     ), issued AS (
-        INSERT INTO tasks (id, state_machine, label, state, entry_id, attempt, worker, lease,
-                           claimed_at, lease_source, lease_samples)
-        SELECT task_id, state_machine, name, state, entry_id, attempts, %(worker)s,
+        INSERT INTO tasks (id, shard_key, state_machine, label, state, entry_id, attempt, worker,
+                           lease, claimed_at, lease_source, lease_samples)
+        SELECT task_id, shard_key, state_machine, name, state, entry_id, attempts, %(worker)s,
                lease * interval '1 second', %(now)s, lease_source, lease_samples
         FROM claimed
     )
@@ -321,9 +359,9 @@ _EXPIRE = """
         FROM expired WHERE tasks.id = expired.id
     )
     UPDATE labels SET due_at = expired.due_at, last_error = expired.error, lease_owner = NULL,
-                      task_id = NULL, updated_at = now(),
+                      task_id = NULL, updated_at = %(now)s,
                       scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
-                                          THEN now() ELSE labels.scheduled_at END
+                                          THEN %(now)s ELSE labels.scheduled_at END
     FROM expired
     WHERE labels.state_machine = expired.sm AND labels.name_key = expired.key
       AND labels.name = expired.name AND labels.task_id = expired.id
@@ -333,8 +371,19 @@ _EXPIRE = """
 # A live lease, which every call made with a task id checks in its one statement:
 # labels.task_id = %(id)s, still leased (every move and operator command clears
 # lease_owner), not run out (due_at > %(now)s), and the label neither deleted nor errored.
+# Each has a twin for ids issued before 0017, which do not begin with their shard key.
 
 _HEARTBEAT = """
+    UPDATE labels SET due_at = %(now)s + tasks.lease
+    FROM tasks
+    WHERE tasks.shard_key = %(shard_key)s AND tasks.id = %(id)s
+      AND labels.shard_key = %(shard_key)s AND labels.task_id = %(id)s
+      AND labels.lease_owner IS NOT NULL AND labels.due_at > %(now)s
+      AND NOT labels.deleted AND NOT labels.errored
+    RETURNING labels.due_at
+    """
+
+_HEARTBEAT_UNKEYED = """
     UPDATE labels SET due_at = %(now)s + tasks.lease
     FROM tasks
     WHERE tasks.id = %(id)s
@@ -346,9 +395,34 @@ _HEARTBEAT = """
 # The label is returned with its lease ended, followed by the task's attempt number.
 _TAKE = """
     WITH taken AS (
-        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL, updated_at = now(),
+        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL,
+                          updated_at = %(now)s,
                           scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
-                                              THEN now() ELSE labels.scheduled_at END
+                                              THEN %(now)s ELSE labels.scheduled_at END
+        WHERE labels.shard_key = %(shard_key)s AND labels.task_id = %(id)s
+          AND labels.lease_owner IS NOT NULL AND labels.due_at > %(now)s
+          AND NOT labels.deleted AND NOT labels.errored
+        RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
+                  previous_state, deleted, paused, errored, last_error, attempts, due_at,
+                  created_at, updated_at, version
+    ), ended AS (
+        UPDATE tasks SET ended_at = %(now)s, outcome = %(outcome)s
+        FROM taken WHERE tasks.shard_key = %(shard_key)s AND tasks.id = %(id)s
+        RETURNING tasks.attempt
+    )
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version,
+           attempt
+    FROM taken, ended
+    """
+
+_TAKE_UNKEYED = """
+    WITH taken AS (
+        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL,
+                          updated_at = %(now)s,
+                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                              THEN %(now)s ELSE labels.scheduled_at END
         WHERE labels.task_id = %(id)s AND labels.lease_owner IS NOT NULL
           AND labels.due_at > %(now)s AND NOT labels.deleted AND NOT labels.errored
         RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
@@ -366,15 +440,18 @@ _TAKE = """
     FROM taken, ended
     """
 
-_ISSUED = "SELECT 1 FROM tasks WHERE id = %(id)s"
+_ISSUED = "SELECT 1 FROM tasks WHERE shard_key = %(shard_key)s AND id = %(id)s"
+
+_ISSUED_UNKEYED = "SELECT 1 FROM tasks WHERE id = %(id)s"
 
 # Becoming errored instead: routemaster.db.errored (give_up).
 _SET_DUE = """
     UPDATE labels SET due_at = %(due_at)s, last_error = %(error)s, attempts = %(attempts)s,
-                      updated_at = now(),
+                      updated_at = %(now)s,
                       scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
-                                          THEN now() ELSE labels.scheduled_at END
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+                                          THEN %(now)s ELSE labels.scheduled_at END
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s
     RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
               deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
               version
@@ -383,19 +460,25 @@ _SET_DUE = """
 _OPEN_CALLBACK = """
     WITH opened AS (
         UPDATE labels SET task_id = %(id)s
-        WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
-          AND entry_id = %(entry_id)s AND lease_owner = %(holder)s
+        WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+          AND name = %(name)s AND entry_id = %(entry_id)s AND lease_owner = %(holder)s
           AND NOT deleted AND NOT errored
         RETURNING state_machine, name, state, entry_id, attempts
     )
-    INSERT INTO tasks (id, state_machine, label, state, entry_id, attempt, worker, lease,
-                       claimed_at, lease_source, lease_samples)
-    SELECT %(id)s, state_machine, name, state, entry_id, attempts, %(holder)s,
+    INSERT INTO tasks (id, shard_key, state_machine, label, state, entry_id, attempt, worker,
+                       lease, claimed_at, lease_source, lease_samples)
+    SELECT %(id)s, %(shard_key)s, state_machine, name, state, entry_id, attempts, %(holder)s,
            %(lease)s * interval '1 second', %(now)s, 'fixed', 0
     FROM opened
     """
 
 _HOLD_FOR_CALLBACK = """
+    UPDATE labels SET due_at = %(until)s
+    WHERE shard_key = %(shard_key)s AND task_id = %(id)s AND lease_owner IS NOT NULL
+      AND NOT deleted AND NOT errored
+    """
+
+_HOLD_FOR_CALLBACK_UNKEYED = """
     UPDATE labels SET due_at = %(until)s
     WHERE task_id = %(id)s AND lease_owner IS NOT NULL AND NOT deleted AND NOT errored
     """

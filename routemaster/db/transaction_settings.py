@@ -1,4 +1,4 @@
-"""What each transaction of a process sets first: its statement timeout and its machine versions.
+"""What each transaction of a process sets first: its statement timeout.
 
 Behind a pooler in transaction mode (PgBouncer ``pool_mode = transaction``,
 Supavisor, Neon's pooled endpoint) each transaction may run on another
@@ -6,14 +6,15 @@ server connection, and one server connection serves many clients in turn:
 a setting made once per connection (the ``options`` startup parameter, a
 ``SET`` or a session ``set_config``) is refused, lost, or applied to another
 process's work. So nothing is set per connection. Every transaction starts
-with :data:`~routemaster.db.statements.PROLOGUE`, which sets both values
-with ``set_config(..., true)`` (they end with the transaction).
+with :data:`~routemaster.db.statements.PROLOGUE`, which sets the timeout
+with ``set_config(..., true)`` (it ends with the transaction).
 :mod:`routemaster.db.statements` sends it in front of the first statement
 of each transaction, in the same round trip
 (``SELECT set_config(...); <statement>``), and in front of a single
 autocommit statement, which the two then share one implicit transaction
-with. The statement runs under the timeout; a history row it writes is
-stamped (the trigger of migration 0008 reads ``routemaster.versions``).
+with. The statement runs under the timeout. (The machine versions history
+rows carry are parameters of the statements since migration 0017:
+:mod:`routemaster.db.history`.)
 
 The values live in one :class:`TransactionSettings` per engine, kept in the
 engine's execution options (SQLAlchemy's public per-engine options, which
@@ -22,15 +23,13 @@ every connection of the engine reads).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 
 from routemaster.db.statements import SETTINGS_OPTION
-from routemaster.db.versions import versions_setting
 
-__all__ = ["TransactionSettings", "set_statement_timeout", "settings_of", "stamp_versions"]
+__all__ = ["TransactionSettings", "set_statement_timeout", "settings_of"]
 
 
 @dataclass
@@ -38,20 +37,16 @@ class TransactionSettings:
     """The values every transaction of one engine sets (see the module's docstring)."""
 
     statement_timeout_ms: int = 0  # 0: none
-    versions: str = ""  # JSON: machine -> version; empty: none (history.version stays NULL)
 
     @property
     def params(self) -> dict[str, str]:
         """:data:`~routemaster.db.statements.PROLOGUE`'s parameters."""
-        return {
-            "routemaster_statement_timeout": str(self.statement_timeout_ms),
-            "routemaster_versions": self.versions,
-        }
+        return {"routemaster_statement_timeout": str(self.statement_timeout_ms)}
 
     @property
     def needed(self) -> bool:
         """Whether there is anything to set (a plain engine, as ``plan`` uses, sends nothing)."""
-        return bool(self.statement_timeout_ms or self.versions)
+        return bool(self.statement_timeout_ms)
 
 
 def settings_of(engine: sa.Engine) -> TransactionSettings:
@@ -68,14 +63,3 @@ def set_statement_timeout(engine: sa.Engine, seconds: float | None) -> None:
     """Every transaction of ``engine`` runs each statement for at most ``seconds`` (0: no limit)."""
     settings = settings_of(engine)
     settings.statement_timeout_ms = max(1, round(seconds * 1000)) if seconds else 0
-
-
-def stamp_versions(
-    engine: sa.Engine, versions: Mapping[str, int], continuing: Iterable[str] = ()
-) -> None:
-    """History rows written through ``engine`` from now on carry ``versions`` (machine: version).
-
-    ``continuing``: the machines whose rows carry the label's own version instead (SPEC E4).
-    """
-    settings = settings_of(engine)
-    settings.versions = versions_setting(versions, continuing) if versions else ""

@@ -2,10 +2,9 @@
 
 A definition is the machine as the API describes it (JSON, no header values
 or secrets); its digest is the SHA-256 of its canonical JSON, so the same
-definition started again keeps its number. ``history.version`` is filled in
-by a trigger (migration 0008) from the setting ``routemaster.versions``,
-which every transaction of a process sets first
-(:func:`routemaster.db.transaction_settings.stamp_versions`).
+definition started again keeps its number. ``history.version`` is named by
+every statement that writes history (:mod:`routemaster.db.history`), from the
+versions the process runs (:func:`routemaster.db.history.stamp_versions`).
 """
 
 from __future__ import annotations
@@ -13,13 +12,13 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.keys import label_key
+from routemaster.db.keys import label_key, shard_key
 from routemaster.db.statements import fetch_all, fetch_one, run
 
 
@@ -83,9 +82,22 @@ def version_of(conn: sa.Connection, machine: str, version: int) -> MachineVersio
     return None if row is None else MachineVersion(*row)
 
 
-def set_label_version(conn: sa.Connection, machine: str, name: str, version: int) -> None:
+def set_label_version(
+    conn: sa.Connection, machine: str, name: str, version: int, *, now: datetime.datetime
+) -> None:
     """Put a (locked) label on ``version``: what it follows from now on."""
-    run(conn, _SET_VERSION, {"sm": machine, "name": name, "key": label_key(name), "v": version})
+    run(
+        conn,
+        _SET_VERSION,
+        {
+            "sm": machine,
+            "name": name,
+            "key": label_key(name),
+            "shard_key": shard_key(name),
+            "v": version,
+            "now": now,
+        },
+    )
 
 
 def rename_label(
@@ -111,6 +123,7 @@ def rename_label(
             "sm": machine,
             "name": name,
             "key": label_key(name),
+            "shard_key": shard_key(name),
             "old": old,
             "new": new,
             "v": version,
@@ -141,16 +154,6 @@ def labels_to_abort(
     if unversioned and len(rows) < limit:
         rows += fetch_all(conn, _UNVERSIONED_LABELS, {**params, "limit": limit - len(rows)})
     return [(str(name), None if found is None else int(found)) for name, found in rows]
-
-
-def versions_setting(versions: Mapping[str, int], continuing: Iterable[str] = ()) -> str:
-    """The ``routemaster.versions`` setting: machine -> version, and under ``"$continue"`` the
-    machines whose history rows carry the label's own version (migration 0015)."""
-    setting: dict[str, Any] = dict(versions)
-    names = sorted(continuing)
-    if names:
-        setting["$continue"] = names
-    return json.dumps(setting, sort_keys=True)
 
 
 _RECORD = """
@@ -194,20 +197,23 @@ _ONE_VERSION = """
     """
 
 _SET_VERSION = """
-    UPDATE labels SET version = %(v)s, updated_at = now()
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    UPDATE labels SET version = %(v)s, updated_at = %(now)s
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s
     """
 
 _RENAME_ONE = """
     WITH renamed AS (
-        UPDATE labels SET state = %(new)s, version = %(v)s, updated_at = now()
-        WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
-          AND state = %(old)s
+        UPDATE labels SET state = %(new)s, version = %(v)s, updated_at = %(now)s
+        WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+          AND name = %(name)s AND state = %(old)s
         RETURNING state_machine, name
     )
-    INSERT INTO history (state_machine, label, old_state, new_state, created, forced, reason,
-                         version)
-    SELECT state_machine, name, %(old)s, %(new)s, %(now)s, true, %(reason)s, %(v)s FROM renamed
+    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, forced,
+                         reason, version, xact_id)
+    SELECT %(shard_key)s, state_machine, name, %(old)s, %(new)s, %(now)s, true, %(reason)s, %(v)s,
+           pg_current_xact_id()
+    FROM renamed
     """
 
 _OLDER_LABELS = """

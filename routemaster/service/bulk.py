@@ -93,6 +93,7 @@ def accept(app: App, search: Search, command: BulkCommand, *, expect: int) -> tu
             command=command.command,
             arguments=command.arguments(),
             reason=command.reason,
+            now=app.now(),
             pause_until=command.until,
         )
         if count != expect:
@@ -254,8 +255,11 @@ def upgrade_locked(
     if not known and migration is None:
         raise CannotUpgrade(f"version {version} has no state {label.state!r} and no migration")
     if known:
-        versions.set_label_version(conn, machine.name, label.name, version)
-        store.record_forced(conn, label, now=now, reason=reason)
+        versions.set_label_version(conn, machine.name, label.name, version, now=now)
+        # The forced entry carries the version the label follows from now on.
+        store.record_forced(
+            conn, dataclasses.replace(label, version=version), now=now, reason=reason
+        )
         # Waiting in a gate: now due by the version in force's condition and triggers.
         store_after_update(conn, app, machine, dataclasses.replace(label, version=version))
     elif migration is not None and migration.kind == "rename":
@@ -271,7 +275,7 @@ def upgrade_locked(
         )
         log_transition(app, machine.name, label.name, label.state, migration.to_state, forced=True)
     elif migration is not None:
-        versions.set_label_version(conn, machine.name, label.name, version)
+        versions.set_label_version(conn, machine.name, label.name, version, now=now)
         upgraded = dataclasses.replace(label, version=version)  # moved by the version in force
         move_locked(conn, app, machine, upgraded, migration.to_state, now=now, reason=reason)
 

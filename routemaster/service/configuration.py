@@ -170,7 +170,7 @@ def _abort(
         label = db_labels.lock(conn, machine.name, name)
         if label is None or label.deleted or label.version != old:
             return 0
-        versions.set_label_version(conn, machine.name, name, new)
+        versions.set_label_version(conn, machine.name, name, new, now=now)
         label, plan = move_locked(conn, app, machine, label, to, now=now, reason=reason)
     if plan is not None:
         finish_in_request(app, machine, label, plan)

@@ -104,7 +104,7 @@ def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str,
     # Gates evaluated at moments in any version a label of the machine may follow (SPEC E4).
     scheduled = scheduled_states_of_versions(app, machine)
     with app.db.begin() as conn:
-        label = _merged(conn, machine, name, patch, scheduled)
+        label = _merged(conn, machine, name, patch, scheduled, now=now)
         # The definition that governs it: its own version's, on a continue machine. A state it
         # lacks (a newer one's, in a rolling deploy), or a version not found: not evaluated.
         governing = machine_for(app, label)
@@ -130,6 +130,8 @@ def _merged(
     name: str,
     patch: dict[str, Any],
     scheduled: list[str],
+    *,
+    now: datetime.datetime,
 ) -> Label:
     """The label with ``patch`` merged in; ``LabelNotFound`` or ``LabelDeleted`` if it cannot be.
 
@@ -140,7 +142,9 @@ def _merged(
     nothing either, the label was deleted since (only a delete hides a label
     from the merge, and a deleted label stays deleted).
     """
-    label = store.merge_metadata(conn, machine.name, name, patch, scheduled_states=scheduled)
+    label = store.merge_metadata(
+        conn, machine.name, name, patch, now=now, scheduled_states=scheduled
+    )
     if label is not None:
         return label
     deleted = store.is_deleted(conn, machine.name, name)
@@ -148,7 +152,9 @@ def _merged(
         raise LabelNotFound(name)
     if deleted:
         raise LabelDeleted(name)
-    label = store.merge_metadata(conn, machine.name, name, patch, scheduled_states=scheduled)
+    label = store.merge_metadata(
+        conn, machine.name, name, patch, now=now, scheduled_states=scheduled
+    )
     if label is None:
         raise LabelDeleted(name)
     return label

@@ -83,7 +83,7 @@ def pause_locked(
     if until is not None:
         default = f"paused until {until.isoformat()}"
     store.record_forced(conn, label, now=now, reason=reason or default)
-    return store.set_paused(conn, label, paused)
+    return store.set_paused(conn, label, paused, now=now)
 
 
 def resume_ended_pauses(app: App, *, limit: int = 100) -> int:
@@ -94,7 +94,7 @@ def resume_ended_pauses(app: App, *, limit: int = 100) -> int:
         for label in ended:
             store.record_forced(conn, label, now=now, reason="resumed: the pause ended")
             pauses.set_until(conn, label.state_machine, label.name, None)
-            store.set_paused(conn, label, False)
+            store.set_paused(conn, label, False, now=now)
     return len(ended)
 
 

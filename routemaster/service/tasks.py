@@ -150,7 +150,9 @@ def complete(app: App, task_id: str, patch: dict[str, Any] | None) -> Label:
         action_state = label.state
         machine = app.config.get_machine(label.state_machine)
         if patch:
-            label = store.merge_metadata(conn, label.state_machine, label.name, patch) or label
+            label = (
+                store.merge_metadata(conn, label.state_machine, label.name, patch, now=now) or label
+            )
         label, plan = advance_locked(conn, app, machine, label, now=now)
         if not plan.moves and plan.feed_missing is None:
             store.clear_due(conn, [label.key])  # an action with no next: the label rests here
@@ -279,7 +281,7 @@ def fail(
                 if retry_after is not None
                 else backoff(policy, label.attempts, rng)
             )
-            label = task_store.set_due(conn, label, due_at=now + delay, error=error)
+            label = task_store.set_due(conn, label, due_at=now + delay, now=now, error=error)
             if not delay:
                 notify_due(conn)
     _event(app, label.state_machine, label.state, label.name, "failed")
@@ -295,6 +297,7 @@ def release(app: App, task_id: str) -> Label:
             conn,
             label,
             due_at=now,
+            now=now,
             error=label.last_error,
             attempts=max(label.attempts - 1, 0),
         )
@@ -311,7 +314,7 @@ def open_callback_task(
     It is valid from now, so a completion that arrives before the 202 counts.
     ``None`` if ``holder`` no longer holds the label in that entry.
     """
-    task_id = new_task_id()
+    task_id = task_store.labelled_task_id(key[1], new_task_id())
     with app.db.begin() as conn:
         opened = task_store.open_callback(
             conn,

@@ -17,8 +17,10 @@ def insert_labels(engine: sa.Engine, count: int, state: str = "start") -> list[s
     with engine.begin() as connection:
         connection.execute(
             sa.text(
-                "INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id) "
-                "SELECT 'user', n, :state, now(), 0 FROM unnest(CAST(:names AS text[])) AS n"
+                "INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id,"
+                " name_key, shard_key) "
+                "SELECT 'user', n, :state, now(), 0, routemaster_label_key(n),"
+                " routemaster_shard_key(n) FROM unnest(CAST(:names AS text[])) AS n"
             ),
             {"names": names, "state": state},
         )

@@ -159,8 +159,10 @@ def test_the_statement_timeout_is_a_json_error_not_cannot_connect(
         conn.execute(
             sa.text(
                 "INSERT INTO labels (state_machine, name, metadata, state, state_entered_at,"
-                " entry_id) SELECT 'user', 'n' || i, jsonb_build_object('total', i), 'start',"
-                " now(), 1 FROM generate_series(1, 200000) AS i"
+                " entry_id, name_key, shard_key) SELECT 'user', 'n' || i,"
+                " jsonb_build_object('total', i), 'start', now(), 1,"
+                " routemaster_label_key('n' || i), routemaster_shard_key('n' || i)"
+                " FROM generate_series(1, 200000) AS i"
             )
         )
     hurried = App(config=app.config, db=create_engine(database_url, statement_timeout=0.001))

@@ -9,7 +9,7 @@ from flask.testing import FlaskClient
 
 from routemaster.app import App
 from routemaster.config import describe_machine
-from routemaster.db.transaction_settings import stamp_versions
+from routemaster.db.history import stamp_versions
 from routemaster.db.versions import digest_of, record_version
 from routemaster.service import create_label
 from routemaster.service.configuration import record_configuration

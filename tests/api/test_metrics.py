@@ -150,7 +150,8 @@ def test_gauges_are_counted_at_most_once_per_interval_across_processes(
     _set(
         db_engine,
         "INSERT INTO labels (state_machine, name, state, state_entered_at, "
-        "entry_id) VALUES ('user', 'x', 'start', now(), 1)",
+        "entry_id, name_key, shard_key) VALUES ('user', 'x', 'start', now(), 1,"
+        " routemaster_label_key('x'), routemaster_shard_key('x'))",
     )
     with Statements(db_engine) as statements:
         first = workers[0].counts()

@@ -118,7 +118,8 @@ def _insert_label(
         connection.execute(
             sa.text(
                 "INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id,"
-                " deleted) VALUES (:machine, :name, :state, now(), 1, :deleted)"
+                " deleted, name_key, shard_key) VALUES (:machine, :name, :state, now(), 1,"
+                " :deleted, routemaster_label_key(:name), routemaster_shard_key(:name))"
             ),
             {"machine": machine, "name": name, "state": state, "deleted": deleted},
         )

@@ -70,8 +70,9 @@ def _insert(engine: sa.Engine, name: str, state: str) -> None:
     with engine.begin() as connection:
         connection.execute(
             sa.text(
-                "INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id)"
-                " VALUES ('order', :name, :state, now(), 1)"
+                "INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id,"
+                " name_key, shard_key) VALUES ('order', :name, :state, now(), 1,"
+                " routemaster_label_key(:name), routemaster_shard_key(:name))"
             ),
             {"name": name, "state": state},
         )

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from routemaster.db import labels as store
-from routemaster.db.keys import WHOLE, label_key, label_key_arrays, prefix_bounds
+from routemaster.db.keys import WHOLE, label_key, label_key_arrays, prefix_bounds, shard_key
 from routemaster.db.listings import label_page
 from routemaster.db.statements import fetch_all
 
@@ -189,17 +189,19 @@ def many_labels(db_engine: sa.Engine) -> Iterator[sa.Engine]:
             sa.text(
                 # a tenth leased to other workers, as work in flight is
                 "INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id, "
-                "                    lease_owner, due_at) "
+                "                    lease_owner, due_at, name_key, shard_key) "
                 "SELECT 'm', 'n' || g, 'a', now(), g, "
                 "       CASE WHEN g % 10 = 0 THEN 'another' END, "
-                "       CASE WHEN g % 10 = 0 THEN now() + interval '1 minute' END "
+                "       CASE WHEN g % 10 = 0 THEN now() + interval '1 minute' END, "
+                "       routemaster_label_key('n' || g), routemaster_shard_key('n' || g) "
                 "FROM generate_series(1, 5000) g"
             )
         )
         conn.execute(
             sa.text(
-                "INSERT INTO history (state_machine, label, new_state) "
-                "SELECT 'm', 'n' || (g % 5000), 'a' FROM generate_series(1, 20000) g"
+                "INSERT INTO history (state_machine, label, new_state, shard_key) "
+                "SELECT 'm', 'n' || (g % 5000), 'a', routemaster_shard_key('n' || (g % 5000)) "
+                "FROM generate_series(1, 20000) g"
             )
         )
         create(conn, FOUR_BYTES)
@@ -218,8 +220,14 @@ def plan(conn: sa.Connection, sql: str, params: dict[str, Any]) -> str:
     ["_SELECT", "_SELECT_FOR_UPDATE", "_MERGE_METADATA", "_IS_DELETED", "_DELETE", "_RETRY"],
 )
 def test_lookups_by_name_use_the_primary_key(many_labels: sa.Engine, statement: str) -> None:
-    params: dict[str, Any] = {"sm": "m", "name": FOUR_BYTES, "key": label_key(FOUR_BYTES)}
+    params: dict[str, Any] = {
+        "sm": "m",
+        "name": FOUR_BYTES,
+        "key": label_key(FOUR_BYTES),
+        "shard_key": shard_key(FOUR_BYTES),
+    }
     params.update(patch="{}", now=NOW, paused=False, scheduled_states=["a"])
+    params.update(running=None, continuing=False)
     with many_labels.connect() as conn:
         explained = plan(conn, getattr(store, statement), params)
     assert "labels_pkey" in explained and "Seq Scan" not in explained, explained
@@ -228,7 +236,12 @@ def test_lookups_by_name_use_the_primary_key(many_labels: sa.Engine, statement: 
 def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
     from routemaster.db import claims, moves, schedules
 
-    one = {"sm": "m", "name": FOUR_BYTES, "key": label_key(FOUR_BYTES)}
+    one = {
+        "sm": "m",
+        "name": FOUR_BYTES,
+        "key": label_key(FOUR_BYTES),
+        "shard_key": shard_key(FOUR_BYTES),
+    }
     arrays = {**label_key_arrays([("m", FOUR_BYTES), ("m", "n7")]), "entries": [1, 7]}
     move = {
         "old": "a",
@@ -238,6 +251,7 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
         "due_at": None,
         "next_check_at": None,
         "now": NOW,
+        "version": None,
     }
     batch = {
         "now": NOW,
@@ -245,6 +259,9 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
         "m_sm": ["m", "m"],
         "m_name": [FOUR_BYTES, "n7"],
         "m_reason": [None, None],
+        "m_shard_key": [shard_key(FOUR_BYTES), shard_key("n7")],
+        "m_version": [None, None],
+        "f_shard_key": [shard_key(FOUR_BYTES), shard_key("n7")],
         "f_sm": ["m", "m"],
         "f_name": [FOUR_BYTES, "n7"],
         "f_key": [label_key(FOUR_BYTES), label_key("n7")],

@@ -47,7 +47,7 @@ def test_creates_and_reads_answer_right_behind_a_transaction_pooler(
             assert read is not None
             seen.append((read.name, read.metadata["i"]))
             with engine.begin() as conn:  # a transaction's statements, behind the same pooler
-                merged = store.merge_metadata(conn, "flow", name, {"seen": True})
+                merged = store.merge_metadata(conn, "flow", name, {"seen": True}, now=utc_now())
             assert merged is not None and merged.metadata == {"i": i, "seen": True}
         return seen
 

@@ -23,8 +23,9 @@ def indexed(db_engine: sa.Engine) -> Iterator[sa.Engine]:
         conn.execute(
             sa.text(
                 "INSERT INTO labels (state_machine, name, metadata, state, state_entered_at,"
-                " entry_id) SELECT :sm, 'n' || i, jsonb_build_object('customer',"
-                " jsonb_build_object('id', i % 500), 'total', i), 's', now(), 1"
+                " entry_id, name_key, shard_key) SELECT :sm, 'n' || i,"
+                " jsonb_build_object('customer', jsonb_build_object('id', i % 500), 'total', i),"
+                " 's', now(), 1, routemaster_label_key('n' || i), routemaster_shard_key('n' || i)"
                 " FROM generate_series(1, 5000) AS i"
             ),
             {"sm": MACHINE},

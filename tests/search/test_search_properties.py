@@ -128,8 +128,9 @@ def _store(conn: sa.Connection, labels: list[tuple[dict[str, Any], int, str | No
         conn.execute(
             sa.text(
                 "INSERT INTO labels (state_machine, name, metadata, state, state_entered_at,"
-                " entry_id, previous_state)"
-                " VALUES (:sm, :name, CAST(:metadata AS jsonb), :state, :entered, 1, :previous)"
+                " entry_id, previous_state, name_key, shard_key)"
+                " VALUES (:sm, :name, CAST(:metadata AS jsonb), :state, :entered, 1, :previous,"
+                " routemaster_label_key(:name), routemaster_shard_key(:name))"
             ),
             {
                 "sm": MACHINE,

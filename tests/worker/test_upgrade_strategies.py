@@ -26,8 +26,8 @@ from routemaster.cli import cli
 from routemaster.cli.configuration import continuing
 from routemaster.config import load_config
 from routemaster.db import labels as store
+from routemaster.db.history import stamp_versions
 from routemaster.db.plumbing.database import create_engine
-from routemaster.db.transaction_settings import stamp_versions
 from routemaster.db.versions import last_applied
 from routemaster.machine.versions import LoadedVersions
 from routemaster.service.bulk import run_batch

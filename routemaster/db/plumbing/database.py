@@ -11,10 +11,18 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from routemaster.db.statements import run_on_driver
+from routemaster.db.statements import fetch_value, run_on_driver
 from routemaster.db.transaction_settings import set_statement_timeout
 
 _PING = "SELECT 1"
+
+# Citus's catalog of distributed tables exists only where the extension is installed.
+_CITUS_CATALOG = "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL"
+_LABELS_DISTRIBUTED = """
+    SELECT EXISTS (SELECT 1 FROM pg_dist_partition
+                   WHERE logicalrelid = CAST('labels' AS regclass) AND partmethod = 'h')
+    """
+_DISTRIBUTED_OPTION = "routemaster_distributed"  # the engine execution option caching the answer
 
 
 class DatabaseURLError(ValueError):
@@ -154,3 +162,22 @@ def _ping_connections_idle_for(engine: sa.Engine, seconds: float) -> None:
         except Exception as error:
             # The pool throws this connection away and checks out another.
             raise sa.exc.DisconnectionError(str(error)) from error
+
+
+def distributed(engine: sa.Engine) -> bool:
+    """Whether ``engine``'s database is a Citus cluster with ``labels`` distributed.
+
+    Asked once per engine (kept in its execution options): a database is
+    distributed by ``routemaster migrate``, which processes started before it
+    would not see anyway. Where the answer changes what a statement must look
+    like (claims shard by shard, the changes stream's horizon), code asks this.
+    """
+    found = engine.get_execution_options().get(_DISTRIBUTED_OPTION)
+    if isinstance(found, bool):
+        return found
+    with engine.connect() as conn:
+        answer = bool(fetch_value(conn, _CITUS_CATALOG)) and bool(
+            fetch_value(conn, _LABELS_DISTRIBUTED)
+        )
+    engine.update_execution_options(**{_DISTRIBUTED_OPTION: answer})
+    return answer

@@ -1,4 +1,21 @@
-"""Bring a database to the current schema with the alembic migrations shipped in the package."""
+"""Bring a database to the current schema with the alembic migrations shipped in the package.
+
+On a database where the ``citus`` extension is installed, the same migrations
+run, and then the tables are distributed (SPEC F1, docs/deployment.md): every
+table that grows with labels by ``shard_key``, co-located with ``labels`` (so
+a label's rows share a shard), and the small tables that statements join
+with those as reference tables (a copy on every node). The other small tables
+stay plain tables on the coordinator, where every connection arrives.
+Distributing is idempotent: what is distributed already is left alone, so a
+second ``migrate`` does nothing.
+
+Migrations after 0017 must work on both: one statement per ``op.execute``
+(Citus refuses several commands in one statement on distributed tables); no
+primary key or unique index without ``shard_key`` on a distributed table;
+no trigger, identity or generated column there; a new per-label table gets
+``shard_key`` and joins :data:`DISTRIBUTED_TABLES`. DDL on a distributed table
+is propagated to its shards by Citus.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +26,30 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config as AlembicConfig
 
-from routemaster.db.statements import fetch_one
+from routemaster.db.statements import fetch_all, fetch_one, fetch_value
+
+DISTRIBUTED_TABLES = ("labels", "history", "tasks", "deliveries", "bulk_items")
+"""The tables that grow with labels, distributed by ``shard_key``; ``labels`` first."""
+
+REFERENCE_TABLES = ("bulk_jobs", "retention_horizons")
+"""Small tables that statements join with distributed ones (``bulk_items`` also has a foreign
+key to ``bulk_jobs``): a copy on every node. Before the distributed ones, for that key."""
 
 # Held until the migrating transaction ends: one process migrates at a time.
 _MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(2017)"
+
+_CITUS_INSTALLED = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+_CITUS_TABLES = "SELECT CAST(logicalrelid AS text) FROM pg_dist_partition"
+_CREATE_REFERENCE_TABLE = "SELECT create_reference_table(CAST(%(table)s AS regclass))"
+_DISTRIBUTE_LABELS = "SELECT create_distributed_table('labels', 'shard_key')"
+_DISTRIBUTE_COLOCATED = """
+    SELECT create_distributed_table(CAST(%(table)s AS regclass), 'shard_key',
+                                    colocate_with => 'labels')
+    """
+# Distributing copies a table's rows into its shards and leaves the coordinator's own copy.
+_DROP_LOCAL_COPY = (
+    "SELECT truncate_local_data_after_distributing_table(CAST(%(table)s AS regclass))"
+)
 
 
 def migrations_dir() -> Path:
@@ -47,3 +84,30 @@ def upgrade(engine: sa.Engine, revision: str = "head") -> None:
         fetch_one(connection, _MIGRATION_LOCK)
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+    distribute(engine)
+
+
+def distribute(engine: sa.Engine) -> list[str]:
+    """On Citus, distribute the tables not yet distributed; the tables it distributed.
+
+    Nothing happens on plain PostgreSQL, nor on Citus once every table is
+    distributed. One transaction, under the migration lock.
+    """
+    with engine.begin() as connection:
+        fetch_one(connection, _MIGRATION_LOCK)
+        if not fetch_value(connection, _CITUS_INSTALLED):
+            return []
+        done = {row[0] for row in fetch_all(connection, _CITUS_TABLES)}
+        made: list[str] = []
+        for table in REFERENCE_TABLES:
+            if table not in done:
+                fetch_one(connection, _CREATE_REFERENCE_TABLE, {"table": table})
+                made.append(table)
+        for table in DISTRIBUTED_TABLES:
+            if table not in done:
+                statement = _DISTRIBUTE_LABELS if table == "labels" else _DISTRIBUTE_COLOCATED
+                fetch_one(connection, statement, {"table": table})
+                made.append(table)
+        for table in made:
+            fetch_one(connection, _DROP_LOCAL_COPY, {"table": table})
+        return made

@@ -1,0 +1,191 @@
+"""How a history row is appended: its shard key, its version and its transaction, always named.
+
+Every statement that writes history (a move, a create, a delete, an error, a
+forced entry, a rename) names the same columns, so a row is complete however
+it was written and wherever it lands (on Citus, on the label's shard):
+
+- ``shard_key``: the label's (:func:`routemaster.db.keys.shard_key`);
+- ``version``: the version the label follows when its machine keeps labels on
+  their own version (``upgrade_strategy: continue``) and the label has one,
+  else the version of its machine the writing process runs (NULL when it
+  records none). A trigger did this until migration 0017; on Citus a trigger
+  runs on the worker's shard, where the coordinator's session settings are not
+  visible. The statements write it as
+  ``CASE WHEN %(continuing)s THEN COALESCE(labels.version, %(running)s) ELSE
+  %(running)s END`` with :func:`version_params` (or its arrays for a batch);
+- ``xact_id``: ``pg_current_xact_id()`` named in the statement. On one server
+  that is what the column's default gave; on Citus the function is volatile, so
+  the coordinator evaluates it (an ``INSERT ... SELECT`` naming it is pulled to
+  the coordinator instead of being pushed down to a worker, where the default
+  would take the worker's transaction id): the changes stream orders by the
+  coordinator's transaction.
+
+:func:`append` writes rows that go with no change to the label row (an
+operator's forced entry); the statements that move a label write their row
+in the same statement as the label's change (one round trip), with the same
+columns; ``tests/db/test_history_writers.py`` checks that every writer names them.
+
+The versions a process runs are kept per engine (:func:`stamp_versions`), in
+its execution options, which every connection of the engine reads.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from routemaster.db.keys import shard_key, shard_keys
+from routemaster.db.statements import run
+
+__all__ = [
+    "Entry",
+    "RunningVersions",
+    "append",
+    "append_one",
+    "running_versions",
+    "stamp_versions",
+    "version_arrays",
+    "version_for",
+    "version_params",
+]
+
+_VERSIONS_OPTION = "routemaster_running_versions"
+
+
+@dataclass
+class RunningVersions:
+    """Per machine, the version this process runs; the machines whose labels keep their own."""
+
+    versions: dict[str, int] = field(default_factory=dict)
+    continuing: frozenset[str] = frozenset()
+
+    def of(self, machine: str) -> tuple[int | None, bool]:
+        """(the running version, whether the label's own version comes first)."""
+        return self.versions.get(machine), machine in self.continuing
+
+
+def running_versions(engine_or_conn: sa.Engine | sa.Connection) -> RunningVersions:
+    """The engine's running versions (empty until :func:`stamp_versions`), made on first use."""
+    found = engine_or_conn.get_execution_options().get(_VERSIONS_OPTION)
+    if isinstance(found, RunningVersions):
+        return found
+    engine = engine_or_conn if isinstance(engine_or_conn, sa.Engine) else engine_or_conn.engine
+    running = RunningVersions()
+    engine.update_execution_options(**{_VERSIONS_OPTION: running})
+    return running
+
+
+def stamp_versions(
+    engine: sa.Engine, versions: Mapping[str, int], continuing: Iterable[str] = ()
+) -> None:
+    """History rows written through ``engine`` from now on carry ``versions`` (machine: version).
+
+    ``continuing``: the machines whose rows carry the label's own version instead (SPEC E4).
+    """
+    running = running_versions(engine)
+    running.versions = dict(versions)
+    running.continuing = frozenset(continuing)
+
+
+def version_params(conn: sa.Connection, machine: str) -> dict[str, Any]:
+    """``running`` and ``continuing`` for one label's history row (see the module's docstring)."""
+    version, continuing = running_versions(conn).of(machine)
+    return {"running": version, "continuing": continuing}
+
+
+def version_for(conn: sa.Connection, machine: str, label_version: int | None) -> int | None:
+    """The version a history row of a label of ``machine`` (its own: ``label_version``) carries."""
+    version, continuing = running_versions(conn).of(machine)
+    if continuing and label_version is not None:
+        return label_version
+    return version
+
+
+def version_arrays(conn: sa.Connection, machines: Sequence[str]) -> dict[str, list[Any]]:
+    """``runnings`` and ``continuings``: :func:`version_params` of each row of a batch."""
+    running = running_versions(conn)
+    pairs = [running.of(machine) for machine in machines]
+    return {
+        "runnings": [version for version, _ in pairs],
+        "continuings": [continuing for _, continuing in pairs],
+    }
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A history row that goes with no change to the label's row."""
+
+    state_machine: str
+    label: str
+    old_state: str | None
+    new_state: str | None
+    forced: bool
+    reason: str | None
+    label_version: int | None  # the label's own version (``labels.version``)
+
+
+def append(conn: sa.Connection, entries: Sequence[Entry], *, now: datetime.datetime) -> None:
+    """Append ``entries`` to history, in one statement."""
+    if not entries:
+        return
+    machines = [entry.state_machine for entry in entries]
+    names = [entry.label for entry in entries]
+    run(
+        conn,
+        _APPEND,
+        {
+            "shard_keys": shard_keys(names),
+            "machines": machines,
+            "names": names,
+            "olds": [entry.old_state for entry in entries],
+            "news": [entry.new_state for entry in entries],
+            "forceds": [entry.forced for entry in entries],
+            "reasons": [entry.reason for entry in entries],
+            "versions": [
+                version_for(conn, entry.state_machine, entry.label_version) for entry in entries
+            ],
+            "now": now,
+        },
+    )
+
+
+def append_one(conn: sa.Connection, entry: Entry, *, now: datetime.datetime) -> None:
+    """One row of :func:`append`, through a statement naming one shard key (a router insert)."""
+    run(
+        conn,
+        _APPEND_ONE,
+        {
+            "shard_key": shard_key(entry.label),
+            "sm": entry.state_machine,
+            "name": entry.label,
+            "old": entry.old_state,
+            "new": entry.new_state,
+            "forced": entry.forced,
+            "reason": entry.reason,
+            "version": version_for(conn, entry.state_machine, entry.label_version),
+            "now": now,
+        },
+    )
+
+
+_APPEND = """
+    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, forced,
+                         reason, version, xact_id)
+    SELECT shard_key, sm, name, old, new, %(now)s, forced, reason, version, pg_current_xact_id()
+    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                CAST(%(names)s AS text[]), CAST(%(olds)s AS text[]), CAST(%(news)s AS text[]),
+                CAST(%(forceds)s AS boolean[]), CAST(%(reasons)s AS text[]),
+                CAST(%(versions)s AS integer[]))
+         AS e(shard_key, sm, name, old, new, forced, reason, version)
+    """
+
+_APPEND_ONE = """
+    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, forced,
+                         reason, version, xact_id)
+    VALUES (%(shard_key)s, %(sm)s, %(name)s, %(old)s, %(new)s, %(now)s, %(forced)s, %(reason)s,
+            %(version)s, pg_current_xact_id())
+    """
