@@ -15,7 +15,8 @@ import random
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -181,6 +182,20 @@ def served(
         yield base
 
 
+@contextmanager
+def running(load: Load, reader: Reader) -> Iterator[list[Future[None]]]:
+    """The creator, the pull worker and the reader in threads, all stopped when the block ends
+    (however it ends); yields their futures in that order."""
+    with ThreadPoolExecutor(3) as pool:
+        threads = [pool.submit(load.create), pool.submit(load.work), pool.submit(reader.read)]
+        try:
+            yield threads
+        finally:
+            load.stop_creating.set()
+            load.stop_working.set()
+            reader.stop.set()
+
+
 def position(event_id: str) -> tuple[int, ...]:
     return tuple(int(part) for part in event_id.split("-"))
 
@@ -190,31 +205,27 @@ def test_moving_shards_under_load_loses_and_repeats_no_change(
 ) -> None:
     load, reader = Load(served), Reader(served)
     workers = worker_nodes(sa.engine.make_url(database_url))
-    with ThreadPoolExecutor(4) as pool:
-        running = [pool.submit(load.create), pool.submit(load.work), pool.submit(reader.read)]
-        try:
-            moved: list[tuple[int, Node]] = []
-            for mode in ("force_logical", "block_writes"):
-                wait_until(lambda: len(load.created) >= 30 * (len(moved) + 1), timeout=60)
-                shard = next(s for s in busiest_shards(db_engine) if s not in dict(moved))
-                source = placement(db_engine, shard)
-                target = next(node for node in workers if node != source)
-                before = len(load.created)
-                move(db_engine, shard, target, mode)
-                assert placement(db_engine, shard) == target
-                moved.append((shard, target))
-                # writes went on around the move, and go on after it
-                wait_until(lambda: len(load.created) >= before + 20, timeout=60)  # noqa: B023
-        finally:
-            load.stop_creating.set()
-            running[0].result()
+    with running(load, reader) as threads:
+        moved: list[tuple[int, Node]] = []
+        for mode in ("force_logical", "block_writes"):
+            wait_until(lambda: len(load.created) >= 30 * (len(moved) + 1), timeout=60)
+            shard = next(s for s in busiest_shards(db_engine) if s not in dict(moved))
+            source = placement(db_engine, shard)
+            target = next(node for node in workers if node != source)
+            before = len(load.created)
+            move(db_engine, shard, target, mode)
+            assert placement(db_engine, shard) == target
+            moved.append((shard, target))
+            # writes went on around the move, and go on after it
+            wait_until(lambda: len(load.created) >= before + 20, timeout=60)  # noqa: B023
+        load.stop_creating.set()
+        threads[0].result()
         names = list(load.created)
         wait_until(
             lambda: _count(db_engine, _DONE_COUNT) == len(names),
             lambda: f"{_count(db_engine, _DONE_COUNT)} of {len(names)} labels done; {load.errors}",
             timeout=120,
         )
-        load.stop_working.set()
         total = _count(db_engine, _HISTORY_COUNT)
         assert total == len(PATH) * len(names)
         wait_until(
@@ -222,9 +233,8 @@ def test_moving_shards_under_load_loses_and_repeats_no_change(
             lambda: f"{len(reader.events)} of {total} changes read",
             timeout=60,
         )
-        reader.stop.set()
-        for future in running:
-            future.result()
+    for thread in threads:
+        thread.result()
 
     assert load.errors == []
     ids = [event[0] for event in reader.events]
