@@ -125,11 +125,14 @@ _SETTLE_UNMOVED = """
     UPDATE labels SET next_check_at = done.next_check_at, due_at = done.due_at,
                       scheduled_at = labels.updated_at,
                       attempts = 0, last_error = NULL, lease_owner = NULL
-    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
-                CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]),
-                CAST(%(next_checks)s AS timestamptz[]), CAST(%(dues)s AS timestamptz[]))
-         AS done(sm, key, name, entry_id, next_check_at, due_at)
-    WHERE labels.state_machine = done.sm AND labels.name_key = done.key
+    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+                CAST(%(entries)s AS bigint[]), CAST(%(next_checks)s AS timestamptz[]),
+                CAST(%(dues)s AS timestamptz[]))
+         AS done(shard_key, sm, key, name, entry_id, next_check_at, due_at)
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND labels.shard_key = done.shard_key
+      AND labels.state_machine = done.sm AND labels.name_key = done.key
       AND labels.name = done.name AND labels.entry_id = done.entry_id
       AND (labels.next_check_at IS DISTINCT FROM done.next_check_at
            OR labels.due_at IS DISTINCT FROM done.due_at
@@ -141,11 +144,14 @@ _SETTLE_UNMOVED = """
 _SCHEDULE = """
     UPDATE labels SET next_check_at = computed.next_check_at, due_at = computed.due_at,
                       scheduled_at = labels.updated_at
-    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
-                CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]),
-                CAST(%(next_checks)s AS timestamptz[]), CAST(%(dues)s AS timestamptz[]))
-         AS computed(sm, key, name, entry_id, next_check_at, due_at)
-    WHERE labels.state_machine = computed.sm AND labels.name_key = computed.key
+    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+                CAST(%(entries)s AS bigint[]), CAST(%(next_checks)s AS timestamptz[]),
+                CAST(%(dues)s AS timestamptz[]))
+         AS computed(shard_key, sm, key, name, entry_id, next_check_at, due_at)
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND labels.shard_key = computed.shard_key
+      AND labels.state_machine = computed.sm AND labels.name_key = computed.key
       AND labels.name = computed.name AND labels.entry_id = computed.entry_id
       AND labels.lease_owner IS NULL
     """

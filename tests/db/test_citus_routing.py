@@ -114,6 +114,10 @@ CASES: list[tuple[list[Request], Request, int]] = [
     ([CREATE], PAUSE, 200),
     ([CREATE, PAUSE], ("POST", f"{LABELS}/alice/resume", {"reason": "go"}), 200),
     ([CREATE], ("GET", f"{LABELS}/alice/history", None), 200),
+    ([CREATE], ("POST", f"{LABELS}/alice/move", {"state": "done", "reason": "ops"}), 200),
+    ([CREATE], ("GET", f"{LABELS}/alice/explain", None), 200),
+    ([CREATE], ("GET", f"{LABELS}/alice/deliveries", None), 200),
+    ([CREATE], ("GET", f"{LABELS}/alice/tasks", None), 200),
     ([CREATE], ("DELETE", f"{LABELS}/alice", None), 204),
 ]
 
