@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from routemaster.db.plumbing.database import create_engine, normalise_url
 from routemaster.db.plumbing.migrate import upgrade
-from tests.citus import citus_run, create_citus_database, drop_citus_database
+from tests.citus_session import citus_run, create_citus_database, drop_citus_database
 from tests.pooler import pooled_run, running_pgbouncer
 from tests.stub_server import StubServer, running_stub
 
@@ -37,7 +37,7 @@ def _server_url() -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``citus`` (a shard move, a worker node restart) need a Citus cluster
-    (``ROUTEMASTER_TEST_CITUS_URL``, tests/citus.py): skipped on plain PostgreSQL."""
+    (``ROUTEMASTER_TEST_CITUS_URL``, tests/citus_session.py): skipped on plain PostgreSQL."""
     if citus_run():
         return
     skip = pytest.mark.skip(reason="needs a Citus cluster (ROUTEMASTER_TEST_CITUS_URL)")
