@@ -24,7 +24,7 @@ from tests.serving import serve_process
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
 
-pytestmark = [pytest.mark.citus, pytest.mark.slow]
+pytestmark = [pytest.mark.citus, pytest.mark.slow, pytest.mark.timeout(300)]
 
 CONFIG = """
 state_machines:

@@ -29,7 +29,7 @@ from tests.sse import EventStream
 from tests.stub_server import StubServer
 from tests.waiting import wait_until
 
-pytestmark = [pytest.mark.citus, pytest.mark.slow]
+pytestmark = [pytest.mark.citus, pytest.mark.slow, pytest.mark.timeout(300)]
 
 CONFIG = """
 state_machines:
