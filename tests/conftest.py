@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from routemaster.db.plumbing.database import create_engine, normalise_url
 from routemaster.db.plumbing.migrate import upgrade
+from tests.citus_session import citus_run, create_citus_database, drop_citus_database
 from tests.pooler import pooled_run, running_pgbouncer
 from tests.stub_server import StubServer, running_stub
 
@@ -34,9 +35,27 @@ def _server_url() -> str:
         return embedded_database_url()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``citus`` (a shard move, a worker node restart) need a Citus cluster
+    (``ROUTEMASTER_TEST_CITUS_URL``, tests/citus_session.py): skipped on plain PostgreSQL."""
+    if citus_run():
+        return
+    skip = pytest.mark.skip(reason="needs a Citus cluster (ROUTEMASTER_TEST_CITUS_URL)")
+    for item in items:
+        if item.get_closest_marker("citus"):
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def direct_database_url() -> Iterator[str]:
-    """A fresh database for this test session, migrated to head, dropped afterwards."""
+    """A fresh database for this test session, migrated to head, dropped afterwards.
+
+    On a Citus cluster (``ROUTEMASTER_TEST_CITUS_URL``), made on the coordinator and every
+    worker node and migrated through the coordinator, which distributes the tables.
+    """
+    if citus_run():
+        yield from _citus_database_url()
+        return
     server = sa.engine.make_url(_server_url())
     name = f"routemaster_test_{uuid.uuid4().hex[:10]}"
     admin = sa.create_engine(server, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
@@ -50,6 +69,17 @@ def direct_database_url() -> Iterator[str]:
     with admin.connect() as conn:
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+def _citus_database_url() -> Iterator[str]:
+    database = create_citus_database(f"routemaster_test_{uuid.uuid4().hex[:10]}")
+    try:
+        engine = create_engine(database.url)
+        upgrade(engine)
+        engine.dispose()
+        yield database.url
+    finally:
+        drop_citus_database(database)
 
 
 @pytest.fixture(scope="session")
