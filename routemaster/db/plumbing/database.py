@@ -142,6 +142,9 @@ def _ping_connections_idle_for(engine: sa.Engine, seconds: float) -> None:
     @sa.event.listens_for(engine, "checkin")
     def remember_when(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
         record.info["idle_since"] = time.monotonic()
+        notifies = getattr(dbapi_connection, "notifies", None)
+        if notifies:  # strays a pooler passed on (routemaster.db.notifications): never read
+            notifies.clear()
 
     @sa.event.listens_for(engine, "checkout")
     def ping_if_idle(dbapi_connection: Any, record: ConnectionPoolEntry, proxy: Any) -> None:
