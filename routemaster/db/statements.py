@@ -92,11 +92,16 @@ SETTINGS_OPTION = "routemaster_transaction_settings"
 
 _SINGLE_KEY = "routemaster.single_statement"  # in the pool's connection info: in single_statement
 
-PROLOGUE = (
-    "SELECT set_config('statement_timeout', %(routemaster_statement_timeout)s, true),"
-    " set_config('routemaster.versions', %(routemaster_versions)s, true); "
-)
-"""Sent in front of the first statement of every transaction (see the module's docstring)."""
+PROLOGUE = "SET LOCAL statement_timeout = %(routemaster_statement_timeout)s; "
+"""Sent in front of the first statement of every transaction
+(:mod:`routemaster.db.transaction_settings`): a utility statement, no row to answer."""
+
+STAMP = "SELECT set_config('routemaster.versions', %(routemaster_versions)s, true); "
+"""Sent in front of a statement that writes history rows, and only there: the versions the
+history trigger stamps them with (:mod:`routemaster.db.transaction_settings`)."""
+
+WRITES_HISTORY = "INSERT INTO history ("
+"""How a statement that writes history rows begins its insert (every one is written so)."""
 
 
 @dataclass(frozen=True)
@@ -178,12 +183,14 @@ def single_statement(engine: sa.Engine) -> Iterator[sa.Connection]:
 def _run(conn: sa.Connection, statement: Statement, params: Params, want: _Want) -> Any:
     plain = statement if isinstance(statement, str) else statement.sql
     driver: Any = conn.connection.driver_connection
-    prologue = _prologue_for(conn, driver)
-    if prologue is not None:
-        params = {**params, **prologue}
+    prefix = ""
+    settings = conn.get_execution_options().get(SETTINGS_OPTION)
+    if settings is not None and settings.needed:
+        prefix, settings_params = _prologue_for(conn, driver, settings, plain)
+        if prefix:
+            params = {**params, **settings_params} if params else settings_params
     if _observed(conn):
-        sent = plain if prologue is None else PROLOGUE + plain
-        result = conn.exec_driver_sql(sent, dict(params))
+        result = conn.exec_driver_sql(prefix + plain, dict(params))
         if want == "count":
             return result.rowcount
         if want == "all":
@@ -194,12 +201,12 @@ def _run(conn: sa.Connection, statement: Statement, params: Params, want: _Want)
     text = _text_for(conn, driver, statement)
     try:
         try:
-            cursor.execute(text if prologue is None else PROLOGUE + text, params)
+            cursor.execute(prefix + text, params)
         except Exception as error:
             if text == plain or getattr(error, "pgcode", None) not in _POOLER_CODES:
                 raise
             conn.connection.info[_PREPARED_KEY] = None  # plain SQL on this connection from now on
-            cursor.execute(plain if prologue is None else PROLOGUE + plain, params)
+            cursor.execute(prefix + plain, params)
         if want == "count":
             outcome: Any = cursor.rowcount
         elif want == "all":
@@ -212,16 +219,22 @@ def _run(conn: sa.Connection, statement: Statement, params: Params, want: _Want)
     return outcome
 
 
-def _prologue_for(conn: sa.Connection, driver: Any) -> dict[str, str] | None:
-    """:data:`PROLOGUE`'s parameters when this statement begins a transaction that needs it."""
-    settings = conn.get_execution_options().get(SETTINGS_OPTION)
-    if settings is None or not settings.needed:
-        return None
+def _prologue_for(conn: sa.Connection, driver: Any, settings: Any, sql: str) -> tuple[str, Params]:
+    """What to send in front of ``sql``, and its parameters: :data:`PROLOGUE` when it begins a
+    transaction, :data:`STAMP` when it writes history rows; ``""`` for neither.
+
+    A read never pays for the versions: only an insert into history needs them.
+    """
     if driver.autocommit:
         begins = conn.connection.info.get(_SINGLE_KEY, False)
     else:
         begins = driver.info.transaction_status == _IDLE
-    return cast(dict[str, str], settings.params) if begins else None
+    stamps = bool(settings.versions) and WRITES_HISTORY in sql
+    if begins:
+        return cast(tuple[str, Params], settings.prologue(stamps))
+    if stamps:
+        return cast(tuple[str, Params], settings.stamp)
+    return "", NO_PARAMS
 
 
 def _text_for(conn: sa.Connection, driver: Any, statement: Statement) -> str:
