@@ -23,7 +23,7 @@ from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
 
 CHANGED_CHANNEL = "routemaster_tokens"
 ACK_CHANNEL = "routemaster_tokens_ack"
-ACK_CHECK_WITHIN = 2.0  # seconds ``routemaster token`` waits to see that notifications arrive
+ACK_CHECK_WITHIN = 1.0  # seconds ``routemaster token`` waits to see that notifications arrive
 LISTENER_NAME = "routemaster token cache"
 """The ``application_name`` of each API process's listening connection, to count them."""
 
