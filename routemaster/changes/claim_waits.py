@@ -192,6 +192,7 @@ class ClaimWaiter:
             self.app.direct or self.app.db,
             self.app.db,
             on_change=None if metrics is None else metrics.listening("claims"),
+            what="waiting claims' wake-ups",
         )
         try:
             self._serve(listener)

@@ -268,9 +268,11 @@ class Listener:
 
 
 def due_listener(
-    listen_on: sa.Engine, notify_through: sa.Engine, on_change: Callable[[bool], None] | None = None
+    listen_on: sa.Engine,
+    notify_through: sa.Engine,
+    on_change: Callable[[bool], None] | None = None,
+    *,
+    what: str = "wake-ups",
 ) -> Listener:
     """A :class:`Listener` for ``routemaster_due``: labels becoming due."""
-    return Listener(
-        listen_on, notify_through, [(LISTEN_DUE, {})], what="wake-ups", on_change=on_change
-    )
+    return Listener(listen_on, notify_through, [(LISTEN_DUE, {})], what=what, on_change=on_change)
