@@ -108,9 +108,10 @@ class Settings:
 @dataclass
 class App:
     """``db`` serves every transaction (it may be a transaction-mode pooler); ``direct``, when
-    given, is a connection straight to PostgreSQL for what needs a session of its own
-    (``LISTEN`` wake-ups, session advisory locks). Without it nothing needs a session:
-    wake-ups are polled every ``poll_interval`` and locks are lease rows (docs/deployment.md).
+    given (never required), is a connection straight to PostgreSQL for the ``LISTEN``
+    connections. Without it they are made on ``db`` itself, and relied on only while a probe
+    ``NOTIFY`` shows that notifications arrive there; where they do not, wake-ups are polled
+    every ``poll_interval`` (:mod:`routemaster.db.notifications`, docs/deployment.md).
     """
 
     config: Config

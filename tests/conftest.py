@@ -120,8 +120,8 @@ def db_engine(database_url: str) -> Iterator[sa.Engine]:
 
 @pytest.fixture
 def direct_engine(db_engine: sa.Engine) -> sa.Engine | None:
-    """``App.direct`` for the session's kind of run: the database itself (``LISTEN``, advisory
-    locks), or ``None`` in a pooled run, where nothing needs a session (wake-ups are polled)."""
+    """``App.direct`` for the session's kind of run: the database itself (``LISTEN``), or
+    ``None`` in a pooled run, where the listeners' check fails and wake-ups are polled."""
     return None if pooled_run() else db_engine
 
 

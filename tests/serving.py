@@ -46,8 +46,8 @@ def free_port() -> int:
 
 def session_environment(database_url: str) -> dict[str, str]:
     """What a process needs to reach ``database_url`` as this test session's own would: in a
-    direct run, the same URL for what needs a session (``LISTEN``, advisory locks); in a run
-    through PgBouncer (``ROUTEMASTER_TEST_POOLER``), no direct URL, so nothing needs one."""
+    direct run, the same URL as the (optional) direct URL; in a run through PgBouncer
+    (``ROUTEMASTER_TEST_POOLER``), no direct URL, so wake-ups are polled."""
     pooled = os.environ.get("ROUTEMASTER_TEST_POOLER", "") not in ("", "0")
     return {"ROUTEMASTER_DIRECT_DATABASE_URL": "" if pooled else database_url}
 

@@ -108,6 +108,36 @@ def test_when_one_process_ends_all_stop_and_it_says_which(
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
 
 
+@pytest.mark.slow
+def test_ctrl_c_stops_everything_and_says_the_service_stopped(run_env: dict[str, str]) -> None:
+    process = subprocess.Popen(
+        [str(RUN)],
+        cwd=REPOSITORY,
+        env=run_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 60
+        while "routemaster is running on" not in (line := process.stdout.readline()):
+            assert line and time.monotonic() < deadline, "scripts/run did not report running"
+        children = _children(process.pid)
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group at once
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.communicate(timeout=30)
+    assert "routemaster stopped (Ctrl-C)." in output
+    assert "stopping the rest" not in output and " ended" not in output
+    assert process.returncode == 130
+    for pid in children:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+
+
 def _run_once(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(RUN)], cwd=REPOSITORY, env=env, capture_output=True, text=True, timeout=120

@@ -34,6 +34,7 @@ def require_tokens(flask_app: flask.Flask, app: App) -> TokenCache:
         direct=app.direct,
         record_every=app.settings.token_use_interval,
         poll_every=app.settings.poll_interval,
+        on_listening=None if app.metrics is None else app.metrics.listening("tokens"),
     )
     flask_app.extensions[CACHE_KEY] = cache
 

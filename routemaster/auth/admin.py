@@ -4,14 +4,17 @@ A change is committed together with a ``NOTIFY``; then the command waits
 (briefly) until every API process that was listening has reloaded and said
 so, and reports how many did. A process that has not answered in time still
 reloads as soon as it reads its connection; a process started later loads
-the tokens as they are then. Without a direct connection (a transaction
-pooler delivers no notifications) nothing is confirmed: API processes poll,
-and apply the change within their poll interval.
+the tokens as they are then. The command listens for the answers on
+``DATABASE_URL`` (or the direct URL if given) once a probe shows that
+notifications arrive there (:mod:`routemaster.db.notifications`); where
+they do not (a transaction-mode pooler) nothing is confirmed: API
+processes poll, and apply the change within their poll interval. Either
+way a new token works at its first use: a process reads a token it does
+not know from the database (:mod:`routemaster.auth.cache`).
 """
 
 from __future__ import annotations
 
-import select
 import time
 import uuid
 from collections.abc import Callable, Collection
@@ -22,6 +25,7 @@ import sqlalchemy as sa
 
 from routemaster.auth.keys import SCOPES, NewSecret, new_secret
 from routemaster.db import tokens as store
+from routemaster.db.notifications import Listener
 from routemaster.db.tokens import StoredToken, TokenExists
 
 __all__ = [
@@ -48,7 +52,7 @@ class Confirmation:
 
     listening: int
     confirmed: int
-    polled: bool = False  # no direct connection: processes poll, nothing could confirm
+    polled: bool = False  # no notifications here (a pooler): processes poll, none confirms
 
     @property
     def complete(self) -> bool:
@@ -109,32 +113,29 @@ def _change(
 ) -> tuple[T, Confirmation]:
     """Apply, notify on commit, then collect acknowledgements for up to ``wait`` seconds."""
     change = uuid.uuid4().hex
-    if direct is None:
-        with engine.begin() as conn:
-            result = apply(conn)
-            store.notify_changed(conn, change)  # for processes that do listen directly
-        return result, Confirmation(listening=0, confirmed=0, polled=True)
-    listener = store.ChangeListener(direct, store.ACK_CHANNEL)  # before the change commits
+    listener = store.ack_listener(direct or engine, engine)  # before the change commits
     try:
+        checked_by = time.monotonic() + listener.check_within
+        while not listener.listening and time.monotonic() < checked_by:
+            listener.wait(min(0.05, max(0.0, checked_by - time.monotonic())))
         with engine.begin() as conn:
-            listening = store.count_listeners(conn)  # each has LISTENed, so each will hear it
+            # each counted process has LISTENed and checked it, so each will hear the change
+            listening = store.count_listeners(conn) if listener.listening else 0
             result = apply(conn)
             store.notify_changed(conn, change)
+        if not listener.listening:
+            return result, Confirmation(listening=0, confirmed=0, polled=True)
         confirmed = _acknowledgements(listener, change, listening, time.monotonic() + wait)
     finally:
         listener.close()
     return result, Confirmation(listening=listening, confirmed=confirmed)
 
 
-def _acknowledgements(
-    listener: store.ChangeListener, change: str, wanted: int, deadline: float
-) -> int:
+def _acknowledgements(listener: Listener, change: str, wanted: int, deadline: float) -> int:
     confirmed = 0
     while confirmed < wanted:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        readable, _, _ = select.select([listener.fileno()], [], [], remaining)
-        if readable:
-            confirmed += sum(1 for payload in listener.payloads() if payload == change)
+        confirmed += sum(1 for payload in listener.wait(remaining).payloads if payload == change)
     return confirmed

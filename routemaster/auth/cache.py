@@ -1,16 +1,25 @@
 """What an API process checks bearer tokens against: every token, in memory, kept current.
 
 Checking a token costs no database round trip: the process holds every
-token (key id, hash, scopes) in a dictionary. A background thread
-``LISTEN``\\ s for changes on its own connection (to PostgreSQL directly:
-``App.direct``) and reloads the dictionary when a token is created or
-revoked, then acknowledges, which is how ``routemaster token revoke`` knows
-every process has stopped accepting it. With no direct connection (behind a
-transaction-mode pooler, which delivers no notifications) the thread reloads
+token (key id, hash, scopes) in a dictionary. A background thread keeps it
+current. Where ``LISTEN`` works (it checks that it does, and keeps checking:
+:class:`routemaster.db.notifications.Listener`, on ``DATABASE_URL`` or the
+direct URL if one is given) it reloads the dictionary when a token is
+created or revoked, then acknowledges, which is how ``routemaster token
+revoke`` knows every process has stopped accepting it. Where it does not
+(a transaction-mode pooler delivers no notifications) the thread reloads
 the tokens every ``poll_every`` seconds instead: a revocation takes effect
 within that bound. While the thread cannot read the database (at start-up,
 during an outage) the cache cannot know it is current, so each check reads
 the tokens from the database instead: slower, never stale.
+
+A secret whose key id the dictionary lacks may be a token made a moment
+ago that this process has not heard of yet: that one token is read from
+the database before the secret is refused, so a new token works at its
+first use in every process. Misses are bounded so that random secrets
+cannot become a database load: a key id found missing is not looked up
+again for :data:`MISS_MEMORY` seconds, and at most :data:`MISS_READS` look-ups
+run per second per process (beyond that a miss is refused without one).
 
 When each token was last used is kept in memory and written in one
 statement every ``record_every`` seconds, not once per request.
@@ -21,21 +30,24 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import select
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 
 from routemaster.auth.keys import key_id_of, matches
 from routemaster.db import tokens as store
+from routemaster.db.statements import single_statement
 
 logger = logging.getLogger(__name__)
 
-RECONNECT_DELAY = 1.0  # seconds between attempts to re-establish the LISTEN connection
+RECONNECT_DELAY = 1.0  # seconds before the thread tries the database again after a failure
+MISS_READS = 20  # look-ups of unknown key ids per second per process, at most
+MISS_MEMORY = 60.0  # seconds a key id found missing is refused without a look-up
+MISS_REMEMBERED = 10_000  # key ids remembered as missing, at most (then forgotten at once)
 
 
 @dataclass(frozen=True)
@@ -60,9 +72,11 @@ class TokenCache:
         direct: sa.Engine | None = None,
         record_every: float = 30.0,
         poll_every: float = 1.0,
+        on_listening: Callable[[bool], None] | None = None,
     ) -> None:
         self._engine = engine
         self._direct = direct
+        self._on_listening = on_listening
         self._record_every = record_every
         self._poll_every = poll_every
         self._reset()
@@ -84,6 +98,9 @@ class TokenCache:
         self._wake_read, self._wake_write = os.pipe()
         self._thread: threading.Thread | None = None
         self._used: dict[str, float] = {}  # key id -> time.time() of its last use
+        self._generation = 0  # bumped by every reload: a look-up older than it is not kept
+        self._missing: dict[str, float] = {}  # key id -> time.monotonic() it was found missing
+        self._reads: list[float] = []  # time.monotonic() of this second's look-ups
 
     def authenticate(self, secret: str) -> Token | None:
         """The token whose secret this is; ``None`` for an unknown or malformed secret."""
@@ -91,6 +108,8 @@ class TokenCache:
         if key_id is None:
             return None
         entry = self._entries().get(key_id)
+        if entry is None and self._current.is_set():
+            entry = self._look_up(key_id)
         if entry is None or not matches(secret, entry.secret_hash):
             return None
         self._used[key_id] = time.time()
@@ -140,6 +159,40 @@ class TokenCache:
             return self._tokens
         return self._load()  # not listening (yet): the database is the only sure answer
 
+    def _look_up(self, key_id: str) -> _Entry | None:
+        """The token of ``key_id`` from the database, made since the last reload; bounded."""
+        now = time.monotonic()
+        with self._lock:
+            missing_since = self._missing.get(key_id)
+            if missing_since is not None and now - missing_since < MISS_MEMORY:
+                return None
+            self._reads = [at for at in self._reads if now - at < 1.0]
+            if len(self._reads) >= MISS_READS:
+                return None
+            self._reads.append(now)
+            generation = self._generation
+        try:
+            with single_statement(self._engine) as conn:
+                stored = store.token_by_key_id(conn, key_id)
+        except sa.exc.SQLAlchemyError:
+            logger.warning("could not look up an unknown token; refused")
+            return None
+        with self._lock:
+            if stored is None:
+                if len(self._missing) >= MISS_REMEMBERED:
+                    self._missing.clear()
+                self._missing[key_id] = now
+                return None
+            entry = _Entry(Token(stored.name, stored.scopes), stored.secret_hash)
+            if generation == self._generation:  # else a reload since may have left it out
+                self._tokens = {**self._tokens, key_id: entry}
+        return entry
+
+    def _replace(self, tokens: dict[str, _Entry]) -> None:
+        with self._lock:
+            self._tokens = tokens
+            self._generation += 1
+
     def _start_once(self) -> None:
         if self._thread is not None:
             return
@@ -158,29 +211,28 @@ class TokenCache:
     def _listen(self) -> None:
         recorded = time.monotonic()
         while not self._stopping.is_set():
-            listener: store.ChangeListener | None = None
+            listener = store.change_listener(
+                self._direct or self._engine, self._engine, self._on_listening
+            )
             try:
-                if self._direct is not None:
-                    listener = store.ChangeListener(
-                        self._direct, store.CHANGED_CHANNEL, name=store.LISTENER_NAME
-                    )
-                self._tokens = self._load()  # loaded after LISTEN: no change falls between
+                self._replace(self._load())
+                loaded = time.monotonic()
                 self._current.set()
                 while not self._stopping.is_set():
-                    pause = max(0.0, self._record_every - (time.monotonic() - recorded))
-                    watched = [self._wake_read]
-                    if listener is None:
-                        pause = min(pause, self._poll_every)
-                    else:
-                        watched.append(listener.fileno())
-                    readable, _, _ = select.select(watched, [], [], pause)
-                    if listener is None:
-                        self._tokens = self._load()
-                    elif watched[1] in readable:
-                        changes = listener.payloads()
-                        if changes:
-                            self._tokens = self._load()
-                            listener.acknowledge(changes)
+                    was_listening = listener.listening
+                    now = time.monotonic()
+                    pause = max(0.0, self._record_every - (now - recorded))
+                    if not was_listening:
+                        pause = min(pause, max(0.0, self._poll_every - (now - loaded)))
+                    heard = listener.wait(pause, [self._wake_read])
+                    since = time.monotonic() - loaded
+                    polled = not listener.listening and since >= self._poll_every
+                    # Reloaded after the LISTEN took effect: no change falls between.
+                    if heard.payloads or polled or (listener.listening and not was_listening):
+                        self._replace(self._load())
+                        loaded = time.monotonic()
+                        if heard.payloads and listener.listening:
+                            store.acknowledge(listener, heard.payloads)
                     if time.monotonic() - recorded >= self._record_every:
                         self.record_uses()
                         recorded = time.monotonic()
@@ -195,8 +247,4 @@ class TokenCache:
                 self._stopping.wait(RECONNECT_DELAY)
             finally:
                 self._current.clear()
-                if listener is not None:
-                    try:
-                        listener.close()
-                    except Exception:
-                        logger.debug("closing the token listener failed", exc_info=True)
+                listener.close()

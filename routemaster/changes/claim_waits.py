@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from routemaster.app import App
-from routemaster.db.notifications import DueListener
+from routemaster.db.notifications import Listener, due_listener
 from routemaster.db.tasks import PullState, Task
 from routemaster.service import tasks as task_service
 from routemaster.service.leases import LeaseBook
@@ -187,13 +187,19 @@ class ClaimWaiter:
             thread.start()
 
     def _run(self) -> None:
-        listener = DueListener(self.app.direct)
+        metrics = self.app.metrics
+        listener = due_listener(
+            self.app.direct or self.app.db,
+            self.app.db,
+            on_change=None if metrics is None else metrics.listening("claims"),
+            what="waiting claims' wake-ups",
+        )
         try:
             self._serve(listener)
         finally:
             listener.close()
 
-    def _serve(self, listener: DueListener) -> None:
+    def _serve(self, listener: Listener) -> None:
         """Claim for the waiting clients on every wake-up: a NOTIFY, a new client, a poll."""
         poll = self.app.settings.poll_interval
         idle_since = time.monotonic()
@@ -215,7 +221,7 @@ class ClaimWaiter:
             with self._lock:
                 deadlines = [claim.deadline for claim in self._pending]
             timeout = min([poll, *(deadline - time.monotonic() for deadline in deadlines)])
-            if self._wake_r in listener.wait(max(timeout, 0.001), [self._wake_r]):
+            if self._wake_r in listener.wait(max(timeout, 0.001), [self._wake_r]).fds:
                 _drain(self._wake_r)
 
     def _claim_for(self, pending: list[PendingClaim]) -> None:

@@ -126,7 +126,7 @@ def _parse(field: str, default: Any, raw: str) -> Any:
 
 def direct_database_url() -> str | None:
     """``ROUTEMASTER_DIRECT_DATABASE_URL``; the embedded server's URL when that is the database
-    (it is PostgreSQL itself); else ``None``: nothing will need a session of its own."""
+    (it is PostgreSQL itself); else ``None``: ``LISTEN`` is tried on ``DATABASE_URL``."""
     try:
         direct = direct_url_from_environment()
         named = url_from_environment()

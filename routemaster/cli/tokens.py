@@ -50,8 +50,9 @@ def _engine() -> sa.Engine:
 def _report(what: str, confirmation: Confirmation) -> None:
     if confirmation.polled:
         click.echo(
-            f"{what}; API processes apply it within their poll interval "
-            "(ROUTEMASTER_POLL_INTERVAL; set ROUTEMASTER_DIRECT_DATABASE_URL for confirmations).",
+            f"{what}; this database URL delivers no notifications (a transaction-mode "
+            "pooler?): API processes apply it within their poll interval "
+            "(ROUTEMASTER_POLL_INTERVAL), and a new token works at its first use.",
             err=True,
         )
     elif confirmation.complete:

@@ -20,21 +20,18 @@ from routemaster.db.lock_rows import exclusive
 from routemaster.db.shards import shard_map
 from routemaster.db.statements import fetch_all
 
-CONFIG_LOCK = 2021
-"""The advisory lock held while versions are recorded and migrations applied (schema: 2017)."""
-
-
 CONFIG_LEASE = "configuration"
-"""Its lease row behind a transaction pooler (:mod:`routemaster.db.lock_rows`)."""
+"""The lease row held while versions are recorded and migrations applied
+(:mod:`routemaster.db.lock_rows`)."""
 
 
 @contextmanager
-def config_lock(engine: sa.Engine, direct: sa.Engine | None, *, wait: bool) -> Iterator[bool]:
-    """Hold the configuration lock (on ``direct``, else as a lease row); whether it is held.
+def config_lock(engine: sa.Engine, *, wait: bool) -> Iterator[bool]:
+    """Hold the configuration's lease row; whether it is held.
 
     ``wait=False`` gives up at once when another process holds it.
     """
-    with exclusive(engine, direct, key=CONFIG_LOCK, name=CONFIG_LEASE, wait=wait) as held:
+    with exclusive(engine, name=CONFIG_LEASE, wait=wait) as held:
         yield held
 
 

@@ -1,16 +1,24 @@
-"""One process at a time: a session advisory lock on a direct connection, else a lease row.
+"""One process at a time: a lease row, whether ``DATABASE_URL`` names PostgreSQL or a pooler.
 
 Work that spans many transactions (recording a configuration and applying
 its migrations, building search indexes) must run in one process at a time.
-With a direct connection to PostgreSQL (``App.direct``) that is a session
-advisory lock, released by the server if the process dies. Behind a
-transaction-mode pooler with no direct connection there is no session to
-hold one (the lock would stay on whichever server connection ran it), so
-the process holds a row of ``leases`` instead: taken when it is free or has
-run out (judged by the database's clock, so no process's clock matters),
-renewed by a thread every third of :data:`LEASE_SECONDS` while held, and
-deleted when done. A process that dies holding it delays the next holder
-by at most :data:`LEASE_SECONDS`.
+The process holds a row of ``leases``: taken when it is free or has run out
+(judged by the database's clock, so no process's clock matters), renewed
+by a thread every third of :data:`LEASE_SECONDS` while held, and deleted
+when done. A process that dies holding it delays the next holder by at
+most :data:`LEASE_SECONDS`.
+
+Why a row and not an advisory lock: the one mechanism must work the same
+with ``DATABASE_URL`` alone, whether it names the server or a
+transaction-mode pooler. A session advisory lock needs a session, which a
+pooler does not keep (the lock would stay on whichever server connection
+ran it, held for no one); a transaction-scoped one
+(``pg_try_advisory_xact_lock``) ends with its transaction, and the work it
+guards is many transactions (each migration batch commits on its own) or
+none at all (``CREATE INDEX CONCURRENTLY`` refuses to run in one). A lease
+row is plain rows and statements, the same through any pooler, with or
+without ``ROUTEMASTER_DIRECT_DATABASE_URL``; its one cost, the wait after a
+holder dies, falls on start-up and index builds, never on a request.
 """
 
 from __future__ import annotations
@@ -32,10 +40,6 @@ logger = logging.getLogger(__name__)
 LEASE_SECONDS = 30.0
 RETRY_EVERY = 0.25  # seconds between attempts to take a lease that is held, when waiting
 
-_LOCK = "SELECT pg_advisory_lock(%(key)s)"
-_TRY_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
-_UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
-
 # Taken when free or run out; renewed by the same statement when already ours.
 _TAKE = """
     INSERT INTO leases (name, holder, expires_at)
@@ -49,41 +53,12 @@ _GIVE_UP = "DELETE FROM leases WHERE name = %(name)s AND holder = %(holder)s"
 
 
 @contextmanager
-def exclusive(
-    engine: sa.Engine, direct: sa.Engine | None, *, key: int, name: str, wait: bool
-) -> Iterator[bool]:
-    """Hold the lock ``key`` (on ``direct``) or the lease ``name`` (through ``engine``).
+def exclusive(engine: sa.Engine, *, name: str, wait: bool) -> Iterator[bool]:
+    """Hold the lease ``name``; yields whether it is held.
 
-    Yields whether it is held: ``wait=False`` gives up at once when another
-    process holds it; ``wait=True`` waits for it.
+    ``wait=False`` gives up at once when another process holds it;
+    ``wait=True`` waits for it.
     """
-    if direct is not None:
-        with _advisory(direct, key, wait=wait) as held:
-            yield held
-    else:
-        with _lease(engine, name, wait=wait) as held:
-            yield held
-
-
-@contextmanager
-def _advisory(direct: sa.Engine, key: int, *, wait: bool) -> Iterator[bool]:
-    with direct.connect() as conn:
-        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-        if wait:
-            run(conn, _LOCK, {"key": key})
-            held = True
-        else:
-            row = fetch_one(conn, _TRY_LOCK, {"key": key})
-            held = bool(row and row[0])
-        try:
-            yield held
-        finally:
-            if held and not conn.invalidated:
-                run(conn, _UNLOCK, {"key": key})
-
-
-@contextmanager
-def _lease(engine: sa.Engine, name: str, *, wait: bool) -> Iterator[bool]:
     holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     stop = threading.Event()
     while not take_lease(engine, name, holder):

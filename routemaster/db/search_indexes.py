@@ -7,16 +7,16 @@ on the path are index scans. The name is derived from the machine and the
 path, so every worker and ``routemaster migrate`` agree on it.
 
 They are built with ``CREATE INDEX CONCURRENTLY`` (writes go on meanwhile),
-which cannot run in a transaction, so this runs in autocommit (on the
-direct connection when there is one), one index at a time under a lock
-(:func:`routemaster.db.lock_rows.exclusive`: an advisory lock, or a lease row
-behind a transaction pooler). No statement timeout applies: the engine's
-is set per transaction, and these statements are not one. A build that was interrupted leaves an
-invalid index behind; it is dropped and built again. Each path also gets
-extended statistics on the expression (``CREATE STATISTICS``): the planner
-ignores a partial index's expression statistics, and without any it guesses
-(a page of a rare value then walked a million labels in name order instead
-of using the index); ``ANALYZE labels`` gathers them at once.
+which cannot run in a transaction, so this runs in autocommit (on the direct
+connection when there is one), one index at a time under a lease row
+(:func:`routemaster.db.lock_rows.exclusive`). No statement timeout applies:
+the engine's is set per transaction, and these statements are not one. A
+build that was interrupted leaves an invalid index behind; it is dropped and
+built again. Each path also gets extended statistics on the expression
+(``CREATE STATISTICS``): the planner ignores a partial index's expression
+statistics, and without any it guesses (a page of a rare value then walked a
+million labels in name order instead of using the index); ``ANALYZE labels``
+gathers them at once.
 
 The machine name and the path are ordinary ``%(name)s`` parameters: the
 driver writes them into the statement as quoted literals (it formats every
@@ -39,10 +39,8 @@ import sqlalchemy as sa
 from routemaster.db.lock_rows import exclusive
 from routemaster.db.statements import fetch_one, fetch_value, run
 
-SEARCH_INDEX_LOCK = 2024_11_24
-"""The advisory lock that serialises index builds across processes."""
 SEARCH_INDEX_LEASE = "search indexes"
-"""The lease row that stands for it behind a transaction pooler."""
+"""The lease row that serialises index builds across processes."""
 
 _NAME = re.compile(r"labels_search_[0-9a-f]{24}(_values)?")
 
@@ -87,7 +85,7 @@ def ensure_search_index(
     statistics = f"{name}_values"
     params = {"path": list(path), "machine": machine}
     with (
-        exclusive(engine, direct, key=SEARCH_INDEX_LOCK, name=SEARCH_INDEX_LEASE, wait=True),
+        exclusive(engine, name=SEARCH_INDEX_LEASE, wait=True),
         (direct or engine).connect().execution_options(isolation_level="AUTOCOMMIT") as conn,
     ):
         built = False

@@ -1,25 +1,29 @@
 """API tokens: their rows, the ``NOTIFY`` that tells API processes of a change, and its answers.
 
 Only a hash of each secret is stored. API processes keep every token in
-memory and ``LISTEN`` on :data:`CHANGED_CHANNEL`; a command that creates or
-revokes a token notifies that channel in the same transaction, and each
-listening process answers on :data:`ACK_CHANNEL` once it has reloaded, so the
-command can tell when every running process has the change.
+memory and ``LISTEN`` on :data:`CHANGED_CHANNEL` where that works
+(:func:`change_listener`, checked as :mod:`routemaster.db.notifications`
+says); a command that creates or revokes a token notifies that channel in
+the same transaction, and each listening process answers on
+:data:`ACK_CHANNEL` once it has reloaded, so the command can tell when
+every running process has the change. A process reads one token by its key
+id (:func:`token_by_key_id`) when a secret it does not know is used.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run, run_on_driver
+from routemaster.db.notifications import Listener
+from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
 
 CHANGED_CHANNEL = "routemaster_tokens"
 ACK_CHANNEL = "routemaster_tokens_ack"
+ACK_CHECK_WITHIN = 1.0  # seconds ``routemaster token`` waits to see that notifications arrive
 LISTENER_NAME = "routemaster token cache"
 """The ``application_name`` of each API process's listening connection, to count them."""
 
@@ -49,6 +53,11 @@ _DELETE = "DELETE FROM api_tokens WHERE name = %(name)s"
 _ALL = """
     SELECT name, key_id, secret_hash, scopes, created_at, last_used_at
     FROM api_tokens ORDER BY name
+    """
+
+_ONE = """
+    SELECT name, key_id, secret_hash, scopes, created_at, last_used_at
+    FROM api_tokens WHERE key_id = %(key_id)s
     """
 
 _RECORD_USE = """
@@ -94,17 +103,31 @@ def delete_token(conn: sa.Connection, name: str) -> bool:
 
 
 def all_tokens(conn: sa.Connection) -> list[StoredToken]:
-    return [
-        StoredToken(
-            name=name,
-            key_id=key_id,
-            secret_hash=secret_hash,
-            scopes=frozenset(scopes),
-            created_at=created_at,
-            last_used_at=last_used_at,
-        )
-        for name, key_id, secret_hash, scopes, created_at, last_used_at in fetch_all(conn, _ALL)
-    ]
+    return [_stored(*row) for row in fetch_all(conn, _ALL)]
+
+
+def token_by_key_id(conn: sa.Connection, key_id: str) -> StoredToken | None:
+    """The token whose secret carries ``key_id``, if there is one (a unique index finds it)."""
+    row = fetch_one(conn, _ONE, {"key_id": key_id})
+    return None if row is None else _stored(*row)
+
+
+def _stored(
+    name: str,
+    key_id: str,
+    secret_hash: str,
+    scopes: list[str],
+    created_at: datetime.datetime,
+    last_used_at: datetime.datetime | None,
+) -> StoredToken:
+    return StoredToken(
+        name=name,
+        key_id=key_id,
+        secret_hash=secret_hash,
+        scopes=frozenset(scopes),
+        created_at=created_at,
+        last_used_at=last_used_at,
+    )
 
 
 def record_use(conn: sa.Connection, used: Mapping[str, datetime.datetime]) -> None:
@@ -118,47 +141,39 @@ def notify_changed(conn: sa.Connection, change: str) -> None:
     fetch_one(conn, _NOTIFY_CHANGED, {"change": change})
 
 
+def change_listener(
+    listen_on: sa.Engine,
+    notify_through: sa.Engine,
+    on_change: Callable[[bool], None] | None = None,
+) -> Listener:
+    """An API process's listener for token changes, named so :func:`count_listeners` counts
+    it once (and only once) the check has shown that it hears notifications."""
+    return Listener(
+        listen_on,
+        notify_through,
+        [(_LISTEN[CHANGED_CHANNEL], {}), (_SET_NAME, {"name": LISTENER_NAME})],
+        what="token changes",
+        on_change=on_change,
+    )
+
+
+def ack_listener(listen_on: sa.Engine, notify_through: sa.Engine) -> Listener:
+    """What ``routemaster token`` hears the API processes' acknowledgements on."""
+    return Listener(
+        listen_on,
+        notify_through,
+        [(_LISTEN[ACK_CHANNEL], {})],
+        what="token acknowledgements",
+        check_within=ACK_CHECK_WITHIN,
+    )
+
+
+def acknowledge(listener: Listener, changes: Iterable[str]) -> None:
+    """Answer each change on :data:`ACK_CHANNEL`, on the listening connection."""
+    for change in changes:
+        listener.run(_NOTIFY_ACK, {"change": change})
+
+
 def count_listeners(conn: sa.Connection) -> int:
     """API processes listening for token changes on this database now."""
     return int(fetch_value(conn, _LISTENERS, {"name": LISTENER_NAME}))
-
-
-class ChangeListener:
-    """``LISTEN`` on ``channel`` over a dedicated autocommit connection, outside the pool.
-
-    ``name`` sets ``application_name`` once the ``LISTEN`` took effect: a
-    process is counted by :func:`count_listeners` only when it is sure to
-    hear a change committed after the count. Usable in ``select`` (``fileno``).
-    """
-
-    def __init__(self, engine: sa.Engine, channel: str, *, name: str | None = None) -> None:
-        self._proxy: Any = engine.raw_connection()
-        try:
-            connection: Any = self._proxy.driver_connection
-            self._proxy.detach()  # LISTEN and autocommit must not go back to the pool
-            connection.autocommit = True
-            run_on_driver(connection, _LISTEN[channel])
-            if name is not None:
-                run_on_driver(connection, _SET_NAME, {"name": name})
-        except Exception:
-            self.close()
-            raise
-        self._connection = connection
-
-    def fileno(self) -> int:
-        return int(self._connection.fileno())
-
-    def payloads(self) -> list[str]:
-        """The notifications that arrived (read without blocking)."""
-        self._connection.poll()
-        payloads = [notify.payload for notify in self._connection.notifies]
-        self._connection.notifies.clear()
-        return payloads
-
-    def acknowledge(self, changes: Iterable[str]) -> None:
-        """Answer each change on :data:`ACK_CHANNEL`."""
-        for change in changes:
-            run_on_driver(self._connection, _NOTIFY_ACK, {"change": change})
-
-    def close(self) -> None:
-        self._proxy.close()

@@ -7,10 +7,10 @@ a setting made once per connection (the ``options`` startup parameter, a
 ``SET`` or a session ``set_config``) is refused, lost, or applied to another
 process's work. So nothing is set per connection. Every transaction starts
 with :data:`~routemaster.db.statements.PROLOGUE`, which sets the timeout
-with ``set_config(..., true)`` (it ends with the transaction).
+with ``SET LOCAL`` (it ends with the transaction).
 :mod:`routemaster.db.statements` sends it in front of the first statement
 of each transaction, in the same round trip
-(``SELECT set_config(...); <statement>``), and in front of a single
+(``SET LOCAL ...; <statement>``), and in front of a single
 autocommit statement, which the two then share one implicit transaction
 with. The statement runs under the timeout. (The machine versions history
 rows carry are parameters of the statements since migration 0017:

@@ -23,11 +23,11 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, values
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
@@ -192,6 +192,16 @@ class Metrics:
             "written without one (an upgrade, an older process, a renaming migration).",
             registry=registry,
         )
+        # SPEC F3: whether this process hears NOTIFY or polls (routemaster.db.notifications).
+        self.wakeups_listening = Gauge(
+            "routemaster_wakeups_listening",
+            "1 while wake-ups reach this listener by LISTEN (checked by a probe NOTIFY), 0 while "
+            "they are polled every poll interval; by listener (worker, tokens, claims). Under "
+            "serve, the lowest across its processes.",
+            ["listener"],
+            registry=registry,
+            multiprocess_mode="min",
+        )
         self.statement_timeouts = Counter(
             "routemaster_worker_statement_timeouts",
             "Worker statements cut off by the statement timeout, by the work they were doing "
@@ -256,6 +266,15 @@ class Metrics:
         if series is None:  # once per machine and pair of states: labels() takes a lock
             series = self._transition_series[key] = self.transitions.labels(*key)
         series.inc()
+
+    def listening(self, listener: str) -> Callable[[bool], None]:
+        """What a :class:`~routemaster.db.notifications.Listener` tells whether it listens."""
+        gauge = self.wakeups_listening.labels(listener)
+
+        def report(listening: bool) -> None:
+            gauge.set(1 if listening else 0)
+
+        return report
 
     def registry(self, *extra: Collector) -> CollectorRegistry:
         """What to expose: this process's values, or every process's in multiprocess mode."""

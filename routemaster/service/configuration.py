@@ -89,7 +89,7 @@ def record_configuration(app: App) -> Recorded:
     Under the configuration lock. Raises :class:`LabelsStranded`, having
     recorded nothing, when labels would be stranded.
     """
-    with store.config_lock(app.db, app.direct, wait=True):
+    with store.config_lock(app.db, wait=True):
         plan = current_plan(app)
         if plan.strands_labels:
             raise LabelsStranded(plan)
@@ -121,7 +121,7 @@ def abort_older_labels(app: App, recorded: Recorded, *, batch: int = BATCH) -> i
     (a delivery in flight) waits for the next start.
     """
     aborted = 0
-    with store.config_lock(app.db, app.direct, wait=True):
+    with store.config_lock(app.db, wait=True):
         for machine in app.config.state_machines:
             if machine.upgrade_strategy == "abort" and machine.abort_to is not None:
                 aborted += _abort_machine(app, machine, machine.abort_to, recorded, batch)
@@ -183,7 +183,7 @@ def apply_migrations(app: App, *, wait: bool, batch: int = BATCH) -> int:
     Under the configuration lock; with ``wait=False`` nothing is done when
     another process holds it (it is applying them).
     """
-    with store.config_lock(app.db, app.direct, wait=wait) as held:
+    with store.config_lock(app.db, wait=wait) as held:
         if not held:
             return 0
         return sum(_migrate_machine(app, machine, batch) for machine in app.config.state_machines)

@@ -25,7 +25,7 @@ from routemaster.config.model import Action, Config, Gate
 from routemaster.db import claims as work
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.errors import Kind, describe_failure
-from routemaster.db.notifications import DueListener
+from routemaster.db.notifications import due_listener
 from routemaster.http.client import BoundedAdapter
 from routemaster.service import resume_ended_pauses
 from routemaster.service.bulk import run_batch as run_bulk_batch
@@ -144,7 +144,12 @@ class Worker:
             len(self._action_states),
             len(self.triggers.triggers),
         )
-        listener = DueListener(self.app.direct)
+        metrics = self.app.metrics
+        listener = due_listener(
+            self.app.direct or self.app.db,
+            self.app.db,
+            on_change=None if metrics is None else metrics.listening("worker"),
+        )
         first = True
         self.subscriptions.start()
         try:

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from routemaster.app import App, Settings
 from routemaster.config import load_config
-from routemaster.db.notifications import DueListener
+from routemaster.db.notifications import Listener
 from routemaster.worker import Worker
 from tests.serving import session_environment, stop_all
 from tests.stub_server import StubServer
@@ -92,7 +92,7 @@ def wait_asleep(worker: Worker, timeout: float = 10) -> None:
     def asleep() -> bool:
         frame = sys._current_frames().get(thread.ident or 0)
         while frame is not None:
-            if frame.f_code is DueListener.wait.__code__:
+            if frame.f_code is Listener.wait.__code__:
                 return True
             frame = frame.f_back
         return False

@@ -62,10 +62,11 @@ DIRECT_URL_VARIABLE = "ROUTEMASTER_DIRECT_DATABASE_URL"
 def direct_url_from_environment(environ: Mapping[str, str] | None = None) -> str | None:
     """``ROUTEMASTER_DIRECT_DATABASE_URL``: a connection straight to PostgreSQL, or ``None``.
 
-    What needs a session of its own (``LISTEN``, session advisory locks,
-    migrations) uses it when ``DATABASE_URL`` names a transaction-mode pooler.
-    ``None`` (unset or empty): nothing uses a session; wake-ups are polled
-    and locks are lease rows (docs/deployment.md).
+    An option, never a requirement: where ``DATABASE_URL`` names a
+    transaction-mode pooler, the ``LISTEN`` connections and migrations use
+    it, so wake-ups stay immediate. ``None`` (unset or empty): ``LISTEN`` is
+    tried on ``DATABASE_URL`` itself, checked, and wake-ups are polled where
+    it does not work (docs/deployment.md).
     """
     env = os.environ if environ is None else environ
     url = env.get(DIRECT_URL_VARIABLE)
@@ -150,6 +151,9 @@ def _ping_connections_idle_for(engine: sa.Engine, seconds: float) -> None:
     @sa.event.listens_for(engine, "checkin")
     def remember_when(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
         record.info["idle_since"] = time.monotonic()
+        notifies = getattr(dbapi_connection, "notifies", None)
+        if notifies:  # strays a pooler passed on (routemaster.db.notifications): never read
+            notifies.clear()
 
     @sa.event.listens_for(engine, "checkout")
     def ping_if_idle(dbapi_connection: Any, record: ConnectionPoolEntry, proxy: Any) -> None:
