@@ -39,6 +39,7 @@ from routemaster.api import (
 from routemaster.api.auth import require_tokens
 from routemaster.api.extension import EXTENSION_KEY, STARTED
 from routemaster.api.paths import NameConverter, rewrite_path_info
+from routemaster.api.validation import check_path
 from routemaster.app import App
 from routemaster.changes.claim_waits import ClaimWaiter
 from routemaster.changes.hub import ChangeHub
@@ -121,6 +122,7 @@ def create_app(app: App) -> flask.Flask:
     if app.config.api.tokens_required:
         cache = require_tokens(flask_app, app)
         flask_app.extensions[TOKEN_CHECK_KEY] = console_token_check(cache)
+    flask_app.before_request(check_path)  # after the token check: a 401 before a 400
     _forget_pooled_connections_after_fork(app, hub)
     app.hooks.init_flask(flask_app)
     if app.hooks.observe_requests:  # outermost, as in 1.x: around what init_flask added

@@ -31,7 +31,6 @@ from routemaster.service.search import count_matches, listing_search, page_of_ma
 
 blueprint = flask.Blueprint("labels", __name__)
 
-MAX_NAME_LENGTH = 1024
 MAX_PAGE_SIZE = 10_000
 STREAM_BATCH = 1_000
 
@@ -169,7 +168,6 @@ def empty_label(sm: str) -> flask.Response:
 def create_label(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_label_name(label)
     metadata = metadata_from_body()
     return json_response(label_body(service.create_label(app, machine, label, metadata)), 201)
 
@@ -203,7 +201,6 @@ def get_label(sm: str, label: str) -> flask.Response:
 def update_label(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_label_name(label)
     patch = metadata_from_body()
     return json_response(label_body(service.update_metadata(app, machine, label, patch)))
 
@@ -219,7 +216,6 @@ def delete_label(sm: str, label: str) -> flask.Response:
     """Soft delete; 204 also when there was no such label, so retries are harmless."""
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_label_name(label)
     service.delete_label(app, machine, label)
     return flask.Response(status=204)
 
@@ -235,7 +231,6 @@ def label_history(sm: str, label: str) -> flask.Response:
     """Every transition, oldest first; a deleted label keeps its history, deletion last."""
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_label_name(label)
     service.get_label(app, machine, label)  # 404 for a name never created
     entries = service.history(app, machine, label)
     return json_response(
@@ -258,7 +253,6 @@ def label_history(sm: str, label: str) -> flask.Response:
 
 def live_label(app: App, machine: StateMachine, label: str) -> service.Label:
     """The label, or 404 (unknown label) / 410 (deleted)."""
-    check_label_name(label)
     found = service.get_label(app, machine, label)
     if found.deleted:
         raise service.LabelDeleted(label)
@@ -280,13 +274,6 @@ def label_body(label: service.Label) -> dict[str, Any]:
         "last_error": label.last_error,
         "version": version_of_label(app.config, app.versions, label.state_machine, label.version),
     }
-
-
-def check_label_name(name: str) -> None:
-    if len(name) > MAX_NAME_LENGTH:
-        raise BadRequest(f"Label names are limited to {MAX_NAME_LENGTH} characters.")
-    if "\x00" in name:
-        raise BadRequest("Label names cannot contain NUL characters.")
 
 
 def metadata_from_body() -> dict[str, Any]:

@@ -31,7 +31,7 @@ from routemaster.api.endpoints import (
 from routemaster.api.extension import routemaster_app
 from routemaster.api.responses import json_response
 from routemaster.api.schemas import Schema, ref
-from routemaster.api.validation import COMPONENTS, EMPTY_QUERY_VALUES
+from routemaster.api.validation import COMPONENTS, EMPTY_QUERY_VALUES, path_schema
 from routemaster.auth import READ
 
 blueprint = flask.Blueprint("openapi", __name__)
@@ -77,7 +77,11 @@ def build_document(flask_app: flask.Flask) -> dict[str, Any]:
             if len(methods) > 1:
                 operation_id += "_" + method
             arguments = {
-                name: _path_schema(declaration, name, rule._converters.get(name))
+                name: path_schema(
+                    declaration,
+                    name,
+                    integer=isinstance(rule._converters.get(name), IntegerConverter),
+                )
                 for name in rule.arguments
             }
             paths.setdefault(path, {})[method] = _operation(
@@ -110,14 +114,6 @@ def build_document(flask_app: flask.Flask) -> dict[str, Any]:
             }
         }
     return document
-
-
-def _path_schema(declaration: Endpoint, name: str, converter: object) -> dict[str, Any]:
-    if name in declaration.path:
-        return dict(declaration.path[name])
-    if isinstance(converter, IntegerConverter):
-        return {"type": "integer", "minimum": 0}
-    return {"type": "string"}
 
 
 def _operation(

@@ -16,7 +16,7 @@ from werkzeug.exceptions import BadRequest, Conflict
 from routemaster import service
 from routemaster.api.endpoints import Reply, endpoint
 from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.labels import LABEL, check_label_name, label_body
+from routemaster.api.labels import LABEL, label_body
 from routemaster.api.responses import json_response
 from routemaster.api.schemas import UNTIL_REFUSED
 from routemaster.api.validation import checked_body, utc_time
@@ -111,7 +111,6 @@ def _command(sm: str, label: str) -> tuple[App, StateMachine, str | None, dict[s
     """What every command needs: the app, the machine (or 404), the reason and the body."""
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_label_name(label)
     body = checked_body(optional=True) or {}
     return app, machine, body.get("reason"), body
 

@@ -23,6 +23,17 @@ ANY: Schema = {}
 UNTIL_REFUSED = '"until" must be an ISO-8601 time with its UTC offset, e.g. "2030-01-01T09:00:00Z".'
 TIME: Schema = {"type": ["string", "null"], "format": "date-time"}
 
+MAX_LABEL_NAME = 1024
+LABEL_NAME: Schema = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_LABEL_NAME,
+    "pattern": "^[^\\u0000]*$",
+    "description": f"1 to {MAX_LABEL_NAME} characters, without NUL; percent-encoded in a path.",
+    "x-error": f"Label names are 1 to {MAX_LABEL_NAME} characters, without NUL characters.",
+}
+"""The label-name rule, declared once: every ``label`` path parameter, and the console's checks."""
+
 
 def ref(name: str) -> Schema:
     return {"$ref": f"#/components/schemas/{name}"}
@@ -133,6 +144,7 @@ def _only_with(command: str, name: str, required: str | None) -> Schema:
 
 
 SCHEMAS: dict[str, Schema] = {
+    "LabelName": LABEL_NAME,
     "Error": obj(
         {"message": {**TEXT, "description": "What went wrong, for people."}}, strict=False
     ),

@@ -38,6 +38,7 @@ NAME_SCHEMA = {
     "pattern": f"^{NAME.pattern}$",
     "not": {"enum": [".", ".."]},
     "description": "1 to 200 of A-Z a-z 0-9 _ . ~ - (and not . or ..).",
+    "x-error": "A subscription's name is 1 to 200 of A-Z a-z 0-9 _ . ~ - (and not . or ..).",
 }
 DEFAULT_MAX_EVENTS = 100
 DEFAULT_BATCH_DELAY_MS = 500
@@ -56,6 +57,8 @@ def _outside_the_document(error: InvalidRequest) -> flask.Response:
     reason = (
         "invalid_cursor"
         if error.field == "after"
+        else "invalid_name"
+        if error.field == "name"
         else "invalid_url"
         if (error.field, error.rule) == ("url", "pattern")
         else "invalid"
@@ -95,7 +98,6 @@ def list_subscriptions() -> flask.Response:
 )
 def put_subscription(name: str) -> flask.Response:
     app = routemaster_app()
-    _check_name(name)
     settings, after = _settings(app, checked_body())
     stored, created = service.put_subscription(app, name, settings, after=after)
     return json_response(shown(stored), 201 if created else 200)
@@ -111,7 +113,6 @@ def put_subscription(name: str) -> flask.Response:
 )
 def get_subscription(name: str) -> flask.Response:
     app = routemaster_app()
-    _check_name(name)
     return json_response(shown(_found(service.get_subscription(app, name), name)))
 
 
@@ -125,7 +126,6 @@ def get_subscription(name: str) -> flask.Response:
 )
 def delete_subscription(name: str) -> flask.Response:
     app = routemaster_app()
-    _check_name(name)
     if not service.delete_subscription(app, name):
         raise NotFound(f"No subscription called {name!r}.")
     return flask.Response(status=204)
@@ -146,7 +146,6 @@ def delete_subscription(name: str) -> flask.Response:
 )
 def set_cursor(name: str) -> flask.Response:
     app = routemaster_app()
-    _check_name(name)
     after = _position(checked_body()["after"])
     return json_response(shown(_found(service.set_cursor(app, name, after), name)))
 
@@ -189,14 +188,6 @@ def _found(entry: Shown | None, name: str) -> Shown:
     if entry is None:
         raise NotFound(f"No subscription called {name!r}.")
     return entry
-
-
-def _check_name(name: str) -> None:
-    if not NAME.fullmatch(name) or name in (".", ".."):
-        raise Invalid(
-            "A subscription's name is 1 to 200 of A-Z a-z 0-9 _ . ~ - (and not . or ..).",
-            "invalid_name",
-        )
 
 
 def _settings(app: App, body: dict[str, Any]) -> tuple[Settings, Position | None]:

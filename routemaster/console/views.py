@@ -16,7 +16,6 @@ from routemaster.api.changes import AFTER, stream_response
 from routemaster.api.endpoints import EVENT_STREAM, HTML, OPEN, Reply, endpoint
 from routemaster.api.explanations import explanation_of
 from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.labels import check_label_name
 from routemaster.api.paths import link
 from routemaster.api.receivers import receivers_json, set_paused
 from routemaster.api.task_views import past_tasks, tasks_in_flight
@@ -247,7 +246,6 @@ def labels_page(sm: str) -> str | tuple[str, int]:
 def label_page_view(sm: str, label: str) -> str:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_label_name(label)
     seen, found, history = label_and_history(app, machine, label)
     if found is None:
         raise NotFound(f"No label {label!r} in {machine.name}.")
@@ -279,7 +277,6 @@ def operate(sm: str, label: str, command: str) -> Response:
         raise NotFound(f"No console command {command!r}.")
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_label_name(label)
     reason = flask.request.form.get("reason") or None
     back = _back_to(flask.request.form.get("next"), label_url(machine.name, label))
     try:
