@@ -2,7 +2,7 @@
 
 There is no module-level Flask app. ``create_app`` attaches the given
 :class:`~routemaster.app.App` (config, engine, settings) to the Flask app,
-and handlers reach it through :func:`routemaster.api.extension.routemaster_app`.
+and handlers reach it through :func:`routemaster.webcore.extension.routemaster_app`.
 It sits above both faces (:mod:`routemaster.api`, :mod:`routemaster.console`),
 so neither imports the other's assembly.
 """
@@ -23,7 +23,6 @@ from routemaster.api import (
     bulk,
     changes,
     deliveries,
-    errors,
     explanations,
     health,
     labels,
@@ -37,14 +36,15 @@ from routemaster.api import (
     versions,
 )
 from routemaster.api.auth import require_tokens
-from routemaster.api.extension import EXTENSION_KEY, STARTED
-from routemaster.api.paths import NameConverter, rewrite_path_info
-from routemaster.api.validation import check_path
 from routemaster.app import App
 from routemaster.changes.claim_waits import ClaimWaiter
 from routemaster.changes.hub import ChangeHub
 from routemaster.console.access import TOKEN_CHECK_KEY, console_token_check
 from routemaster.console.views import error_page
+from routemaster.webcore import errors
+from routemaster.webcore.extension import EXTENSION_KEY, STARTED
+from routemaster.webcore.paths import NameConverter, rewrite_path_info
+from routemaster.webcore.validation import check_path
 
 CONSOLE_PREFIX = "/console/"
 

@@ -14,16 +14,16 @@ import flask
 from werkzeug.exceptions import BadRequest, Forbidden, NotFound
 
 from routemaster.api.auth import current_token
-from routemaster.api.endpoints import Reply, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.operations import pause_end
-from routemaster.api.responses import json_response
-from routemaster.api.validation import checked_body
 from routemaster.app import App
 from routemaster.auth import OPERATE, WRITE
 from routemaster.config.model import StateMachine
 from routemaster.service.bulk import BulkCommand, CountMismatch, accept, dry_run, get_job
 from routemaster.service.search import Search, listing_search, not_on_version
+from routemaster.webcore.endpoints import Reply, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.responses import json_response
+from routemaster.webcore.validation import checked_body
 
 blueprint = flask.Blueprint("bulk", __name__)
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 import flask
 from werkzeug.exceptions import BadRequest, ServiceUnavailable
 
-from routemaster.api.endpoints import EVENT_STREAM, Query, Reply, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.outbound_schemas import POSITION_PATTERN
-from routemaster.api.validation import checked_query
 from routemaster.auth import READ
 from routemaster.changes.hub import STREAM_KEY, ChangeHub, TooManyStreams
 from routemaster.service.changes import Position, current_position
+from routemaster.webcore.endpoints import EVENT_STREAM, Query, Reply, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.outbound_schemas import POSITION_PATTERN
+from routemaster.webcore.validation import checked_query
 
 blueprint = flask.Blueprint("changes", __name__)
 

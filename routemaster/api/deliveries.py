@@ -13,15 +13,15 @@ from urllib.parse import quote, urlencode
 import flask
 
 from routemaster import service
-from routemaster.api.endpoints import Query, Reply, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL
-from routemaster.api.paths import link
-from routemaster.api.responses import isoformat, json_response
-from routemaster.api.validation import checked_query, utc_time
 from routemaster.auth import READ
 from routemaster.service import deliveries as log
 from routemaster.service.deliveries import Delivery, DeliveryFilter
+from routemaster.webcore.endpoints import Query, Reply, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.paths import link
+from routemaster.webcore.responses import isoformat, json_response
+from routemaster.webcore.validation import checked_query, utc_time
 
 blueprint = flask.Blueprint("deliveries", __name__)
 

@@ -16,10 +16,7 @@ import flask
 
 from routemaster import service
 from routemaster.api.deliveries import delivery_json
-from routemaster.api.endpoints import Reply, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, live_label
-from routemaster.api.responses import isoformat, json_response
 from routemaster.api.task_views import action_explanation, paused_until
 from routemaster.app import App
 from routemaster.auth import READ
@@ -31,6 +28,9 @@ from routemaster.machine.triggers import what_evaluates
 from routemaster.service import deliveries
 from routemaster.service.scheduling import explain_next_check
 from routemaster.service.versions import machine_for
+from routemaster.webcore.endpoints import Reply, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.responses import isoformat, json_response
 
 blueprint = flask.Blueprint("explanations", __name__)
 

@@ -17,17 +17,17 @@ import flask
 from werkzeug.exceptions import BadRequest
 
 from routemaster import service
-from routemaster.api.endpoints import Query, Reply, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.paths import link
-from routemaster.api.responses import isoformat, json_response
-from routemaster.api.validation import checked_body, checked_query
 from routemaster.app import App
 from routemaster.auth import READ, WRITE
 from routemaster.config.model import StateMachine
 from routemaster.machine.versions import version_of_label
 from routemaster.service.listings import page_of_labels
 from routemaster.service.search import count_matches, listing_search, page_of_matches
+from routemaster.webcore.endpoints import Query, Reply, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.paths import link
+from routemaster.webcore.responses import isoformat, json_response
+from routemaster.webcore.validation import checked_body, checked_query
 
 blueprint = flask.Blueprint("labels", __name__)
 

@@ -14,15 +14,15 @@ import flask
 from werkzeug.exceptions import BadRequest, Conflict
 
 from routemaster import service
-from routemaster.api.endpoints import Reply, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, label_body
-from routemaster.api.responses import json_response
-from routemaster.api.schemas import UNTIL_REFUSED
-from routemaster.api.validation import checked_body, utc_time
 from routemaster.app import App
 from routemaster.auth import OPERATE
 from routemaster.config.model import StateMachine
+from routemaster.webcore.endpoints import Reply, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.responses import json_response
+from routemaster.webcore.schemas import UNTIL_REFUSED
+from routemaster.webcore.validation import checked_body, utc_time
 
 blueprint = flask.Blueprint("operations", __name__)
 

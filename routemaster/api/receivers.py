@@ -11,14 +11,14 @@ from typing import Any
 import flask
 
 from routemaster.api.deliveries import parse_time
-from routemaster.api.endpoints import Reply, endpoint
-from routemaster.api.extension import routemaster_app
-from routemaster.api.responses import isoformat, json_response
-from routemaster.api.validation import checked_body
 from routemaster.app import App
 from routemaster.auth import OPERATE, READ
 from routemaster.service import receivers
 from routemaster.service.receivers import Receiver, ReceiverRow
+from routemaster.webcore.endpoints import Reply, endpoint
+from routemaster.webcore.extension import routemaster_app
+from routemaster.webcore.responses import isoformat, json_response
+from routemaster.webcore.validation import checked_body
 
 blueprint = flask.Blueprint("receivers", __name__)
 

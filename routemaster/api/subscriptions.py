@@ -13,10 +13,6 @@ from typing import Any
 import flask
 from werkzeug.exceptions import NotFound
 
-from routemaster.api.endpoints import Reply, endpoint
-from routemaster.api.extension import routemaster_app
-from routemaster.api.responses import isoformat, json_response
-from routemaster.api.validation import InvalidRequest, checked_body
 from routemaster.app import App
 from routemaster.auth import ADMIN
 from routemaster.service import subscriptions as service
@@ -28,6 +24,10 @@ from routemaster.service.subscriptions import (
     Shown,
     check_destination,
 )
+from routemaster.webcore.endpoints import Reply, endpoint
+from routemaster.webcore.extension import routemaster_app
+from routemaster.webcore.responses import isoformat, json_response
+from routemaster.webcore.validation import InvalidRequest, checked_body
 
 blueprint = flask.Blueprint("subscriptions", __name__)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from routemaster.api.responses import isoformat
 from routemaster.app import App
 from routemaster.config.graph import worker_settings
 from routemaster.config.model import Action
 from routemaster.service import Label
 from routemaster.service import tasks as task_service
+from routemaster.webcore.responses import isoformat
 
 
 def action_explanation(app: App, action: Action, label: Label) -> dict[str, Any]:

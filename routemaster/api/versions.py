@@ -6,13 +6,13 @@ from typing import Any
 
 import flask
 
-from routemaster.api.endpoints import Query, Reply, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.paths import link
-from routemaster.api.responses import isoformat, json_response
-from routemaster.api.validation import checked_query
 from routemaster.auth import READ
 from routemaster.service.configuration import MachineVersion, versions_of
+from routemaster.webcore.endpoints import Query, Reply, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.paths import link
+from routemaster.webcore.responses import isoformat, json_response
+from routemaster.webcore.validation import checked_query
 
 MAX_PAGE = 1_000
 DEFAULT_PAGE = 100

@@ -17,12 +17,12 @@ from werkzeug.exceptions import BadRequest, Forbidden, NotFound
 from werkzeug.wrappers import Response
 
 from routemaster.api.bulk import FILTERS, bulk_request, run
-from routemaster.api.endpoints import OPEN, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.validation import checked_value
 from routemaster.console import access
 from routemaster.console.views import BUTTON, PAGES, blueprint, machine_url, render_page
 from routemaster.service.bulk import CountMismatch, dry_run, get_job
+from routemaster.webcore.endpoints import OPEN, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.validation import checked_value
 
 _FORM_FIELDS = ("command", "reason", "to", "until", *FILTERS)
 

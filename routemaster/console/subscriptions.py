@@ -5,12 +5,12 @@ from __future__ import annotations
 import flask
 from werkzeug.exceptions import Forbidden
 
-from routemaster.api.endpoints import OPEN, endpoint
-from routemaster.api.extension import routemaster_app
 from routemaster.api.subscriptions import shown
 from routemaster.auth import ADMIN
 from routemaster.console.views import PAGES, blueprint, render_page
 from routemaster.service.subscriptions import all_subscriptions
+from routemaster.webcore.endpoints import OPEN, endpoint
+from routemaster.webcore.extension import routemaster_app
 
 
 @blueprint.get("/subscriptions")

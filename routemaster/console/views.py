@@ -13,10 +13,7 @@ from werkzeug.wrappers import Response
 
 from routemaster import service
 from routemaster.api.changes import AFTER, stream_response
-from routemaster.api.endpoints import EVENT_STREAM, HTML, OPEN, Reply, endpoint
 from routemaster.api.explanations import explanation_of
-from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.paths import link
 from routemaster.api.receivers import receivers_json, set_paused
 from routemaster.api.task_views import past_tasks, tasks_in_flight
 from routemaster.app import App
@@ -36,6 +33,9 @@ from routemaster.service.changes import (
 from routemaster.service.errors import Malformed, Missing
 from routemaster.service.scheduling import next_moves
 from routemaster.service.search import listing_search, page_of_matches
+from routemaster.webcore.endpoints import EVENT_STREAM, HTML, OPEN, Reply, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.paths import link
 
 blueprint = flask.Blueprint("console", __name__, url_prefix="/console", template_folder="templates")
 

@@ -1,10 +1,10 @@
 """The JSON Schemas of pull workers' endpoints (``/tasks/...``) and of what explanations show
-of a pull action (the rest are in :mod:`routemaster.api.schemas`; the OpenAPI document
+of a pull action (the rest are in :mod:`routemaster.webcore.schemas`; the OpenAPI document
 has both)."""
 
 from __future__ import annotations
 
-from routemaster.api.schemas import (
+from routemaster.webcore.schemas import (
     BOOLEAN,
     INTEGER,
     TEXT,

@@ -1,10 +1,10 @@
 """The JSON Schemas of the outbound calls' endpoints: the delivery log, receivers, push
-subscriptions (the rest are in :mod:`routemaster.api.schemas`; the OpenAPI document
+subscriptions (the rest are in :mod:`routemaster.webcore.schemas`; the OpenAPI document
 has both)."""
 
 from __future__ import annotations
 
-from routemaster.api.schemas import (
+from routemaster.webcore.schemas import (
     INTEGER,
     TEXT,
     TEXT_OR_NULL,

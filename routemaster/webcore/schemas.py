@@ -2,11 +2,11 @@
 
 Objects list every field the API sends and forbid others, so a field added
 to a handler but not here fails the conformance tests instead of drifting
-silently. Endpoints name these schemas in their :func:`~routemaster.api.endpoints.endpoint`
+silently. Endpoints name these schemas in their :func:`~routemaster.webcore.endpoints.endpoint`
 declaration; add a schema here when adding an endpoint with a new body.
 The outbound calls' schemas (the delivery log, receivers, push
-subscriptions) are in :mod:`routemaster.api.outbound_schemas`, pull workers'
-tasks in :mod:`routemaster.api.task_schemas`.
+subscriptions) are in :mod:`routemaster.webcore.outbound_schemas`, pull workers'
+tasks in :mod:`routemaster.webcore.task_schemas`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Requests checked against the declaration the OpenAPI document is made from.
 
 A handler asks for :func:`checked_query` and :func:`checked_body`; both look
-up the handler's own :func:`~routemaster.api.endpoints.endpoint` declaration,
+up the handler's own :func:`~routemaster.webcore.endpoints.endpoint` declaration,
 as :func:`check_path` does for every request's path parameters (a hook run
 before every handler, after the token check),
 and validate with the very schemas ``/openapi.json`` publishes, so whatever
@@ -43,12 +43,12 @@ from jsonschema.exceptions import ValidationError, best_match
 from werkzeug.exceptions import BadRequest
 from werkzeug.routing import IntegerConverter
 
-from routemaster.api.bodies import NO_BODY, json_body
-from routemaster.api.endpoints import Endpoint, Query, declared
-from routemaster.api.outbound_schemas import OUTBOUND_SCHEMAS
-from routemaster.api.schema_checks import Check, compile_check
-from routemaster.api.schemas import SCHEMAS, Schema, ref
-from routemaster.api.task_schemas import TASK_SCHEMAS
+from routemaster.webcore.bodies import NO_BODY, json_body
+from routemaster.webcore.endpoints import Endpoint, Query, declared
+from routemaster.webcore.outbound_schemas import OUTBOUND_SCHEMAS
+from routemaster.webcore.schema_checks import Check, compile_check
+from routemaster.webcore.schemas import SCHEMAS, Schema, ref
+from routemaster.webcore.task_schemas import TASK_SCHEMAS
 
 COMPONENTS: Mapping[str, Schema] = {**SCHEMAS, **OUTBOUND_SCHEMAS, **TASK_SCHEMAS}
 """Every schema the OpenAPI document has, by name."""

@@ -15,9 +15,9 @@ from typing import Any
 import flask
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
-from routemaster.api.extension import routemaster_app
 from routemaster.app import Settings
 from routemaster.limits import JSONRejected, parse_json
+from routemaster.webcore.extension import routemaster_app
 
 _CHUNK = 64 * 1024
 NO_BODY: Any = object()
