@@ -44,6 +44,7 @@ from routemaster.console.views import error_page
 from routemaster.webcore import errors
 from routemaster.webcore.extension import EXTENSION_KEY, STARTED
 from routemaster.webcore.paths import NameConverter, rewrite_path_info
+from routemaster.webcore.streams import HUB_KEY
 from routemaster.webcore.validation import check_path
 
 CONSOLE_PREFIX = "/console/"
@@ -89,7 +90,7 @@ def create_app(app: App) -> flask.Flask:
     flask_app.config["PROPAGATE_EXCEPTIONS"] = False
     flask_app.extensions[EXTENSION_KEY] = app
     hub = ChangeHub(app.db, app.settings)
-    flask_app.extensions[changes.HUB_KEY] = hub
+    flask_app.extensions[HUB_KEY] = hub
     flask_app.extensions[tasks.WAITER_KEY] = ClaimWaiter(app)
     flask_app.url_map.converters["name"] = NameConverter
     errors.register_error_handlers(flask_app)

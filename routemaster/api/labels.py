@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote, urlencode
 
 import flask
 from werkzeug.exceptions import BadRequest
@@ -21,10 +20,10 @@ from routemaster.app import App
 from routemaster.auth import READ, WRITE
 from routemaster.config.model import StateMachine
 from routemaster.machine.versions import version_of_label
-from routemaster.service.listings import page_of_labels
-from routemaster.service.search import count_matches, listing_search, page_of_matches
+from routemaster.service.search import listing
 from routemaster.webcore.endpoints import Query, Reply, endpoint
 from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.paging import next_link, page_of
 from routemaster.webcore.paths import link
 from routemaster.webcore.responses import isoformat, json_response
 from routemaster.webcore.validation import checked_body, checked_query
@@ -81,37 +80,23 @@ def list_labels(sm: str) -> flask.Response:
     machine = machine_or_404(app, sm)
     args = checked_query()
     state: str | None = args.get("state")
-    after: str = args.get("after", "")
     prefix: str = args.get("prefix", "")
     errored: bool = args.get("errored", False)
-    limit: int | None = args.get("limit")
-    create = link("state-machines", machine.name, "labels") + "/:name"
     where: str | None = args.get("where")
-    search = listing_search(app, machine, where, state=state, errored=errored, prefix=prefix)
+    limit: int | None = args.get("limit")
+    labels = link("state-machines", machine.name, "labels")
+    found = listing(app, machine, where, state=state, errored=errored, prefix=prefix)
     if args.get("count"):
-        return json_response({"count": count_matches(app, search)})
-
-    def page(start: str, size: int) -> list[tuple[str, str]]:
-        if where is not None:
-            return page_of_matches(app, search, after=start, limit=size)
-        return page_of_labels(
-            app,
-            machine.name,
-            after=start,
-            limit=size,
-            state=state,
-            errored=errored,
-            prefix=prefix,
-        )
-
+        return json_response({"count": found.count()})
+    after: str = args.get("after", "")
     if limit is not None:
-        rows = page(after, limit + 1)
+        page = page_of(lambda size: found.page(after=after, limit=size), limit)
         body: dict[str, Any] = {
-            "labels": [{"name": name, "state": label_state} for name, label_state in rows[:limit]],
-            "create": create,
+            "labels": [{"name": name, "state": label_state} for name, label_state in page.rows],
+            "create": labels + "/:name",
         }
-        if len(rows) > limit:
-            query = {"limit": str(limit), "after": rows[limit - 1][0]}
+        if page.last is not None:
+            query = {"limit": str(limit), "after": page.last[0]}
             if state is not None:
                 query["state"] = state
             if errored:
@@ -120,12 +105,10 @@ def list_labels(sm: str) -> flask.Response:
                 query["prefix"] = prefix
             if where is not None:
                 query["where"] = where
-            query_string = urlencode(query, quote_via=quote)
-            body["next"] = link("state-machines", machine.name, "labels") + "?" + query_string
+            body["next"] = next_link(labels, query)
         return json_response(body)
-
     # Fetched before the response starts, so a database outage is still a 503.
-    first = page(after, STREAM_BATCH)
+    first = found.page(after=after, limit=STREAM_BATCH)
 
     def stream() -> Iterator[str]:
         yield '{"labels":['
@@ -138,8 +121,8 @@ def list_labels(sm: str) -> flask.Response:
             separator = ","
             if len(batch) < STREAM_BATCH:
                 break
-            batch = page(batch[-1][0], STREAM_BATCH)
-        yield '],"create":' + json.dumps(create) + "}"
+            batch = found.page(after=batch[-1][0], limit=STREAM_BATCH)
+        yield '],"create":' + json.dumps(labels + "/:name") + "}"
 
     return flask.Response(stream(), mimetype="application/json")
 

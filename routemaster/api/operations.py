@@ -7,11 +7,10 @@ recorded in the label's history as forced, with the given reason.
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 import flask
-from werkzeug.exceptions import BadRequest, Conflict
+from werkzeug.exceptions import Conflict
 
 from routemaster import service
 from routemaster.api.labels import LABEL, label_body
@@ -21,8 +20,7 @@ from routemaster.config.model import StateMachine
 from routemaster.webcore.endpoints import Reply, endpoint
 from routemaster.webcore.extension import machine_or_404, routemaster_app
 from routemaster.webcore.responses import json_response
-from routemaster.webcore.schemas import UNTIL_REFUSED
-from routemaster.webcore.validation import checked_body, utc_time
+from routemaster.webcore.validation import aware_time, checked_body
 
 blueprint = flask.Blueprint("operations", __name__)
 
@@ -62,7 +60,7 @@ def retry(sm: str, label: str) -> flask.Response:
 def pause(sm: str, label: str) -> flask.Response:
     """With ``{"until": ISO-8601}`` the label resumes by itself then."""
     app, machine, reason, body = _command(sm, label)
-    until = pause_end(app, body.get("until"))
+    until = service.pause_end(app, aware_time(body.get("until")))
     return _run(lambda: service.set_paused(app, machine, label, True, reason=reason, until=until))
 
 
@@ -93,18 +91,6 @@ def move(sm: str, label: str) -> flask.Response:
     app, machine, reason, body = _command(sm, label)
     destination: str = body["state"]
     return _run(lambda: service.force_move(app, machine, label, destination, reason=reason))
-
-
-def pause_end(app: App, until: Any) -> datetime.datetime | None:
-    """``until`` of a pause: an ISO-8601 time with a UTC offset, in the future."""
-    if until is None:
-        return None
-    if datetime.datetime.fromisoformat(until).tzinfo is None:  # checked as format: date-time
-        raise BadRequest(UNTIL_REFUSED)
-    moment = utc_time(until)
-    if moment <= app.now():
-        raise BadRequest('"until" must be in the future.')
-    return moment
 
 
 def _command(sm: str, label: str) -> tuple[App, StateMachine, str | None, dict[str, Any]]:

@@ -26,7 +26,7 @@ from routemaster.service.subscriptions import (
 )
 from routemaster.webcore.endpoints import Reply, endpoint
 from routemaster.webcore.extension import routemaster_app
-from routemaster.webcore.responses import isoformat, json_response
+from routemaster.webcore.responses import json_response, subscription_json
 from routemaster.webcore.validation import InvalidRequest, checked_body
 
 blueprint = flask.Blueprint("subscriptions", __name__)
@@ -74,7 +74,7 @@ def _outside_the_document(error: InvalidRequest) -> flask.Response:
     tags=("subscriptions",),
 )
 def list_subscriptions() -> flask.Response:
-    found = [shown(entry) for entry in service.all_subscriptions(routemaster_app())]
+    found = [subscription_json(entry) for entry in service.all_subscriptions(routemaster_app())]
     return json_response({"subscriptions": found})
 
 
@@ -100,7 +100,7 @@ def put_subscription(name: str) -> flask.Response:
     app = routemaster_app()
     settings, after = _settings(app, checked_body())
     stored, created = service.put_subscription(app, name, settings, after=after)
-    return json_response(shown(stored), 201 if created else 200)
+    return json_response(subscription_json(stored), 201 if created else 200)
 
 
 @blueprint.get(SUBSCRIPTION)
@@ -113,7 +113,7 @@ def put_subscription(name: str) -> flask.Response:
 )
 def get_subscription(name: str) -> flask.Response:
     app = routemaster_app()
-    return json_response(shown(_found(service.get_subscription(app, name), name)))
+    return json_response(subscription_json(_found(service.get_subscription(app, name), name)))
 
 
 @blueprint.delete(SUBSCRIPTION)
@@ -147,41 +147,7 @@ def delete_subscription(name: str) -> flask.Response:
 def set_cursor(name: str) -> flask.Response:
     app = routemaster_app()
     after = _position(checked_body()["after"])
-    return json_response(shown(_found(service.set_cursor(app, name, after), name)))
-
-
-def shown(entry: Shown) -> dict[str, Any]:
-    """A subscription as the API shows it: settings, cursor, lag, the batch in flight."""
-    subscription, lag = entry
-    in_flight = None
-    if subscription.batch_id is not None:
-        in_flight = {
-            "webhook_id": subscription.batch_id,
-            "events": subscription.batch_events,
-            "last_id": str(subscription.batch_last),
-        }
-    return {
-        "name": subscription.name,
-        "url": subscription.url,
-        "state_machines": (
-            list(subscription.state_machines) if subscription.state_machines is not None else None
-        ),
-        "max_events": subscription.max_events,
-        "batch_delay_ms": subscription.batch_delay_ms,
-        "signing_secret_env": subscription.signing_secret_env,
-        "cursor": str(subscription.acknowledged),
-        "pending": lag.pending,
-        "oldest_pending_at": isoformat(lag.oldest_pending_at),
-        "in_flight": in_flight,
-        "next_attempt_at": isoformat(subscription.due_at) if in_flight else None,
-        "last_attempt_at": isoformat(subscription.last_attempt_at),
-        "last_success_at": isoformat(subscription.last_success_at),
-        "last_error": subscription.last_error,
-        "failures_in_a_row": subscription.failures_in_a_row,
-        "lost_events": subscription.lost_events,
-        "created_at": isoformat(subscription.created_at),
-        "updated_at": isoformat(subscription.updated_at),
-    }
+    return json_response(subscription_json(_found(service.set_cursor(app, name, after), name)))
 
 
 def _found(entry: Shown | None, name: str) -> Shown:

@@ -47,7 +47,7 @@ from routemaster.webcore.bodies import NO_BODY, json_body
 from routemaster.webcore.endpoints import Endpoint, Query, declared
 from routemaster.webcore.outbound_schemas import OUTBOUND_SCHEMAS
 from routemaster.webcore.schema_checks import Check, compile_check
-from routemaster.webcore.schemas import SCHEMAS, Schema, ref
+from routemaster.webcore.schemas import SCHEMAS, UNTIL_REFUSED, Schema, ref
 from routemaster.webcore.task_schemas import TASK_SCHEMAS
 
 COMPONENTS: Mapping[str, Schema] = {**SCHEMAS, **OUTBOUND_SCHEMAS, **TASK_SCHEMAS}
@@ -145,6 +145,15 @@ def checked_value(schema_name: str, value: Any) -> Any:
     if not checks.integers:
         return value
     return _integers(value, checks.validator.schema, checks.validator.schema)
+
+
+def aware_time(raw: str | None) -> datetime.datetime | None:
+    """``until`` of a pause: an ISO-8601 time with its UTC offset (checked as ``date-time``)."""
+    if raw is None:
+        return None
+    if datetime.datetime.fromisoformat(raw).tzinfo is None:
+        raise InvalidRequest(UNTIL_REFUSED, "until", "format")
+    return utc_time(raw)
 
 
 def utc_time(raw: str) -> datetime.datetime:
