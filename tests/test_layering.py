@@ -15,7 +15,8 @@ editing the table (and ``docs/architecture.md``) on purpose.
 Also here: only the web faces, ``web`` and the command line use Flask; the
 faces never touch the store (no ``routemaster.db``, no ``sqlalchemy``, no
 connection or transaction of their own); every SQL statement lives in
-``routemaster/db/``; no module is over 450 lines.
+``routemaster/db/``; no module is over 800 lines (a module is as long as its one idea:
+the cap only catches one that has become several).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "routemaster"
-MAX_LINES = 450
+MAX_LINES = 800
 
 
 def _module_name(path: Path) -> str:
@@ -255,7 +256,9 @@ def test_only_the_web_faces_and_the_command_line_import_flask(module: str) -> No
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_no_module_is_over_the_size_limit(module: str) -> None:
     lines = len(MODULES[module].read_text().splitlines())
-    assert lines <= MAX_LINES, f"{module} has {lines} lines; split it (at most {MAX_LINES})"
+    assert lines <= MAX_LINES, (
+        f"{module} has {lines} lines (at most {MAX_LINES}): is it still one idea?"
+    )
 
 
 # --- the web faces never touch the store ------------------------------------------------
