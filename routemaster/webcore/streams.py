@@ -14,7 +14,7 @@ from routemaster.changes.hub import STREAM_KEY, ChangeHub, TooManyStreams
 from routemaster.service.changes import Position, current_position
 from routemaster.webcore.endpoints import EVENT_STREAM, Query, Reply
 from routemaster.webcore.extension import routemaster_app
-from routemaster.webcore.outbound_schemas import POSITION_PATTERN
+from routemaster.webcore.schemas import POSITION_PATTERN
 from routemaster.webcore.validation import checked_query
 
 HUB_KEY = "routemaster.changes"

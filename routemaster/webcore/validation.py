@@ -45,10 +45,15 @@ from werkzeug.routing import IntegerConverter
 
 from routemaster.webcore.bodies import NO_BODY, json_body
 from routemaster.webcore.endpoints import Endpoint, Query, declared
-from routemaster.webcore.outbound_schemas import OUTBOUND_SCHEMAS
 from routemaster.webcore.schema_checks import Check, compile_check
-from routemaster.webcore.schemas import SCHEMAS, UNTIL_REFUSED, Schema, ref
-from routemaster.webcore.task_schemas import TASK_SCHEMAS
+from routemaster.webcore.schemas import (
+    OUTBOUND_SCHEMAS,
+    SCHEMAS,
+    TASK_SCHEMAS,
+    UNTIL_REFUSED,
+    Schema,
+    ref,
+)
 
 COMPONENTS: Mapping[str, Schema] = {**SCHEMAS, **OUTBOUND_SCHEMAS, **TASK_SCHEMAS}
 """Every schema the OpenAPI document has, by name."""

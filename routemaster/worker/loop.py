@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
+from collections.abc import Callable
 
 import sqlalchemy as sa
 
@@ -20,11 +22,39 @@ from routemaster.db.notifications import DueListener
 from routemaster.http.client import BoundedAdapter
 from routemaster.service.claims import next_due_at
 from routemaster.service.versions import load_all_versions, worker_view
-from routemaster.worker.outage import OutageLog
 from routemaster.worker.round import Round, Work
 from routemaster.worker.subscriptions import SubscriptionSender
 
 logger = logging.getLogger(__name__)
+
+OUTAGE_REMINDER_SECONDS = 60
+
+
+class OutageLog:
+    """The worker's log of the database's availability: one line per change of it, and a
+    reminder each minute while it is away."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._down_since: float | None = None
+        self._reminded_at = 0.0
+
+    def down(self, error: Exception) -> None:
+        now = self._clock()
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if self._down_since is None:
+            self._down_since = self._reminded_at = now
+            logger.error("database unavailable; the worker waits for it: %s", reason)
+        elif now - self._reminded_at >= OUTAGE_REMINDER_SECONDS:
+            self._reminded_at = now
+            logger.error(
+                "database still unavailable after %d s: %s", now - self._down_since, reason
+            )
+
+    def up(self) -> None:
+        if self._down_since is not None:
+            logger.info("database available again after %d s", self._clock() - self._down_since)
+            self._down_since = None
 
 
 class Worker:
@@ -102,8 +132,9 @@ class Worker:
     def work_once(self, *, first: bool = False) -> bool:
         """One round of :data:`~routemaster.worker.round.STEPS`; whether it found work.
 
-        The first round of :meth:`run` runs every scheduled step. Once :meth:`stop` is called nothing new is claimed or sent: a round only
-        records what slots finished, and work claimed meanwhile is given back.
+        The first round of :meth:`run` runs every scheduled step. Once :meth:`stop`
+        is called nothing new is claimed or sent: a round only records what slots
+        finished, and work claimed meanwhile is given back.
         """
         self._work.take_delivered()
         return self._round.run(all_due=first)
