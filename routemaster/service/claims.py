@@ -1,9 +1,12 @@
-"""The worker's claims of due work: keeping their leases, and when the next work falls due.
+"""The worker's claims of due work: their leases, when the next falls due, clock occurrences.
 
 The worker holds claims (deliveries, feed-reading evaluations) in its
 slots; while they are in flight their leases are extended so no other
 worker claims them again, and between rounds it sleeps until the next label
-falls due. Both read or write the store in a transaction of their own.
+falls due or a ``NOTIFY`` says one has (:class:`DueListener`). A clock
+trigger's occurrence is claimed too: the first worker to record it fires it
+for the others' logs and metrics. Each reads or writes the store in a
+transaction of its own.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ import datetime
 from collections.abc import Sequence
 
 from routemaster.app import App
-from routemaster.db import claims
-from routemaster.db.claims import Claim
+from routemaster.db import claims, occurrences
+from routemaster.db.claims import Claim as Claim  # for the worker
+from routemaster.db.claims import StateKey as StateKey  # for the worker
+from routemaster.db.notifications import DueListener as DueListener  # for the worker
 
 
 def extend_leases(app: App, held: Sequence[Claim]) -> None:
@@ -33,3 +38,15 @@ def next_due_at(app: App) -> datetime.datetime | None:
     """When the earliest live label falls due (leases running out included)."""
     with app.db.connect() as conn:
         return claims.next_due_at(conn)
+
+
+def record_occurrence(app: App, trigger: str, occurrence: datetime.datetime) -> bool:
+    """Whether this call is the first, across all workers, to handle the occurrence."""
+    with app.db.begin() as conn:
+        return occurrences.record_occurrence(conn, trigger, occurrence)
+
+
+def forget_occurrences(app: App, before: datetime.datetime) -> None:
+    """Occurrences before ``before`` can never be computed again: their rows only take space."""
+    with app.db.begin() as conn:
+        occurrences.forget_occurrences(conn, before)

@@ -15,12 +15,10 @@ import threading
 import time
 from collections.abc import Callable
 
-import sqlalchemy as sa
-
 from routemaster.app import App
-from routemaster.db.notifications import DueListener
 from routemaster.http.client import BoundedAdapter
-from routemaster.service.claims import next_due_at
+from routemaster.service.claims import DueListener, next_due_at
+from routemaster.service.database import StoreError
 from routemaster.service.versions import load_all_versions, worker_view
 from routemaster.worker.round import Round, Work
 from routemaster.worker.subscriptions import SubscriptionSender
@@ -109,7 +107,7 @@ class Worker:
                     first = False
                     sleep = 0.0 if busy else self._sleep_for()
                     self._outage.up()
-                except sa.exc.SQLAlchemyError as error:
+                except StoreError as error:
                     self._outage.down(error)
                     busy, sleep = False, self.app.settings.poll_interval
                 except Exception:
@@ -124,7 +122,7 @@ class Worker:
             self.subscriptions.stop()
             try:
                 self._work.finish()
-            except sa.exc.SQLAlchemyError:
+            except StoreError:
                 logger.warning("could not record the last deliveries; they will be sent again")
             listener.close()
             logger.info("worker %s stopped", self.app.settings.worker_id)

@@ -32,14 +32,14 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.model import Action, Config, Gate
-from routemaster.db.claims import Claim, StateKey
-from routemaster.db.errors import Kind, describe_failure
 from routemaster.service import resume_ended_pauses
 from routemaster.service.bulk import run_batch as run_bulk_batch
-from routemaster.service.claims import extend_leases
+from routemaster.service.claims import Claim, StateKey, extend_leases
 from routemaster.service.configuration import apply_migrations
+from routemaster.service.database import Kind, describe_failure
 from routemaster.service.scheduling import schedule_unscheduled
 from routemaster.service.tasks import expire_leases, forget_old_tasks
+from routemaster.service.upkeep import give_up_on_open_receivers, prune_deliveries
 from routemaster.service.versions import worker_triggers
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import (
@@ -55,7 +55,6 @@ from routemaster.worker.slots import Slots
 from routemaster.worker.sweeps import Minutely, Sweep
 from routemaster.worker.triggers import ClockTriggers
 from routemaster.worker.unsent import put_back
-from routemaster.worker.upkeep import give_up_on_open_receivers, prune_deliveries
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +124,7 @@ STEPS: tuple[Step, ...] = (
     Step(
         "giving up on open receivers",
         seconds(10),
-        lambda work: give_up_on_open_receivers(work.app, work.gate),
+        lambda work: give_up_on_open_receivers(work.app, work.gate.receivers),
         draining=True,
     ),
     Step("applying migrations", _migrations, lambda work: work.apply_migrations(), draining=True),
