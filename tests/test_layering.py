@@ -314,7 +314,6 @@ WORKER_REACHING_THE_STORE = {
     "routemaster.worker.evaluation",
     "routemaster.worker.receivers",
     "routemaster.worker.recording",
-    "routemaster.worker.retention",
     "routemaster.worker.round",
     "routemaster.worker.subscription_receivers",
     "routemaster.worker.subscriptions",

@@ -37,6 +37,7 @@ from routemaster.service.bulk import run_batch as run_bulk_batch
 from routemaster.service.claims import Claim, StateKey, extend_leases
 from routemaster.service.configuration import apply_migrations
 from routemaster.service.database import Kind, describe_failure
+from routemaster.service.retention import prune as prune_retained
 from routemaster.service.scheduling import schedule_unscheduled
 from routemaster.service.tasks import expire_leases, forget_old_tasks
 from routemaster.service.upkeep import give_up_on_open_receivers, prune_deliveries
@@ -50,7 +51,6 @@ from routemaster.worker.evaluation import (
 )
 from routemaster.worker.receivers import Gatekeeper, Permit
 from routemaster.worker.recording import Recorder
-from routemaster.worker.retention import prune as prune_retained
 from routemaster.worker.slots import Slots
 from routemaster.worker.sweeps import Minutely, Sweep
 from routemaster.worker.triggers import ClockTriggers
