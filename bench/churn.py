@@ -47,8 +47,8 @@ from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.db.plumbing.database import create_engine
 from routemaster.db.plumbing.migrate import upgrade
+from routemaster.service.retention import prune
 from routemaster.web import create_app
-from routemaster.worker.retention import prune
 
 CONFIG = """
 {retention}

@@ -2,7 +2,7 @@
 
 There is no module-level Flask app. ``create_app`` attaches the given
 :class:`~routemaster.app.App` (config, engine, settings) to the Flask app,
-and handlers reach it through :func:`routemaster.api.extension.routemaster_app`.
+and handlers reach it through :func:`routemaster.webcore.extension.routemaster_app`.
 It sits above both faces (:mod:`routemaster.api`, :mod:`routemaster.console`),
 so neither imports the other's assembly.
 """
@@ -23,7 +23,6 @@ from routemaster.api import (
     bulk,
     changes,
     deliveries,
-    errors,
     explanations,
     health,
     labels,
@@ -37,13 +36,16 @@ from routemaster.api import (
     versions,
 )
 from routemaster.api.auth import require_tokens
-from routemaster.api.extension import EXTENSION_KEY, STARTED
-from routemaster.api.paths import NameConverter, rewrite_path_info
 from routemaster.app import App
 from routemaster.changes.claim_waits import ClaimWaiter
 from routemaster.changes.hub import ChangeHub
 from routemaster.console.access import TOKEN_CHECK_KEY, console_token_check
 from routemaster.console.views import error_page
+from routemaster.webcore import errors
+from routemaster.webcore.extension import EXTENSION_KEY, STARTED
+from routemaster.webcore.paths import NameConverter, rewrite_path_info
+from routemaster.webcore.streams import HUB_KEY
+from routemaster.webcore.validation import check_path
 
 CONSOLE_PREFIX = "/console/"
 
@@ -88,7 +90,7 @@ def create_app(app: App) -> flask.Flask:
     flask_app.config["PROPAGATE_EXCEPTIONS"] = False
     flask_app.extensions[EXTENSION_KEY] = app
     hub = ChangeHub(app.db, app.settings, app.horizon)
-    flask_app.extensions[changes.HUB_KEY] = hub
+    flask_app.extensions[HUB_KEY] = hub
     flask_app.extensions[tasks.WAITER_KEY] = ClaimWaiter(app)
     flask_app.url_map.converters["name"] = NameConverter
     errors.register_error_handlers(flask_app)
@@ -121,6 +123,7 @@ def create_app(app: App) -> flask.Flask:
     if app.config.api.tokens_required:
         cache = require_tokens(flask_app, app)
         flask_app.extensions[TOKEN_CHECK_KEY] = console_token_check(cache)
+    flask_app.before_request(check_path)  # after the token check: a 401 before a 400
     _forget_pooled_connections_after_fork(app, hub)
     app.hooks.init_flask(flask_app)
     if app.hooks.observe_requests:  # outermost, as in 1.x: around what init_flask added

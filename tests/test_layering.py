@@ -4,18 +4,22 @@ Dependencies point inwards. At the bottom, the exit-condition language and
 the configuration that compiles it; then pure planning (``machine``), the
 store (``db``) and outbound HTTP (``http``), which know nothing of each
 other; the service (``service``) orchestrates them; the per-process socket
-hubs (``changes``) sit beside it; the two web faces (``api`` and ``console``)
-and the worker sit on top and never import each other, except that the
-console reuses the API's HTTP plumbing and renderers; ``web`` assembles both
-faces into one Flask app; only the command line builds processes, and
-nothing imports it. Every import between these areas must be
+hubs (``changes``) sit beside it; the web core (``webcore``: declarations,
+request checks, paging, rendering, errors) sits above it; the three faces
+(``api``, ``console`` and ``worker``) sit on top and never import each
+other; ``web`` assembles the two web faces into one Flask app; only the
+command line builds processes, and nothing imports it. Every import between these areas must be
 an edge of :data:`ALLOWED`; an edge that is not is a design change, made by
 editing the table (and ``docs/architecture.md``) on purpose.
 
-Also here: only the web faces, ``web`` and the command line use Flask; the
-faces never touch the store (no ``routemaster.db``, no ``sqlalchemy``, no
-connection or transaction of their own); every SQL statement lives in
-``routemaster/db/``; no module is over 450 lines.
+Also here: only the web faces, the web core, ``web`` and the command line use
+Flask; the web faces and the web core never touch the store (no
+``routemaster.db``, no ``sqlalchemy``, no connection or transaction of their
+own), nor does the worker outside the modules still listed in
+:data:`WORKER_REACHING_THE_STORE` (a list that only shrinks); every SQL
+statement lives in ``routemaster/db/``; no module is over 800 lines (a
+module is as long as its one idea: the cap only catches one that has become
+several).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "routemaster"
-MAX_LINES = 450
+MAX_LINES = 800
 
 
 def _module_name(path: Path) -> str:
@@ -115,9 +119,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     "service": frozenset(BELOW_SERVICE),
     # per-process hubs holding sockets: the changes streams, the claims that wait
     "changes": frozenset({"app", "db", "service"}),
-    "api": frozenset(FACE | {"__init__", "auth", "metrics", "changes"}),  # the JSON face
-    "console": frozenset(FACE | {"api", "auth"}),  # the HTML face; the API's plumbing
-    "web": frozenset({"api", "console", "app", "changes"}),  # one Flask app serving both faces
+    # the web core: declarations, request checks, paths, bodies, rendering, errors
+    "webcore": frozenset(FACE | {"changes"}),
+    "api": frozenset(FACE | {"__init__", "auth", "metrics", "changes", "webcore"}),  # JSON face
+    "console": frozenset(FACE | {"auth", "webcore"}),  # the HTML face
+    "web": frozenset({"api", "console", "webcore", "app", "changes"}),  # one Flask app, both faces
     "worker": frozenset(BELOW_SERVICE | {"service"}),  # loop, claims, deliveries, clock
     "server": frozenset({"changes", "logging"}),  # gunicorn: application, workers, hand-off
     "cli": frozenset(
@@ -127,7 +133,7 @@ ALLOWED: dict[str, frozenset[str]] = {
 }
 
 WEB_FRAMEWORK = {"flask", "werkzeug"}
-MAY_USE_THE_WEB_FRAMEWORK = FACES | {"web", "cli"}
+MAY_USE_THE_WEB_FRAMEWORK = FACES | {"webcore", "web", "cli"}
 
 
 def _areas_imported(module: str) -> set[str]:
@@ -224,6 +230,14 @@ def test_the_table_points_inwards() -> None:
     for face in FACES:
         assert "db" not in ALLOWED[face], f"{face} must reach the store through the service"
     assert "console" not in ALLOWED["api"], "the API never imports the console"
+    for face in ("api", "console", "worker"):
+        others = {"api", "console", "worker", "webcore"} - {face}
+        if face == "worker":
+            assert not ALLOWED[face] & others, "the worker imports no web face"
+        else:
+            assert "worker" not in ALLOWED[face], f"{face} never imports the worker"
+    assert "api" not in ALLOWED["console"], "the console never imports the API"
+    assert not ALLOWED["webcore"] & {"api", "console", "web", "worker"}, "the core is no face"
 
 
 def test_the_areas_have_no_import_cycle() -> None:
@@ -251,7 +265,9 @@ def test_only_the_web_faces_and_the_command_line_import_flask(module: str) -> No
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_no_module_is_over_the_size_limit(module: str) -> None:
     lines = len(MODULES[module].read_text().splitlines())
-    assert lines <= MAX_LINES, f"{module} has {lines} lines; split it (at most {MAX_LINES})"
+    assert lines <= MAX_LINES, (
+        f"{module} has {lines} lines (at most {MAX_LINES}): is it still one idea?"
+    )
 
 
 # --- the web faces never touch the store ------------------------------------------------
@@ -281,11 +297,45 @@ def store_use_in(source: str, module: str, *, is_package: bool = False) -> list[
     return found
 
 
-@pytest.mark.parametrize("module", [m for m in MODULES if _area_of_module(m) in FACES])
+@pytest.mark.parametrize(
+    "module", [m for m in MODULES if _area_of_module(m) in FACES | {"webcore"}]
+)
 def test_the_web_faces_never_touch_the_store(module: str) -> None:
     path = MODULES[module]
     found = store_use_in(path.read_text(), module, is_package=path.name == "__init__.py")
     assert not found, f"{module} reaches the store (call a routemaster.service function): {found}"
+
+
+WORKER_REACHING_THE_STORE = {
+    "routemaster.worker.batches",
+    "routemaster.worker.callbacks",
+    "routemaster.worker.calls",
+    "routemaster.worker.delivery",
+    "routemaster.worker.evaluation",
+    "routemaster.worker.receivers",
+    "routemaster.worker.recording",
+    "routemaster.worker.round",
+    "routemaster.worker.subscription_receivers",
+    "routemaster.worker.subscriptions",
+    "routemaster.worker.unsent",
+}
+"""The worker's modules that still import ``routemaster.db`` or open transactions themselves.
+
+The worker is a face: it parses a claimed batch or a clock occurrence, calls
+the service, records the outcome. These modules predate that and are moved
+into service functions one by one; a module leaves the list when it is
+done, and none may join it.
+"""
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if _area_of_module(m) == "worker"])
+def test_the_worker_reaches_the_store_only_where_it_still_did(module: str) -> None:
+    path = MODULES[module]
+    found = store_use_in(path.read_text(), module, is_package=path.name == "__init__.py")
+    if module in WORKER_REACHING_THE_STORE:
+        assert found, f"{module} no longer reaches the store: take it off the list"
+    else:
+        assert not found, f"{module} reaches the store (call a routemaster.service function)"
 
 
 def test_the_store_detector_sees_what_it_must_and_only_that() -> None:

@@ -1,6 +1,6 @@
 """Bearer tokens on the API (``api: {authentication: tokens}``): 401, 403, or through.
 
-Each handler declares its scope with :func:`~routemaster.api.endpoints.endpoint`;
+Each handler declares its scope with :func:`~routemaster.webcore.endpoints.endpoint`;
 this check, run before every request, reads it from the matched route. A
 route nobody declared (a logging plugin's) needs ``read`` for safe methods
 and ``operate`` otherwise; a path that matches no route needs any valid
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import flask
 
-from routemaster.api.endpoints import CAPABILITY, OPEN, declared
-from routemaster.api.responses import json_response
 from routemaster.app import App
 from routemaster.auth import OPERATE, READ
 from routemaster.auth.cache import Token, TokenCache
+from routemaster.webcore.endpoints import CAPABILITY, OPEN, declared
+from routemaster.webcore.responses import json_response
 
 CACHE_KEY = "routemaster.tokens"
 TOKEN_KEY = "routemaster.token"  # in the WSGI environ: who the request is authenticated as

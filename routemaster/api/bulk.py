@@ -11,23 +11,25 @@ from __future__ import annotations
 from typing import Any
 
 import flask
-from werkzeug.exceptions import BadRequest, Forbidden, NotFound
+from werkzeug.exceptions import Forbidden, NotFound
 
 from routemaster.api.auth import current_token
-from routemaster.api.endpoints import Reply, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.operations import pause_end
-from routemaster.api.responses import json_response
-from routemaster.api.validation import checked_body
-from routemaster.app import App
 from routemaster.auth import OPERATE, WRITE
-from routemaster.config.model import StateMachine
-from routemaster.service.bulk import BulkCommand, CountMismatch, accept, dry_run, get_job
-from routemaster.service.search import Search, listing_search, not_on_version
+from routemaster.service.bulk import (
+    CountMismatch,
+    accept,
+    command_from,
+    dry_run,
+    get_job,
+    labels_for,
+)
+from routemaster.service.operations import pause_end
+from routemaster.webcore.endpoints import Reply, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.responses import json_response
+from routemaster.webcore.validation import aware_time, checked_body
 
 blueprint = flask.Blueprint("bulk", __name__)
-
-FILTERS = ("where", "state", "errored", "prefix")
 
 
 @blueprint.post("/state-machines/<name:sm>/bulk")
@@ -50,13 +52,15 @@ def start_bulk(sm: str) -> flask.Response:
     machine = machine_or_404(app, sm)
     body: dict[str, Any] = checked_body()
     token = current_token()
-    command, search = bulk_request(app, machine, body)
+    until = pause_end(app, aware_time(body.get("until")))
+    command = command_from(body, until=until)
+    search = labels_for(app, machine, command)
     if command.command == "delete" and token is not None and WRITE not in token.scopes:
         raise Forbidden(f"The token {token.name!r} lacks the 'write' scope delete needs.")
     if body.get("dry_run") is True:
         return json_response(dry_run(app, search))
     try:
-        job, count = run(app, command, search, body)
+        job, count = accept(app, search, command, expect=body["expect"])
     except CountMismatch as mismatch:
         return json_response(
             {
@@ -67,36 +71,6 @@ def start_bulk(sm: str) -> flask.Response:
             409,
         )
     return json_response({"id": job, "count": count}, 202)
-
-
-def bulk_request(
-    app: App, machine: StateMachine, body: dict[str, Any]
-) -> tuple[BulkCommand, Search]:
-    """The command a body (checked against ``Bulk``) asks for and the labels it is for.
-
-    400 saying what is wrong with what the schema cannot check: the state to
-    move to, the time a pause ends.
-    """
-    command = _command(app, machine, body)
-    search = listing_search(
-        app,
-        machine,
-        command.where,
-        state=command.state,
-        errored=command.errored,
-        prefix=command.prefix,
-    )
-    if command.command == "upgrade":  # only labels not on the version in force yet
-        search = not_on_version(search, app.versions.in_force[machine.name])
-    return command, search
-
-
-def run(app: App, command: BulkCommand, search: Search, body: dict[str, Any]) -> tuple[int, int]:
-    """Accept a real run (the schema has made sure of a filter and ``expect``): ``(id, count)``.
-
-    Raises :class:`CountMismatch` when ``expect`` is not the count.
-    """
-    return accept(app, search, command, expect=body["expect"])
 
 
 @blueprint.get("/bulk/<int:job>")
@@ -122,32 +96,4 @@ def bulk_progress(job: int) -> flask.Response:
             "state": "running" if found.finished_at is None else "finished",
             **({} if found.pause_until is None else {"until": found.pause_until.isoformat()}),
         }
-    )
-
-
-def _command(app: App, machine: StateMachine, body: dict[str, Any]) -> BulkCommand:
-    command = body["command"]
-    until = pause_end(app, body.get("until"))
-    to = body.get("to")
-    if to is not None:
-        try:
-            machine.get_state(to)
-        except KeyError:
-            raise BadRequest(f"State machine {machine.name!r} has no state {to!r}.") from None
-    if command == "upgrade" and not machine.continues:
-        raise BadRequest(
-            f"State machine {machine.name!r} has upgrade_strategy {machine.upgrade_strategy}:"
-            " only the labels of a continue machine keep a version to upgrade from."
-        )
-    if command == "upgrade" and app.versions.in_force.get(machine.name) is None:
-        raise BadRequest("This process recorded no version of the machine to upgrade to.")
-    return BulkCommand(
-        command=command,
-        reason=body["reason"],
-        where=body.get("where"),
-        state=body.get("state"),
-        errored=bool(body.get("errored")),
-        prefix=body.get("prefix") or "",
-        to=to,
-        until=until,
     )

@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import datetime
 from typing import Any
-from urllib.parse import quote, urlencode
 
 import flask
 
 from routemaster import service
-from routemaster.api.endpoints import Query, Reply, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.labels import LABEL, check_label_name
-from routemaster.api.paths import link
-from routemaster.api.responses import isoformat, json_response
-from routemaster.api.validation import checked_query, utc_time
+from routemaster.api.labels import LABEL
 from routemaster.auth import READ
 from routemaster.service import deliveries as log
 from routemaster.service.deliveries import Delivery, DeliveryFilter
+from routemaster.webcore.endpoints import Query, Reply, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.paging import Page, next_link, page_of
+from routemaster.webcore.paths import link
+from routemaster.webcore.responses import delivery_json, json_response
+from routemaster.webcore.validation import checked_query, utc_time
 
 blueprint = flask.Blueprint("deliveries", __name__)
 
@@ -59,12 +59,11 @@ _PAGING = (
 def label_deliveries(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_label_name(label)
     args = checked_query()
     service.get_label(app, machine, label)  # 404 for a name never created
     limit, before = _paging(args)
-    rows = log.of_label(app, machine.name, label, limit=limit + 1, before=before)
-    return _page(rows, limit, link("state-machines", machine.name, "labels", label, "deliveries"))
+    page = page_of(lambda n: log.of_label(app, machine.name, label, limit=n, before=before), limit)
+    return _page(page, limit, link("state-machines", machine.name, "labels", label, "deliveries"))
 
 
 @blueprint.get("/deliveries")
@@ -93,29 +92,9 @@ def all_deliveries() -> flask.Response:
         until=parse_time(args.get("until")),
     )
     limit, before = _paging(args)
-    rows = log.matching(app, where, limit=limit + 1, before=before)
+    page = page_of(lambda n: log.matching(app, where, limit=n, before=before), limit)
     names = ("kind", "outcome", "receiver", "since", "until")
-    return _page(rows, limit, "/deliveries", {name: args[name] for name in names if name in args})
-
-
-def delivery_json(delivery: Delivery) -> dict[str, Any]:
-    return {
-        "id": delivery.id,
-        "kind": delivery.kind,
-        "state_machine": delivery.state_machine,
-        "label": delivery.label,
-        "state": delivery.state,
-        "url": delivery.url,
-        "receiver": delivery.receiver,
-        "attempt": delivery.attempt,
-        "trigger": delivery.trigger,
-        "started_at": isoformat(delivery.started_at),
-        "duration_ms": delivery.duration_ms,
-        "status": delivery.status,
-        "outcome": delivery.outcome,
-        "error": delivery.error,
-        "response_excerpt": delivery.response_excerpt,
-    }
+    return _page(page, limit, "/deliveries", {name: args[name] for name in names if name in args})
 
 
 def parse_time(raw: str | None) -> datetime.datetime | None:
@@ -124,13 +103,13 @@ def parse_time(raw: str | None) -> datetime.datetime | None:
 
 
 def _page(
-    rows: list[Delivery], limit: int, path: str, filters: dict[str, str] | None = None
+    page: Page[Delivery], limit: int, path: str, filters: dict[str, str] | None = None
 ) -> flask.Response:
-    body: dict[str, Any] = {"deliveries": [delivery_json(row) for row in rows[:limit]]}
+    body: dict[str, Any] = {"deliveries": [delivery_json(row) for row in page.rows]}
     body["next"] = None
-    if len(rows) > limit:
-        query = {**(filters or {}), "limit": str(limit), "before": str(rows[limit - 1].id)}
-        body["next"] = path + "?" + urlencode(query, quote_via=quote)
+    if page.last is not None:
+        query = {**(filters or {}), "limit": str(limit), "before": str(page.last.id)}
+        body["next"] = next_link(path, query)
     return json_response(body)
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import flask
 
 from routemaster import __version__
-from routemaster.api.endpoints import OPEN, Reply, endpoint
-from routemaster.api.errors import DATABASE_UNAVAILABLE
-from routemaster.api.extension import routemaster_app
-from routemaster.api.responses import json_response
 from routemaster.service.database import database_answers
+from routemaster.webcore.endpoints import OPEN, Reply, endpoint
+from routemaster.webcore.errors import DATABASE_UNAVAILABLE
+from routemaster.webcore.extension import routemaster_app
+from routemaster.webcore.responses import json_response
 
 blueprint = flask.Blueprint("health", __name__)
 

@@ -11,27 +11,25 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote, urlencode
 
 import flask
 from werkzeug.exceptions import BadRequest
 
 from routemaster import service
-from routemaster.api.endpoints import Query, Reply, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.paths import link
-from routemaster.api.responses import isoformat, json_response
-from routemaster.api.validation import checked_body, checked_query
 from routemaster.app import App
 from routemaster.auth import READ, WRITE
 from routemaster.config.model import StateMachine
 from routemaster.machine.versions import version_of_label
-from routemaster.service.listings import page_of_labels
-from routemaster.service.search import count_matches, listing_search, page_of_matches
+from routemaster.service.search import listing
+from routemaster.webcore.endpoints import Query, Reply, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.paging import next_link, page_of
+from routemaster.webcore.paths import link
+from routemaster.webcore.responses import isoformat, json_response
+from routemaster.webcore.validation import checked_body, checked_query
 
 blueprint = flask.Blueprint("labels", __name__)
 
-MAX_NAME_LENGTH = 1024
 MAX_PAGE_SIZE = 10_000
 STREAM_BATCH = 1_000
 
@@ -82,37 +80,23 @@ def list_labels(sm: str) -> flask.Response:
     machine = machine_or_404(app, sm)
     args = checked_query()
     state: str | None = args.get("state")
-    after: str = args.get("after", "")
     prefix: str = args.get("prefix", "")
     errored: bool = args.get("errored", False)
-    limit: int | None = args.get("limit")
-    create = link("state-machines", machine.name, "labels") + "/:name"
     where: str | None = args.get("where")
-    search = listing_search(app, machine, where, state=state, errored=errored, prefix=prefix)
+    limit: int | None = args.get("limit")
+    labels = link("state-machines", machine.name, "labels")
+    found = listing(app, machine, where, state=state, errored=errored, prefix=prefix)
     if args.get("count"):
-        return json_response({"count": count_matches(app, search)})
-
-    def page(start: str, size: int) -> list[tuple[str, str]]:
-        if where is not None:
-            return page_of_matches(app, search, after=start, limit=size)
-        return page_of_labels(
-            app,
-            machine.name,
-            after=start,
-            limit=size,
-            state=state,
-            errored=errored,
-            prefix=prefix,
-        )
-
+        return json_response({"count": found.count()})
+    after: str = args.get("after", "")
     if limit is not None:
-        rows = page(after, limit + 1)
+        page = page_of(lambda size: found.page(after=after, limit=size), limit)
         body: dict[str, Any] = {
-            "labels": [{"name": name, "state": label_state} for name, label_state in rows[:limit]],
-            "create": create,
+            "labels": [{"name": name, "state": label_state} for name, label_state in page.rows],
+            "create": labels + "/:name",
         }
-        if len(rows) > limit:
-            query = {"limit": str(limit), "after": rows[limit - 1][0]}
+        if page.last is not None:
+            query = {"limit": str(limit), "after": page.last[0]}
             if state is not None:
                 query["state"] = state
             if errored:
@@ -121,12 +105,10 @@ def list_labels(sm: str) -> flask.Response:
                 query["prefix"] = prefix
             if where is not None:
                 query["where"] = where
-            query_string = urlencode(query, quote_via=quote)
-            body["next"] = link("state-machines", machine.name, "labels") + "?" + query_string
+            body["next"] = next_link(labels, query)
         return json_response(body)
-
     # Fetched before the response starts, so a database outage is still a 503.
-    first = page(after, STREAM_BATCH)
+    first = found.page(after=after, limit=STREAM_BATCH)
 
     def stream() -> Iterator[str]:
         yield '{"labels":['
@@ -139,8 +121,8 @@ def list_labels(sm: str) -> flask.Response:
             separator = ","
             if len(batch) < STREAM_BATCH:
                 break
-            batch = page(batch[-1][0], STREAM_BATCH)
-        yield '],"create":' + json.dumps(create) + "}"
+            batch = found.page(after=batch[-1][0], limit=STREAM_BATCH)
+        yield '],"create":' + json.dumps(labels + "/:name") + "}"
 
     return flask.Response(stream(), mimetype="application/json")
 
@@ -169,7 +151,6 @@ def empty_label(sm: str) -> flask.Response:
 def create_label(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_label_name(label)
     metadata = metadata_from_body()
     return json_response(label_body(service.create_label(app, machine, label, metadata)), 201)
 
@@ -203,7 +184,6 @@ def get_label(sm: str, label: str) -> flask.Response:
 def update_label(sm: str, label: str) -> flask.Response:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_label_name(label)
     patch = metadata_from_body()
     return json_response(label_body(service.update_metadata(app, machine, label, patch)))
 
@@ -219,7 +199,6 @@ def delete_label(sm: str, label: str) -> flask.Response:
     """Soft delete; 204 also when there was no such label, so retries are harmless."""
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_label_name(label)
     service.delete_label(app, machine, label)
     return flask.Response(status=204)
 
@@ -235,7 +214,6 @@ def label_history(sm: str, label: str) -> flask.Response:
     """Every transition, oldest first; a deleted label keeps its history, deletion last."""
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_label_name(label)
     service.get_label(app, machine, label)  # 404 for a name never created
     entries = service.history(app, machine, label)
     return json_response(
@@ -258,7 +236,6 @@ def label_history(sm: str, label: str) -> flask.Response:
 
 def live_label(app: App, machine: StateMachine, label: str) -> service.Label:
     """The label, or 404 (unknown label) / 410 (deleted)."""
-    check_label_name(label)
     found = service.get_label(app, machine, label)
     if found.deleted:
         raise service.LabelDeleted(label)
@@ -280,13 +257,6 @@ def label_body(label: service.Label) -> dict[str, Any]:
         "last_error": label.last_error,
         "version": version_of_label(app.config, app.versions, label.state_machine, label.version),
     }
-
-
-def check_label_name(name: str) -> None:
-    if len(name) > MAX_NAME_LENGTH:
-        raise BadRequest(f"Label names are limited to {MAX_NAME_LENGTH} characters.")
-    if "\x00" in name:
-        raise BadRequest("Label names cannot contain NUL characters.")
 
 
 def metadata_from_body() -> dict[str, Any]:

@@ -6,14 +6,14 @@ from typing import Any
 
 import flask
 
-from routemaster.api.endpoints import Reply, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.paths import link
-from routemaster.api.responses import json_response
-from routemaster.api.validation import checked_query
 from routemaster.auth import READ
 from routemaster.config import describe_machine
 from routemaster.service.listings import StateCount, state_counts
+from routemaster.webcore.endpoints import Reply, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.paths import link
+from routemaster.webcore.responses import json_response
+from routemaster.webcore.validation import checked_query
 
 blueprint = flask.Blueprint("machines", __name__)
 

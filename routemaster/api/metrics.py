@@ -12,8 +12,6 @@ import time
 import flask
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from routemaster.api.endpoints import OPEN, TEXT, Reply, endpoint
-from routemaster.api.extension import STARTED
 from routemaster.api.openapi import openapi_path
 from routemaster.app import App
 from routemaster.metrics import Metrics
@@ -21,6 +19,8 @@ from routemaster.metrics.gauges import LabelGauges
 from routemaster.metrics.receivers import ReceiverGauges
 from routemaster.metrics.retention import RetentionGauges
 from routemaster.metrics.subscriptions import SubscriptionGauges
+from routemaster.webcore.endpoints import OPEN, TEXT, Reply, endpoint
+from routemaster.webcore.extension import STARTED
 
 blueprint = flask.Blueprint("metrics", __name__)
 

@@ -1,8 +1,8 @@
 """``GET /openapi.json``: the OpenAPI 3.1 document, built from the routes and their declarations.
 
 Nothing here lists endpoints by hand: every Flask route contributes the
-operation its handler declares (:mod:`routemaster.api.endpoints`), with the
-schemas of :mod:`routemaster.api.schemas`. With ``api.authentication:
+operation its handler declares (:mod:`routemaster.webcore.endpoints`), with the
+schemas of :mod:`routemaster.webcore.schemas`. With ``api.authentication:
 tokens`` the document has the bearer scheme, each operation's scope, and
 the 401/403 answers. The test suite validates the document and checks every
 response the API tests receive against it.
@@ -17,7 +17,8 @@ import flask
 from werkzeug.routing import IntegerConverter
 
 from routemaster import __version__
-from routemaster.api.endpoints import (
+from routemaster.auth import READ
+from routemaster.webcore.endpoints import (
     CAPABILITY,
     CONSOLE,
     HTML,
@@ -28,11 +29,10 @@ from routemaster.api.endpoints import (
     declared,
     endpoint,
 )
-from routemaster.api.extension import routemaster_app
-from routemaster.api.responses import json_response
-from routemaster.api.schemas import Schema, ref
-from routemaster.api.validation import COMPONENTS, EMPTY_QUERY_VALUES
-from routemaster.auth import READ
+from routemaster.webcore.extension import routemaster_app
+from routemaster.webcore.responses import json_response
+from routemaster.webcore.schemas import Schema, ref
+from routemaster.webcore.validation import COMPONENTS, EMPTY_QUERY_VALUES, path_schema
 
 blueprint = flask.Blueprint("openapi", __name__)
 
@@ -77,7 +77,11 @@ def build_document(flask_app: flask.Flask) -> dict[str, Any]:
             if len(methods) > 1:
                 operation_id += "_" + method
             arguments = {
-                name: _path_schema(declaration, name, rule._converters.get(name))
+                name: path_schema(
+                    declaration,
+                    name,
+                    integer=isinstance(rule._converters.get(name), IntegerConverter),
+                )
                 for name in rule.arguments
             }
             paths.setdefault(path, {})[method] = _operation(
@@ -110,14 +114,6 @@ def build_document(flask_app: flask.Flask) -> dict[str, Any]:
             }
         }
     return document
-
-
-def _path_schema(declaration: Endpoint, name: str, converter: object) -> dict[str, Any]:
-    if name in declaration.path:
-        return dict(declaration.path[name])
-    if isinstance(converter, IntegerConverter):
-        return {"type": "integer", "minimum": 0}
-    return {"type": "string"}
 
 
 def _operation(

@@ -7,22 +7,20 @@ recorded in the label's history as forced, with the given reason.
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 import flask
-from werkzeug.exceptions import BadRequest, Conflict
+from werkzeug.exceptions import Conflict
 
 from routemaster import service
-from routemaster.api.endpoints import Reply, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.labels import LABEL, check_label_name, label_body
-from routemaster.api.responses import json_response
-from routemaster.api.schemas import UNTIL_REFUSED
-from routemaster.api.validation import checked_body, utc_time
+from routemaster.api.labels import LABEL, label_body
 from routemaster.app import App
 from routemaster.auth import OPERATE
 from routemaster.config.model import StateMachine
+from routemaster.webcore.endpoints import Reply, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.responses import json_response
+from routemaster.webcore.validation import aware_time, checked_body
 
 blueprint = flask.Blueprint("operations", __name__)
 
@@ -62,7 +60,7 @@ def retry(sm: str, label: str) -> flask.Response:
 def pause(sm: str, label: str) -> flask.Response:
     """With ``{"until": ISO-8601}`` the label resumes by itself then."""
     app, machine, reason, body = _command(sm, label)
-    until = pause_end(app, body.get("until"))
+    until = service.pause_end(app, aware_time(body.get("until")))
     return _run(lambda: service.set_paused(app, machine, label, True, reason=reason, until=until))
 
 
@@ -95,23 +93,10 @@ def move(sm: str, label: str) -> flask.Response:
     return _run(lambda: service.force_move(app, machine, label, destination, reason=reason))
 
 
-def pause_end(app: App, until: Any) -> datetime.datetime | None:
-    """``until`` of a pause: an ISO-8601 time with a UTC offset, in the future."""
-    if until is None:
-        return None
-    if datetime.datetime.fromisoformat(until).tzinfo is None:  # checked as format: date-time
-        raise BadRequest(UNTIL_REFUSED)
-    moment = utc_time(until)
-    if moment <= app.now():
-        raise BadRequest('"until" must be in the future.')
-    return moment
-
-
 def _command(sm: str, label: str) -> tuple[App, StateMachine, str | None, dict[str, Any]]:
     """What every command needs: the app, the machine (or 404), the reason and the body."""
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_label_name(label)
     body = checked_body(optional=True) or {}
     return app, machine, body.get("reason"), body
 

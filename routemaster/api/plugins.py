@@ -9,9 +9,9 @@ import flask
 import werkzeug.exceptions
 import werkzeug.routing
 
-from routemaster.api.endpoints import Reply, endpoint
 from routemaster.auth import OPERATE
 from routemaster.hooks import Hooks
+from routemaster.webcore.endpoints import Reply, endpoint
 
 blueprint = flask.Blueprint("plugins", __name__)
 

@@ -6,19 +6,16 @@ What a receiver is and how its shared row is kept: :mod:`routemaster.service.rec
 from __future__ import annotations
 
 import datetime
-from typing import Any
 
 import flask
 
 from routemaster.api.deliveries import parse_time
-from routemaster.api.endpoints import Reply, endpoint
-from routemaster.api.extension import routemaster_app
-from routemaster.api.responses import isoformat, json_response
-from routemaster.api.validation import checked_body
-from routemaster.app import App
 from routemaster.auth import OPERATE, READ
 from routemaster.service import receivers
-from routemaster.service.receivers import Receiver, ReceiverRow
+from routemaster.webcore.endpoints import Reply, endpoint
+from routemaster.webcore.extension import routemaster_app
+from routemaster.webcore.responses import json_response, receivers_json
+from routemaster.webcore.validation import checked_body
 
 blueprint = flask.Blueprint("receivers", __name__)
 
@@ -82,37 +79,8 @@ def retry_errored(receiver: str) -> flask.Response:
     return json_response({"count": count})
 
 
-def receivers_json(app: App) -> list[dict[str, Any]]:
-    """Every receiver the configuration reaches, and any other with a row, by id."""
-    return [_receiver_json(*status) for status in receivers.receiver_statuses(app)]
-
-
 def _set_paused(ident: str, *, paused: bool) -> flask.Response:
-    return json_response(set_paused(routemaster_app(), ident, paused=paused))
-
-
-def set_paused(app: App, ident: str, *, paused: bool) -> dict[str, Any]:
     """Pause or resume a receiver (404 if unknown); it as ``GET /receivers`` shows it."""
+    app = routemaster_app()
     known = receivers.set_paused(app, ident, paused=paused)
-    return next(entry for entry in receivers_json(app) if entry["id"] == known.id)
-
-
-def _receiver_json(
-    ident: str, known: Receiver | None, row: ReceiverRow | None, counts: tuple[int, int]
-) -> dict[str, Any]:
-    waiting, in_flight = counts
-    policy = known.policy if known is not None else None
-    return {
-        "id": ident,
-        "origin": known.origin if known is not None else row.origin if row else ident,
-        "state": row.state if row is not None else "closed",
-        "in_flight": in_flight,
-        "waiting": waiting,
-        "failures_in_a_row": row.failures_in_a_row if row is not None else 0,
-        "last_success_at": isoformat(row.last_success_at) if row is not None else None,
-        "last_failure_at": isoformat(row.last_failure_at) if row is not None else None,
-        "last_error": row.last_error if row is not None else None,
-        "open_until": isoformat(row.open_until) if row is not None else None,
-        "max_in_flight": policy.max_in_flight if policy is not None else None,
-        "rate": str(policy.rate) if policy is not None and policy.rate is not None else None,
-    }
+    return json_response(next(entry for entry in receivers_json(app) if entry["id"] == known.id))

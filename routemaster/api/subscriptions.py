@@ -13,10 +13,6 @@ from typing import Any
 import flask
 from werkzeug.exceptions import NotFound
 
-from routemaster.api.endpoints import Reply, endpoint
-from routemaster.api.extension import routemaster_app
-from routemaster.api.responses import isoformat, json_response
-from routemaster.api.validation import InvalidRequest, checked_body
 from routemaster.app import App
 from routemaster.auth import ADMIN
 from routemaster.service import subscriptions as service
@@ -28,6 +24,10 @@ from routemaster.service.subscriptions import (
     Shown,
     check_destination,
 )
+from routemaster.webcore.endpoints import Reply, endpoint
+from routemaster.webcore.extension import routemaster_app
+from routemaster.webcore.responses import json_response, subscription_json
+from routemaster.webcore.validation import InvalidRequest, checked_body
 
 blueprint = flask.Blueprint("subscriptions", __name__)
 
@@ -38,6 +38,7 @@ NAME_SCHEMA = {
     "pattern": f"^{NAME.pattern}$",
     "not": {"enum": [".", ".."]},
     "description": "1 to 200 of A-Z a-z 0-9 _ . ~ - (and not . or ..).",
+    "x-error": "A subscription's name is 1 to 200 of A-Z a-z 0-9 _ . ~ - (and not . or ..).",
 }
 DEFAULT_MAX_EVENTS = 100
 DEFAULT_BATCH_DELAY_MS = 500
@@ -56,6 +57,8 @@ def _outside_the_document(error: InvalidRequest) -> flask.Response:
     reason = (
         "invalid_cursor"
         if error.field == "after"
+        else "invalid_name"
+        if error.field == "name"
         else "invalid_url"
         if (error.field, error.rule) == ("url", "pattern")
         else "invalid"
@@ -71,7 +74,7 @@ def _outside_the_document(error: InvalidRequest) -> flask.Response:
     tags=("subscriptions",),
 )
 def list_subscriptions() -> flask.Response:
-    found = [shown(entry) for entry in service.all_subscriptions(routemaster_app())]
+    found = [subscription_json(entry) for entry in service.all_subscriptions(routemaster_app())]
     return json_response({"subscriptions": found})
 
 
@@ -95,10 +98,9 @@ def list_subscriptions() -> flask.Response:
 )
 def put_subscription(name: str) -> flask.Response:
     app = routemaster_app()
-    _check_name(name)
     settings, after = _settings(app, checked_body())
     stored, created = service.put_subscription(app, name, settings, after=after)
-    return json_response(shown(stored), 201 if created else 200)
+    return json_response(subscription_json(stored), 201 if created else 200)
 
 
 @blueprint.get(SUBSCRIPTION)
@@ -111,8 +113,7 @@ def put_subscription(name: str) -> flask.Response:
 )
 def get_subscription(name: str) -> flask.Response:
     app = routemaster_app()
-    _check_name(name)
-    return json_response(shown(_found(service.get_subscription(app, name), name)))
+    return json_response(subscription_json(_found(service.get_subscription(app, name), name)))
 
 
 @blueprint.delete(SUBSCRIPTION)
@@ -125,7 +126,6 @@ def get_subscription(name: str) -> flask.Response:
 )
 def delete_subscription(name: str) -> flask.Response:
     app = routemaster_app()
-    _check_name(name)
     if not service.delete_subscription(app, name):
         raise NotFound(f"No subscription called {name!r}.")
     return flask.Response(status=204)
@@ -146,57 +146,14 @@ def delete_subscription(name: str) -> flask.Response:
 )
 def set_cursor(name: str) -> flask.Response:
     app = routemaster_app()
-    _check_name(name)
     after = _position(checked_body()["after"])
-    return json_response(shown(_found(service.set_cursor(app, name, after), name)))
-
-
-def shown(entry: Shown) -> dict[str, Any]:
-    """A subscription as the API shows it: settings, cursor, lag, the batch in flight."""
-    subscription, lag = entry
-    in_flight = None
-    if subscription.batch_id is not None:
-        in_flight = {
-            "webhook_id": subscription.batch_id,
-            "events": subscription.batch_events,
-            "last_id": str(subscription.batch_last),
-        }
-    return {
-        "name": subscription.name,
-        "url": subscription.url,
-        "state_machines": (
-            list(subscription.state_machines) if subscription.state_machines is not None else None
-        ),
-        "max_events": subscription.max_events,
-        "batch_delay_ms": subscription.batch_delay_ms,
-        "signing_secret_env": subscription.signing_secret_env,
-        "cursor": str(subscription.acknowledged),
-        "pending": lag.pending,
-        "oldest_pending_at": isoformat(lag.oldest_pending_at),
-        "in_flight": in_flight,
-        "next_attempt_at": isoformat(subscription.due_at) if in_flight else None,
-        "last_attempt_at": isoformat(subscription.last_attempt_at),
-        "last_success_at": isoformat(subscription.last_success_at),
-        "last_error": subscription.last_error,
-        "failures_in_a_row": subscription.failures_in_a_row,
-        "lost_events": subscription.lost_events,
-        "created_at": isoformat(subscription.created_at),
-        "updated_at": isoformat(subscription.updated_at),
-    }
+    return json_response(subscription_json(_found(service.set_cursor(app, name, after), name)))
 
 
 def _found(entry: Shown | None, name: str) -> Shown:
     if entry is None:
         raise NotFound(f"No subscription called {name!r}.")
     return entry
-
-
-def _check_name(name: str) -> None:
-    if not NAME.fullmatch(name) or name in (".", ".."):
-        raise Invalid(
-            "A subscription's name is 1 to 200 of A-Z a-z 0-9 _ . ~ - (and not . or ..).",
-            "invalid_name",
-        )
 
 
 def _settings(app: App, body: dict[str, Any]) -> tuple[Settings, Position | None]:

@@ -8,23 +8,21 @@ no token, and accept a valid one. A stale id answers 409 with
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import flask
 from werkzeug.exceptions import BadRequest, NotFound, ServiceUnavailable
 
 from routemaster.api.auth import require_scope
-from routemaster.api.endpoints import CAPABILITY, Reply, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.api.labels import LABEL, label_body, live_label
-from routemaster.api.responses import isoformat, json_response
-from routemaster.api.task_views import past_tasks
-from routemaster.api.validation import checked_body
 from routemaster.auth import READ, WORK
-from routemaster.changes.claim_waits import ClaimWaiter, PendingClaim, task_json
+from routemaster.changes.claim_waits import ClaimWaiter, TooManyWaiting, task_json
 from routemaster.changes.hub import STREAM_KEY
 from routemaster.service import tasks as task_service
+from routemaster.webcore.endpoints import CAPABILITY, Reply, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.responses import isoformat, json_response, past_tasks
+from routemaster.webcore.validation import checked_body
 
 blueprint = flask.Blueprint("tasks", __name__)
 
@@ -69,18 +67,8 @@ def claim_waiter(flask_app: flask.Flask) -> ClaimWaiter:
     tags=("tasks",),
 )
 def claim() -> flask.Response:
-    app = routemaster_app()
     claim_request, wait = _claim_request(checked_body())
-    waiter = claim_waiter(flask.current_app)
-    tasks = task_service.claim_tasks(
-        app,
-        claim_request.states,
-        worker=claim_request.worker,
-        limit=claim_request.limit,
-        rng=waiter.rng,
-        expire=waiter.expiry_due(),
-        leases=waiter.leases,
-    )
+    tasks = claim_waiter(flask.current_app).claim(claim_request)
     return _claimed(claim_request, wait, tasks)
 
 
@@ -108,15 +96,7 @@ def complete_many() -> flask.Response:
         if refused is not None:
             return refused
         then, wait = _claim_request(wanted)  # a bad claim completes nothing
-    waiter = claim_waiter(flask.current_app)
-    done, claimed = task_service.complete_and_claim(
-        routemaster_app(),
-        completions,
-        then,
-        rng=waiter.rng,
-        expire=then is not None and waiter.expiry_due(),
-        leases=waiter.leases,
-    )
+    done, claimed = claim_waiter(flask.current_app).complete_and_claim(completions, then)
     completed = {"completed": [_completed(answer) for answer in done]}
     if then is None:
         return json_response({**completed, "tasks": []}, headers=NO_STORE)
@@ -152,24 +132,17 @@ def _claimed(
 ) -> flask.Response:
     """The claim's answer, after the fields of ``before``: these tasks, or, when there are
     none and the claim may wait, the answer the claim waiter gives later."""
-    app = routemaster_app()
-    if tasks or not wait or not claim_request.states:
+    try:
+        pending = claim_waiter(flask.current_app).wait_for(
+            claim_request, wait, tasks, before=before
+        )
+    except TooManyWaiting as error:
+        raise ServiceUnavailable(
+            f"Too many waiting claims in this process ({error}): retry shortly."
+        ) from None
+    if pending is None:
         answer = {**(before or {}), "tasks": [task_json(task) for task in tasks]}
         return json_response(answer, headers=NO_STORE)
-    waiter = claim_waiter(flask.current_app)
-    if waiter.waiting >= app.settings.max_waiting_claims:
-        raise ServiceUnavailable(
-            f"Too many waiting claims in this process ({app.settings.max_waiting_claims}): "
-            "retry shortly."
-        )
-    pending = PendingClaim(
-        claim_request.states,
-        worker=claim_request.worker,
-        limit=claim_request.limit,
-        deadline=time.monotonic() + wait,
-        before=before,
-    )
-    waiter.add(pending)
     # Under our gunicorn workers the server takes the socket and the waiter answers on it.
     flask.request.environ[STREAM_KEY] = pending
     return flask.Response(pending.body(), mimetype="application/json", headers=NO_STORE)

@@ -6,13 +6,14 @@ from typing import Any
 
 import flask
 
-from routemaster.api.endpoints import Query, Reply, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.paths import link
-from routemaster.api.responses import isoformat, json_response
-from routemaster.api.validation import checked_query
 from routemaster.auth import READ
 from routemaster.service.configuration import MachineVersion, versions_of
+from routemaster.webcore.endpoints import Query, Reply, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.paging import next_link, page_of
+from routemaster.webcore.paths import link
+from routemaster.webcore.responses import isoformat, json_response
+from routemaster.webcore.validation import checked_query
 
 MAX_PAGE = 1_000
 DEFAULT_PAGE = 100
@@ -46,13 +47,15 @@ def list_versions(sm: str) -> flask.Response:
     args = checked_query()
     limit: int = args.get("limit", DEFAULT_PAGE)
     after: int = args.get("after", 0)
-    found = versions_of(app, machine.name, after=after, limit=limit + 1)
-    body: dict[str, Any] = {"versions": [version_body(version) for version in found[:limit]]}
+    page = page_of(lambda n: versions_of(app, machine.name, after=after, limit=n), limit)
+    body: dict[str, Any] = {"versions": [version_body(version) for version in page.rows]}
     body["next"] = (
-        link("state-machines", machine.name, "versions")
-        + f"?limit={limit}&after={found[limit - 1].version}"
-        if len(found) > limit
-        else None
+        None
+        if page.last is None
+        else next_link(
+            link("state-machines", machine.name, "versions"),
+            {"limit": str(limit), "after": str(page.last.version)},
+        )
     )
     return json_response(body)
 

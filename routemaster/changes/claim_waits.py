@@ -125,8 +125,14 @@ class PendingClaim:
                 sock.close()
 
 
+class TooManyWaiting(Exception):
+    """This process holds ``max_waiting_claims`` waiting claims already."""
+
+
 class ClaimWaiter:
-    """This process's waiting claims and the thread that serves them (started on first use)."""
+    """This process's claims: each made now, then, when it found nothing and may wait, held
+    until tasks come or its wait ends by the thread that serves them (started on first use).
+    """
 
     def __init__(self, app: App) -> None:
         self.app = app
@@ -153,6 +159,60 @@ class ClaimWaiter:
                 return False
             self._expired_at = now
             return True
+
+    def claim(self, claim: task_service.NextClaim) -> list[Task]:
+        """The claim made now: the tasks it takes (maybe none)."""
+        return task_service.claim_tasks(
+            self.app,
+            claim.states,
+            worker=claim.worker,
+            limit=claim.limit,
+            rng=self.rng,
+            expire=self.expiry_due(),
+            leases=self.leases,
+        )
+
+    def complete_and_claim(
+        self,
+        completions: Sequence[tuple[str, dict[str, Any] | None]],
+        then: task_service.NextClaim | None,
+    ) -> tuple[list[task_service.Completed], list[Task]]:
+        """Complete tasks in order, then make the claim ``then`` now (if there is one)."""
+        return task_service.complete_and_claim(
+            self.app,
+            completions,
+            then,
+            rng=self.rng,
+            expire=then is not None and self.expiry_due(),
+            leases=self.leases,
+        )
+
+    def wait_for(
+        self,
+        claim: task_service.NextClaim,
+        wait: float,
+        tasks: list[Task],
+        *,
+        before: Mapping[str, Any] | None = None,
+    ) -> PendingClaim | None:
+        """The claim held until tasks come or ``wait`` seconds pass, or ``None`` when it is
+        answered now: it took tasks, may not wait, or waits on no state.
+
+        Raises :class:`TooManyWaiting` when this process holds as many as it may.
+        """
+        if tasks or not wait or not claim.states:
+            return None
+        if self.waiting >= self.app.settings.max_waiting_claims:
+            raise TooManyWaiting(self.app.settings.max_waiting_claims)
+        pending = PendingClaim(
+            claim.states,
+            worker=claim.worker,
+            limit=claim.limit,
+            deadline=time.monotonic() + wait,
+            before=before,
+        )
+        self.add(pending)
+        return pending
 
     def add(self, pending: PendingClaim) -> None:
         pending.on_undelivered = self._release

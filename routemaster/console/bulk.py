@@ -16,13 +16,21 @@ import flask
 from werkzeug.exceptions import BadRequest, Forbidden, NotFound
 from werkzeug.wrappers import Response
 
-from routemaster.api.bulk import FILTERS, bulk_request, run
-from routemaster.api.endpoints import OPEN, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.validation import checked_value
 from routemaster.console import access
 from routemaster.console.views import BUTTON, PAGES, blueprint, machine_url, render_page
-from routemaster.service.bulk import CountMismatch, dry_run, get_job
+from routemaster.service.bulk import (
+    FILTERS,
+    CountMismatch,
+    accept,
+    command_from,
+    dry_run,
+    get_job,
+    labels_for,
+)
+from routemaster.service.operations import pause_end
+from routemaster.webcore.endpoints import OPEN, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.validation import aware_time, checked_value
 
 _FORM_FIELDS = ("command", "reason", "to", "until", *FILTERS)
 
@@ -44,7 +52,8 @@ def bulk(sm: str) -> Response | str:
     if body.get("command") == "delete" and not flask.g.access.may("write"):
         raise Forbidden("Deleting labels needs a token with the write scope.")
     checked_value("Bulk", body if "expect" in body else {**body, "dry_run": True})
-    command, search = bulk_request(app, machine, body)
+    command = command_from(body, until=pause_end(app, aware_time(body.get("until"))))
+    search = labels_for(app, machine, command)
     if "expect" not in body:
         counted = dry_run(app, search)
         fields = {key: value for key, value in flask.request.form.items() if key in _FORM_FIELDS}
@@ -57,7 +66,7 @@ def bulk(sm: str) -> Response | str:
             fields=fields,
         )
     try:
-        job, _ = run(app, command, search, body)
+        job, _ = accept(app, search, command, expect=body["expect"])
     except CountMismatch as mismatch:
         problem = f"{mismatch.count} labels match now, not {body['expect']}: nothing was done."
         back = machine_url(machine.name, "labels") + "?" + urlencode({"problem": problem})

@@ -5,11 +5,11 @@ from __future__ import annotations
 import flask
 from werkzeug.exceptions import BadRequest, NotFound
 
-from routemaster.api.endpoints import OPEN, endpoint
-from routemaster.api.extension import machine_or_404, routemaster_app
 from routemaster.console.views import PAGES, blueprint
 from routemaster.machine.upgrades import compare_definitions
 from routemaster.service.configuration import versions_of
+from routemaster.webcore.endpoints import OPEN, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
 
 SHOWN = 1_000
 

@@ -12,21 +12,13 @@ from werkzeug.exceptions import BadRequest, Forbidden, HTTPException, NotFound
 from werkzeug.wrappers import Response
 
 from routemaster import service
-from routemaster.api.changes import AFTER, stream_response
-from routemaster.api.endpoints import EVENT_STREAM, HTML, OPEN, Reply, endpoint
-from routemaster.api.explanations import explanation_of
-from routemaster.api.extension import machine_or_404, routemaster_app
-from routemaster.api.labels import check_label_name
-from routemaster.api.paths import link
-from routemaster.api.receivers import receivers_json, set_paused
-from routemaster.api.task_views import past_tasks, tasks_in_flight
 from routemaster.app import App
 from routemaster.config import describe_machine
 from routemaster.config.model import Action, StateMachine
 from routemaster.console import access
 from routemaster.console.graph import layout, trigger_text
 from routemaster.machine.versions import version_of_label
-from routemaster.service import deliveries
+from routemaster.service import deliveries, receivers
 from routemaster.service.bulk import COMMANDS as BULK_COMMANDS
 from routemaster.service.changes import (
     Snapshot,
@@ -35,8 +27,16 @@ from routemaster.service.changes import (
     machines_counted,
 )
 from routemaster.service.errors import Malformed, Missing
+from routemaster.service.explanations import explanation_of
 from routemaster.service.scheduling import next_moves
 from routemaster.service.search import listing_search, page_of_matches
+from routemaster.service.tasks import tasks_in_flight
+from routemaster.webcore.endpoints import EVENT_STREAM, HTML, OPEN, Reply, endpoint
+from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.paging import next_link, page_of
+from routemaster.webcore.paths import link
+from routemaster.webcore.responses import explanation_json, past_tasks, receivers_json
+from routemaster.webcore.streams import AFTER, stream_response
 
 blueprint = flask.Blueprint("console", __name__, url_prefix="/console", template_folder="templates")
 
@@ -223,20 +223,20 @@ def labels_page(sm: str) -> str | tuple[str, int]:
     except Malformed as error:
         page = render_page("labels.html", **shown, where=where, rows=[], where_error=str(error))
         return page, 400
-    rows = page_of_matches(app, search, after=after, limit=PAGE + 1)
+    found = page_of(lambda size: page_of_matches(app, search, after=after, limit=size), PAGE)
     following = None
-    if len(rows) > PAGE:
-        query = {"prefix": prefix, "state": state or "", "after": rows[PAGE - 1][0]}
+    if found.last is not None:
+        query = {"prefix": prefix, "state": state or "", "after": found.last[0]}
         if errored:
             query["errored"] = "true"
         if where is not None:
             query["where"] = where
-        following = machine_url(machine.name, "labels") + "?" + urlencode(query, quote_via=quote)
+        following = next_link(machine_url(machine.name, "labels"), query)
     return render_page(
         "labels.html",
         **shown,
         where=where,
-        rows=rows[:PAGE],
+        rows=found.rows,
         following=following,
         commands=BULK_COMMANDS,
     )
@@ -247,11 +247,10 @@ def labels_page(sm: str) -> str | tuple[str, int]:
 def label_page_view(sm: str, label: str) -> str:
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_label_name(label)
     seen, found, history = label_and_history(app, machine, label)
     if found is None:
         raise NotFound(f"No label {label!r} in {machine.name}.")
-    explanation = None if found.deleted else explanation_of(app, machine, found)
+    explanation = None if found.deleted else explanation_json(explanation_of(app, machine, found))
     tasks = [] if found.deleted else past_tasks(app, found, limit=20)
     return render_page(
         "label.html",
@@ -279,7 +278,6 @@ def operate(sm: str, label: str, command: str) -> Response:
         raise NotFound(f"No console command {command!r}.")
     app = routemaster_app()
     machine = machine_or_404(app, sm)
-    check_label_name(label)
     reason = flask.request.form.get("reason") or None
     back = _back_to(flask.request.form.get("next"), label_url(machine.name, label))
     try:
@@ -311,7 +309,7 @@ def operate_receiver(receiver: str, command: str) -> Response:
     if command not in ("pause", "resume"):
         raise NotFound(f"No console command {command!r}.")
     try:
-        set_paused(routemaster_app(), receiver, paused=command == "pause")
+        receivers.set_paused(routemaster_app(), receiver, paused=command == "pause")
     except Missing:
         return flask.redirect(
             _with("/console/receivers", "problem", f"No receiver {receiver!r}."), 303

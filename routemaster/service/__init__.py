@@ -23,6 +23,7 @@ from routemaster.service.labels import (
 )
 from routemaster.service.operations import (
     force_move,
+    pause_end,
     resume_ended_pauses,
     retry_label,
     set_paused,
@@ -44,6 +45,7 @@ __all__ = [
     "get_label",
     "history",
     "label_context",
+    "pause_end",
     "resume_ended_pauses",
     "retry_label",
     "set_paused",

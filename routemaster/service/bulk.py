@@ -31,15 +31,17 @@ from routemaster.db import bulk as jobs
 from routemaster.db import labels as store
 from routemaster.db import versions
 from routemaster.db.labels import Label
-from routemaster.db.search import Search, search_count, search_page
+from routemaster.db.search import Search, not_on_version, search_count, search_page
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
 from routemaster.machine.planning import context_for
-from routemaster.service.errors import InvalidOperation
+from routemaster.service.errors import InvalidOperation, Malformed
 from routemaster.service.labels import log_transition
 from routemaster.service.operations import move_locked, pause_locked, retry_locked
 from routemaster.service.scheduling import position_of, store_after_update
+from routemaster.service.search import listing_search
 
 COMMANDS = ("retry", "pause", "resume", "move", "delete", "upgrade")
+FILTERS = ("where", "state", "errored", "prefix")
 
 
 class CannotUpgrade(Exception):
@@ -78,6 +80,53 @@ class BulkCommand:
                 "to": self.to,
             }
         )
+
+
+def command_from(body: Mapping[str, Any], *, until: datetime.datetime | None) -> BulkCommand:
+    """The command a request asks for (its fields checked against the ``Bulk`` schema)."""
+    return BulkCommand(
+        command=body["command"],
+        reason=body["reason"],
+        where=body.get("where"),
+        state=body.get("state"),
+        errored=bool(body.get("errored")),
+        prefix=body.get("prefix") or "",
+        to=body.get("to"),
+        until=until,
+    )
+
+
+def labels_for(app: App, machine: StateMachine, command: BulkCommand) -> Search:
+    """The labels ``command`` is for, or :class:`Malformed` saying what cannot be done.
+
+    What a schema cannot check: the state to move to, a machine an upgrade
+    applies to, a version to upgrade to.
+    """
+    if command.to is not None:
+        try:
+            machine.get_state(command.to)
+        except KeyError:
+            raise Malformed(
+                f"State machine {machine.name!r} has no state {command.to!r}."
+            ) from None
+    if command.command == "upgrade" and not machine.continues:
+        raise Malformed(
+            f"State machine {machine.name!r} has upgrade_strategy {machine.upgrade_strategy}:"
+            " only the labels of a continue machine keep a version to upgrade from."
+        )
+    if command.command == "upgrade" and app.versions.in_force.get(machine.name) is None:
+        raise Malformed("This process recorded no version of the machine to upgrade to.")
+    search = listing_search(
+        app,
+        machine,
+        command.where,
+        state=command.state,
+        errored=command.errored,
+        prefix=command.prefix,
+    )
+    if command.command == "upgrade":  # only labels not on the version in force yet
+        search = not_on_version(search, app.versions.in_force[machine.name])
+    return search
 
 
 def accept(app: App, search: Search, command: BulkCommand, *, expect: int) -> tuple[int, int]:

@@ -1,29 +1,12 @@
-"""Label listings by name and the counts per state, without a search expression."""
+"""The counts of labels per state (listings by name: :func:`routemaster.service.search.listing`)."""
 
 from __future__ import annotations
 
 from routemaster.app import App
 from routemaster.db import counts
 from routemaster.db.counts import StateCount
-from routemaster.db.listings import label_page
 
-__all__ = ["StateCount", "page_of_labels", "state_counts"]
-
-
-def page_of_labels(
-    app: App,
-    machine: str,
-    *,
-    after: str,
-    limit: int,
-    state: str | None,
-    errored: bool,
-    prefix: str,
-) -> list[tuple[str, str]]:
-    """A page of the machine's labels by name, ``(name, state)``, with the listing's filters."""
-    return label_page(
-        app.db, machine, after=after, limit=limit, state=state, errored=errored, prefix=prefix
-    )
+__all__ = ["StateCount", "state_counts"]
 
 
 def state_counts(app: App, machine: str) -> dict[str, StateCount]:

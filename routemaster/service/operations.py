@@ -16,7 +16,7 @@ from routemaster.db import labels as store
 from routemaster.db import pauses
 from routemaster.db.labels import Label, Moves
 from routemaster.machine import Plan, evaluates_on_entry
-from routemaster.service.errors import InvalidOperation, LabelDeleted, LabelNotFound
+from routemaster.service.errors import InvalidOperation, LabelDeleted, LabelNotFound, Malformed
 from routemaster.service.labels import advance_locked, finish_in_request, write
 from routemaster.service.scheduling import arrival
 from routemaster.service.versions import machine_for
@@ -40,6 +40,13 @@ def retry_locked(
         raise InvalidOperation(f"label {label.name!r} is not errored")
     store.record_forced(conn, label, now=now, reason=reason or "retried")
     return store.make_retryable(conn, label, now=now)
+
+
+def pause_end(app: App, until: datetime.datetime | None) -> datetime.datetime | None:
+    """The end of a pause, if it is in the future (:class:`Malformed` if not)."""
+    if until is not None and until <= app.now():
+        raise Malformed('"until" must be in the future.')
+    return until
 
 
 def set_paused(

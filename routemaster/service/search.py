@@ -9,13 +9,24 @@ run under the engine's statement timeout; a search cut off by it is answered
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from routemaster.app import App
 from routemaster.config.model import StateMachine
+from routemaster.db.listings import label_page
 from routemaster.db.search import Search, not_on_version, search_count, search_page
 from routemaster.search import ConditionSyntaxError, compile_search
 from routemaster.service.errors import Malformed
 
-__all__ = ["Search", "count_matches", "listing_search", "not_on_version", "page_of_matches"]
+__all__ = [
+    "Listing",
+    "Search",
+    "count_matches",
+    "listing",
+    "listing_search",
+    "not_on_version",
+    "page_of_matches",
+]
 
 
 def listing_search(
@@ -49,3 +60,48 @@ def count_matches(app: App, search: Search) -> int:
 def page_of_matches(app: App, search: Search, *, after: str, limit: int) -> list[tuple[str, str]]:
     with app.db.connect() as conn:
         return search_page(conn, search, after=after, limit=limit)
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A machine's labels by name with the listing's filters, and a search expression or none.
+
+    Without an expression the listing reads the labels by name; with one,
+    the compiled search does (both order by name, so pages follow on).
+    """
+
+    app: App
+    search: Search
+    expression: bool
+
+    def page(self, *, after: str, limit: int) -> list[tuple[str, str]]:
+        """``(name, state)`` of up to ``limit`` labels after the name ``after``."""
+        if self.expression:
+            return page_of_matches(self.app, self.search, after=after, limit=limit)
+        search = self.search
+        return label_page(
+            self.app.db,
+            search.machine,
+            after=after,
+            limit=limit,
+            state=search.state,
+            errored=search.errored,
+            prefix=search.prefix,
+        )
+
+    def count(self) -> int:
+        return count_matches(self.app, self.search)
+
+
+def listing(
+    app: App,
+    machine: StateMachine,
+    where: str | None,
+    *,
+    state: str | None = None,
+    errored: bool = False,
+    prefix: str = "",
+) -> Listing:
+    """The labels of ``machine`` the filters keep (and ``where``, compiled: or Malformed)."""
+    search = listing_search(app, machine, where, state=state, errored=errored, prefix=prefix)
+    return Listing(app, search, where is not None)

@@ -21,8 +21,6 @@ from collections.abc import Callable, Iterable
 
 from routemaster.app import App
 from routemaster.config.model import IntervalTrigger, MetadataTimezone, TimeTrigger
-from routemaster.db import occurrences
-from routemaster.db.claims import StateKey
 from routemaster.machine.clock import (
     ScheduledTrigger,
     due_time_occurrence,
@@ -30,6 +28,7 @@ from routemaster.machine.clock import (
     scheduled_triggers,
 )
 from routemaster.machine.schedule import zone_of
+from routemaster.service.claims import StateKey, forget_occurrences, record_occurrence
 from routemaster.worker.sweeps import PROCESS_GATE
 
 logger = logging.getLogger(__name__)
@@ -87,8 +86,7 @@ class ClockTriggers:
 
     def forget_old_occurrences(self) -> None:
         """Occurrences are remembered only as long as a late worker could still fire them."""
-        with self._app.db.begin() as conn:
-            occurrences.forget_occurrences(conn, self._app.now() - self._retention())
+        forget_occurrences(self._app, self._app.now() - self._retention())
 
     def _fire(
         self,
@@ -103,8 +101,7 @@ class ClockTriggers:
         machine = scheduled.machine
         # 1.x's job for this trigger (routemaster.worker.sweeps): the firing and its evaluation.
         with self._app.hooks.cron(machine, machine.get_state(scheduled.state), PROCESS_GATE):
-            with self._app.db.begin() as conn:
-                first = occurrences.record_occurrence(conn, key, occurrence)
+            first = record_occurrence(self._app, key, occurrence)
             if self._sweep is not None:
                 self._sweep((machine.name, scheduled.state))
         if self._app.metrics is not None:

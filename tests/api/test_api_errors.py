@@ -139,3 +139,48 @@ def test_name_that_is_not_utf8_is_400(client: FlaskClient) -> None:
 
 def test_name_with_nul_is_400(client: FlaskClient) -> None:
     assert client.post(f"{LABELS}/a%00b", json={"metadata": {}}).status_code == 400
+
+
+@pytest.mark.parametrize("command", ["retry", "pause", "resume"])
+def test_a_null_body_where_an_object_is_declared_is_400(client: FlaskClient, command: str) -> None:
+    assert client.post(label_url("a"), json={"metadata": {}}).status_code == 201
+    response = client.post(
+        f"{label_url('a')}/{command}", data=b"null", content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert "JSON object" in body(response)["message"]
+    no_body = client.post(f"{label_url('a')}/resume")
+    assert no_body.status_code in (200, 409)  # an empty body is still no body
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/deliveries",
+        "/history",
+        "/explain",
+        "/tasks",
+        "/retry",
+    ],
+)
+def test_every_label_path_checks_the_name_from_the_declaration(
+    client: FlaskClient, path: str
+) -> None:
+    for name in ("x" * 1025, "a\x00b"):
+        method = "POST" if path == "/retry" else "GET"
+        response = client.open(label_url(name) + path, method=method)
+        assert response.status_code == 400, (path, name[:5])
+        assert body(response)["message"] == (
+            "Label names are 1 to 1024 characters, without NUL characters."
+        )
+
+
+def test_the_label_name_rule_is_declared_in_the_document(client: FlaskClient) -> None:
+    document = body(client.get("/openapi.json"))
+    rule = document["components"]["schemas"]["LabelName"]
+    assert rule["maxLength"] == 1024
+    for path, operations in document["paths"].items():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", ()):
+                if parameter["name"] == "label":
+                    assert parameter["schema"] == {"$ref": "#/components/schemas/LabelName"}, path

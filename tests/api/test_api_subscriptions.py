@@ -16,8 +16,8 @@ from flask.testing import FlaskClient
 from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.metrics import Metrics
+from routemaster.service.retention import prune
 from routemaster.web import create_app
-from routemaster.worker.retention import prune
 from tests.api.conftest import CONFIG_PATH
 from tests.api.helpers import body
 from tests.api.openapi_check import CheckedClient

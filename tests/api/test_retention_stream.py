@@ -20,7 +20,7 @@ from routemaster import service
 from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.db import retention as retention_store
-from routemaster.worker.retention import prune
+from routemaster.service.retention import prune
 from tests.api.conftest import CONFIG_PATH
 from tests.serving import serving
 from tests.sse import EventStream

@@ -22,8 +22,8 @@ from routemaster.app import App
 from routemaster.config import load_config
 from routemaster.db.plumbing.database import create_engine, distributed
 from routemaster.service.bulk import BulkCommand, accept, get_job, run_batch
+from routemaster.service.retention import prune
 from routemaster.service.search import count_matches, listing_search, page_of_matches
-from routemaster.worker.retention import prune
 from tests.api.tasks_support import CONFIG as TASKS_CONFIG
 from tests.citus.citus_database import (
     fresh_citus_database,

@@ -13,8 +13,8 @@ from routemaster import service
 from routemaster.app import App
 from routemaster.db import deliveries
 from routemaster.db.deliveries import Delivery
+from routemaster.service.upkeep import PRUNE_BATCH, prune_deliveries
 from routemaster.web import create_app
-from routemaster.worker.upkeep import PRUNE_BATCH, prune_deliveries
 from tests.api.openapi_check import CheckedClient
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until

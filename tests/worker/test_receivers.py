@@ -217,8 +217,8 @@ def test_becoming_errored_is_a_change_on_the_stream(make_app: MakeApp, stub: Stu
 
 def test_labels_waiting_on_an_open_circuit_too_long_are_errored(make_app: MakeApp) -> None:
     from routemaster.db import receivers
+    from routemaster.service.upkeep import give_up_on_open_receivers
     from routemaster.worker.receivers import Gatekeeper
-    from routemaster.worker.upkeep import give_up_on_open_receivers
 
     clock = FakeClock(datetime.datetime(2026, 11, 24, 12, tzinfo=datetime.UTC))
     app = make_app(CONFIG.replace("give_up_after: 1h", "give_up_after: 10m"), clock=clock)
@@ -236,6 +236,6 @@ def test_labels_waiting_on_an_open_circuit_too_long_are_errored(make_app: MakeAp
     clock.advance(minutes=5)
     create(app, "late")
     clock.advance(minutes=6)
-    assert give_up_on_open_receivers(app, gate) == 1
+    assert give_up_on_open_receivers(app, gate.receivers) == 1
     assert label(app, "early").errored and "give_up_after" in (label(app, "early").last_error or "")
     assert not label(app, "late").errored

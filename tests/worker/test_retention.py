@@ -26,7 +26,7 @@ from routemaster.db.retention import FINISHED_REASON
 from routemaster.db.schedules import count_unscheduled
 from routemaster.db.subscriptions import Settings
 from routemaster.service import LabelExists
-from routemaster.worker.retention import prune
+from routemaster.service.retention import prune
 from tests.stub_server import StubServer
 from tests.waiting import wait_until
 from tests.worker.conftest import FakeClock, MakeApp, running

@@ -11,7 +11,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from routemaster.worker.outage import OutageLog
+from routemaster.worker.loop import OutageLog
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
 from tests.worker.conftest import MakeApp, WorkersFor, running

@@ -1,4 +1,5 @@
-"""The worker's pruning run: ``retention:`` for history, deleted and finished labels; bulk jobs.
+"""Retention's pruning run, a step of the worker's round: ``retention:`` for history, deleted
+and finished labels; bulk jobs.
 
 Every ``retention_interval`` each worker tries; one leads at a time, per
 batch: each batch is one short transaction that first takes the leader's

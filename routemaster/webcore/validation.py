@@ -1,7 +1,9 @@
 """Requests checked against the declaration the OpenAPI document is made from.
 
 A handler asks for :func:`checked_query` and :func:`checked_body`; both look
-up the handler's own :func:`~routemaster.api.endpoints.endpoint` declaration
+up the handler's own :func:`~routemaster.webcore.endpoints.endpoint` declaration,
+as :func:`check_path` does for every request's path parameters (a hook run
+before every handler, after the token check),
 and validate with the very schemas ``/openapi.json`` publishes, so whatever
 the document says a request may hold is what the server accepts, and nothing
 else. What JSON Schema cannot say (a state the machine has, a time in the
@@ -10,6 +12,15 @@ future, an address outside the network) stays in the handlers and the service.
 Refusals are 400s whose message names the field and the rule. A schema may
 carry its own message as ``x-error`` (an OpenAPI extension keyword, ignored
 by validators), used when it or a schema inside it fails.
+
+A body declared as an object is an object: JSON ``null`` is refused like any
+other wrong type; only an empty body stands for "no body" where the body is
+optional.
+
+Path parameters: the schema the declaration gives the parameter (``path=``),
+else the one every parameter of that name has (:data:`PATH_PARAMETERS`: a
+``label`` is a ``LabelName``), else any text (a non-negative integer for an
+``int`` converter).
 
 Query strings: an empty value (``?state=``) is the same as leaving the
 parameter out, for every parameter (the document says so); a parameter the
@@ -30,19 +41,29 @@ import flask
 import jsonschema
 from jsonschema.exceptions import ValidationError, best_match
 from werkzeug.exceptions import BadRequest
+from werkzeug.routing import IntegerConverter
 
-from routemaster.api.bodies import json_body
-from routemaster.api.endpoints import Query, declared
-from routemaster.api.outbound_schemas import OUTBOUND_SCHEMAS
-from routemaster.api.schema_checks import Check, compile_check
-from routemaster.api.schemas import SCHEMAS, Schema, ref
-from routemaster.api.task_schemas import TASK_SCHEMAS
+from routemaster.webcore.bodies import NO_BODY, json_body
+from routemaster.webcore.endpoints import Endpoint, Query, declared
+from routemaster.webcore.schema_checks import Check, compile_check
+from routemaster.webcore.schemas import (
+    OUTBOUND_SCHEMAS,
+    SCHEMAS,
+    TASK_SCHEMAS,
+    UNTIL_REFUSED,
+    Schema,
+    ref,
+)
 
 COMPONENTS: Mapping[str, Schema] = {**SCHEMAS, **OUTBOUND_SCHEMAS, **TASK_SCHEMAS}
 """Every schema the OpenAPI document has, by name."""
 
+PATH_PARAMETERS: Mapping[str, Schema] = {"label": ref("LabelName")}
+"""The schema of every path parameter of that name, unless its declaration says otherwise."""
+
 EMPTY_QUERY_VALUES = "An empty query value (`?name=`) is the same as leaving the parameter out."
 _INTEGER = re.compile(r"-?[0-9]{1,30}")
+_PARAMETER = re.compile(r"<(?:([^:<>]+):)?([^<>]+)>")
 
 
 class InvalidRequest(BadRequest):
@@ -80,16 +101,41 @@ def checked_query() -> dict[str, Any]:
     return values
 
 
+def check_path() -> None:
+    """The current request's path parameters checked against its declaration (a hook)."""
+    view = flask.current_app.view_functions.get(flask.request.endpoint or "")
+    values = flask.request.view_args
+    rule = flask.request.url_rule
+    if not values or view is None or rule is None or declared(view) is None:
+        return
+    checks = _path_checks(view, rule.rule)
+    if checks.passes is None or not checks.passes(values):
+        error = best_match(checks.validator.iter_errors(values))
+        if error is not None:
+            raise InvalidRequest(_message(error, quoted=False), _field_of(error), error.validator)
+
+
+def path_schema(declaration: Endpoint, name: str, *, integer: bool) -> Schema:
+    """The schema of the path parameter ``name`` of a route with this declaration."""
+    if name in declaration.path:
+        return dict(declaration.path[name])
+    if name in PATH_PARAMETERS:
+        return dict(PATH_PARAMETERS[name])
+    if integer:
+        return {"type": "integer", "minimum": 0}
+    return {"type": "string"}
+
+
 def checked_body(*, optional: bool = False, wrapper_levels: int = 0) -> Any:
     """The current request's JSON body, parsed within the limits and checked.
 
     With ``optional`` (the declaration's ``body_required=False``), an empty
-    body is ``None``.
+    body is ``None``; a ``null`` body is checked like any other value.
     """
     declaration = declared(_view())
     assert declaration is not None and declaration.body is not None, "no body declared"
     body = json_body(optional=optional, wrapper_levels=wrapper_levels)
-    if body is None and optional:
+    if body is NO_BODY:
         return None
     return checked_value(declaration.body, body)
 
@@ -104,6 +150,15 @@ def checked_value(schema_name: str, value: Any) -> Any:
     if not checks.integers:
         return value
     return _integers(value, checks.validator.schema, checks.validator.schema)
+
+
+def aware_time(raw: str | None) -> datetime.datetime | None:
+    """``until`` of a pause: an ISO-8601 time with its UTC offset (checked as ``date-time``)."""
+    if raw is None:
+        return None
+    if datetime.datetime.fromisoformat(raw).tzinfo is None:
+        raise InvalidRequest(UNTIL_REFUSED, "until", "format")
+    return utc_time(raw)
 
 
 def utc_time(raw: str) -> datetime.datetime:
@@ -206,6 +261,28 @@ def _query_checks(view: Callable[..., Any]) -> _Checks:
     passes = compile_check(schema, COMPONENTS, _FORMATS)
     by_name = {q.name: q for q in parameters}
     return _Checks(validator, passes, _declares_integer(schema, schema), by_name)
+
+
+@functools.cache
+def _path_checks(view: Callable[..., Any], rule: str) -> _Checks:
+    """Per route (its view and its rule, the same in every app): its path parameters' checks."""
+    declaration = declared(view)
+    assert declaration is not None
+    converters = flask.current_app.url_map.converters
+    schema = {
+        "type": "object",
+        "properties": {
+            name: path_schema(
+                declaration, name, integer=issubclass(converters.get(kind, str), IntegerConverter)
+            )
+            for kind, name in _PARAMETER.findall(rule)
+        },
+    }
+    validator = _Validator(
+        {**schema, "components": {"schemas": COMPONENTS}}, format_checker=_format_checker()
+    )
+    passes = compile_check(schema, COMPONENTS, _FORMATS)
+    return _Checks(validator, passes, False)
 
 
 def _declares_integer(schema: Any, root: Schema, seen: frozenset[str] = frozenset()) -> bool:

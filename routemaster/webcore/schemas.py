@@ -2,11 +2,12 @@
 
 Objects list every field the API sends and forbid others, so a field added
 to a handler but not here fails the conformance tests instead of drifting
-silently. Endpoints name these schemas in their :func:`~routemaster.api.endpoints.endpoint`
+silently. Endpoints name these schemas in their :func:`~routemaster.webcore.endpoints.endpoint`
 declaration; add a schema here when adding an endpoint with a new body.
-The outbound calls' schemas (the delivery log, receivers, push
-subscriptions) are in :mod:`routemaster.api.outbound_schemas`, pull workers'
-tasks in :mod:`routemaster.api.task_schemas`.
+Three tables, one per family of endpoints: :data:`SCHEMAS` (labels,
+machines, operators, bulk), :data:`OUTBOUND_SCHEMAS` (the delivery log,
+receivers, push subscriptions) and :data:`TASK_SCHEMAS` (pull workers'
+tasks); the OpenAPI document has all three.
 """
 
 from __future__ import annotations
@@ -22,6 +23,17 @@ ANY: Schema = {}
 
 UNTIL_REFUSED = '"until" must be an ISO-8601 time with its UTC offset, e.g. "2030-01-01T09:00:00Z".'
 TIME: Schema = {"type": ["string", "null"], "format": "date-time"}
+
+MAX_LABEL_NAME = 1024
+LABEL_NAME: Schema = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_LABEL_NAME,
+    "pattern": "^[^\\u0000]*$",
+    "description": f"1 to {MAX_LABEL_NAME} characters, without NUL; percent-encoded in a path.",
+    "x-error": f"Label names are 1 to {MAX_LABEL_NAME} characters, without NUL characters.",
+}
+"""The label-name rule, declared once: every ``label`` path parameter, and the console's checks."""
 
 
 def ref(name: str) -> Schema:
@@ -133,6 +145,7 @@ def _only_with(command: str, name: str, required: str | None) -> Schema:
 
 
 SCHEMAS: dict[str, Schema] = {
+    "LabelName": LABEL_NAME,
     "Error": obj(
         {"message": {**TEXT, "description": "What went wrong, for people."}}, strict=False
     ),
@@ -416,5 +429,348 @@ SCHEMAS: dict[str, Schema] = {
         },
         optional=("reason", "until"),
         strict=False,
+    ),
+}
+
+
+# --- the outbound calls: the delivery log, receivers, push subscriptions ---------------
+
+MAX_URL = 2048
+POSITION_PATTERN = "^[0-9]{1,19}-[0-9]{1,19}$"
+
+SUBSCRIPTION = obj(
+    {
+        "name": TEXT,
+        "url": TEXT,
+        "state_machines": nullable(array(TEXT)),
+        "max_events": INTEGER,
+        "batch_delay_ms": INTEGER,
+        "signing_secret_env": {"type": ["string", "null"]},
+        "cursor": {**TEXT, "description": "The last acknowledged changes-stream position"},
+        "pending": {**INTEGER, "description": "Changes after the cursor that it takes"},
+        "oldest_pending_at": TIME,
+        "in_flight": nullable(obj({"webhook_id": TEXT, "events": INTEGER, "last_id": TEXT})),
+        "next_attempt_at": TIME,
+        "last_attempt_at": TIME,
+        "last_success_at": TIME,
+        "last_error": {"type": ["string", "null"]},
+        "failures_in_a_row": INTEGER,
+        "lost_events": {
+            **INTEGER,
+            "description": "Changes retention removed (or skipped) before they were sent: "
+            "the subscription had fallen behind the oldest kept position",
+        },
+        "created_at": TIME,
+        "updated_at": TIME,
+    }
+)
+
+OUTBOUND_SCHEMAS: dict[str, Schema] = {
+    "Delivery": obj(
+        {
+            "id": INTEGER,
+            "kind": {"enum": ["webhook", "feed", "subscription"]},
+            "state_machine": TEXT_OR_NULL,
+            "label": TEXT_OR_NULL,
+            "state": TEXT_OR_NULL,
+            "url": {"type": "string", "description": "Userinfo and query values redacted."},
+            "receiver": TEXT,
+            "attempt": {"type": ["integer", "null"]},
+            "trigger": {"enum": ["scheduled", "retry", "manual", "probe"]},
+            "started_at": TIME,
+            "duration_ms": INTEGER,
+            "status": {"type": ["integer", "null"], "description": "null: no answer."},
+            "outcome": {
+                "enum": [
+                    "delivered",
+                    "accepted",
+                    "failed",
+                    "gone",
+                    "timeout",
+                    "network",
+                    "throttled",
+                ]
+            },
+            "error": TEXT_OR_NULL,
+            "response_excerpt": {
+                "type": ["string", "null"],
+                "description": "The first KiB of the answer's body, as text.",
+            },
+        }
+    ),
+    "DeliveryList": obj(
+        {
+            "deliveries": array(ref("Delivery")),
+            "next": {"type": ["string", "null"], "description": "The next page, if any."},
+        }
+    ),
+    "Receiver": obj(
+        {
+            "id": {"type": "string", "description": "URL-safe, from the origin."},
+            "origin": TEXT,
+            "state": {"enum": ["closed", "open", "half_open", "paused"]},
+            "in_flight": INTEGER,
+            "waiting": {"type": "integer", "description": "Labels due for it, not yet sent."},
+            "failures_in_a_row": INTEGER,
+            "last_success_at": TIME,
+            "last_failure_at": TIME,
+            "last_error": TEXT_OR_NULL,
+            "open_until": TIME,
+            "max_in_flight": {"type": ["integer", "null"]},
+            "rate": TEXT_OR_NULL,
+        }
+    ),
+    "ReceiverList": obj({"receivers": array(ref("Receiver"))}),
+    "RetryErrored": obj(
+        {
+            "since": {
+                "type": "string",
+                "format": "date-time",
+                "description": "Retry the labels that became errored at or after this time.",
+            },
+            "until": {
+                "type": ["string", "null"],
+                "format": "date-time",
+                "description": "...and before this one (null or left out: now).",
+            },
+            "reason": TEXT_OR_NULL,
+        },
+        optional=("until", "reason"),
+    ),
+    "RetryCount": obj({"count": INTEGER}),
+    "Subscription": SUBSCRIPTION,
+    "SubscriptionList": obj({"subscriptions": array(ref("Subscription"))}),
+    "SubscriptionBody": obj(
+        {
+            "url": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_URL,
+                "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://[^/?#@]+([/?#]|$)",
+                "description": "http or https, without user or password; refused (400, "
+                '"reason": "forbidden_address") when it resolves inside the network, unless '
+                "the configuration allows it",
+                "x-error": f'"url" must be an http or https URL of at most {MAX_URL} characters.',
+            },
+            "state_machines": {
+                "anyOf": [{**array(TEXT), "minItems": 1}, {"type": "null"}],
+                "description": "Only these machines' changes (null or left out: every machine); "
+                "a name the configuration lacks is refused (400).",
+                "x-error": '"state_machines" must be a non-empty list of state machine names.',
+            },
+            "max_events": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+            "batch_delay_ms": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": 3_600_000,
+                "default": 500,
+            },
+            "signing_secret_env": {
+                "type": ["string", "null"],
+                "pattern": "^ROUTEMASTER_SUBSCRIPTION_SECRET_[A-Za-z0-9_]{1,200}$",
+                "description": "The environment variable holding the signing secret.",
+                "x-error": '"signing_secret_env" must name an environment variable starting '
+                "ROUTEMASTER_SUBSCRIPTION_SECRET_ (letters, digits, _).",
+            },
+            "after": {
+                **TEXT_OR_NULL,
+                "pattern": POSITION_PATTERN,
+                "description": "A changes-stream position (XACT-ID); only when creating",
+                "x-error": '"after" must be a changes-stream position (XACT-ID).',
+            },
+        },
+        optional=("state_machines", "max_events", "batch_delay_ms", "signing_secret_env", "after"),
+    ),
+    "Cursor": {
+        **obj(
+            {
+                "after": {
+                    **TEXT,
+                    "pattern": POSITION_PATTERN,
+                    "description": "A changes-stream position (XACT-ID)",
+                }
+            }
+        ),
+        "x-error": 'The body must be {"after": POSITION}.',
+    },
+}
+
+
+# --- pull workers' tasks, and what explanations show of a pull action -----------------
+
+MAX_WORKER_NAME = 200
+MAX_CLAIM = 100  # tasks claimed, or completed, in one request
+MAX_CLAIM_WAIT = 60  # seconds
+MAX_RETRY_AFTER = 86_400  # seconds
+
+WORKER_SETTINGS = obj(
+    {
+        "lease": {**INTEGER, "description": "A fixed lease, in seconds."},
+        "percentile": {
+            "type": "number",
+            "description": "A lease set at each claim: this percentile of recent durations.",
+        },
+        "min": {**INTEGER, "description": "Seconds: the percentile lease's lower bound."},
+        "max": {**INTEGER, "description": "Seconds: the percentile lease's upper bound."},
+        "at_most_once": {
+            **BOOLEAN,
+            "description": "A lease that runs out errors the label instead of offering it again.",
+        },
+    },
+    optional=("lease", "percentile", "min", "max"),
+)
+
+LEASE = obj(
+    {
+        "seconds": {"type": "number"},
+        "source": {
+            "enum": ["fixed", "percentile", "min", "max"],
+            "description": "fixed: the configured lease; percentile: the percentile of recent "
+            "durations; min: fewer than 20 completions, or the percentile was below min; "
+            "max: the percentile was above max.",
+        },
+        "samples": {
+            **INTEGER,
+            "description": "Completions the percentile was taken over (at most 100).",
+        },
+    }
+)
+
+TASK_SCHEMAS: dict[str, Schema] = {
+    "Claim": obj(
+        {
+            "worker": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_WORKER_NAME,
+                "pattern": "\\S",
+                "description": "Who claims: shown in explanations and the console.",
+                "x-error": '"worker" must name the worker: text of 1 to '
+                f"{MAX_WORKER_NAME} characters.",
+            },
+            "state_machine": TEXT_OR_NULL,
+            "state": {**TEXT_OR_NULL, "description": "A pull action (worker:) to claim from."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_CLAIM, "default": 1},
+            "wait": {
+                "type": "number",
+                "minimum": 0,
+                "maximum": MAX_CLAIM_WAIT,
+                "default": 0,
+                "description": "Seconds to wait for a task when none is due now.",
+            },
+        },
+        optional=("state_machine", "state", "limit", "wait"),
+    ),
+    "Task": obj(
+        {
+            "id": {**TEXT, "description": "The task's capability: keep it secret."},
+            "state_machine": TEXT,
+            "label": TEXT,
+            "state": TEXT,
+            "metadata": {"type": "object"},
+            "attempt": INTEGER,
+            "idempotency_token": TEXT,
+            "lease_expires_at": {**TEXT, "format": "date-time"},
+        }
+    ),
+    "TaskHistory": obj(
+        {
+            "tasks": array(
+                obj(
+                    {
+                        "state": TEXT,
+                        "attempt": INTEGER,
+                        "worker": TEXT,
+                        "idempotency_token": TEXT,
+                        "claimed_at": TIME,
+                        "ended_at": TIME,
+                        "outcome": {
+                            "enum": ["completed", "failed", "released", "expired", None],
+                            "description": "null: in flight, or ended by a move or a pause.",
+                        },
+                    }
+                )
+            )
+        }
+    ),
+    "TaskList": obj({"tasks": array(ref("Task"))}),
+    "Heartbeat": obj({"lease_expires_at": {**TEXT, "format": "date-time"}}),
+    "Empty": obj({}, strict=False),
+    "Completion": obj(
+        {"metadata": {"type": ["object", "null"], "description": "Deep-merged as PATCH does."}},
+        optional=("metadata",),
+        strict=False,
+    ),
+    "Failure": obj(
+        {
+            "error": {**TEXT, "x-error": '"error" must say what went wrong, as text.'},
+            "retry": {**BOOLEAN, "default": True},
+            "retry_after": {
+                "type": ["number", "null"],
+                "minimum": 0,
+                "maximum": MAX_RETRY_AFTER,
+                "description": "Seconds until the next attempt, instead of the backoff.",
+            },
+        },
+        optional=("retry", "retry_after"),
+        strict=False,
+    ),
+    "WorkerSettings": WORKER_SETTINGS,
+    "Lease": LEASE,
+    "Completions": {
+        **obj(
+            {
+                "tasks": {
+                    **array(
+                        obj(
+                            {
+                                "id": TEXT,
+                                "metadata": {
+                                    "type": ["object", "null"],
+                                    "description": "Deep-merged as PATCH does.",
+                                },
+                            },
+                            optional=("metadata",),
+                        )
+                    ),
+                    "maxItems": MAX_CLAIM,
+                    "description": "Tasks to complete, in order (none only with claim).",
+                },
+                "claim": {
+                    "anyOf": [ref("Claim"), {"type": "null"}],
+                    "description": "Claim next (needs the work scope).",
+                },
+            },
+            optional=("claim",),
+        ),
+        "allOf": [
+            {
+                "anyOf": [
+                    {"properties": {"tasks": {"minItems": 1}}},
+                    {"required": ["claim"], "properties": {"claim": {"not": {"type": "null"}}}},
+                ],
+                "x-error": '"tasks" is empty: give tasks to complete, or a "claim".',
+            }
+        ],
+    },
+    "Completed": obj(
+        {
+            "completed": array(
+                obj(
+                    {
+                        "id": TEXT,
+                        "status": {
+                            "enum": [200, 404, 409],
+                            "description": "What /tasks/{id}/complete would have answered.",
+                        },
+                        "label": ref("Label"),
+                        "message": TEXT,
+                        "reason": {"enum": ["lease_lost"]},
+                    },
+                    optional=("label", "message", "reason"),
+                )
+            ),
+            "tasks": {**array(ref("Task")), "description": "Claimed after the completions."},
+        }
     ),
 }

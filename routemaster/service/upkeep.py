@@ -1,4 +1,4 @@
-"""The worker's periodic upkeep of the delivery log and of receivers' waiting labels.
+"""Periodic upkeep of the delivery log and of receivers' waiting labels (the worker's steps).
 
 Any number of workers may run these at once: each statement takes a bounded
 batch (the log's oldest rows; waiting labels locked with ``SKIP LOCKED``),
@@ -8,10 +8,11 @@ so concurrent runs share the work and none holds a lock for long.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from routemaster.app import App
+from routemaster.config.origins import Receiver
 from routemaster.db import deliveries, receiver_labels, receivers
-from routemaster.worker.receivers import Gatekeeper
 
 logger = logging.getLogger(__name__)
 
@@ -35,16 +36,19 @@ def prune_deliveries(app: App) -> int:
     return total
 
 
-def give_up_on_open_receivers(app: App, gate: Gatekeeper) -> int:
-    """Error the labels that have waited on an open circuit longer than its ``give_up_after``."""
+def give_up_on_open_receivers(app: App, known: Mapping[str, Receiver]) -> int:
+    """Error the labels that have waited on an open circuit longer than its ``give_up_after``.
+
+    ``known``: the receivers the worker calls, by id.
+    """
     now = app.now()
     with app.db.connect() as conn:
-        rows = receivers.some(conn, [r.id for r in gate.receivers.values() if r.action_states])
+        rows = receivers.some(conn, [r.id for r in known.values() if r.action_states])
     total = 0
     for row in rows:
         if row.circuit == "closed" or row.paused:
             continue
-        receiver = gate.receivers[row.id]
+        receiver = known[row.id]
         give_up_after = receiver.policy.circuit.give_up_after
         reason = (
             f"receiver {receiver.origin} unavailable (circuit {row.circuit}) for longer than "

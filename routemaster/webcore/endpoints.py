@@ -39,7 +39,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(frozen=True)
 class Reply:
-    """A response: a schema name from :mod:`routemaster.api.schemas` (``None``: no body)."""
+    """A response: a schema name from :mod:`routemaster.webcore.schemas` (``None``: no body)."""
 
     schema: str | None
     media_type: str = JSON

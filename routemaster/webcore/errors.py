@@ -8,11 +8,11 @@ import flask
 from werkzeug.exceptions import HTTPException, InternalServerError
 from werkzeug.wrappers import Response
 
-from routemaster.api.extension import routemaster_app
-from routemaster.api.responses import json_response
 from routemaster.service import LabelDeleted, LabelExists, LabelNotFound
 from routemaster.service.database import DatabaseFailure, Kind, StoreError, describe_failure
 from routemaster.service.errors import Malformed, Missing
+from routemaster.webcore.extension import routemaster_app
+from routemaster.webcore.responses import json_response
 
 logger = logging.getLogger(__name__)
 

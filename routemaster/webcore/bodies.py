@@ -1,4 +1,4 @@
-"""Reading request bodies and query strings within the documented limits.
+"""Reading request bodies within the documented limits.
 
 Every JSON body goes through :func:`json_body`: at most ``max_request_body``
 bytes are read whether or not the client sent ``Content-Length`` (a chunked
@@ -10,17 +10,18 @@ gets past the handler.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
 import flask
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
-from routemaster.api.extension import routemaster_app
 from routemaster.app import Settings
 from routemaster.limits import JSONRejected, parse_json
+from routemaster.webcore.extension import routemaster_app
 
 _CHUNK = 64 * 1024
+NO_BODY: Any = object()
+"""What an optional body is when the request has none (``null`` is a body: JSON's null)."""
 
 
 def json_body(*, optional: bool = False, wrapper_levels: int = 0) -> Any:
@@ -67,31 +68,17 @@ def parse_body(
 ) -> Any:
     """The decoded JSON body; 400 saying why when it is not acceptable JSON.
 
-    With ``optional``, an empty body is ``None`` instead of an error.
+    With ``optional``, an empty body is :data:`NO_BODY` instead of an error.
     ``wrapper_levels`` are levels of envelope (``{"metadata": ...}``) not
     counted against the depth limit.
     """
     data = read_body(request, settings.max_request_body)
     if optional and not data.strip():
-        return None
+        return NO_BODY
     try:
         return parse_json(data, max_depth=settings.max_json_depth, wrapper_levels=wrapper_levels)
     except JSONRejected as error:
         raise BadRequest(f"The request body is not acceptable JSON: {error}.") from None
-
-
-def check_query(allowed: Collection[str]) -> None:
-    """400 naming the first query parameter that is unknown, repeated or holds NUL."""
-    args = flask.request.args
-    for name in args:
-        if name not in allowed:
-            known = ", ".join(sorted(allowed)) or "none"
-            raise BadRequest(f"Unknown query parameter {name!r} (this endpoint takes: {known}).")
-        values = args.getlist(name)
-        if len(values) > 1:
-            raise BadRequest(f"Query parameter {name!r} is given more than once.")
-        if "\x00" in values[0]:
-            raise BadRequest(f"Query parameter {name!r} must not contain NUL characters.")
 
 
 def _too_large(limit: int) -> RequestEntityTooLarge:

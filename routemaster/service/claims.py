@@ -1,0 +1,63 @@
+"""The worker's claims of due work: their leases, when the next falls due, clock occurrences.
+
+The worker holds claims (deliveries, feed-reading evaluations) in its
+slots; while they are in flight their leases are extended so no other
+worker claims them again, and between rounds it sleeps until the next label
+falls due or a ``NOTIFY`` says one has (:func:`listen_for_due`). A clock
+trigger's occurrence is claimed too: the first worker to record it fires it
+for the others' logs and metrics. Each reads or writes the store in a
+transaction of its own.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+
+from routemaster.app import App
+from routemaster.db import claims, occurrences
+from routemaster.db.claims import Claim as Claim  # for the worker
+from routemaster.db.claims import StateKey as StateKey  # for the worker
+from routemaster.db.notifications import Listener, due_listener
+
+
+def listen_for_due(app: App) -> Listener:
+    """The worker's wake-ups: ``LISTEN`` on the direct URL when one is given, else on
+    ``DATABASE_URL`` itself once a probe ``NOTIFY`` shows it works there (polled otherwise)."""
+    metrics = app.metrics
+    return due_listener(
+        app.direct or app.db,
+        app.db,
+        on_change=None if metrics is None else metrics.listening("worker"),
+    )
+
+
+def extend_leases(app: App, held: Sequence[Claim]) -> None:
+    """Keep every claim in ``held`` leased for one more lease from now."""
+    if not held:
+        return
+    with app.db.begin() as conn:
+        claims.extend_leases(
+            conn,
+            held,
+            lease_until=app.now() + app.settings.lease,
+            worker_id=app.settings.worker_id,
+        )
+
+
+def next_due_at(app: App) -> datetime.datetime | None:
+    """When the earliest live label falls due (leases running out included)."""
+    with app.db.connect() as conn:
+        return claims.next_due_at(conn)
+
+
+def record_occurrence(app: App, trigger: str, occurrence: datetime.datetime) -> bool:
+    """Whether this call is the first, across all workers, to handle the occurrence."""
+    with app.db.begin() as conn:
+        return occurrences.record_occurrence(conn, trigger, occurrence)
+
+
+def forget_occurrences(app: App, before: datetime.datetime) -> None:
+    """Occurrences before ``before`` can never be computed again: their rows only take space."""
+    with app.db.begin() as conn:
+        occurrences.forget_occurrences(conn, before)
