@@ -1,6 +1,6 @@
 """The changes stream on Citus: a change whose second worker has not committed yet is waited for.
 
-Runs only with ``ROUTEMASTER_TEST_CITUS_URL`` (tests/citus.py). The moment
+Runs only with ``ROUTEMASTER_TEST_CITUS_URL`` (tests/citus_cluster.py). The moment
 that lost changes before the horizon was confirmed by the workers: one
 transaction wrote history to two workers, the coordinator and one worker
 have committed, the other worker's ``COMMIT PREPARED`` has not run. The
@@ -19,7 +19,13 @@ import sqlalchemy as sa
 from routemaster.db import labels as store
 from routemaster.db.changes import START, Change, Position, current_position, read_changes
 from routemaster.db.horizon import Horizon
-from tests.citus import Cluster, Node, fresh_cluster_database, rounds_pass, second_worker_held
+from tests.citus_cluster import (
+    Cluster,
+    Node,
+    fresh_cluster_database,
+    rounds_pass,
+    second_worker_held,
+)
 from tests.waiting import wait_until
 
 NOW = datetime.datetime(2026, 11, 28, 5, 0, tzinfo=datetime.UTC)

@@ -1,6 +1,6 @@
 """Push subscriptions on Citus: the sender reads through the confirmed horizon (SPEC D2, F1).
 
-Runs only with ``ROUTEMASTER_TEST_CITUS_URL`` (tests/citus.py). The sender
+Runs only with ``ROUTEMASTER_TEST_CITUS_URL`` (tests/citus_cluster.py). The sender
 runs alone (its thread and pool, as the worker starts it) against a real
 receiver on 127.0.0.1, while transactions write to two workers at once, one
 of them held half-committed: every event arrives once, in stream order.
@@ -22,7 +22,7 @@ from routemaster.db import labels as label_store
 from routemaster.db import subscriptions as store
 from routemaster.db.changes import START, Position
 from routemaster.worker.subscriptions import SubscriptionSender
-from tests.citus import Cluster, fresh_cluster_database, second_worker_held
+from tests.citus_cluster import Cluster, fresh_cluster_database, second_worker_held
 from tests.db.test_changes_citus import Reader
 from tests.stub_server import StubServer
 from tests.waiting import wait_until
