@@ -134,11 +134,17 @@ def read_changes(
 def _read_distributed(
     conn: sa.Connection, after: Position, *, machine: str | None, limit: int, horizon: Horizon
 ) -> Page:
-    """:func:`read_changes` on Citus: below the confirmed horizon, gap first."""
+    """:func:`read_changes` on Citus: below the confirmed horizon, gap first.
+
+    A reader that has caught up with the horizon asks no worker anything:
+    an idle stream costs the workers nothing between confirmations.
+    """
     below = horizon.confirmed(conn)
     found = fetch_one(conn, _GAP, {"xact": str(after.xact), "id": after.id, "sm": machine})
     gap = Position.parse(found[0]) if found is not None else None
     start = gap or after
+    if start >= Position(below, 0):  # caught up: no change after it is below the horizon yet
+        return Page([], start, gap)
     params = {
         "xact": str(start.xact),
         "id": start.id,

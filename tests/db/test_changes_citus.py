@@ -47,9 +47,11 @@ def engine(cluster: Cluster) -> Iterator[sa.Engine]:
 class Reader:
     """A stream reader as the hub is one: a cursor, pages from it, every change kept."""
 
-    def __init__(self, engine: sa.Engine, after: Position = START) -> None:
+    def __init__(
+        self, engine: sa.Engine, after: Position = START, horizon: Horizon | None = None
+    ) -> None:
         self.engine = engine
-        self.horizon = Horizon()
+        self.horizon = horizon or Horizon()
         self.cursor = after
         self.changes: list[Change] = []
 
@@ -187,3 +189,24 @@ def test_a_stream_started_now_on_citus_starts_below_the_coordinators_horizon(
     reader = Reader(engine, here)
     reader.until({"new"})
     assert "old" not in {change.label for change in reader.changes}
+
+
+def test_a_stream_that_has_caught_up_asks_the_workers_nothing(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        _create(conn, "idle")
+    # A clock that stands still: one confirmed horizon for the whole test (on a busy cluster
+    # every new one lets the reader look again, as it should).
+    reader = Reader(engine, horizon=Horizon(clock=lambda: 0.0))
+    reader.until({"idle"})
+    statements: list[str] = []
+
+    def seen(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    sa.event.listen(engine, "before_cursor_execute", seen)
+    try:
+        for _ in range(5):
+            assert reader.read() == []
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", seen)
+    assert not [statement for statement in statements if "history" in statement]

@@ -140,4 +140,4 @@ def test_a_subscription_gets_every_change_once_in_order_across_two_phase_commits
     assert [(change.position, change.label) for change in stream.changes] == delivered
     with app.db.connect() as conn:
         found = store.get_subscription(conn, "s")
-    assert found is not None and found.acknowledged == positions[-1]
+    assert found is not None and found.acknowledged >= positions[-1]  # idle: moved on
