@@ -39,9 +39,9 @@ The upgrade rewrites ``labels``, ``history``, ``tasks``, ``deliveries`` and
 ``bulk_items`` (every index of each is rebuilt), holding their locks
 meanwhile: writes wait for it. Measured on plain PostgreSQL 15 on this
 project's shared 2-core machine (load about 10), with 1M labels, 2M history
-rows, 100k tasks and 100k deliveries (759 MB): 236 s (``/usr/bin/time`` of
-``alembic upgrade 0016:0017`` via ``command.upgrade``; 104 s for the
-downgrade). Time it on a copy of a large database first.
+rows, 100k tasks and 100k deliveries (759 MB): 236 s for the upgrade from
+0016, 104 s for the downgrade (``/usr/bin/time`` around alembic's
+``command.upgrade``/``downgrade``). Time it on a copy of a large database first.
 The downgrade works on plain PostgreSQL (undistribute first on Citus:
 ``undistribute_table``).
 
