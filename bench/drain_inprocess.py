@@ -41,11 +41,14 @@ app = App(config=load_config([config]), db=engine, settings=Settings(poll_interv
 with engine.begin() as conn:
     conn.execute(sa.text("TRUNCATE labels, history"))
     conn.execute(sa.text(
-        "WITH h AS (INSERT INTO history (state_machine, label, old_state, new_state, created)"
-        " SELECT 'flow', 'l' || g, NULL, 'notify', now() FROM generate_series(1, :n) g"
-        " RETURNING id, label)"
+        "WITH h AS (INSERT INTO history (state_machine, label, old_state, new_state, created,"
+        " shard_key)"
+        " SELECT 'flow', 'l' || g, NULL, 'notify', now(), routemaster_shard_key('l' || g)"
+        " FROM generate_series(1, :n) g"
+        " RETURNING id, label, shard_key)"
         " INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, entry_id,"
-        " due_at) SELECT 'flow', label, '{}', 'notify', now(), id, now() FROM h"), {"n": labels})
+        " due_at, name_key, shard_key) SELECT 'flow', label, '{}', 'notify', now(), id, now(),"
+        " routemaster_label_key(label), shard_key FROM h"), {"n": labels})
 worker = Worker(app)
 thread = threading.Thread(target=worker.run, daemon=True)
 started, cpu = time.monotonic(), time.process_time()

@@ -150,22 +150,29 @@ def main() -> None:
         conn.execute(
             sa.text(
                 "DELETE FROM labels WHERE state_machine = 'flow' AND name LIKE 'r-%';"
-                "WITH h AS (INSERT INTO history (state_machine, label, old_state, new_state) "
-                "SELECT 'flow', 'r-' || g, NULL, 'start' FROM generate_series(0, 999) g "
-                "RETURNING id, label) "
+                "WITH h AS (INSERT INTO history (state_machine, label, old_state, new_state, "
+                "shard_key) "
+                "SELECT 'flow', 'r-' || g, NULL, 'start', routemaster_shard_key('r-' || g) "
+                "FROM generate_series(0, 999) g "
+                "RETURNING id, label, shard_key) "
                 "INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, "
-                "entry_id) SELECT 'flow', label, '{\"n\": 0, \"go\": false}', 'start', now(), id "
-                "FROM h"
+                "entry_id, name_key, shard_key) SELECT 'flow', label, "
+                "'{\"n\": 0, \"go\": false}', 'start', now(), id, routemaster_label_key(label), "
+                "shard_key FROM h"
             )
         )
         conn.execute(
             sa.text(
-                "WITH h AS (INSERT INTO history (state_machine, label, old_state, new_state) "
-                "SELECT 'flow', :p || '-u-' || g, NULL, 'start' FROM generate_series(0, :n) g "
-                "RETURNING id, label) "
+                "WITH h AS (INSERT INTO history (state_machine, label, old_state, new_state, "
+                "shard_key) "
+                "SELECT 'flow', :p || '-u-' || g, NULL, 'start', "
+                "routemaster_shard_key(:p || '-u-' || g) "
+                "FROM generate_series(0, :n) g "
+                "RETURNING id, label, shard_key) "
                 "INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, "
-                "entry_id) SELECT 'flow', label, '{\"n\": 0, \"go\": false}', 'start', now(), id "
-                "FROM h"
+                "entry_id, name_key, shard_key) SELECT 'flow', label, "
+                "'{\"n\": 0, \"go\": false}', 'start', now(), id, routemaster_label_key(label), "
+                "shard_key FROM h"
             ),
             {"p": prefix, "n": args.n * 2 + 100},
         )

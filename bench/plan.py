@@ -68,9 +68,11 @@ NEW = "state_machines:" + "".join(
 )
 
 INSERT = """
-    INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id)
+    INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id, name_key,
+                        shard_key)
     SELECT 'm' || (i % 3), 'label-' || i,
-           (ARRAY['pending', 'notify', 'cancelled', 'done'])[1 + (i / 3) % 4], now(), i
+           (ARRAY['pending', 'notify', 'cancelled', 'done'])[1 + (i / 3) % 4], now(), i,
+           routemaster_label_key('label-' || i), routemaster_shard_key('label-' || i)
     FROM generate_series(1, :count) AS i
 """
 

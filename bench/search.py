@@ -73,14 +73,16 @@ state_machines:
 # the action, and of those every 5th errored (2% of all labels).
 FILL = """
 INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, entry_id,
-                    errored, previous_state)
+                    errored, previous_state, name_key, shard_key)
 SELECT 'order', 'o' || lpad(i::text, 8, '0'),
        jsonb_build_object('customer', jsonb_build_object('id', 'c' || (i % 10000)),
                           'account', 'c' || (i % 10000),
                           'total', i % 1000, 'amount', i % 1000, 'paid', false),
        CASE WHEN i % 10 = 0 THEN 'charge' ELSE 'start' END,
        now() - make_interval(secs => i % 172800), 1,
-       i % 50 = 0, CASE WHEN i % 10 = 0 THEN 'start' END
+       i % 50 = 0, CASE WHEN i % 10 = 0 THEN 'start' END,
+       routemaster_label_key('o' || lpad(i::text, 8, '0')),
+       routemaster_shard_key('o' || lpad(i::text, 8, '0'))
 FROM generate_series(1, :count) AS i
 """
 

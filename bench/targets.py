@@ -283,13 +283,16 @@ class Project(Target):
         self.query(
             """
             WITH h AS (
-                INSERT INTO history (state_machine, label, old_state, new_state)
-                SELECT %(m)s, %(p)s || '-' || g, NULL, %(s)s FROM generate_series(0, %(n)s - 1) g
-                RETURNING id, label
+                INSERT INTO history (state_machine, label, old_state, new_state, shard_key)
+                SELECT %(m)s, %(p)s || '-' || g, NULL, %(s)s,
+                       routemaster_shard_key(%(p)s || '-' || g)
+                FROM generate_series(0, %(n)s - 1) g
+                RETURNING id, label, shard_key
             )
             INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, entry_id,
-                                due_at)
-            SELECT %(m)s, label, %(md)s, %(s)s, now(), id, CASE WHEN %(due)s THEN now() END
+                                due_at, name_key, shard_key)
+            SELECT %(m)s, label, %(md)s, %(s)s, now(), id, CASE WHEN %(due)s THEN now() END,
+                   routemaster_label_key(label), shard_key
             FROM h
             """,
             {"m": machine, "p": prefix, "s": state, "n": count, "md": Json(metadata), "due": due},

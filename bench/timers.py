@@ -89,12 +89,16 @@ INSERT_LABELS = """
                      + random() * %(spread)s * interval '1 second' AS at
         FROM generate_series(%(first)s, %(last)s) AS g
     ), entries AS (
-        INSERT INTO history (id, state_machine, label, old_state, new_state, created)
-        SELECT id, 'drip', %(prefix)s || g, NULL, 'waiting', at FROM wanted
+        INSERT INTO history (id, state_machine, label, old_state, new_state, created, shard_key)
+        SELECT id, 'drip', %(prefix)s || g, NULL, 'waiting', at,
+               routemaster_shard_key(%(prefix)s || g)
+        FROM wanted
     )
     INSERT INTO labels (state_machine, name, metadata, state, state_entered_at, entry_id,
-                        created_at, updated_at)
-    SELECT 'drip', %(prefix)s || g, '{}', 'waiting', at, id, at, at FROM wanted
+                        created_at, updated_at, name_key, shard_key)
+    SELECT 'drip', %(prefix)s || g, '{}', 'waiting', at, id, at, at,
+           routemaster_label_key(%(prefix)s || g), routemaster_shard_key(%(prefix)s || g)
+    FROM wanted
 """
 
 TABLE_WRITES = """

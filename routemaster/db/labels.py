@@ -374,10 +374,12 @@ _IS_DELETED = """
 
 _CLEAR_DUE = """
     UPDATE labels SET due_at = NULL, attempts = 0, last_error = NULL, lease_owner = NULL
-    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
-                CAST(%(names)s AS text[])) AS done(sm, key, name)
-    WHERE labels.state_machine = done.sm AND labels.name_key = done.key
-      AND labels.name = done.name
+    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]))
+         AS done(shard_key, sm, key, name)
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND labels.shard_key = done.shard_key AND labels.state_machine = done.sm
+      AND labels.name_key = done.key AND labels.name = done.name
     """
 
 _MARK_DUE = """

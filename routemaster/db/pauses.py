@@ -10,7 +10,7 @@ from typing import cast
 
 import sqlalchemy as sa
 
-from routemaster.db.keys import label_key
+from routemaster.db.keys import label_key, shard_key
 from routemaster.db.labels import Label, label_from_row
 from routemaster.db.shards import shard_map
 from routemaster.db.statements import fetch_all, fetch_one, run
@@ -23,14 +23,24 @@ def set_until(
     run(
         conn,
         _SET_UNTIL,
-        {"sm": state_machine, "name": name, "key": label_key(name), "until": until},
+        {
+            "sm": state_machine,
+            "name": name,
+            "key": label_key(name),
+            "shard_key": shard_key(name),
+            "until": until,
+        },
     )
 
 
 def paused_until(conn: sa.Connection, state_machine: str, name: str) -> datetime.datetime | None:
-    row = fetch_one(
-        conn, _PAUSED_UNTIL, {"sm": state_machine, "name": name, "key": label_key(name)}
-    )
+    params = {
+        "sm": state_machine,
+        "name": name,
+        "key": label_key(name),
+        "shard_key": shard_key(name),
+    }
+    row = fetch_one(conn, _PAUSED_UNTIL, params)
     return None if row is None else cast(datetime.datetime | None, row[0])
 
 
@@ -45,16 +55,19 @@ def lock_ended(conn: sa.Connection, *, now: datetime.datetime, limit: int) -> li
     return [label_from_row(row) for row in rows]
 
 
-# One label is found through the primary key (``name_key``) and checked by its full name.
+# One label is found through the primary key (``name_key``, ``shard_key``) and checked by its
+# full name.
 
 _SET_UNTIL = """
     UPDATE labels SET paused_until = %(until)s
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s
     """
 
 _PAUSED_UNTIL = """
     SELECT paused_until FROM labels
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s AND paused
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s AND paused
     """
 
 _LOCK_ENDED = """

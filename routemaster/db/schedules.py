@@ -16,7 +16,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.keys import label_key, label_key_arrays
+from routemaster.db.keys import label_key, label_key_arrays, shard_key
 from routemaster.db.labels import Label, LabelKey, label_from_row
 from routemaster.db.notifications import notify_due
 from routemaster.db.shards import shard_map
@@ -89,7 +89,13 @@ def count_unscheduled(conn: sa.Connection) -> int:
 
 def next_check_of(conn: sa.Connection, key: LabelKey) -> datetime.datetime | None:
     """The stored next check of one label (``None``: none, or not computed yet)."""
-    row = fetch_one(conn, _NEXT_CHECK, {"sm": key[0], "name": key[1], "key": label_key(key[1])})
+    params = {
+        "sm": key[0],
+        "name": key[1],
+        "key": label_key(key[1]),
+        "shard_key": shard_key(key[1]),
+    }
+    row = fetch_one(conn, _NEXT_CHECK, params)
     return None if row is None else row[0]
 
 
@@ -125,11 +131,14 @@ _SETTLE_UNMOVED = """
     UPDATE labels SET next_check_at = done.next_check_at, due_at = done.due_at,
                       scheduled_at = labels.updated_at,
                       attempts = 0, last_error = NULL, lease_owner = NULL
-    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
-                CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]),
-                CAST(%(next_checks)s AS timestamptz[]), CAST(%(dues)s AS timestamptz[]))
-         AS done(sm, key, name, entry_id, next_check_at, due_at)
-    WHERE labels.state_machine = done.sm AND labels.name_key = done.key
+    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+                CAST(%(entries)s AS bigint[]), CAST(%(next_checks)s AS timestamptz[]),
+                CAST(%(dues)s AS timestamptz[]))
+         AS done(shard_key, sm, key, name, entry_id, next_check_at, due_at)
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND labels.shard_key = done.shard_key
+      AND labels.state_machine = done.sm AND labels.name_key = done.key
       AND labels.name = done.name AND labels.entry_id = done.entry_id
       AND (labels.next_check_at IS DISTINCT FROM done.next_check_at
            OR labels.due_at IS DISTINCT FROM done.due_at
@@ -141,11 +150,14 @@ _SETTLE_UNMOVED = """
 _SCHEDULE = """
     UPDATE labels SET next_check_at = computed.next_check_at, due_at = computed.due_at,
                       scheduled_at = labels.updated_at
-    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
-                CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]),
-                CAST(%(next_checks)s AS timestamptz[]), CAST(%(dues)s AS timestamptz[]))
-         AS computed(sm, key, name, entry_id, next_check_at, due_at)
-    WHERE labels.state_machine = computed.sm AND labels.name_key = computed.key
+    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+                CAST(%(entries)s AS bigint[]), CAST(%(next_checks)s AS timestamptz[]),
+                CAST(%(dues)s AS timestamptz[]))
+         AS computed(shard_key, sm, key, name, entry_id, next_check_at, due_at)
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND labels.shard_key = computed.shard_key
+      AND labels.state_machine = computed.sm AND labels.name_key = computed.key
       AND labels.name = computed.name AND labels.entry_id = computed.entry_id
       AND labels.lease_owner IS NULL
     """
@@ -202,5 +214,6 @@ _NEXT_MOVES = """
 
 _NEXT_CHECK = """
     SELECT next_check_at FROM labels
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s
     """

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from routemaster.db.keys import label_key
+from routemaster.db.keys import label_key, shard_key
 from routemaster.db.statements import fetch_all, fetch_one, run
 
 
@@ -37,9 +37,14 @@ def current(
     conn: sa.Connection, state_machine: str, name: str, *, now: datetime.datetime
 ) -> TaskInfo | None:
     """The label's live lease, if a task holds it (for explanations)."""
-    row = fetch_one(
-        conn, _CURRENT, {"sm": state_machine, "name": name, "key": label_key(name), "now": now}
-    )
+    params = {
+        "sm": state_machine,
+        "name": name,
+        "key": label_key(name),
+        "shard_key": shard_key(name),
+        "now": now,
+    }
+    row = fetch_one(conn, _CURRENT, params)
     return None if row is None else TaskInfo(*row)
 
 
@@ -58,7 +63,8 @@ class PastTask:
 
 def of_label(conn: sa.Connection, state_machine: str, name: str, *, limit: int) -> list[PastTask]:
     """The label's latest ``limit`` tasks, oldest first."""
-    rows = fetch_all(conn, _OF_LABEL, {"sm": state_machine, "name": name, "limit": limit})
+    params = {"sm": state_machine, "name": name, "shard_key": shard_key(name), "limit": limit}
+    rows = fetch_all(conn, _OF_LABEL, params)
     return [PastTask(*row) for row in reversed(rows)]
 
 
@@ -83,14 +89,15 @@ _CURRENT = """
     SELECT tasks.id, tasks.worker, tasks.attempt, tasks.claimed_at,
            labels.due_at AS lease_expires_at, tasks.lease, tasks.lease_source,
            tasks.lease_samples
-    FROM labels JOIN tasks ON tasks.id = labels.task_id
-    WHERE labels.state_machine = %(sm)s AND labels.name_key = %(key)s
+    FROM labels JOIN tasks ON tasks.shard_key = labels.shard_key AND tasks.id = labels.task_id
+    WHERE labels.shard_key = %(shard_key)s AND labels.state_machine = %(sm)s
+      AND labels.name_key = %(key)s
       AND labels.name = %(name)s AND labels.lease_owner IS NOT NULL AND labels.due_at > %(now)s
     """
 
 _OF_LABEL = """
     SELECT state, entry_id, attempt, worker, claimed_at, ended_at, outcome FROM tasks
-    WHERE label = %(name)s AND state_machine = %(sm)s
+    WHERE shard_key = %(shard_key)s AND label = %(name)s AND state_machine = %(sm)s
     ORDER BY claimed_at DESC, attempt DESC
     LIMIT %(limit)s
     """

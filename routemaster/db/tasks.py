@@ -262,8 +262,12 @@ _EXPIRE = """
 # lease_owner), not run out (due_at > %(now)s), and the label neither deleted nor errored.
 # Each has a twin for ids issued before 0017, which do not begin with their shard key.
 
+# The new lease end is computed in UTC (timestamp + interval): timestamptz + interval is only
+# STABLE (it depends on the time zone), which Citus refuses with a column in an UPDATE. A
+# lease is a number of seconds, so the two agree.
 _HEARTBEAT = """
-    UPDATE labels SET due_at = %(now)s + tasks.lease
+    UPDATE labels SET due_at = timezone('UTC', timezone('UTC', CAST(%(now)s AS timestamptz))
+                                               + tasks.lease)
     FROM tasks
     WHERE tasks.shard_key = %(shard_key)s AND tasks.id = %(id)s
       AND labels.shard_key = %(shard_key)s AND labels.task_id = %(id)s

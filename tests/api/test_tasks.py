@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from routemaster.db.keys import shard_key
 from routemaster.service.tasks import forget_old_tasks
 from tests.api.helpers import body
 from tests.api.tasks_support import (
@@ -350,3 +351,28 @@ def test_old_tasks_are_forgotten_but_never_a_labels_current_one(
     assert client.post(f"/tasks/{old['id']}/complete").status_code == 404
     assert body(client.get("/state-machines/jobs/labels/done-long-ago/tasks"))["tasks"] == []
     assert client.post(f"/tasks/{held['id']}/complete").status_code == 200
+
+
+def test_task_ids_name_their_label_shard_and_ids_issued_before_still_work(
+    client: Client, db_engine: sa.Engine
+) -> None:
+    """A call made with a task id runs on its label's shard (Citus); older ids hold no key."""
+    create(client, "jobs", "a")
+    create(client, "jobs", "b")
+    first, second = claim(client, limit=2)
+    for task in (first, second):
+        assert task["id"].startswith(f"{shard_key(task['label'])}.")
+    old = second["id"].partition(".")[2]  # as issued before migration 0017
+    with db_engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE labels SET task_id = :old WHERE task_id = :new"),
+            {"old": old, "new": second["id"]},
+        )
+        conn.execute(
+            sa.text("UPDATE tasks SET id = :old WHERE id = :new"), {"old": old, "new": second["id"]}
+        )
+    for task_id in (first["id"], old):
+        assert client.post(f"/tasks/{task_id}/heartbeat").status_code == 200
+        assert body(client.post(f"/tasks/{task_id}/complete")).get("state") == "check"
+        assert client.post(f"/tasks/{task_id}/heartbeat").status_code == 409
+    assert client.post(f"/tasks/{shard_key('a')}.never-issued/heartbeat").status_code == 404

@@ -13,7 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from routemaster.db import labels as store
-from routemaster.db.keys import WHOLE, label_key, label_key_arrays, prefix_bounds, shard_key
+from routemaster.db.keys import (
+    SHARD_KEYS,
+    WHOLE,
+    label_key,
+    label_key_arrays,
+    prefix_bounds,
+    shard_key,
+)
 from routemaster.db.listings import label_page
 from routemaster.db.statements import fetch_all
 
@@ -76,6 +83,26 @@ def test_any_name_has_the_same_key_in_the_database_and_the_code(
 ) -> None:
     with db_engine.connect() as conn:
         assert sql_key(conn, name) == label_key(name)
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(name=names)
+def test_any_name_has_the_same_shard_key_in_the_database_and_the_code(
+    db_engine: sa.Engine, name: str
+) -> None:
+    """Migration 0017 backfilled with the SQL function; the statements pass the Python one."""
+    with db_engine.connect() as conn:
+        found = conn.execute(sa.text("SELECT routemaster_shard_key(:n)"), {"n": name})
+        assert found.scalar_one() == shard_key(name)
+    assert 0 <= shard_key(name) < SHARD_KEYS
+
+
+def test_the_shard_key_is_the_first_two_bytes_of_the_sha256_modulo_4096() -> None:
+    # sha256("a") begins ca 97: 0xca97 = 51863, and 51863 % 4096 = 2711
+    assert shard_key("a") == 2711
+    assert SHARD_KEYS == 4096
 
 
 def test_short_names_are_their_own_keys_and_long_ones_are_marked_and_hashed() -> None:

@@ -233,9 +233,8 @@ def test_finished_bulk_jobs_and_the_slots_of_gone_workers_are_forgotten(
                 " VALUES (1, 'm', 'retry', 'old', 2, :old), (2, 'm', 'retry', 'new', 1, :new),"
                 " (3, 'm', 'retry', 'running', 1, NULL);"
                 " INSERT INTO bulk_items (job_id, name_key, name, shard_key)"
-                " SELECT job, name_key, name, routemaster_shard_key(name) FROM (VALUES"
-                " (1, 'a', 'a'), (1, 'b', 'b'), (2, 'a', 'a'), (3, 'a', 'a'))"
-                " AS i(job, name_key, name);"
+                " SELECT job, routemaster_label_key(name), name, routemaster_shard_key(name)"
+                " FROM (VALUES (1, 'a'), (1, 'b'), (2, 'a'), (3, 'a')) AS i(job, name);"
                 " INSERT INTO receiver_slots (receiver, worker, in_flight, expires_at) VALUES"
                 " ('r', 'gone', 0, :old), ('r', 'alive', 1, :new)"
             ),

@@ -1,0 +1,189 @@
+"""On Citus, a request naming one label runs on that label's shard alone (SPEC F1).
+
+Each statement a label request runs is explained on the cluster: every
+distributed step of its plan is one task (``Task Count: 1``), and every task
+that reads or writes a shard goes to one worker, so label requests scale
+with the workers. A statement that writes a history row with the label's
+change is planned as steps (the label's shard, then the history row through
+the coordinator, which evaluates its transaction id): each is one task.
+
+Runs when ``ROUTEMASTER_TEST_CITUS_URL`` names a Citus coordinator's database
+(the citus extension installed, workers added); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from routemaster.app import App
+from routemaster.config import load_config
+from routemaster.db import labels
+from routemaster.db.history import stamp_versions
+from routemaster.db.keys import shard_key
+from routemaster.db.plumbing.database import create_engine, distributed
+from routemaster.db.plumbing.migrate import (
+    DISTRIBUTED_TABLES,
+    REFERENCE_TABLES,
+    distribute,
+    upgrade,
+)
+from routemaster.db.statements import PROLOGUE, fetch_value
+from routemaster.web import create_app
+from tests.api.conftest import CONFIG_PATH
+
+CITUS_URL = os.environ.get("ROUTEMASTER_TEST_CITUS_URL")
+
+pytestmark = pytest.mark.skipif(
+    not CITUS_URL, reason="ROUTEMASTER_TEST_CITUS_URL names no Citus cluster"
+)
+
+LABELS = "/state-machines/user/labels"
+NOW = datetime.datetime(2026, 11, 28, 5, 0, tzinfo=datetime.UTC)
+_TABLE = re.compile(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(\w+)", re.IGNORECASE)
+_TASKS = re.compile(r"Task Count: (\d+)")
+_NODE = re.compile(r"Node: host=(\S+) port=(\d+)")
+
+# The tables a label's rows are in, emptied before and after.
+_EMPTY = sa.text("TRUNCATE labels, history, tasks, deliveries, bulk_items, machine_versions")
+
+
+@pytest.fixture
+def citus_engine() -> Iterator[sa.Engine]:
+    assert CITUS_URL is not None
+    engine = create_engine(CITUS_URL)
+    upgrade(engine)
+    assert distributed(engine)
+    with engine.begin() as conn:
+        conn.execute(_EMPTY)
+    yield engine
+    with engine.begin() as conn:
+        conn.execute(_EMPTY)
+    engine.dispose()
+
+
+class Recorded:
+    """The statements an engine runs that touch a distributed table, with their parameters."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.statements: list[tuple[str, Any]] = []
+        self._engine = engine
+
+    def __enter__(self) -> Recorded:
+        sa.event.listen(self._engine, "before_cursor_execute", self._seen)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sa.event.remove(self._engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
+        statement = statement.removeprefix(PROLOGUE)
+        tables = {name.lower() for name in _TABLE.findall(statement)}
+        if tables & set(DISTRIBUTED_TABLES):
+            self.statements.append((statement, params))
+
+
+def _explained(engine: sa.Engine, statement: str, params: Any) -> str:
+    with engine.connect() as conn:
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor.execute("EXPLAIN " + statement, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        conn.rollback()
+    return plan
+
+
+def _workers(engine: sa.Engine) -> set[tuple[str, str]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT nodename, nodeport FROM pg_dist_node WHERE shouldhaveshards")
+        )
+        return {(str(host), str(port)) for host, port in rows}
+
+
+CREATE = ("POST", f"{LABELS}/alice", {"metadata": {"a": 1}})
+PAUSE = ("POST", f"{LABELS}/alice/pause", {"reason": "hold"})
+
+# (what runs first, the request checked, its status)
+Request = tuple[str, str, dict[str, Any] | None]
+CASES: list[tuple[list[Request], Request, int]] = [
+    ([], CREATE, 201),
+    ([CREATE], ("GET", f"{LABELS}/alice", None), 200),
+    ([CREATE], ("PATCH", f"{LABELS}/alice", {"metadata": {"n": {"x": 1}}}), 200),
+    ([CREATE], ("PATCH", f"{LABELS}/alice", {"metadata": {"ready": True}}), 200),  # a move
+    ([CREATE], PAUSE, 200),
+    ([CREATE, PAUSE], ("POST", f"{LABELS}/alice/resume", {"reason": "go"}), 200),
+    ([CREATE], ("GET", f"{LABELS}/alice/history", None), 200),
+    ([CREATE], ("POST", f"{LABELS}/alice/move", {"state": "done", "reason": "ops"}), 200),
+    ([CREATE], ("GET", f"{LABELS}/alice/explain", None), 200),
+    ([CREATE], ("GET", f"{LABELS}/alice/deliveries", None), 200),
+    ([CREATE], ("GET", f"{LABELS}/alice/tasks", None), 200),
+    ([CREATE], ("DELETE", f"{LABELS}/alice", None), 204),
+]
+
+
+@pytest.mark.parametrize(("before", "request_", "status"), CASES)
+def test_a_label_request_runs_on_the_label_shard_alone(
+    citus_engine: sa.Engine, before: list[Request], request_: Request, status: int
+) -> None:
+    app = App(config=load_config([CONFIG_PATH]), db=citus_engine)
+    client = create_app(app).test_client()
+    for method, path, body in before:
+        assert client.open(path, method=method, json=body).status_code < 300
+    workers = _workers(citus_engine)
+    method, path, body = request_
+    with Recorded(citus_engine) as recorded:
+        answer = client.open(path, method=method, json=body)
+    assert answer.status_code == status, answer.get_data(as_text=True)
+    assert recorded.statements, "the request read or wrote no label"
+    for statement, params in recorded.statements:
+        plan = _explained(citus_engine, statement, params)
+        counts = [int(count) for count in _TASKS.findall(plan)]
+        assert counts and all(count == 1 for count in counts), (statement, plan)
+        shards = {node for node in _NODE.findall(plan) if node in workers}
+        assert len(shards) == 1, (statement, plan)
+
+
+def test_history_rows_carry_the_version_and_the_coordinators_transaction(
+    citus_engine: sa.Engine,
+) -> None:
+    """A trigger on a worker's shard saw no version; a worker's default saw its own xid."""
+    stamp_versions(citus_engine, {"user": 7})
+    app = App(config=load_config([CONFIG_PATH]), db=citus_engine)
+    client = create_app(app).test_client()
+    assert client.post(f"{LABELS}/alice", json={"metadata": {}}).status_code == 201
+    with citus_engine.begin() as conn:
+        coordinator = fetch_value(conn, "SELECT CAST(pg_current_xact_id() AS text)")
+        assert labels.soft_delete(conn, "user", "alice", now=NOW) == "start"
+    history = client.get(f"{LABELS}/alice/history").get_json()["history"]
+    assert [entry["version"] for entry in history] == [7, 7]
+    with citus_engine.connect() as conn:
+        written = fetch_value(
+            conn,
+            "SELECT CAST(xact_id AS text) FROM history"
+            " WHERE shard_key = %(shard_key)s AND label = 'alice' AND new_state IS NULL",
+            {"shard_key": shard_key("alice")},
+        )
+    assert written == coordinator
+
+
+def test_migrating_again_distributes_nothing_more(citus_engine: sa.Engine) -> None:
+    assert distribute(citus_engine) == []
+    with citus_engine.connect() as conn:
+        kinds: dict[str, str] = dict(
+            conn.execute(
+                sa.text("SELECT CAST(logicalrelid AS text), partmethod FROM pg_dist_partition")
+            ).all()
+        )
+    assert {table: kinds.get(table) for table in DISTRIBUTED_TABLES} == dict.fromkeys(
+        DISTRIBUTED_TABLES, "h"
+    )
+    assert {table: kinds.get(table) for table in REFERENCE_TABLES} == dict.fromkeys(
+        REFERENCE_TABLES, "n"
+    )
+    assert "api_tokens" not in kinds  # small tables no statement joins stay on the coordinator
