@@ -176,19 +176,23 @@ def measure(target: Target, args: argparse.Namespace, config: Path) -> dict[str,
     prefix = f"b{uuid.uuid4().hex[:6]}"
     env = {"ROUTEMASTER_DIRECT_DATABASE_URL": target.url}
     with serve_process(config, target.url, "--workers", str(args.processes), env=env) as (_, base):
+        created = [0] * args.clients
 
         def create(session: requests.Session, base: str, client: int, i: int) -> int:
             url = f"{base}/state-machines/bench/labels/{prefix}-{client}-{i}"
-            return session.post(url, json={"metadata": {"n": i}}).status_code
+            status = session.post(url, json={"metadata": {"n": i}}).status_code
+            created[client] = i + 1
+            return status
 
         # Reads and patches go round each client's first ten labels (the first patch of each
         # moves it through the gate; later ones only merge metadata).
         def read(session: requests.Session, base: str, client: int, i: int) -> int:
-            url = f"{base}/state-machines/bench/labels/{prefix}-{client}-{i % 10}"
-            return session.get(url).status_code
+            name = f"{prefix}-{client}-{i % min(10, created[client])}"
+            return session.get(f"{base}/state-machines/bench/labels/{name}").status_code
 
         def patch(session: requests.Session, base: str, client: int, i: int) -> int:
-            url = f"{base}/state-machines/bench/labels/{prefix}-{client}-{i % 10}"
+            name = f"{prefix}-{client}-{i % min(10, created[client])}"
+            url = f"{base}/state-machines/bench/labels/{name}"
             return session.patch(url, json={"metadata": {"go": True, "i": i}}).status_code
 
         def timed(request: Callable[..., int]) -> Callable[[], tuple[float, int]]:
