@@ -213,30 +213,43 @@ def measure(target: Target, args: argparse.Namespace, config: Path) -> dict[str,
 
 
 def drain(url: str, config: Path, processes: int, labels: int) -> tuple[float, int]:
-    """``processes`` ``routemaster cron`` until no label is left in the action: labels/s."""
+    """``processes`` ``routemaster cron`` until no label is left in the action: labels/s, and how
+    many were delivered, from the moment every cron has started (its start-up is not counted)."""
     engine = create_engine(url)
     env = {**os.environ, "DATABASE_URL": url, "ROUTEMASTER_DIRECT_DATABASE_URL": url}
-    started = time.monotonic()
-    crons = [
-        subprocess.Popen(
-            [sys.executable, "-m", "routemaster", "-c", str(config), "cron"],
-            env={**env, "ROUTEMASTER_WORKER_ID": f"bench-{index}"},
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for index in range(processes)
+    logs = [
+        Path(f"/tmp/routemaster-bench-citus-{os.getpid()}-cron{n}.log") for n in range(processes)
     ]
-    try:
-        while True:
-            with engine.connect() as conn:
-                left = conn.execute(
+    crons = []
+    for index, log in enumerate(logs):
+        with log.open("wb") as output:
+            crons.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "routemaster", "-c", str(config), "cron"],
+                    env={**env, "ROUTEMASTER_WORKER_ID": f"bench-{index}"},
+                    cwd=ROOT,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+
+    def left() -> int:
+        with engine.connect() as conn:
+            return int(
+                conn.execute(
                     sa.text("SELECT count(*) FROM labels WHERE state = 'notify'")
                 ).scalar_one()
-            if not left:
-                break
+            )
+
+    try:
+        while not all("started" in log.read_text() for log in logs):
             if any(cron.poll() is not None for cron in crons):
-                raise SystemExit("a cron process ended while the labels were being delivered")
+                raise SystemExit(f"a cron process ended: {[log.read_text() for log in logs]}")
+            time.sleep(0.05)
+        started, waiting = time.monotonic(), left()
+        while left():
+            if any(cron.poll() is not None for cron in crons):
+                raise SystemExit(f"a cron process ended: {[log.read_text() for log in logs]}")
             time.sleep(0.05)
         elapsed = time.monotonic() - started
     finally:
@@ -245,7 +258,9 @@ def drain(url: str, config: Path, processes: int, labels: int) -> tuple[float, i
         for cron in crons:
             cron.wait(30)
         engine.dispose()
-    return labels / elapsed, labels
+        for log in logs:
+            log.unlink(missing_ok=True)
+    return waiting / elapsed, waiting
 
 
 def main() -> None:
@@ -288,7 +303,7 @@ def main() -> None:
     )
     names = list(results)
     print(f"{'':34}" + "".join(f"{name:>12}" for name in names))
-    for key in results[names[0]] | results[names[-1]]:
+    for key in results[names[-1]] | results[names[0]]:
         cells = "".join(
             f"{results[name][key]:>12.2f}" if key in results[name] else f"{'':>12}"
             for name in names
