@@ -206,13 +206,13 @@ def measure(target: Target, args: argparse.Namespace, config: Path) -> dict[str,
             return session.post(url, json={"metadata": {}}).status_code
 
         per_client = -(-args.labels // args.clients)
-        _, made = rate(base, args.clients, None, create_flow, per_client=per_client)
-        phase("deliveries", lambda: drain(target.url, config, args.cron, made))
+        rate(base, args.clients, None, create_flow, per_client=per_client)
+        phase("deliveries", lambda: drain(target.url, config, args.cron))
     engine.dispose()
     return results
 
 
-def drain(url: str, config: Path, processes: int, labels: int) -> tuple[float, int]:
+def drain(url: str, config: Path, processes: int) -> tuple[float, int]:
     """``processes`` ``routemaster cron`` until no label is left in the action: labels/s, and how
     many were delivered, from the moment every cron has started (its start-up is not counted)."""
     engine = create_engine(url)
