@@ -61,14 +61,22 @@ state_machines:
 """
 
 
-def _rate(base: str, clients: int, seconds: float, request: Callable[..., int]) -> float:
-    """Requests/s of ``request(session, base, client, i)`` from ``clients`` threads."""
-    stop = time.monotonic() + seconds
+def rate(
+    base: str,
+    clients: int,
+    seconds: float | None,
+    request: Callable[..., int],
+    *,
+    per_client: int | None = None,
+) -> tuple[float, int]:
+    """Requests/s of ``request(session, base, client, i)`` from ``clients`` threads, and how
+    many were made: for ``seconds``, or until each client has made ``per_client``."""
+    stop = time.monotonic() + seconds if seconds is not None else float("inf")
     counts = [0] * clients
 
     def run(client: int) -> None:
         session = requests.Session()
-        while time.monotonic() < stop:
+        while time.monotonic() < stop and (per_client is None or counts[client] < per_client):
             try:
                 status = request(session, base, client, counts[client])
             except requests.ConnectionError:  # a kept-alive connection closed as it was reused
@@ -82,7 +90,7 @@ def _rate(base: str, clients: int, seconds: float, request: Callable[..., int]) 
     started = time.monotonic()
     with ThreadPoolExecutor(clients) as pool:
         list(pool.map(run, range(clients)))
-    return sum(counts) / (time.monotonic() - started)
+    return sum(counts) / (time.monotonic() - started), sum(counts)
 
 
 def _wakeups(base: str, times: int) -> list[float]:
@@ -124,8 +132,8 @@ def _measure(base: str, args: argparse.Namespace, run: str) -> dict[str, float]:
         url = f"{base}/state-machines/bench/labels/{prefix}-{client}-{i % 50}"
         return session.patch(url, json={"metadata": {"go": True, "i": i}}).status_code
 
-    creates = _rate(base, args.clients, args.seconds, create)
-    updates = _rate(base, args.clients, args.seconds, update)
+    creates, _ = rate(base, args.clients, args.seconds, create)
+    updates, _ = rate(base, args.clients, args.seconds, update)
     wakeups = _wakeups(base, args.wakeups)
     return {
         "creates/s": creates,

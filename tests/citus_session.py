@@ -108,12 +108,16 @@ class CitusDatabase:
         return (self.coordinator, *self.workers)
 
 
-def create_citus_database(name: str) -> CitusDatabase:
+def create_citus_database(name: str, coordinator_at: str | None = None) -> CitusDatabase:
     """``name`` on the coordinator and every worker, with the extension, the workers added.
 
-    Not migrated: the caller runs the migrations on :attr:`CitusDatabase.url`, as a user does.
+    The coordinator is ``coordinator_at`` (a URL of any of its databases that lists the
+    workers), else ``ROUTEMASTER_TEST_CITUS_URL``'s. Not migrated: the caller runs the
+    migrations on :attr:`CitusDatabase.url`, as a user does.
     """
-    template = sa.engine.make_url(coordinator_url())
+    template = sa.engine.make_url(
+        normalise_url(coordinator_at) if coordinator_at else coordinator_url()
+    )
     coordinator = Node(template.host or "127.0.0.1", template.port or 5432)
     database = CitusDatabase(template, name, coordinator, tuple(worker_nodes(template)))
     if not database.workers:

@@ -1,0 +1,315 @@
+"""One PostgreSQL server beside a Citus cluster (a coordinator and its workers) on the same work.
+
+    python bench/citus.py --coordinator postgresql://root@127.0.0.1:9740/routemaster
+        [--plain URL] [--seconds 10] [--clients 8] [--processes 2] [--labels 1000]
+        [--cron 1] [--targets plain,citus]
+
+``--coordinator`` names a Citus coordinator (a database of it that lists the workers:
+``../shared/citus/cluster.sh start`` prints one, ``bench/citus_cluster.sh start N`` starts
+one with N workers). Each target gets a database of its own, dropped afterwards:
+
+- ``plain``: a database without the extension, on the ``--plain`` server, by default the
+  coordinator's own server (the same PostgreSQL, settings and machine: plain PostgreSQL);
+- ``citus``: a database on the coordinator and on every worker node, with the extension and the
+  workers added, migrated through the coordinator (``routemaster migrate`` distributes it).
+
+On each, ``routemaster serve --no-worker --workers P`` is measured by ``--clients`` threads over
+kept-alive connections for ``--seconds`` each: creates/s (a new label, into a gate), reads/s
+(``GET`` of one of them), patches/s (a metadata update, whose first one per label moves it
+through the gate); then the webhook drain: ``--labels`` labels created into an action that
+calls ``bench/receiver.py``, ``--cron`` ``routemaster cron`` processes started, and the time
+until every label has left the action (labels/s). For each phase it also reads the CPU time
+the database servers spent (the coordinator, and the workers together), from their postmasters'
+own and reaped children's times plus the live backends': milliseconds per request, the figure
+that bounds a coordinator (docs/performance.md, "On Citus").
+
+Prints a table of both targets and the command that made it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import requests
+import sqlalchemy as sa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pooler import rate  # noqa: E402
+
+from routemaster.db.plumbing.database import create_engine, normalise_url  # noqa: E402
+from routemaster.db.plumbing.migrate import upgrade  # noqa: E402
+from tests.citus_session import (  # noqa: E402
+    CitusDatabase,
+    Node,
+    create_citus_database,
+    drop_citus_database,
+    worker_nodes,
+)
+from tests.serving import free_port, serve_process  # noqa: E402
+
+CONFIG = """
+state_machines:
+  bench:
+    states:
+      - gate: start
+        triggers:
+          - metadata: go
+        exit_condition: metadata.go = true
+        next: done
+      - gate: done
+        exit_condition: false
+  flow:
+    states:
+      - action: notify
+        webhook: "http://127.0.0.1:{port}/ok"
+        next: done
+      - gate: done
+        exit_condition: false
+"""
+
+
+@dataclass
+class Target:
+    """A database the service runs on, and the servers whose CPU time counts."""
+
+    name: str
+    url: str
+    coordinator: Node
+    workers: tuple[Node, ...]
+    drop: Callable[[], None]
+
+
+def _postmaster(node: Node, url: sa.URL) -> psutil.Process:
+    """The node's postmaster, from its data directory (the server must run on this machine)."""
+    engine = sa.create_engine(node.url(url, url.database or "postgres"), poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            data = conn.execute(sa.text("SELECT current_setting('data_directory')")).scalar_one()
+    finally:
+        engine.dispose()
+    pid = int((Path(data) / "postmaster.pid").read_text().split()[0])
+    return psutil.Process(pid)
+
+
+def server_cpu(postmaster: psutil.Process) -> float:
+    """Seconds of CPU a server has used: its postmaster, its exited (reaped) processes and its
+    live ones."""
+    times = postmaster.cpu_times()
+    total = times.user + times.system + times.children_user + times.children_system
+    for child in postmaster.children():
+        try:
+            child_times = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += child_times.user + child_times.system
+    return float(total)
+
+
+@contextmanager
+def plain_target(server: str, name: str) -> Iterator[Target]:
+    url = sa.engine.make_url(normalise_url(server))
+    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    node = Node(url.host or "127.0.0.1", url.port or 5432)
+
+    def drop() -> None:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+    target_url = url.set(database=name).render_as_string(hide_password=False)
+    try:
+        yield Target("plain", target_url, node, (), drop)
+    finally:
+        drop()
+        admin.dispose()
+
+
+@contextmanager
+def citus_target(coordinator: str, name: str) -> Iterator[Target]:
+    database: CitusDatabase = create_citus_database(name, coordinator)
+    try:
+        yield Target(
+            "citus",
+            database.url,
+            database.coordinator,
+            database.workers,
+            lambda: drop_citus_database(database),
+        )
+    finally:
+        drop_citus_database(database)
+
+
+def measure(target: Target, args: argparse.Namespace, config: Path) -> dict[str, float]:
+    engine = create_engine(target.url)
+    upgrade(engine)  # on Citus, distributes
+    url = sa.engine.make_url(target.url)
+    coordinator = _postmaster(target.coordinator, url)
+    workers = [_postmaster(node, url) for node in target.workers]
+    results: dict[str, float] = {}
+
+    def cpu() -> tuple[float, float]:
+        return server_cpu(coordinator), sum(server_cpu(worker) for worker in workers)
+
+    def phase(name: str, run: Callable[[], tuple[float, int]]) -> None:
+        before = cpu()
+        per_second, count = run()
+        after = cpu()
+        results[f"{name}/s"] = per_second
+        results[f"{name}: coordinator CPU ms"] = 1000 * (after[0] - before[0]) / max(count, 1)
+        if workers:
+            results[f"{name}: workers' CPU ms"] = 1000 * (after[1] - before[1]) / max(count, 1)
+
+    prefix = f"b{uuid.uuid4().hex[:6]}"
+    env = {"ROUTEMASTER_DIRECT_DATABASE_URL": target.url}
+    with serve_process(config, target.url, "--workers", str(args.processes), env=env) as (_, base):
+        created = [0] * args.clients
+
+        def create(session: requests.Session, base: str, client: int, i: int) -> int:
+            url = f"{base}/state-machines/bench/labels/{prefix}-{client}-{i}"
+            status = session.post(url, json={"metadata": {"n": i}}).status_code
+            created[client] = i + 1
+            return status
+
+        # Reads and patches go round each client's first ten labels (the first patch of each
+        # moves it through the gate; later ones only merge metadata).
+        def read(session: requests.Session, base: str, client: int, i: int) -> int:
+            name = f"{prefix}-{client}-{i % min(10, created[client])}"
+            return session.get(f"{base}/state-machines/bench/labels/{name}").status_code
+
+        def patch(session: requests.Session, base: str, client: int, i: int) -> int:
+            name = f"{prefix}-{client}-{i % min(10, created[client])}"
+            url = f"{base}/state-machines/bench/labels/{name}"
+            return session.patch(url, json={"metadata": {"go": True, "i": i}}).status_code
+
+        def timed(request: Callable[..., int]) -> Callable[[], tuple[float, int]]:
+            return lambda: rate(base, args.clients, args.seconds, request)
+
+        for name, request in (("creates", create), ("reads", read), ("patches", patch)):
+            phase(name, timed(request))
+
+        def create_flow(session: requests.Session, base: str, client: int, i: int) -> int:
+            url = f"{base}/state-machines/flow/labels/{prefix}-{client}-{i}"
+            return session.post(url, json={"metadata": {}}).status_code
+
+        per_client = -(-args.labels // args.clients)
+        rate(base, args.clients, None, create_flow, per_client=per_client)
+        phase("deliveries", lambda: drain(target.url, config, args.cron))
+    engine.dispose()
+    return results
+
+
+def drain(url: str, config: Path, processes: int) -> tuple[float, int]:
+    """``processes`` ``routemaster cron`` until no label is left in the action: labels/s, and how
+    many were delivered, from the moment every cron has started (its start-up is not counted)."""
+    engine = create_engine(url)
+    env = {**os.environ, "DATABASE_URL": url, "ROUTEMASTER_DIRECT_DATABASE_URL": url}
+    logs = [
+        Path(f"/tmp/routemaster-bench-citus-{os.getpid()}-cron{n}.log") for n in range(processes)
+    ]
+    crons = []
+    for index, log in enumerate(logs):
+        with log.open("wb") as output:
+            crons.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "routemaster", "-c", str(config), "cron"],
+                    env={**env, "ROUTEMASTER_WORKER_ID": f"bench-{index}"},
+                    cwd=ROOT,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+
+    def left() -> int:
+        with engine.connect() as conn:
+            return int(
+                conn.execute(
+                    sa.text("SELECT count(*) FROM labels WHERE state = 'notify'")
+                ).scalar_one()
+            )
+
+    try:
+        while not all("started" in log.read_text() for log in logs):
+            if any(cron.poll() is not None for cron in crons):
+                raise SystemExit(f"a cron process ended: {[log.read_text() for log in logs]}")
+            time.sleep(0.05)
+        started, waiting = time.monotonic(), left()
+        while left():
+            if any(cron.poll() is not None for cron in crons):
+                raise SystemExit(f"a cron process ended: {[log.read_text() for log in logs]}")
+            time.sleep(0.05)
+        elapsed = time.monotonic() - started
+    finally:
+        for cron in crons:
+            cron.terminate()
+        for cron in crons:
+            cron.wait(30)
+        engine.dispose()
+        for log in logs:
+            log.unlink(missing_ok=True)
+    return waiting / elapsed, waiting
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--coordinator", default=os.environ.get("ROUTEMASTER_TEST_CITUS_URL"))
+    parser.add_argument("--plain", help="a plain server (default: the coordinator's own)")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--processes", type=int, default=2, help="serve --workers")
+    parser.add_argument("--labels", type=int, default=1000, help="labels the cron drains")
+    parser.add_argument("--cron", type=int, default=1, help="routemaster cron processes")
+    parser.add_argument("--targets", default="plain,citus")
+    args = parser.parse_args()
+    if not args.coordinator:
+        parser.error("--coordinator (or ROUTEMASTER_TEST_CITUS_URL) names no Citus coordinator")
+    receiver_port = free_port()
+    config = Path(f"/tmp/routemaster-bench-citus-{os.getpid()}.yaml")
+    config.write_text(CONFIG.format(port=receiver_port))
+    results: dict[str, dict[str, float]] = {}
+    with ExitStack() as stack:
+        receiver = subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "receiver.py"), "--port", str(receiver_port)]
+        )
+        stack.callback(receiver.wait)
+        stack.callback(receiver.terminate)
+        for name in args.targets.split(","):
+            database = f"bench_citus_{name}_{os.getpid()}"
+            if name == "plain":
+                made = plain_target(args.plain or args.coordinator, database)
+            else:
+                made = citus_target(args.coordinator, database)
+            with made as target:
+                results[name] = measure(target, args, config)
+    config.unlink()
+    workers = len(worker_nodes(sa.engine.make_url(normalise_url(args.coordinator))))
+    print(f"$ python bench/citus.py {shlex.join(sys.argv[1:])}")
+    print(
+        f"{args.clients} clients, {args.seconds:g} s each; serve --workers {args.processes};"
+        f" {args.labels} labels drained by {args.cron} cron; Citus: coordinator + {workers} workers"
+    )
+    names = list(results)
+    print(f"{'':34}" + "".join(f"{name:>12}" for name in names))
+    for key in results[names[-1]] | results[names[0]]:
+        cells = "".join(
+            f"{results[name][key]:>12.2f}" if key in results[name] else f"{'':>12}"
+            for name in names
+        )
+        print(f"{key:34}{cells}")
+
+
+if __name__ == "__main__":
+    main()
