@@ -198,7 +198,7 @@ def record_outcomes(
     )
     counts = Counter(outcome for _, outcome in outcomes)
     run(conn, _COUNT_OUTCOMES, {"job": job, **{name: counts[name] for name in OUTCOMES}})
-    if not distributed(conn.engine):
+    if not distributed(conn):
         run(conn, _FINISH, {"job": job, "now": now})
     elif not fetch_value(conn, _ANY_PENDING, {"job": job}):  # Citus: bulk_jobs is a reference
         run(conn, _FINISH_ON_CITUS, {"job": job, "now": now})  # table, read apart from items
@@ -211,7 +211,7 @@ def forget_finished(
     empty (up to ``limit`` too): (items, jobs) deleted. A job's item list may be long, so it
     goes a batch at a time, never in one statement."""
     params = {"before": before, "limit": limit}
-    if not distributed(conn.engine):
+    if not distributed(conn):
         return run(conn, _FORGET_ITEMS, params), run(conn, _FORGET_JOBS, params)
     one_connection_per_node(conn)  # bulk_jobs, a reference table, is written after bulk_items
     return run(conn, _FORGET_ITEMS, params), run(conn, _FORGET_JOBS_ON_CITUS, params)

@@ -134,7 +134,7 @@ class Horizon:
     @staticmethod
     def distributed(conn: sa.Connection) -> bool:
         """Whether the database is distributed (Citus): asked once per engine."""
-        return database.distributed(conn.engine)
+        return database.distributed(conn)
 
     def confirmed(self, conn: sa.Connection) -> int:
         """A coordinator transaction id below which every history row is visible on its worker.

@@ -58,7 +58,7 @@ def prune_history(
 ) -> Pruned:
     """Remove up to ``batch`` history rows older than ``cutoff``, never a label's current entry."""
     params = {"sm": state_machine, "cutoff": cutoff, "batch": batch}
-    if distributed(conn.engine):
+    if distributed(conn):
         scanned, last, removed = _prune_history_on_citus(conn, params)
     else:
         row = fetch_one(conn, _PRUNE_HISTORY, params)

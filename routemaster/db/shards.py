@@ -160,7 +160,7 @@ _ONE_CONNECTION_PER_NODE = "SELECT set_config('citus.multi_shard_modify_mode', '
 def shard_map(conn: sa.Connection) -> ShardMap | None:
     """The engine's :class:`ShardMap` on Citus; ``None`` on plain PostgreSQL (one statement)."""
     engine = conn.engine
-    if not distributed(engine):
+    if not distributed(conn):
         return None
     found = engine.get_execution_options().get(SHARDS_OPTION)
     if isinstance(found, ShardMap):

@@ -246,7 +246,7 @@ def fall_behind(conn: sa.Connection, subscription: Subscription, gap: Position) 
     sms = subscription.state_machines
     row = fetch_one(
         conn,
-        _FALL_BEHIND_DISTRIBUTED if distributed(conn.engine) else _FALL_BEHIND,
+        _FALL_BEHIND_DISTRIBUTED if distributed(conn) else _FALL_BEHIND,
         {
             "sms": list(sms) if sms is not None else None,
             "name": subscription.name,

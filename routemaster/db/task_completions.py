@@ -66,7 +66,7 @@ def recent_durations(
     ``RECENT`` tasks ended by a completion (not failed, released or expired)."""
     if not states:
         return {}
-    if distributed(conn.engine):
+    if distributed(conn):
         return {
             (machine, state): [
                 seconds

@@ -168,20 +168,28 @@ def _ping_connections_idle_for(engine: sa.Engine, seconds: float) -> None:
             raise sa.exc.DisconnectionError(str(error)) from error
 
 
-def distributed(engine: sa.Engine) -> bool:
-    """Whether ``engine``'s database is a Citus cluster with ``labels`` distributed.
+def distributed(bind: sa.Engine | sa.Connection) -> bool:
+    """Whether the database is a Citus cluster with ``labels`` distributed.
 
     Asked once per engine (kept in its execution options): a database is
     distributed by ``routemaster migrate``, which processes started before it
     would not see anyway. Where the answer changes what a statement must look
     like (claims shard by shard, the changes stream's horizon), code asks this.
+    Given the connection a caller holds, the first question runs on it: taking
+    a second one from a small pool (``migrate``'s) could wait for ever.
     """
+    engine = bind.engine if isinstance(bind, sa.Connection) else bind
     found = engine.get_execution_options().get(_DISTRIBUTED_OPTION)
     if isinstance(found, bool):
         return found
-    with engine.connect() as conn:
-        answer = bool(fetch_value(conn, _CITUS_CATALOG)) and bool(
-            fetch_value(conn, _LABELS_DISTRIBUTED)
-        )
+    if isinstance(bind, sa.Connection):
+        answer = _labels_distributed(bind)
+    else:
+        with engine.connect() as conn:
+            answer = _labels_distributed(conn)
     engine.update_execution_options(**{_DISTRIBUTED_OPTION: answer})
     return answer
+
+
+def _labels_distributed(conn: sa.Connection) -> bool:
+    return bool(fetch_value(conn, _CITUS_CATALOG)) and bool(fetch_value(conn, _LABELS_DISTRIBUTED))
