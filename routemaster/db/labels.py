@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,8 @@ import sqlalchemy as sa
 from routemaster.db import history as history_rows
 from routemaster.db.keys import label_key, label_key_arrays, shard_key
 from routemaster.db.notifications import notify_due
-from routemaster.db.statements import Prepared, Row, fetch_all, fetch_one, run
+from routemaster.db.plumbing.database import distributed
+from routemaster.db.statements import Prepared, Row, fetch_all, fetch_one, run, single_statement
 
 LabelKey = tuple[str, str]
 """(state machine, label name)."""
@@ -163,23 +165,32 @@ def insert(
     """
     if due_at is None and due:
         due_at = now
-    row = fetch_one(
-        conn,
-        _PREPARED_INSERT,
-        {
-            **_one(state_machine, name),
-            "metadata": json.dumps(metadata),
-            "state": state,
-            "now": now,
-            "due_at": due_at,
-            "next_check_at": next_check_at,
-            "version": version,
-            "history_version": history_rows.version_for(conn, state_machine, version),
-        },
-    )
+    params = {
+        **_one(state_machine, name),
+        "metadata": json.dumps(metadata),
+        "state": state,
+        "now": now,
+        "due_at": due_at,
+        "next_check_at": next_check_at,
+        "version": version,
+        "history_version": history_rows.version_for(conn, state_machine, version),
+    }
+    if distributed(conn):
+        row = fetch_one(conn, _INSERT_LABEL, params)
+        if row is not None:
+            run(conn, _INSERT_FIRST_ENTRY, {**params, "entry_id": row[5]})
+    else:
+        row = fetch_one(conn, _PREPARED_INSERT, params)
     if row is not None and due_at is not None and due_at <= now:
         notify_due(conn)
     return None if row is None else label_from_row(row)
+
+
+def creating(engine: sa.Engine) -> AbstractContextManager[sa.Connection]:
+    """The connection :func:`insert` runs on: one autocommit statement on one server; on Citus a
+    transaction, where the label and its first entry are two router statements (one statement
+    feeding the entry from the inserted row would commit in two phases on two workers)."""
+    return engine.begin() if distributed(engine) else single_statement(engine)
 
 
 def get(conn: sa.Connection, state_machine: str, name: str) -> Label | None:
@@ -332,6 +343,28 @@ _INSERT = """
            version
     FROM created
     """
+
+_INSERT_LABEL = """
+    INSERT INTO labels (shard_key, state_machine, name, name_key, metadata, state,
+                        state_entered_at, entry_id, due_at, next_check_at, created_at,
+                        updated_at, scheduled_at, version)
+    VALUES (%(shard_key)s, %(sm)s, %(name)s, %(key)s, CAST(%(metadata)s AS jsonb), %(state)s,
+            %(now)s, nextval(pg_get_serial_sequence('history', 'id')), %(due_at)s,
+            %(next_check_at)s, %(now)s, %(now)s, %(now)s, %(version)s)
+    ON CONFLICT (state_machine, name_key, shard_key) DO NOTHING
+    RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+              deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+              version
+    """
+"""On Citus, :data:`_INSERT`'s label alone: a router statement (:func:`insert`)."""
+
+_INSERT_FIRST_ENTRY = """
+    INSERT INTO history (id, shard_key, state_machine, label, old_state, new_state, created,
+                         version, xact_id)
+    VALUES (%(entry_id)s, %(shard_key)s, %(sm)s, %(name)s, NULL, %(state)s, %(now)s,
+            %(history_version)s, pg_current_xact_id())
+    """
+"""On Citus, :data:`_INSERT`'s first history entry, in the same transaction (:func:`insert`)."""
 
 _SELECT = """
     SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,

@@ -68,8 +68,8 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
         )
 
     if not isinstance(initial, Action) and not evaluates_on_entry(initial):
-        # The insert is all there is to do: one statement, its own transaction.
-        with single_statement(app.db) as conn:
+        # The insert is all there is to do: one statement, its own transaction (two on Citus).
+        with store.creating(app.db) as conn:
             created = insert(conn)
         if created is None:
             raise LabelExists(name)
