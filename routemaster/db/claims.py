@@ -5,7 +5,9 @@ into the future and names the worker in ``lease_owner``, in one short
 transaction committed before any HTTP; the worker renews the lease while the
 work is in flight, and if the worker dies the lease runs out and the label is
 due again. Rows are picked with ``FOR UPDATE SKIP LOCKED`` so concurrent
-workers never take the same label.
+workers never take the same label: in one statement on one server, shard by
+shard on Citus (each claim's two forms side by side here;
+:mod:`routemaster.db.shards` says why).
 """
 
 from __future__ import annotations
