@@ -110,12 +110,27 @@ def db_engine(database_url: str) -> Iterator[sa.Engine]:
     a later test's processes (which may run another configuration).
     """
     engine = create_engine(database_url)
-    with engine.begin() as conn:
-        conn.execute(_EMPTY_TABLES)
+    _empty_tables(engine)
     yield engine
-    with engine.begin() as conn:
-        conn.execute(_EMPTY_TABLES)
+    _empty_tables(engine)
     engine.dispose()
+
+
+def _empty_tables(engine: sa.Engine) -> None:
+    """``TRUNCATE`` every table, again if it deadlocked with a thread of the test still ending.
+
+    A changes stream's reader thread may still be in its last read when the test is over; its
+    transaction and the ``TRUNCATE`` take their locks in different orders, and PostgreSQL's
+    deadlock detector cancels one of them. The reader retries on its own; so does this.
+    """
+    for attempt in range(5):
+        try:
+            with engine.begin() as conn:
+                conn.execute(_EMPTY_TABLES)
+            return
+        except sa.exc.OperationalError as error:
+            if getattr(error.orig, "pgcode", None) != "40P01" or attempt == 4:
+                raise
 
 
 @pytest.fixture
