@@ -276,20 +276,27 @@ _CHANGES_BELOW = """
     """
 
 
-def current_position(conn: sa.Connection, horizon: Horizon) -> Position:
-    """The horizon as a position: a stream started here shows changes from about now on."""
+def present(conn: sa.Connection) -> Position:
+    """The present as a position: what a stream or a subscription "started now" starts after.
+
+    Every change committed before this call is at or before it, and every
+    change of a transaction that begins writing after it comes after it. A
+    transaction still running meanwhile started before, and is left out with
+    the past. (The horizon would not do: while any older transaction is open,
+    changes committed after it but before now lie above the horizon, and a
+    start there would show them.) The same on Citus: history carries the
+    coordinator's transaction ids, and this is the coordinator's snapshot.
+    """
+    return Position(int(fetch_value(conn, _PRESENT)), 0)
+
+
+_PRESENT = "SELECT CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text)"
+
+
+def horizon_position(conn: sa.Connection, horizon: Horizon) -> Position:
+    """The horizon as a position: every change before it can be read now (lag counts to it)."""
     if horizon.distributed(conn):
         return Position(horizon.confirmed(conn), 0)
-    return ceiling(conn, horizon)
-
-
-def ceiling(conn: sa.Connection, horizon: Horizon) -> Position:
-    """No process has given out a position at or after this one.
-
-    On one server it is the horizon itself; on Citus the coordinator's,
-    which every confirmed horizon is below (processes confirm on their own,
-    so another's may be ahead of this one's).
-    """
     return Position(horizon.coordinator(conn), 0)
 
 

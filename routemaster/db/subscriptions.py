@@ -24,7 +24,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.changes import Position, current_position
+from routemaster.db.changes import Position, horizon_position, present
 from routemaster.db.horizon import Horizon
 from routemaster.db.statements import Row, fetch_all, fetch_one, run
 
@@ -204,10 +204,9 @@ def put_subscription(
     settings: Settings,
     *,
     after: Position | None,
-    horizon: Horizon,
 ) -> tuple[Subscription, bool]:
-    """Create (at ``after``, else the present) or replace, keeping the cursor; whether created."""
-    start = after if after is not None else current_position(conn, horizon)
+    """Create (after ``after``, else the present) or replace, keeping its cursor; if created."""
+    start = after if after is not None else present(conn)
     params = {"name": name, **_settings(settings), "cursor_xact": start.xact, "cursor_id": start.id}
     row = fetch_one(conn, _UPSERT, params)
     assert row is not None  # an upsert returns its row
@@ -240,7 +239,7 @@ def lag(conn: sa.Connection, subscription: Subscription, horizon: Horizon) -> La
     Counted over the history index from the cursor, so it costs in
     proportion to the lag.
     """
-    below = current_position(conn, horizon)
+    below = horizon_position(conn, horizon)
     sms = subscription.state_machines
     pending, oldest = fetch_all(
         conn,

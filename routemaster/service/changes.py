@@ -26,17 +26,17 @@ __all__ = [
     "MachineOverview",
     "Position",
     "Snapshot",
-    "current_position",
     "label_and_history",
     "machine_overview",
     "machines_counted",
+    "present",
 ]
 
 
-def current_position(app: App) -> Position:
-    """The horizon as a position: a stream started here shows changes from about now on."""
+def present(app: App) -> Position:
+    """Where a stream started now begins: after every change committed so far."""
     with app.db.connect() as conn:
-        return changes.current_position(conn, app.horizon)
+        return changes.present(conn)
 
 
 def machines_counted(app: App) -> tuple[Snapshot, list[tuple[StateMachine, dict[str, StateCount]]]]:

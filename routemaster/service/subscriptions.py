@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.db import subscriptions as store
-from routemaster.db.changes import Position, ceiling
+from routemaster.db.changes import Position, present
 from routemaster.db.subscriptions import Lag, Settings, Subscription
 from routemaster.http.guard import AddressPolicy, url_problem
 
@@ -79,10 +79,8 @@ def put_subscription(
     """Create or replace (keeping its cursor unless ``after`` moves it); true when created."""
     with app.db.begin() as conn:
         if after is not None:
-            _check_position(app, conn, after)
-        subscription, created = store.put_subscription(
-            conn, name, settings, after=after, horizon=app.horizon
-        )
+            _check_position(conn, after)
+        subscription, created = store.put_subscription(conn, name, settings, after=after)
         return _with_lag(app, conn, subscription), created
 
 
@@ -94,7 +92,7 @@ def delete_subscription(app: App, name: str) -> bool:
 def set_cursor(app: App, name: str, after: Position) -> Shown | None:
     """Replay from ``after`` (superseding the batch in flight); ``None``: no such subscription."""
     with app.db.begin() as conn:
-        _check_position(app, conn, after)
+        _check_position(conn, after)
         found = store.set_cursor(conn, name, after)
         return None if found is None else _with_lag(app, conn, found)
 
@@ -103,7 +101,7 @@ def _with_lag(app: App, conn: sa.Connection, subscription: Subscription) -> Show
     return subscription, store.lag(conn, subscription, app.horizon)
 
 
-def _check_position(app: App, conn: sa.Connection, after: Position) -> None:
+def _check_position(conn: sa.Connection, after: Position) -> None:
     """A position ahead of the stream would skip changes not yet made: refused."""
-    if after.xact > ceiling(conn, app.horizon).xact:
+    if after.xact > present(conn).xact:
         raise Invalid(f'"after": {after} is ahead of the changes stream.', "invalid_cursor")

@@ -11,7 +11,7 @@ import flask
 from werkzeug.exceptions import BadRequest, ServiceUnavailable
 
 from routemaster.changes.hub import STREAM_KEY, ChangeHub, TooManyStreams
-from routemaster.service.changes import Position, current_position
+from routemaster.service.changes import Position, present
 from routemaster.webcore.endpoints import EVENT_STREAM, Query, Reply
 from routemaster.webcore.extension import routemaster_app
 from routemaster.webcore.schemas import POSITION_PATTERN
@@ -60,7 +60,7 @@ def stream_response(machine: str | None) -> flask.Response:
         return flask.Response(mimetype="text/event-stream", headers=STREAM_HEADERS)
     if after is None:
         # Read before the response starts, so a database outage is still a 503.
-        after = current_position(app)
+        after = present(app)
     try:
         subscription = change_hub(flask.current_app).subscribe(machine, after)
     except TooManyStreams as error:

@@ -82,6 +82,20 @@ def test_the_stream_of_everything_has_every_machine(server: str) -> None:
     ]
 
 
+def test_a_stream_started_now_leaves_out_what_committed_before_while_a_transaction_is_open(
+    server: str, db_engine: sa.Engine
+) -> None:
+    with db_engine.connect() as other, other.begin():  # as a worker's may be, any time
+        other.execute(sa.text("SELECT pg_current_xact_id()"))
+        _post(server, "before")
+        with EventStream(server, "/changes") as stream:
+            assert stream.status == 200
+            other.rollback()
+            _post(server, "after")
+            events = stream.events(1)
+    assert [e.data["label"] for e in events] == ["after"]
+
+
 def test_resuming_from_an_event_id_gives_what_came_after_it(server: str) -> None:
     for name in ("a", "b", "c"):
         _post(server, name)

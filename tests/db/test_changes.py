@@ -270,7 +270,7 @@ def test_on_one_server_a_read_is_still_one_statement_and_never_asks_for_workers(
         statements.clear()
         with db_engine.connect() as conn:
             again = read_changes(conn, START, machine=None, limit=1000, horizon=horizon)
-            here = changes.current_position(conn, horizon)
+            here = changes.horizon_position(conn, horizon)
     finally:
         sa.event.remove(db_engine, "before_cursor_execute", seen)
     assert again.changes == page.changes and [change.label for change in page.changes] == ["ann"]

@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from routemaster.db import labels as store
-from routemaster.db.changes import START, Change, Position, current_position, read_changes
+from routemaster.db.changes import START, Change, Position, present, read_changes
 from routemaster.db.horizon import Horizon
 from tests.citus_cluster import (
     Cluster,
@@ -175,15 +175,16 @@ def _assert_once_in_order_and_resumable(engine: sa.Engine, changes: list[Change]
         assert [found.position for found in resumed.changes] == positions[index + 1 :]
 
 
-def test_a_stream_started_now_on_citus_starts_below_the_coordinators_horizon(
+def test_a_stream_started_now_on_citus_leaves_out_what_committed_before_while_a_transaction_is_open(
     engine: sa.Engine,
 ) -> None:
-    horizon = Horizon()
-    with engine.begin() as conn:
-        _create(conn, "old")
-    with engine.connect() as conn:
-        here = current_position(conn, horizon)
-        assert here <= Position(Horizon.coordinator(conn), 0)
+    with engine.connect() as other, other.begin():  # an older transaction, open throughout
+        other.exec_driver_sql("SELECT pg_current_xact_id()")
+        with engine.begin() as conn:
+            _create(conn, "old")
+        with engine.connect() as conn:
+            here = present(conn)
+            assert here > Position(Horizon.coordinator(conn), 0)
     with engine.begin() as conn:
         _create(conn, "new")
     reader = Reader(engine, here)

@@ -203,7 +203,6 @@ def test_a_subscription_behind_the_horizon_moves_on_and_reports_what_it_lost(
             "s",
             Settings(stub.url(HOOK), None, 100, 0, None),
             after=Position(0, 0),
-            horizon=app.horizon,
         )
     three_labels(app, clock)
     prune(app)  # removes a's and b's creation, b's first move: 3 changes never sent

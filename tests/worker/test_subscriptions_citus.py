@@ -96,7 +96,6 @@ def test_a_subscription_gets_every_change_once_in_order_across_two_phase_commits
             "s",
             store.Settings(stub.url(HOOK), None, 100, 0, None),
             after=START,
-            horizon=app.horizon,
         )
 
     def pair(index: int) -> None:  # one transaction on both workers

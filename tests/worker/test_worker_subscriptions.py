@@ -28,7 +28,7 @@ from routemaster.app import App
 from routemaster.db import labels as label_store
 from routemaster.db import subscription_batches as sending
 from routemaster.db import subscriptions as store
-from routemaster.db.changes import Position, current_position
+from routemaster.db.changes import Position, present
 from routemaster.db.subscriptions import Settings, Subscription
 from routemaster.worker import Worker
 from routemaster.worker.batches import BatchSender, ReceiverSeam
@@ -73,9 +73,7 @@ def subscribe(app: App, stub: StubServer, name: str = "s", **fields: Any) -> Sub
         signing_secret_env=fields.pop("signing_secret_env", None),
     )
     with app.db.begin() as conn:
-        subscription, _ = store.put_subscription(
-            conn, name, settings, after=fields.get("after"), horizon=app.horizon
-        )
+        subscription, _ = store.put_subscription(conn, name, settings, after=fields.get("after"))
     return subscription
 
 
@@ -232,7 +230,7 @@ def test_replay_from_a_cursor_sends_the_same_events_under_a_new_webhook_id(
 def test_a_subscription_can_start_after_a_given_position(app: App, stub: StubServer) -> None:
     create(app, "old")
     with app.db.connect() as conn:
-        here = current_position(conn, app.horizon)
+        here = present(conn)
     create(app, "new")
     subscribe(app, stub, after=here)
     with running(app):
@@ -314,12 +312,35 @@ def test_deleting_a_subscription_mid_flight(app: App, stub: StubServer) -> None:
         with app.db.begin() as conn:
             assert store.delete_subscription(conn, "s")
         wait_until(lambda: stub.in_flight == 0, timeout=10)
-        create(app, "b")
-        subscribe(app, stub, "fresh")  # starts at the present: "b" is not for it
+        with transaction_open(app):  # as a worker's or a listener's may be, any time
+            create(app, "b")
+            subscribe(app, stub, "fresh")  # starts at the present: "b" is not for it
         create(app, "c")
         wait_until(lambda: len(stub.received(HOOK)) == 2, timeout=10)
     assert [r.json()["subscription"] for r in stub.received(HOOK)] == ["s", "fresh"]
     assert delivered_labels(stub) == ["a", "c"]
+
+
+@contextmanager
+def transaction_open(app: App) -> Iterator[None]:
+    """Another transaction of the database, begun and given an id, open throughout the block."""
+    with app.db.connect() as other, other.begin():
+        other.execute(sa.text("SELECT pg_current_xact_id()"))
+        yield
+
+
+def test_a_subscription_made_while_another_transaction_is_open_starts_after_what_was_committed(
+    app: App, stub: StubServer
+) -> None:
+    with transaction_open(app):
+        create(app, "before")
+        subscribe(app, stub)
+        with app.db.connect() as conn:
+            assert store.lag(conn, shown(app), app.horizon).pending == 0
+    create(app, "after")
+    with running(app):
+        wait_until(lambda: len(stub.received(HOOK)) == 1, timeout=10)
+    assert delivered_labels(stub) == ["after"]
 
 
 def test_a_cursor_reset_supersedes_the_batch_in_flight(app: App, stub: StubServer) -> None:
