@@ -51,11 +51,11 @@ from pooler import rate  # noqa: E402
 
 from routemaster.db.plumbing.database import create_engine, normalise_url  # noqa: E402
 from routemaster.db.plumbing.migrate import upgrade  # noqa: E402
-from tests.citus_session import (  # noqa: E402
-    CitusDatabase,
+from tests.citus_cluster import (  # noqa: E402
+    Cluster,
     Node,
-    create_citus_database,
-    drop_citus_database,
+    create_cluster_database,
+    drop_cluster_database,
     worker_nodes,
 )
 from tests.serving import free_port, serve_process  # noqa: E402
@@ -140,17 +140,17 @@ def plain_target(server: str, name: str) -> Iterator[Target]:
 
 @contextmanager
 def citus_target(coordinator: str, name: str) -> Iterator[Target]:
-    database: CitusDatabase = create_citus_database(name, coordinator)
+    database: Cluster = create_cluster_database(name, coordinator)
     try:
         yield Target(
             "citus",
             database.url,
             database.coordinator,
             database.workers,
-            lambda: drop_citus_database(database),
+            lambda: drop_cluster_database(database),
         )
     finally:
-        drop_citus_database(database)
+        drop_cluster_database(database)
 
 
 def measure(target: Target, args: argparse.Namespace, config: Path) -> dict[str, float]:

@@ -4,7 +4,7 @@
         --citus postgresql://root@127.0.0.1:9730/routemaster [--labels 20000] [--rounds 50]
 
 In a scratch database on each (made and dropped here; on Citus on every node,
-as ``tests/citus/citus_database.py`` does), ``--labels`` labels are inserted
+as ``tests/citus_cluster.py`` does), ``--labels`` labels are inserted
 straight into a gate, a webhook action and a pull action, all due, spread
 over every shard. Then each claim runs ``--rounds`` times in a transaction
 that is rolled back (so every round finds the same work): due gates (500,
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import statistics
 import time
 import uuid
@@ -32,7 +31,7 @@ from routemaster.db.plumbing.database import create_engine, normalise_url
 from routemaster.db.plumbing.migrate import upgrade
 from routemaster.db.receiver_claims import Wanted
 from routemaster.db.tasks import Lease
-from tests.citus.citus_database import CITUS_URL_VARIABLE, fresh_citus_database
+from tests.citus_cluster import fresh_cluster_database
 
 _FILL = """
     INSERT INTO labels (state_machine, name, name_key, shard_key, state, metadata, due_at,
@@ -143,11 +142,12 @@ def main() -> None:
     parser.add_argument("--labels", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=50)
     options = parser.parse_args()
-    os.environ[CITUS_URL_VARIABLE] = options.citus
     with plain_database(options.plain) as url:
         plain = measure(url, options.labels, options.rounds)
-    with fresh_citus_database() as url:
-        citus = measure(url, options.labels, options.rounds)
+    with fresh_cluster_database(
+        f"routemaster_bench_{uuid.uuid4().hex[:10]}", options.citus
+    ) as made:
+        citus = measure(made.url, options.labels, options.rounds)
     print(f"{options.labels} labels due, {options.rounds} rounds each (ms: median / p90)")
     print(f"{'claim':<18} {'one server':>22} {'Citus, 2 workers':>28}")
     for name in plain:

@@ -1,33 +1,43 @@
-"""A Citus cluster for tests (``ROUTEMASTER_TEST_CITUS_URL``), and a two-phase commit held half-way.
+"""The Citus cluster tests run on (SPEC F1): a database of their own on it, and what tests do to it.
 
 ``ROUTEMASTER_TEST_CITUS_URL`` names a database on a Citus coordinator
-(``../shared/citus/cluster.sh`` prints one). :func:`fresh_cluster_database`
-makes a database of its own on the coordinator and on every worker, with
-the citus extension and the nodes added, migrates it (``routemaster
-migrate`` distributes it) and drops it afterwards, as ``tests/conftest.py``
-does on one server.
+(``../shared/citus/cluster.sh start`` prints one; ``scripts/test --citus``
+starts a cluster and sets it). Set, the test session's database is a Citus
+one (tests/conftest.py): :func:`fresh_cluster_database` makes it on the
+coordinator and on every worker node the coordinator lists in
+``pg_dist_node``, creates the extension on each, adds the workers, migrates it
+as ``routemaster migrate`` does (which distributes the tables) and drops it on
+every node afterwards. The ``citus_cluster`` fixture gives tests that session
+database as a :class:`Cluster` (its nodes, statements on one node, label
+names per node, shard counts); tests that only mean something on Citus carry
+the ``citus`` marker and are skipped on plain PostgreSQL. Unset, nothing here
+runs and the session uses plain PostgreSQL.
 
-:func:`second_worker_held` makes the moment the changes stream must survive:
-a transaction that wrote to two workers has committed on the coordinator and
-on one worker, while the other worker's ``COMMIT PREPARED`` has not run yet.
-The coordinator is made to wait between ``PREPARE`` and its own commit
-(synchronous replication to a standby that never comes, for this one
-transaction), the writer's backend on the held worker is stopped
-(``SIGSTOP``: the cluster must run on this machine, under a user this
-process may signal), and the coordinator let go: it commits and sends
-``COMMIT PREPARED``, which the stopped backend runs only when continued.
+:class:`Server` stops and starts one node (``pg_ctl``). :func:`second_worker_held`
+makes the moment the changes stream must survive: a transaction that wrote to
+two workers has committed on the coordinator and on one worker, while the
+other worker's ``COMMIT PREPARED`` has not run yet. The coordinator is made to
+wait between ``PREPARE`` and its own commit (synchronous replication to a
+standby that never comes, for this one transaction), the writer's backend on
+the held worker is stopped (``SIGSTOP``: the cluster must run on this machine,
+under a user this process may signal), and the coordinator let go: it commits
+and sends ``COMMIT PREPARED``, which the stopped backend runs only when continued.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import pwd
 import signal
+import subprocess
 import threading
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
@@ -39,113 +49,289 @@ from routemaster.db.plumbing.migrate import upgrade
 from tests.waiting import wait_until
 
 CITUS_URL = "ROUTEMASTER_TEST_CITUS_URL"
+"""A Citus coordinator's URL (any database of the cluster that lists the workers)."""
+
+T = TypeVar("T")
+
+_WORKER_NODES = sa.text(
+    "SELECT nodename, nodeport FROM pg_dist_node"
+    " WHERE noderole = 'primary' AND groupid <> 0 ORDER BY nodeid"
+)
+_CREATE_EXTENSION = sa.text("CREATE EXTENSION IF NOT EXISTS citus")
+_SET_COORDINATOR = sa.text("SELECT citus_set_coordinator_host(:host, :port)")
+_ADD_NODE = sa.text("SELECT citus_add_node(:host, :port)")
+_PREPARED_HERE = sa.text("SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
+_DATA_DIRECTORY = sa.text("SELECT current_setting('data_directory')")
+_SERVER_VERSION = sa.text("SELECT current_setting('server_version_num')::int / 10000")
+# Each shard key's worker port (the shards of labels, history... are co-located).
+_PORT_OF_KEY = (
+    "SELECT k, nodeport FROM generate_series(0, %s) AS k JOIN citus_shards"
+    " ON shardid = get_shard_id_for_distribution_column('history', k)"
+)
 
 
-@dataclass(frozen=True)
-class Node:
-    group: int
-    host: str
-    port: int
+def citus_run() -> bool:
+    """Whether this test session's database is on a Citus cluster."""
+    return bool(os.environ.get(CITUS_URL))
 
 
-@dataclass
-class Cluster:
-    url: str  # the test's own database, on the coordinator
-    engine: sa.Engine
-    coordinator: Node
-    workers: list[Node]
-    user: str | None
-    database: str
-
-    def url_of(self, node: Node) -> sa.URL:
-        return _url(node, self.database, self.user)
-
-    def query(self, node: Node, sql: str, *args: Any) -> list[Any]:
-        """One statement in autocommit on ``node``'s test database; its rows."""
-        return _query(self.url_of(node), sql, *args)
-
-    def worker_of(self, name: str) -> Node:
-        """The worker holding the label ``name``'s shard (where it is now: shards move)."""
-        ports = dict(
-            self.query(
-                self.coordinator,
-                "SELECT k, nodeport FROM generate_series(0, %s) AS k JOIN citus_shards"
-                " ON shardid = get_shard_id_for_distribution_column('history', k)",
-                SHARD_KEYS - 1,
-            )
-        )
-        return next(node for node in self.workers if node.port == ports[shard_key(name)])
-
-    def names_on(self, node: Node, prefix: str, count: int) -> list[str]:
-        """``count`` label names (``prefix-N``) whose shards are on ``node``."""
-        ports = dict(
-            self.query(
-                self.coordinator,
-                "SELECT k, nodeport FROM generate_series(0, %s) AS k JOIN citus_shards"
-                " ON shardid = get_shard_id_for_distribution_column('history', k)",
-                SHARD_KEYS - 1,
-            )
-        )
-        names = (f"{prefix}-{n}" for n in range(10_000))
-        return [name for name in names if ports[shard_key(name)] == node.port][:count]
-
-
-def _url(node: Node, database: str, user: str | None) -> sa.URL:
-    return sa.URL.create(
-        "postgresql+psycopg2", username=user, host=node.host, port=node.port, database=database
-    )
-
-
-def _connect(url: sa.URL) -> sa.Connection:
-    """A connection of its own in autocommit (closing it closes the session)."""
-    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    return engine.connect()
-
-
-def _query(url: sa.URL, sql: str, *args: Any) -> list[Any]:
-    """One statement in autocommit; its rows (none for a command)."""
-    with _connect(url) as conn:
-        result = conn.exec_driver_sql(sql, args) if args else conn.exec_driver_sql(sql)
-        return list(result.all()) if result.returns_rows else []
-
-
-def citus_url() -> str:
+def coordinator_url() -> str:
+    """The coordinator named by ``ROUTEMASTER_TEST_CITUS_URL``, as SQLAlchemy wants it
+    (the test is skipped when it is not set)."""
     url = os.environ.get(CITUS_URL)
     if not url:
         pytest.skip(f"{CITUS_URL} names no Citus coordinator")
     return normalise_url(url)
 
 
-@contextlib.contextmanager
-def fresh_cluster_database() -> Iterator[Cluster]:
-    """A new database on every node of the cluster, migrated (distributed); dropped after."""
-    given = sa.engine.make_url(citus_url())
-    name = f"routemaster_test_{uuid.uuid4().hex[:10]}"
-    host, port = given.host or "127.0.0.1", given.port or 5432
-    coordinator = Node(0, host, port)
-    user = given.username
-    rows = _query(
-        _url(coordinator, given.database or "postgres", user),
-        "SELECT groupid, nodename, nodeport FROM pg_dist_node"
-        " WHERE noderole = 'primary' AND groupid <> 0 ORDER BY groupid",
-    )
-    workers = [Node(group, node_host, node_port) for group, node_host, node_port in rows]
-    for node in [*workers, coordinator]:
-        _query(_url(node, "postgres", user), f'CREATE DATABASE "{name}"')
-        _query(_url(node, name, user), "CREATE EXTENSION citus")
-    here = _url(coordinator, name, user)
-    _query(here, "SELECT citus_set_coordinator_host(%s, %s)", host, port)
-    for node in workers:
-        _query(here, "SELECT citus_add_node(%s, %s)", node.host, node.port)
-    url = given.set(database=name).render_as_string(hide_password=False)
-    engine = create_engine(url)
+@dataclass(frozen=True)
+class Node:
+    """One PostgreSQL server of the cluster."""
+
+    host: str
+    port: int
+
+    def url(self, template: sa.URL, database: str) -> sa.URL:
+        """``template`` (user, driver) pointed at this node's ``database``."""
+        return template.set(host=self.host, port=self.port, database=database)
+
+
+def _admin(url: sa.URL) -> sa.Engine:
+    return sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+
+
+def _query(url: sa.URL, sql: str, *args: Any) -> list[Any]:
+    """One statement in autocommit; its rows (none for a command)."""
+    engine = _admin(url)
     try:
-        upgrade(engine)
-        yield Cluster(url, engine, coordinator, workers, user, name)
+        with engine.connect() as conn:
+            result = conn.exec_driver_sql(sql, args) if args else conn.exec_driver_sql(sql)
+            return list(result.all()) if result.returns_rows else []
     finally:
         engine.dispose()
-        for node in [coordinator, *workers]:
-            _query(_url(node, "postgres", user), f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _connect(url: sa.URL) -> sa.Connection:
+    """A connection of its own in autocommit (closing it closes the session)."""
+    return _admin(url).connect()
+
+
+def _on_each(nodes: Sequence[Node], work: Callable[[Node], T]) -> list[T]:
+    """``work`` on every node at once: each is a separate server, and CREATE DATABASE or
+    CREATE EXTENSION citus takes a second or so on each."""
+    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+        return list(pool.map(work, nodes))
+
+
+def worker_nodes(coordinator: sa.URL) -> list[Node]:
+    """The worker nodes the coordinator's database (the one in its URL) lists."""
+    engine = _admin(coordinator)
+    try:
+        with engine.connect() as conn:
+            return [Node(host, int(port)) for host, port in conn.execute(_WORKER_NODES)]
+    finally:
+        engine.dispose()
+
+
+@dataclass
+class Cluster:
+    """A database made on every node of the cluster: the coordinator first, then the workers."""
+
+    template: sa.URL
+    name: str
+    coordinator: Node
+    workers: tuple[Node, ...]
+
+    @property
+    def url(self) -> str:
+        """The coordinator's URL for this database: what the service is given."""
+        return self.coordinator.url(self.template, self.name).render_as_string(hide_password=False)
+
+    @functools.cached_property
+    def engine(self) -> sa.Engine:
+        """An engine on :attr:`url` (disposed by :func:`fresh_cluster_database`)."""
+        return create_engine(self.url)
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return (self.coordinator, *self.workers)
+
+    def node_url(self, node: Node) -> sa.URL:
+        return node.url(self.template, self.name)
+
+    def query(self, node: Node, sql: str, *args: Any) -> list[Any]:
+        """One statement in autocommit on ``node``'s copy of the database; its rows."""
+        return _query(self.node_url(node), sql, *args)
+
+    def worker_of(self, name: str) -> Node:
+        """The worker holding the label ``name``'s shard (where it is now: shards move)."""
+        ports = dict(self.query(self.coordinator, _PORT_OF_KEY, SHARD_KEYS - 1))
+        return next(node for node in self.workers if node.port == ports[shard_key(name)])
+
+    def names_on(self, node: Node, prefix: str, count: int) -> list[str]:
+        """``count`` label names (``prefix-N``) whose shards are on ``node``."""
+        ports = dict(self.query(self.coordinator, _PORT_OF_KEY, SHARD_KEYS - 1))
+        names = (f"{prefix}-{n}" for n in range(10_000))
+        return [name for name in names if ports[shard_key(name)] == node.port][:count]
+
+
+def create_cluster_database(name: str, coordinator_at: str | None = None) -> Cluster:
+    """``name`` on the coordinator and every worker, with the extension, the workers added.
+
+    The coordinator is ``coordinator_at`` (a URL of any of its databases that lists the
+    workers), else ``ROUTEMASTER_TEST_CITUS_URL``'s. Not migrated: the caller runs the
+    migrations on :attr:`Cluster.url`, as a user does (or uses :func:`fresh_cluster_database`).
+    """
+    template = sa.engine.make_url(
+        normalise_url(coordinator_at) if coordinator_at else coordinator_url()
+    )
+    coordinator = Node(template.host or "127.0.0.1", template.port or 5432)
+    cluster = Cluster(template, name, coordinator, tuple(worker_nodes(template)))
+    if not cluster.workers:
+        raise RuntimeError(f"{CITUS_URL}: the coordinator lists no worker nodes (pg_dist_node)")
+
+    def make(node: Node) -> None:
+        _query(node.url(template, template.database or "postgres"), f'CREATE DATABASE "{name}"')
+        engine = _admin(cluster.node_url(node))
+        try:
+            with engine.connect() as conn:
+                conn.execute(_CREATE_EXTENSION)
+        finally:
+            engine.dispose()
+
+    try:
+        _on_each(cluster.nodes, make)
+        engine = _admin(cluster.node_url(coordinator))
+        try:
+            with engine.connect() as conn:
+                conn.execute(_SET_COORDINATOR, {"host": coordinator.host, "port": coordinator.port})
+                for worker in cluster.workers:
+                    conn.execute(_ADD_NODE, {"host": worker.host, "port": worker.port})
+        finally:
+            engine.dispose()
+    except BaseException:
+        drop_cluster_database(cluster)
+        raise
+    return cluster
+
+
+def drop_cluster_database(cluster: Cluster) -> None:
+    """Drop the database on every node; the coordinator first, so nothing reconnects to the
+    workers' copies. A prepared transaction left on a node (a test that stopped mid-commit)
+    would keep its database, so those are rolled back first."""
+    if "engine" in cluster.__dict__:
+        cluster.engine.dispose()
+
+    def drop(node: Node) -> None:
+        engine = _admin(cluster.node_url(node))
+        try:
+            with engine.connect() as conn:
+                for (gid,) in conn.execute(_PREPARED_HERE).all():
+                    conn.execute(sa.text(f"ROLLBACK PREPARED '{gid}'"))
+        except sa.exc.OperationalError:
+            pass  # the database is not there (a half-made session): nothing to roll back
+        finally:
+            engine.dispose()
+        _query(
+            node.url(cluster.template, cluster.template.database or "postgres"),
+            f'DROP DATABASE IF EXISTS "{cluster.name}" WITH (FORCE)',
+        )
+
+    drop(cluster.coordinator)
+    _on_each(cluster.workers, drop)
+
+
+@contextlib.contextmanager
+def fresh_cluster_database(name: str, coordinator_at: str | None = None) -> Iterator[Cluster]:
+    """:func:`create_cluster_database`, migrated (``routemaster migrate`` distributes it);
+    dropped on every node afterwards."""
+    cluster = create_cluster_database(name, coordinator_at)
+    try:
+        upgrade(cluster.engine)
+        yield cluster
+    finally:
+        drop_cluster_database(cluster)
+
+
+def shards_of_labels(engine: sa.Engine) -> int:
+    """How many shards ``labels`` has."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_dist_shard"
+                    " WHERE logicalrelid = CAST('labels' AS regclass)"
+                )
+            ).scalar_one()
+        )
+
+
+def shards_holding(engine: sa.Engine, table: str, where: str = "true") -> int:
+    """How many shards of ``labels`` hold rows of ``table`` matching ``where`` (test SQL)."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.text(
+                    "SELECT count(DISTINCT get_shard_id_for_distribution_column('labels',"
+                    f" shard_key)) FROM {table} WHERE {where}"
+                )
+            ).scalar_one()
+        )
+
+
+def names_on_every_shard(engine: sa.Engine, prefix: str, count: int) -> list[str]:
+    """``count`` label names ``prefix0``, ``prefix1``...: enough to reach every shard (checked)."""
+    with engine.connect() as conn:
+        shards = conn.execute(
+            sa.text(
+                "SELECT count(DISTINCT get_shard_id_for_distribution_column('labels',"
+                " routemaster_shard_key(:prefix || i))) FROM generate_series(0, :last) AS i"
+            ),
+            {"prefix": prefix, "last": count - 1},
+        ).scalar_one()
+    assert shards == shards_of_labels(engine), "choose more names: some shard has none"
+    return [f"{prefix}{i}" for i in range(count)]
+
+
+@dataclass(frozen=True)
+class Server:
+    """A PostgreSQL server of the cluster that a test stops and starts (``pg_ctl``, as the
+    data directory's owner: ``cluster.sh`` runs the servers as the OS user ``postgres``)."""
+
+    data: Path
+    major: int
+
+    @classmethod
+    def at(cls, url: sa.URL | str) -> Server:
+        """The server answering at ``url``: its data directory and version come from itself."""
+        if isinstance(url, sa.URL):
+            url = url.render_as_string(hide_password=False)
+        engine = _admin(sa.engine.make_url(normalise_url(url)))
+        try:
+            with engine.connect() as conn:
+                data = Path(conn.execute(_DATA_DIRECTORY).scalar_one())
+                major = int(conn.execute(_SERVER_VERSION).scalar_one())
+        finally:
+            engine.dispose()
+        return cls(data, major)
+
+    def _pg_ctl(self, *args: str) -> None:
+        command = [f"/usr/lib/postgresql/{self.major}/bin/pg_ctl", "-D", str(self.data), *args]
+        owner = pwd.getpwuid(self.data.stat().st_uid).pw_name
+        if os.geteuid() == 0 and owner != "root":
+            command = ["runuser", "-u", owner, "--", *command]
+        subprocess.run(command, check=True, capture_output=True, timeout=60)
+
+    def stop(self) -> None:
+        """A fast shutdown: sessions are cut, as when a node goes down."""
+        self._pg_ctl("-m", "fast", "-w", "stop")
+
+    def start(self) -> None:
+        """Start it again (once it accepts connections), logging beside its data directory."""
+        self._pg_ctl("-w", "-l", str(self.data.parent / f"{self.data.name}.log"), "start")
+
+    def running(self) -> bool:
+        return (self.data / "postmaster.pid").exists()
 
 
 @dataclass
@@ -239,7 +425,7 @@ def _wait_for_synchronous_replication(cluster: Cluster) -> threading.Thread:
     (The checkpointer applies it after the reload; a commit's wait depends on
     its having done so.) The probe's own commit goes on waiting until released.
     """
-    probe = _connect(cluster.url_of(cluster.coordinator))
+    probe = _connect(cluster.node_url(cluster.coordinator))
     pid = probe.exec_driver_sql("SELECT pg_backend_pid()").scalar()
 
     def commit() -> None:

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from routemaster.db.plumbing.database import create_engine, normalise_url
 from routemaster.db.plumbing.migrate import upgrade
-from tests.citus_session import citus_run, create_citus_database, drop_citus_database
+from tests.citus_cluster import Cluster, citus_run, fresh_cluster_database
 from tests.pooler import pooled_run, running_pgbouncer
 from tests.stub_server import StubServer, running_stub
 
@@ -37,7 +37,7 @@ def _server_url() -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``citus`` (a shard move, a worker node restart) need a Citus cluster
-    (``ROUTEMASTER_TEST_CITUS_URL``, tests/citus_session.py): skipped on plain PostgreSQL."""
+    (``ROUTEMASTER_TEST_CITUS_URL``, tests/citus_cluster.py): skipped on plain PostgreSQL."""
     if citus_run():
         return
     skip = pytest.mark.skip(reason="needs a Citus cluster (ROUTEMASTER_TEST_CITUS_URL)")
@@ -47,14 +47,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def direct_database_url() -> Iterator[str]:
-    """A fresh database for this test session, migrated to head, dropped afterwards.
+def session_citus_cluster() -> Iterator[Cluster | None]:
+    """The session's database on the Citus cluster ``ROUTEMASTER_TEST_CITUS_URL`` names, made
+    on the coordinator and every worker node and migrated through the coordinator (which
+    distributes the tables); ``None`` in a run on plain PostgreSQL."""
+    if not citus_run():
+        yield None
+        return
+    with fresh_cluster_database(f"routemaster_test_{uuid.uuid4().hex[:10]}") as cluster:
+        yield cluster
 
-    On a Citus cluster (``ROUTEMASTER_TEST_CITUS_URL``), made on the coordinator and every
-    worker node and migrated through the coordinator, which distributes the tables.
-    """
-    if citus_run():
-        yield from _citus_database_url()
+
+@pytest.fixture(scope="session")
+def direct_database_url(session_citus_cluster: Cluster | None) -> Iterator[str]:
+    """A fresh database for this test session, migrated to head, dropped afterwards: on the
+    Citus cluster in a Citus run (:func:`session_citus_cluster`)."""
+    if session_citus_cluster is not None:
+        yield session_citus_cluster.url
         return
     server = sa.engine.make_url(_server_url())
     name = f"routemaster_test_{uuid.uuid4().hex[:10]}"
@@ -69,17 +78,6 @@ def direct_database_url() -> Iterator[str]:
     with admin.connect() as conn:
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
-
-
-def _citus_database_url() -> Iterator[str]:
-    database = create_citus_database(f"routemaster_test_{uuid.uuid4().hex[:10]}")
-    try:
-        engine = create_engine(database.url)
-        upgrade(engine)
-        engine.dispose()
-        yield database.url
-    finally:
-        drop_citus_database(database)
 
 
 @pytest.fixture(scope="session")
@@ -114,6 +112,15 @@ def db_engine(database_url: str) -> Iterator[sa.Engine]:
     yield engine
     _empty_tables(engine)
     engine.dispose()
+
+
+@pytest.fixture
+def citus_cluster(session_citus_cluster: Cluster | None, db_engine: sa.Engine) -> Cluster:
+    """The session's database on the Citus cluster, its tables emptied before the test and
+    after it, with the cluster's helpers (tests/citus_cluster.py); skipped on plain PostgreSQL."""
+    if session_citus_cluster is None:
+        pytest.skip("needs a Citus cluster (ROUTEMASTER_TEST_CITUS_URL)")
+    return session_citus_cluster
 
 
 def _empty_tables(engine: sa.Engine) -> None:

@@ -11,7 +11,6 @@ not be.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -22,7 +21,6 @@ from routemaster.db.horizon import Horizon
 from tests.citus_cluster import (
     Cluster,
     Node,
-    fresh_cluster_database,
     rounds_pass,
     second_worker_held,
 )
@@ -31,17 +29,13 @@ from tests.waiting import wait_until
 NOW = datetime.datetime(2026, 11, 28, 5, 0, tzinfo=datetime.UTC)
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    with fresh_cluster_database() as made:
-        yield made
+pytestmark = pytest.mark.citus
 
 
 @pytest.fixture
-def engine(cluster: Cluster) -> Iterator[sa.Engine]:
-    yield cluster.engine
-    with cluster.engine.begin() as conn:
-        conn.exec_driver_sql("TRUNCATE labels, history, retention_horizons")
+def engine(citus_cluster: Cluster) -> sa.Engine:
+    """The session's database on the cluster (emptied before and after each test)."""
+    return citus_cluster.engine
 
 
 class Reader:
@@ -83,11 +77,11 @@ def _visible(engine: sa.Engine, name: str) -> bool:
 
 
 def test_a_change_whose_second_worker_has_not_committed_is_waited_for_never_skipped(
-    cluster: Cluster, engine: sa.Engine
+    citus_cluster: Cluster, engine: sa.Engine
 ) -> None:
-    first, second = cluster.workers[:2]
-    [before_1, early, late_1] = cluster.names_on(first, "one", 3)
-    [before_2, held, late_2] = cluster.names_on(second, "two", 3)
+    first, second = citus_cluster.workers[:2]
+    [before_1, early, late_1] = citus_cluster.names_on(first, "one", 3)
+    [before_2, held, late_2] = citus_cluster.names_on(second, "two", 3)
     with engine.begin() as conn:
         _create(conn, before_1)
     with engine.begin() as conn:
@@ -99,7 +93,7 @@ def test_a_change_whose_second_worker_has_not_committed_is_waited_for_never_skip
         writer.begin()
         _create(writer, held)  # the lower history id, on the worker held back
         _create(writer, early)
-        with second_worker_held(cluster, writer, second) as moment:
+        with second_worker_held(citus_cluster, writer, second) as moment:
             # The coordinator has committed and so has the first worker: a horizon read on
             # the coordinator alone is past the transaction, and one of its rows is missing.
             with engine.connect() as conn:
@@ -126,12 +120,12 @@ def test_a_change_whose_second_worker_has_not_committed_is_waited_for_never_skip
 
 
 def test_a_change_left_prepared_by_a_lost_connection_waits_for_citus_to_recover_it(
-    cluster: Cluster, engine: sa.Engine
+    citus_cluster: Cluster, engine: sa.Engine
 ) -> None:
     """COMMIT PREPARED fails (the worker's connection is gone): Citus commits it later."""
-    first, second = cluster.workers[:2]
-    [early] = cluster.names_on(first, "lost-one", 1)
-    [held] = cluster.names_on(second, "lost-two", 1)
+    first, second = citus_cluster.workers[:2]
+    [early] = citus_cluster.names_on(first, "lost-one", 1)
+    [held] = citus_cluster.names_on(second, "lost-two", 1)
     reader = Reader(engine)
     reader.read()
 
@@ -139,15 +133,15 @@ def test_a_change_left_prepared_by_a_lost_connection_waits_for_citus_to_recover_
         writer.begin()
         _create(writer, held)
         _create(writer, early)
-        with second_worker_held(cluster, writer, second, lose=True) as moment:
+        with second_worker_held(citus_cluster, writer, second, lose=True) as moment:
             wait_until(moment.committed.is_set, "the writer's commit returned", timeout=30)
             assert _visible(engine, early)
             rounds_pass(reader.horizon, 3, reader.read)
-            if _prepared(cluster, second):  # (unless Citus's daemon recovered it meanwhile)
+            if _prepared(citus_cluster, second):  # (unless Citus's daemon recovered it meanwhile)
                 assert not _visible(engine, held)
                 assert reader.cursor <= Position(moment.xact, 0)
                 assert not reader.changes
-    cluster.query(cluster.coordinator, "SELECT recover_prepared_transactions()")
+    citus_cluster.query(citus_cluster.coordinator, "SELECT recover_prepared_transactions()")
     reader.until({held, early})
     assert [change.label for change in reader.changes] == [held, early]
     _assert_once_in_order_and_resumable(engine, reader.changes)

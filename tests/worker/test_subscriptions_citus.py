@@ -22,7 +22,7 @@ from routemaster.db import labels as label_store
 from routemaster.db import subscriptions as store
 from routemaster.db.changes import START, Position
 from routemaster.worker.subscriptions import SubscriptionSender
-from tests.citus_cluster import Cluster, fresh_cluster_database, second_worker_held
+from tests.citus_cluster import Cluster, second_worker_held
 from tests.db.test_changes_citus import Reader
 from tests.stub_server import StubServer
 from tests.waiting import wait_until
@@ -40,20 +40,15 @@ state_machines:
 HOOK = "/events"
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    with fresh_cluster_database() as made:
-        yield made
+pytestmark = pytest.mark.citus
 
 
 @pytest.fixture
-def app(cluster: Cluster, tmp_path: Path) -> Iterator[App]:
+def app(citus_cluster: Cluster, tmp_path: Path) -> App:
     path = tmp_path / "config.yaml"
     path.write_text(CONFIG)
     settings = Settings(subscription_poll=0.01, subscription_backoff=0.05, poll_interval=0.2)
-    yield App(config=load_config([path]), db=cluster.engine, settings=settings)
-    with cluster.engine.begin() as conn:
-        conn.exec_driver_sql("TRUNCATE labels, history, subscriptions, deliveries")
+    return App(config=load_config([path]), db=citus_cluster.engine, settings=settings)
 
 
 @pytest.fixture
@@ -85,11 +80,11 @@ def _delivered(stub: StubServer) -> list[tuple[Position, str]]:
 
 
 def test_a_subscription_gets_every_change_once_in_order_across_two_phase_commits(
-    cluster: Cluster, app: App, stub: StubServer, sender: SubscriptionSender
+    citus_cluster: Cluster, app: App, stub: StubServer, sender: SubscriptionSender
 ) -> None:
-    first, second = cluster.workers[:2]
-    ones = cluster.names_on(first, "one", 12)
-    twos = cluster.names_on(second, "two", 12)
+    first, second = citus_cluster.workers[:2]
+    ones = citus_cluster.names_on(first, "one", 12)
+    twos = citus_cluster.names_on(second, "two", 12)
     with app.db.begin() as conn:
         store.put_subscription(
             conn,
@@ -113,7 +108,7 @@ def test_a_subscription_gets_every_change_once_in_order_across_two_phase_commits
         writer.begin()
         _create(writer, twos[10])
         _create(writer, ones[10])
-        with second_worker_held(cluster, writer, second) as moment:
+        with second_worker_held(citus_cluster, writer, second) as moment:
             with app.db.begin() as conn:
                 _create(conn, ones[11])
             wait_until(

@@ -19,7 +19,7 @@ import pytest
 import requests
 import sqlalchemy as sa
 
-from tests.citus_session import Node, Server, worker_nodes
+from tests.citus_cluster import Node, Server, worker_nodes
 from tests.serving import serve_process
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until

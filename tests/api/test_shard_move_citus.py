@@ -23,7 +23,7 @@ import pytest
 import requests
 import sqlalchemy as sa
 
-from tests.citus_session import Node, worker_nodes
+from tests.citus_cluster import Node, worker_nodes
 from tests.serving import serve_process
 from tests.sse import EventStream
 from tests.stub_server import StubServer

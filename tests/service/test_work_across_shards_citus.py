@@ -3,13 +3,12 @@
 Webhook deliveries shared by two worker processes, pull tasks claimed by two
 clients over HTTP, retention, bulk commands and searches: each reaches the
 labels of every shard, and no claim takes a label twice. Skipped unless
-``ROUTEMASTER_TEST_CITUS_URL`` names a coordinator (tests/citus/citus_database.py).
+``ROUTEMASTER_TEST_CITUS_URL`` names a coordinator (tests/citus_cluster.py).
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,13 +19,13 @@ import sqlalchemy as sa
 from routemaster import service
 from routemaster.app import App
 from routemaster.config import load_config
-from routemaster.db.plumbing.database import create_engine, distributed
+from routemaster.db.plumbing.database import distributed
 from routemaster.service.bulk import BulkCommand, accept, get_job, run_batch
 from routemaster.service.retention import prune
 from routemaster.service.search import count_matches, listing_search, page_of_matches
 from tests.api.tasks_support import CONFIG as TASKS_CONFIG
-from tests.citus.citus_database import (
-    fresh_citus_database,
+from tests.citus_cluster import (
+    Cluster,
     names_on_every_shard,
     shards_holding,
     shards_of_labels,
@@ -37,15 +36,9 @@ from tests.waiting import wait_until
 from tests.worker.conftest import FakeClock, Workers
 from tests.worker.notify import notify_config
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.citus, pytest.mark.slow]
 
 LABELS = 256  # enough names to reach each of the 32 shards (checked)
-
-_EMPTY_TABLES = (
-    "TRUNCATE labels, history, trigger_occurrences, api_tokens, machine_versions, tasks,"
-    " bulk_items, bulk_jobs, deliveries, receivers, receiver_slots, subscriptions,"
-    " retention_horizons, retention_progress, leases"
-)
 
 RETAINED = """
 retention:
@@ -64,21 +57,14 @@ state_machines:
 """
 
 
-@pytest.fixture(scope="module")
-def citus_url() -> Iterator[str]:
-    with fresh_citus_database() as url:
-        yield url
+@pytest.fixture
+def citus_url(citus_cluster: Cluster) -> str:
+    return citus_cluster.url
 
 
 @pytest.fixture
-def citus_engine(citus_url: str) -> Iterator[sa.Engine]:
-    engine = create_engine(citus_url)
-    with engine.begin() as conn:
-        conn.execute(sa.text(_EMPTY_TABLES))
-    yield engine
-    with engine.begin() as conn:
-        conn.execute(sa.text(_EMPTY_TABLES))
-    engine.dispose()
+def citus_engine(citus_cluster: Cluster) -> sa.Engine:
+    return citus_cluster.engine
 
 
 def app_for(engine: sa.Engine, path: Path, yaml_text: str) -> App:
