@@ -292,12 +292,21 @@ def operate(sm: str, label: str, command: str) -> Response:
 
 @blueprint.get("/receivers")
 @endpoint(
-    OPEN, "The console: receivers, their circuits and recent failures", PAGES, tags=("console",)
+    OPEN,
+    "The console: receivers, their circuits, recent failures, and how this server hears of work",
+    PAGES,
+    tags=("console",),
 )
 def receivers_page() -> str:
     app = routemaster_app()
     failures = deliveries.recent_failures(app, limit=20)
-    return render_page("receivers.html", receivers=receivers_json(app), failures=failures)
+    return render_page(
+        "receivers.html",
+        receivers=receivers_json(app),
+        failures=failures,
+        wakeups=None if app.metrics is None else app.metrics.wakeups(),
+        poll_interval=app.settings.poll_interval,
+    )
 
 
 @blueprint.post("/receivers/<name:receiver>/<command>")

@@ -276,6 +276,17 @@ class Metrics:
 
         return report
 
+    def wakeups(self) -> dict[str, bool]:
+        """Per listener that has reported, whether its wake-ups arrive by ``LISTEN`` (true) or
+        are polled: what ``routemaster_wakeups_listening`` says in /metrics (under serve, the
+        lowest across its processes), for the console."""
+        heard: dict[str, bool] = {}
+        for family in self.registry().collect():
+            if family.name == "routemaster_wakeups_listening":
+                for sample in family.samples:
+                    heard[sample.labels["listener"]] = sample.value >= 1
+        return dict(sorted(heard.items()))
+
     def registry(self, *extra: Collector) -> CollectorRegistry:
         """What to expose: this process's values, or every process's in multiprocess mode."""
         if self.multiprocess_dir is None:

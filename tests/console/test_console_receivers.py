@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import datetime
+import re
 
+import pytest
+import requests
+import sqlalchemy as sa
 from flask.testing import FlaskClient
 
 from routemaster.app import App
 from routemaster.db import deliveries
 from routemaster.db.deliveries import Delivery
+from tests.api.conftest import CONFIG_PATH
 from tests.console.test_console import LABELS, _csrf, _page, _text
+from tests.pooler import running_pgbouncer
+from tests.serving import serving
+from tests.waiting import wait_until
 
 RECEIVER = "http-127.0.0.1-9"  # the action webhook of tests/api/config.yaml
 
@@ -60,3 +68,38 @@ def test_label_page_shows_its_last_deliveries_and_failures_show_on_receivers(
     assert "returned status 503" in text
     receivers = _text(_page(client, "/console/receivers"))
     assert "Recent failures" in receivers and "ann" in receivers and "failed" in receivers
+
+
+def _wakeups(base: str) -> dict[str, str]:
+    """The receivers page's wake-ups table: listener -> what it says."""
+    page = requests.get(f"{base}/console/receivers", timeout=10)
+    assert page.status_code == 200
+    table = page.text.partition('id="wakeups"')[2]
+    return {
+        listener: " ".join(re.sub(r"<[^>]+>", " ", said).split())
+        for listener, said in re.findall(
+            r'<tr data-listener="([^"]+)">.*?<td class="[^"]*">(.*?)</td>\s*</tr>', table, re.S
+        )
+    }
+
+
+@pytest.mark.slow
+def test_the_receivers_page_shows_how_the_servers_processes_hear_of_work(
+    direct_database_url: str, db_engine: sa.Engine
+) -> None:
+    """``serve`` with its worker: on PostgreSQL itself the worker's wake-ups come by ``LISTEN``
+    once its probe came back; through PgBouncer in transaction mode they are polled."""
+    with serving(CONFIG_PATH, direct_database_url, with_worker=True) as base:
+        wait_until(
+            lambda: _wakeups(base).get("worker") == "at once (LISTEN)",
+            lambda: f"the worker listening: {_wakeups(base)}",
+            timeout=30,
+        )
+    with running_pgbouncer(direct_database_url, pool_size=5) as pooled:
+        env = {"ROUTEMASTER_POLL_INTERVAL": "0.5"}
+        with serving(CONFIG_PATH, pooled, with_worker=True, env=env) as base:
+            wait_until(
+                lambda: _wakeups(base).get("worker") == "polled every 0.5 s",
+                lambda: f"the worker polling: {_wakeups(base)}",
+                timeout=30,
+            )
