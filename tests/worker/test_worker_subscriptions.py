@@ -89,6 +89,13 @@ def shown(app: App, name: str = "s") -> Subscription:
     return found
 
 
+def lag(app: App, name: str = "s") -> store.Lag:
+    """The subscription's lag now: counted below the stream's horizon, which a transaction of
+    another database ending at the wrong moment can hold back for a read (so tests await it)."""
+    with app.db.connect() as conn:
+        return store.lag(conn, shown(app, name), app.horizon)
+
+
 def events(requests: list[Recorded]) -> list[dict[str, Any]]:
     return [event for request in requests for event in request.json()["events"]]
 
@@ -126,8 +133,7 @@ def test_batches_are_cut_at_max_events(app: App, stub: StubServer) -> None:
         "version",
     }
     assert (first["state_machine"], first["kind"], first["new_state"]) == ("m", "created", "start")
-    with app.db.connect() as conn:
-        assert store.lag(conn, shown(app), app.horizon).pending == 2
+    wait_until(lambda: lag(app).pending == 2, timeout=5)  # the horizon past both (see lag)
 
 
 def test_batches_are_cut_when_the_oldest_event_is_batch_delay_old(
@@ -144,7 +150,7 @@ def test_batches_are_cut_when_the_oldest_event_is_batch_delay_old(
         for name in ("a", "b", "c")
     )
     waited = arrived_at_wall(arrived) - made.timestamp()
-    assert 0.35 <= waited < 3, waited
+    assert 0.35 <= waited < 8, waited  # the delay, and not much more (a loaded machine)
 
 
 def arrived_at_wall(request: Recorded) -> float:
