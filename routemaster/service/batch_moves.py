@@ -2,28 +2,32 @@
 
 Most conditions read only metadata and history, so a batch of labels is
 locked, planned in Python and moved in one short transaction. A label whose
-next evaluation reads a feed is leased instead and handed to a delivery slot
-(:func:`evaluate_claim`), which fetches the feed with no transaction open.
+next evaluation reads a feed is leased instead and handed to a worker's slot,
+which fetches the feed with no transaction open
+(:func:`~routemaster.service.labels.advance_with_feeds`; a failure is
+recorded by :func:`evaluation_failed`).
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 
-from routemaster import service
 from routemaster.app import App
 from routemaster.db import claims as work
+from routemaster.db import deliveries, receivers, schedules
 from routemaster.db import labels as store
-from routemaster.db import schedules
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.deliveries import Delivery
 from routemaster.db.labels import Label
+from routemaster.service.labels import Settled, settle_batch
 from routemaster.service.versions import machine_for
-from routemaster.worker.recording import Answered, write_answered
+
+Answered = Callable[[set[str], datetime.datetime], list[str]]
+"""Of the receivers that answered, those whose rows need the success written."""
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +40,7 @@ def evaluate_due_gates(
     try:
         with app.db.begin() as conn:
             due = work.lock_due_gates(conn, gate_states, limit=limit, now=now)
-            settled = service.settle_batch(conn, app, due, now=now)
+            settled = settle_batch(conn, app, due, now=now)
             schedules.settle_unmoved(conn, settled.unmoved)
             leased = _lease(conn, app, settled.waiting)
         _observe(app, due, settled, now)
@@ -58,14 +62,14 @@ def complete_deliveries(
     entries: Sequence[Delivery] = (),
     answered: Answered | None = None,
 ) -> list[Claim]:
-    """:func:`move_delivered` in a transaction of its own."""
+    """:func:`move_delivered_locked` in a transaction of its own."""
     if not delivered:
         return []
     with app.db.begin() as conn:
-        return move_delivered(conn, app, delivered, entries, answered)
+        return move_delivered_locked(conn, app, delivered, entries, answered)
 
 
-def move_delivered(
+def move_delivered_locked(
     conn: sa.Connection,
     app: App,
     delivered: Sequence[Claim],
@@ -78,34 +82,44 @@ def move_delivered(
     Labels no longer in the delivered entry (an operator moved them) are left alone, and
     so are labels in a state this configuration lacks (renamed by a newer configuration
     during a rolling deploy): a worker running that one moves them on. ``answered``: see
-    :func:`~routemaster.worker.recording.write_answered`.
+    :func:`write_answered_locked`.
     """
     if not delivered:
         return []
     locked = work.lock_entries(conn, [claim.entry for claim in delivered])
     waiting = _settle(conn, app, [label for label in locked if _known(app, label)])
-    write_answered(conn, entries, now=app.now(), answered=answered)
+    write_answered_locked(conn, entries, now=app.now(), answered=answered)
     return waiting
 
 
-def evaluate_claim(app: App, claim: Claim) -> bool:
-    """A slot's job: evaluate one leased label, reading its feeds over HTTP."""
-    try:
-        service.advance_with_feeds(
-            app, claim.key, claim.entry_id, timeout=app.settings.feed_timeout
+def evaluation_failed(app: App, claim: Claim, error: Exception) -> None:
+    """A slot's evaluation of ``claim`` raised ``error``: the label is tried again later."""
+    with app.db.begin() as conn:
+        store.record_evaluation_failure(
+            conn,
+            claim.key,
+            entry_id=claim.entry_id,
+            error=repr(error),
+            due_at=app.now() + app.settings.evaluation_retry_delay,
         )
-    except Exception as error:
-        logger.exception("evaluating %s/%s failed", claim.state_machine, claim.name)
-        app.hooks.exception(f"evaluating {claim.state_machine}/{claim.name} failed")
-        with app.db.begin() as conn:
-            store.record_evaluation_failure(
-                conn,
-                claim.key,
-                entry_id=claim.entry_id,
-                error=repr(error),
-                due_at=app.now() + app.settings.evaluation_retry_delay,
-            )
-    return False
+
+
+def write_answered_locked(
+    conn: sa.Connection,
+    entries: Sequence[Delivery],
+    *,
+    now: datetime.datetime,
+    answered: Answered | None = None,
+) -> None:
+    """Write answered calls' entries and close their receivers' circuits, in ``conn``.
+
+    ``answered`` picks the receivers whose rows need the success written
+    (default: all of them).
+    """
+    if entries:
+        deliveries.record(conn, entries)
+        ids = {entry.receiver for entry in entries}
+        receivers.succeeded(conn, answered(ids, now) if answered else sorted(ids), now=now)
 
 
 def _known(app: App, label: Label) -> bool:
@@ -117,9 +131,7 @@ def _known(app: App, label: Label) -> bool:
         return False
 
 
-def _observe(
-    app: App, due: Sequence[Label], settled: service.Settled, now: datetime.datetime
-) -> None:
+def _observe(app: App, due: Sequence[Label], settled: Settled, now: datetime.datetime) -> None:
     """Per gate: labels evaluated, moved, and how late after their due time (SPEC E1)."""
     if app.metrics is None or not due:
         return
@@ -141,7 +153,7 @@ def _observe(
 
 
 def _settle(conn: sa.Connection, app: App, batch: Sequence[Label]) -> list[Claim]:
-    settled = service.settle_batch(conn, app, batch, now=app.now())
+    settled = settle_batch(conn, app, batch, now=app.now())
     schedules.settle_unmoved(conn, settled.unmoved)
     return _lease(conn, app, settled.waiting)
 
