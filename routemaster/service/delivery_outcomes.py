@@ -115,7 +115,9 @@ def record_failed_delivery(
             mark_errored(conn, claim, error=errored, now=now)
         elif permit.probe:
             logger.info("probe of %s failed: %s", permit.receiver.origin, error)
-            receivers.put_back(conn, claim, due_at=permit.was_due, worker_id=app.settings.worker_id)
+            # back where it was in the queue; a probe used no attempt, so none is given back
+            unsent = claims.Unsent(claim, permit.was_due, counted=False)
+            claims.put_back(conn, [unsent], worker_id=app.settings.worker_id)
         else:
             delay = backoff(policy, claim.attempts, rng)
             if retry_after is not None:
