@@ -62,14 +62,14 @@ def complete_deliveries(
     entries: Sequence[Delivery] = (),
     answered: Answered | None = None,
 ) -> list[Claim]:
-    """:func:`move_delivered_locked` in a transaction of its own."""
+    """:func:`move_delivered` in a transaction of its own."""
     if not delivered:
         return []
     with app.db.begin() as conn:
-        return move_delivered_locked(conn, app, delivered, entries, answered)
+        return move_delivered(conn, app, delivered, entries, answered)
 
 
-def move_delivered_locked(
+def move_delivered(
     conn: sa.Connection,
     app: App,
     delivered: Sequence[Claim],
@@ -82,13 +82,13 @@ def move_delivered_locked(
     Labels no longer in the delivered entry (an operator moved them) are left alone, and
     so are labels in a state this configuration lacks (renamed by a newer configuration
     during a rolling deploy): a worker running that one moves them on. ``answered``: see
-    :func:`write_answered_locked`.
+    :func:`write_answered`.
     """
     if not delivered:
         return []
     locked = work.lock_entries(conn, [claim.entry for claim in delivered])
     waiting = _settle(conn, app, [label for label in locked if _known(app, label)])
-    write_answered_locked(conn, entries, now=app.now(), answered=answered)
+    write_answered(conn, entries, now=app.now(), answered=answered)
     return waiting
 
 
@@ -104,7 +104,7 @@ def evaluation_failed(app: App, claim: Claim, error: Exception) -> None:
         )
 
 
-def write_answered_locked(
+def write_answered(
     conn: sa.Connection,
     entries: Sequence[Delivery],
     *,

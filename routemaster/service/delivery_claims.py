@@ -33,7 +33,7 @@ from routemaster.db.claims import Claim, StateKey
 from routemaster.db.deliveries import Delivery
 from routemaster.db.receiver_claims import ReceiverClaim, Wanted
 from routemaster.db.receivers import ReceiverRow
-from routemaster.service.batch_moves import move_delivered_locked
+from routemaster.service.batch_moves import move_delivered
 
 RATE_TOLERANCE = 0.1  # seconds of calls a rate lets go at once (at least one call)
 RATE_BATCH = 0.05  # seconds of calls worth waking up for when a rate holds work back
@@ -120,7 +120,7 @@ class Gatekeeper:
 
         The ``delivered`` labels (with their calls' log entries) are moved on
         at the start of the same transaction, saving a transaction per round
-        (:func:`~routemaster.service.batch_moves.move_delivered_locked`).
+        (:func:`~routemaster.service.batch_moves.move_delivered`).
         ``states``: only these action states (a minutely sweep's one); None: all.
         """
         routes, calling = self._routes, self._calling
@@ -133,7 +133,7 @@ class Gatekeeper:
         lease_until = now + self.app.settings.lease
         worker_id = self.app.settings.worker_id
         with self.app.db.begin() as conn:
-            waiting = move_delivered_locked(
+            waiting = move_delivered(
                 conn,
                 self.app,
                 [claim for claim, _ in delivered],

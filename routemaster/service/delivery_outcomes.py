@@ -7,7 +7,7 @@ its probe put back (:func:`record_failed_delivery`); a 202 that became a
 task with the task's hold (:func:`hold_for_callback`); a callback that never
 came too often (:func:`error_unanswered`). A delivered call's entry is
 written when the loop moves its label on
-(:func:`~routemaster.service.batch_moves.move_delivered_locked`).
+(:func:`~routemaster.service.batch_moves.move_delivered`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from routemaster.db.errored import mark_errored
 from routemaster.http.calls import Call
 from routemaster.http.webhooks import DeliveryResult, Outcome
 from routemaster.machine.retry import backoff
-from routemaster.service.batch_moves import write_answered_locked
+from routemaster.service.batch_moves import write_answered
 from routemaster.service.delivery_claims import Permit
 
 logger = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ def hold_for_callback(
     now = app.now()
     with app.db.begin() as conn:
         task_store.hold_for_callback(conn, task_id, until=now + timeout)
-        write_answered_locked(conn, [entry], now=now)
+        write_answered(conn, [entry], now=now)
 
 
 def record_failed_delivery(
