@@ -292,8 +292,11 @@ def record_forced(
     history_rows.append_one(conn, entry, now=now)
 
 
-def make_retryable(conn: sa.Connection, label: Label, *, now: datetime.datetime) -> Label:
-    """An errored label due again now, with a fresh attempt count."""
+def retry(conn: sa.Connection, label: Label, *, now: datetime.datetime, reason: str) -> Label:
+    """The locked, errored ``label`` due again now with a fresh attempt count, recorded as
+    forced with ``reason``: every retry (an operator's, a bulk command's, those of a
+    receiver's errored labels) is this one."""
+    record_forced(conn, label, now=now, reason=reason)
     row = fetch_one(conn, _RETRY, {**_one(*label.key), "now": now})
     assert row is not None, "the label is locked by the caller"
     notify_due(conn)

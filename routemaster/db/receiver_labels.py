@@ -12,12 +12,11 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
+from routemaster.db import labels
 from routemaster.db.errored import Erring, become_errored
-from routemaster.db.history import version_arrays
-from routemaster.db.notifications import notify_due
 from routemaster.db.receivers import Route, route_arrays
 from routemaster.db.shards import shard_map
-from routemaster.db.statements import fetch_all, run
+from routemaster.db.statements import fetch_all
 
 """(receiver id, state machine, action state): where an action's webhooks go."""
 
@@ -37,15 +36,16 @@ _COUNTS = """
     GROUP BY routes.receiver
     """
 
-# When a label became errored: its ``errored`` history entry for its current entry into
-# the state (the hash index on ``history.label`` finds it), or for labels errored before
-# such entries were written, when the row last changed.
-_RETRY_ERRORED = """
+# The labels errored in these states within [since, until), in the order they are locked.
+# When a label became errored: its ``errored`` history entry for its current entry into the
+# state (the hash index on ``history.label`` finds it), or for labels errored before such
+# entries were written, when the row last changed.
+_ERRORED_BETWEEN = """
     WITH routes AS (
         SELECT * FROM unnest(CAST(%(route_machines)s AS text[]), CAST(%(route_states)s AS text[]))
                  AS r(sm, state)
     ), errored AS (
-        SELECT labels.shard_key, labels.state_machine, labels.name_key,
+        SELECT labels.state_machine, labels.name,
                COALESCE(
                    (SELECT max(history.created) FROM history
                     WHERE history.shard_key = labels.shard_key AND history.label = labels.name
@@ -55,31 +55,10 @@ _RETRY_ERRORED = """
         FROM labels
         WHERE labels.errored AND NOT labels.deleted
           AND (labels.state_machine, labels.state) IN (SELECT sm, state FROM routes)
-    ), retried AS (
-        UPDATE labels SET errored = false, attempts = 0, due_at = %(now)s, lease_owner = NULL,
-                          updated_at = %(now)s,
-                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
-                                              THEN %(now)s ELSE labels.scheduled_at END
-        FROM errored
-        WHERE labels.shard_key = errored.shard_key
-          AND labels.state_machine = errored.state_machine
-          AND labels.name_key = errored.name_key
-          AND errored.errored_at >= %(since)s AND errored.errored_at < %(until)s
-        RETURNING labels.shard_key, labels.state_machine, labels.name, labels.state,
-                  labels.version
-    ), versions AS (
-        SELECT * FROM unnest(CAST(%(version_machines)s AS text[]),
-                             CAST(%(runnings)s AS integer[]), CAST(%(continuings)s AS boolean[]))
-                      AS v(sm, running, continuing)
     )
-    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, forced,
-                         reason, version, xact_id)
-    SELECT retried.shard_key, retried.state_machine, retried.name, retried.state, retried.state,
-           %(now)s, true, %(reason)s,
-           CASE WHEN versions.continuing THEN COALESCE(retried.version, versions.running)
-                ELSE versions.running END,
-           pg_current_xact_id()
-    FROM retried LEFT JOIN versions ON versions.sm = retried.state_machine
+    SELECT state_machine, name FROM errored
+    WHERE errored_at >= %(since)s AND errored_at < %(until)s
+    ORDER BY state_machine, name
     """
 
 # Labels due since before the cutoff, locked (skipping those another worker holds) until
@@ -142,23 +121,21 @@ def retry_errored(
     now: datetime.datetime,
     reason: str,
 ) -> int:
-    """Make due again every label errored in these states within [since, until): how many."""
+    """Make due again every label errored in these states within [since, until): how many.
+
+    Each is locked and retried as any retry is (:func:`routemaster.db.labels.retry`);
+    one retried meanwhile by someone else is left alone.
+    """
     if not states:
         return 0
-    machines = sorted({machine for machine, _ in states})
-    params = {
-        **_pairs(states),
-        **version_arrays(conn, machines),
-        "version_machines": machines,
-        "since": since,
-        "until": until,
-        "now": now,
-        "reason": reason,
-    }
-    count = run(conn, _RETRY_ERRORED, params)
-    if count:
-        notify_due(conn)
-    return count
+    found = fetch_all(conn, _ERRORED_BETWEEN, {**_pairs(states), "since": since, "until": until})
+    retried = 0
+    for machine, name in found:
+        label = labels.lock(conn, machine, name)
+        if label is not None and label.errored and not label.deleted:
+            labels.retry(conn, label, now=now, reason=reason)
+            retried += 1
+    return retried
 
 
 def give_up(

@@ -24,8 +24,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.claims import Claim
-from routemaster.db.keys import label_key
 from routemaster.db.notifications import notify_due
 from routemaster.db.statements import fetch_all, fetch_one, run
 
@@ -160,12 +158,6 @@ _FAILED = """
     RETURNING circuit
     """
 
-_PUT_BACK = """
-    UPDATE labels SET due_at = %(due_at)s, lease_owner = NULL
-    WHERE state_machine = %(sm)s AND name_key = %(key)s AND name = %(name)s
-      AND entry_id = %(entry_id)s AND lease_owner = %(me)s AND NOT deleted AND NOT errored
-    """
-
 _SET_PAUSED = """
     UPDATE receivers SET paused = %(paused)s WHERE id = %(id)s
     RETURNING id, origin, paused, circuit, failures_in_a_row, open_until, opened_at, not_before,
@@ -259,29 +251,6 @@ def failed(conn: sa.Connection, failure: Failure) -> str | None:
         },
     )
     return None if row is None else str(row[0])
-
-
-def put_back(
-    conn: sa.Connection,
-    claim: Claim,
-    *,
-    due_at: datetime.datetime,
-    worker_id: str,
-) -> bool:
-    """Return a claimed label to the waiting labels, due at ``due_at``, with no attempt used."""
-    count = run(
-        conn,
-        _PUT_BACK,
-        {
-            "sm": claim.state_machine,
-            "name": claim.name,
-            "key": label_key(claim.name),
-            "entry_id": claim.entry_id,
-            "due_at": due_at,
-            "me": worker_id,
-        },
-    )
-    return count == 1
 
 
 def set_paused(conn: sa.Connection, ident: str, *, paused: bool) -> ReceiverRow | None:

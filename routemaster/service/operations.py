@@ -38,8 +38,7 @@ def retry_locked(
     """:func:`retry_label` on a label the caller has locked (bulk commands use it too)."""
     if not label.errored:
         raise InvalidOperation(f"label {label.name!r} is not errored")
-    store.record_forced(conn, label, now=now, reason=reason or "retried")
-    return store.make_retryable(conn, label, now=now)
+    return store.retry(conn, label, now=now, reason=reason or "retried")
 
 
 def pause_end(app: App, until: datetime.datetime | None) -> datetime.datetime | None:

@@ -17,13 +17,11 @@ import logging
 
 from routemaster.app import App
 from routemaster.config.model import Action
-from routemaster.db import tasks as task_store
-from routemaster.db.claims import Claim
-from routemaster.db.deliveries import Delivery
-from routemaster.db.errored import mark_errored
 from routemaster.http.webhooks import DeliveryResult, Outcome, WebhookRequest
+from routemaster.service.claims import Claim
+from routemaster.service.deliveries import Delivery
+from routemaster.service.delivery_outcomes import error_unanswered, hold_for_callback, observe
 from routemaster.service.tasks import open_callback_task
-from routemaster.worker.recording import observe, write_answered
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +50,7 @@ def waited_too_often(app: App, claim: Claim, action: Action) -> bool:
         return False
     error = f"no callback completed the task ({action.retry.max_attempts} attempts)"
     logger.warning("errored %s/%s in %s: %s", claim.state_machine, claim.name, claim.state, error)
-    with app.db.begin() as conn:  # an errored history entry and event, as any errored webhook
-        mark_errored(conn, claim, error=error, now=app.now())
+    error_unanswered(app, claim, error)
     return True
 
 
@@ -69,9 +66,6 @@ def accepted_for_later(
     if result.outcome is not Outcome.DELIVERED or result.status != 202:
         return False
     entry = dataclasses.replace(entry, outcome="accepted")  # a 202 that became a task
-    now = app.now()
-    with app.db.begin() as conn:
-        task_store.hold_for_callback(conn, task_id, until=now + action.async_timeout)
-        write_answered(conn, [entry], now=now)
+    hold_for_callback(app, task_id, entry, timeout=action.async_timeout)
     observe(app, entry)
     return True

@@ -4,7 +4,8 @@ Runs in the worker's thread pool with no transaction open during the HTTP
 call; the outcome is written afterwards only if the label is still in the
 entry that was claimed (``entry_id``), so an operator's move in the
 meantime wins. What the call came to goes to the delivery log and counts
-for or against its receiver (:mod:`routemaster.worker.receivers`).
+for or against its receiver, in one service call
+(:mod:`routemaster.service.delivery_outcomes`).
 """
 
 from __future__ import annotations
@@ -15,15 +16,13 @@ import time
 
 from routemaster.app import App
 from routemaster.config.model import Action
-from routemaster.db import claims, deliveries, receivers
-from routemaster.db.claims import Claim
-from routemaster.db.errored import mark_errored
 from routemaster.http.webhooks import Outcome, build_request, deliver
-from routemaster.machine.retry import backoff
+from routemaster.service.claims import Claim
+from routemaster.service.delivery_claims import Permit
+from routemaster.service.delivery_outcomes import observe, record_failed_delivery, webhook_delivery
 from routemaster.service.versions import governing
 from routemaster.worker import callbacks
-from routemaster.worker.receivers import Permit
-from routemaster.worker.recording import Recorder, observe, webhook_delivery
+from routemaster.worker.recording import Recorder
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ def deliver_claim(
     A failure is recorded here with its log entry (retry later, or errored; a
     failed probe goes back where it was in the queue, no attempt used); a
     success is left to the loop, which moves delivered labels on in batches
-    (:func:`routemaster.worker.evaluation.complete_deliveries`) and writes
+    (:func:`routemaster.service.batch_moves.complete_deliveries`) and writes
     their log entries in that transaction (from ``recorder``).
     """
     # The label's own version's definition (its webhook), on a continue machine.
@@ -87,46 +86,6 @@ def deliver_claim(
         logger.debug("delivered %s: %s -> %s", where, request.url, result.status)
         recorder.delivered(claim, entry)
         return True
-    assert result.error is not None
-    now = app.now()
-    circuit = permit.receiver.policy.circuit
-    retry_after = result.call.retry_after
-    failure = receivers.Failure(
-        receiver=permit.receiver.id,
-        at=now,
-        error=result.error,
-        counted=result.call.receiver_failed,
-        probe=permit.probe and result.call.receiver_failed,
-        threshold=circuit.failures,
-        reopen_at=now + circuit.cooldown,
-        retry_until=None if retry_after is None else now + retry_after,
-    )
-    with app.db.begin() as conn:
-        deliveries.record(conn, [entry])
-        if result.call.receiver_failed:
-            receivers.failed(conn, failure)
-        else:  # it answered: the receiver is up, whatever it thought of this label
-            receivers.succeeded(conn, [permit.receiver.id], now=now)
-        if result.outcome is Outcome.GONE or (
-            not permit.probe and claim.attempts >= policy.max_attempts
-        ):
-            error = f"{result.error} (attempt {claim.attempts} of {policy.max_attempts})"
-            logger.warning("errored %s: %s", where, error)
-            mark_errored(conn, claim, error=error, now=now)
-        elif permit.probe:
-            logger.info("probe of %s failed: %s", permit.receiver.origin, result.error)
-            receivers.put_back(conn, claim, due_at=permit.was_due, worker_id=app.settings.worker_id)
-        else:
-            delay = backoff(policy, claim.attempts, rng)
-            if retry_after is not None:
-                delay = max(delay, retry_after)
-            logger.info("retrying %s in %.1fs: %s", where, delay.total_seconds(), result.error)
-            claims.record_retry(
-                conn,
-                claim,
-                due_at=now + delay,
-                error=result.error,
-                worker_id=app.settings.worker_id,
-            )
+    record_failed_delivery(app, claim, permit, entry, result, policy=policy, rng=rng, where=where)
     recorder.failed()
     return False

@@ -1,91 +1,21 @@
-"""Moving labels on in batches: due gates, and actions whose webhooks were delivered.
+"""A slot's evaluation of one leased label, reading its feeds over HTTP.
 
-Most conditions read only metadata and history, so a batch of labels is
-locked, planned in Python and moved in one short transaction. A label whose
-next evaluation reads a feed is leased instead and handed to a delivery slot
-(:func:`evaluate_claim`), which fetches the feed with no transaction open.
+Due gates are moved on in batches by the service
+(:mod:`routemaster.service.batch_moves`); a label whose next evaluation reads
+a feed is leased and handed to a slot, which runs :func:`evaluate_claim`
+with no transaction open.
 """
 
 from __future__ import annotations
 
-import datetime
 import logging
-from collections.abc import Sequence
-
-import sqlalchemy as sa
 
 from routemaster import service
 from routemaster.app import App
-from routemaster.db import claims as work
-from routemaster.db import labels as store
-from routemaster.db import schedules
-from routemaster.db.claims import Claim, StateKey
-from routemaster.db.deliveries import Delivery
-from routemaster.db.labels import Label
-from routemaster.service.versions import machine_for
-from routemaster.worker.recording import Answered, write_answered
+from routemaster.service.batch_moves import evaluation_failed
+from routemaster.service.claims import Claim
 
 logger = logging.getLogger(__name__)
-
-
-def evaluate_due_gates(
-    app: App, gate_states: Sequence[StateKey], *, limit: int
-) -> tuple[int, list[Claim]]:
-    """Evaluate up to ``limit`` due gate labels: how many, and those leased to read feeds."""
-    now = app.now()
-    try:
-        with app.db.begin() as conn:
-            due = work.lock_due_gates(conn, gate_states, limit=limit, now=now)
-            settled = service.settle_batch(conn, app, due, now=now)
-            schedules.settle_unmoved(conn, settled.unmoved)
-            leased = _lease(conn, app, settled.waiting)
-        _observe(app, due, settled, now)
-        return len(due), leased
-    except sa.exc.SQLAlchemyError:
-        raise  # the database is away: the loop waits for it
-    except Exception:
-        # One bad label must not stall the batch: lease them all, evaluate each on its own.
-        logger.exception("batch evaluation failed; evaluating one label at a time")
-        app.hooks.exception("batch evaluation failed; evaluating one label at a time")
-        with app.db.begin() as conn:
-            due = work.lock_due_gates(conn, gate_states, limit=limit, now=now)
-            return len(due), _lease(conn, app, due)
-
-
-def complete_deliveries(
-    app: App,
-    delivered: Sequence[Claim],
-    entries: Sequence[Delivery] = (),
-    answered: Answered | None = None,
-) -> list[Claim]:
-    """:func:`move_delivered` in a transaction of its own."""
-    if not delivered:
-        return []
-    with app.db.begin() as conn:
-        return move_delivered(conn, app, delivered, entries, answered)
-
-
-def move_delivered(
-    conn: sa.Connection,
-    app: App,
-    delivered: Sequence[Claim],
-    entries: Sequence[Delivery] = (),
-    answered: Answered | None = None,
-) -> list[Claim]:
-    """Move delivered labels on and write their calls' log ``entries``, all in ``conn``'s
-    transaction (so the log never lags the labels); those leased to read feeds.
-
-    Labels no longer in the delivered entry (an operator moved them) are left alone, and
-    so are labels in a state this configuration lacks (renamed by a newer configuration
-    during a rolling deploy): a worker running that one moves them on. ``answered``: see
-    :func:`~routemaster.worker.recording.write_answered`.
-    """
-    if not delivered:
-        return []
-    locked = work.lock_entries(conn, [claim.entry for claim in delivered])
-    waiting = _settle(conn, app, [label for label in locked if _known(app, label)])
-    write_answered(conn, entries, now=app.now(), answered=answered)
-    return waiting
 
 
 def evaluate_claim(app: App, claim: Claim) -> bool:
@@ -97,56 +27,5 @@ def evaluate_claim(app: App, claim: Claim) -> bool:
     except Exception as error:
         logger.exception("evaluating %s/%s failed", claim.state_machine, claim.name)
         app.hooks.exception(f"evaluating {claim.state_machine}/{claim.name} failed")
-        with app.db.begin() as conn:
-            store.record_evaluation_failure(
-                conn,
-                claim.key,
-                entry_id=claim.entry_id,
-                error=repr(error),
-                due_at=app.now() + app.settings.evaluation_retry_delay,
-            )
+        evaluation_failed(app, claim, error)
     return False
-
-
-def _known(app: App, label: Label) -> bool:
-    """Whether the definition that governs the label (its version's) has its state."""
-    try:
-        machine = machine_for(app, label)
-        return machine is not None and bool(machine.get_state(label.state))
-    except KeyError:
-        return False
-
-
-def _observe(
-    app: App, due: Sequence[Label], settled: service.Settled, now: datetime.datetime
-) -> None:
-    """Per gate: labels evaluated, moved, and how late after their due time (SPEC E1)."""
-    if app.metrics is None or not due:
-        return
-    stayed = {s.key for s in settled.unmoved} | {label.key for label in settled.waiting}
-    by_gate: dict[StateKey, tuple[int, int, list[float]]] = {}
-    for label in due:
-        evaluated, moved, lags = by_gate.get((label.state_machine, label.state), (0, 0, []))
-        if label.due_at is not None:
-            lags.append((now - label.due_at).total_seconds())
-        by_gate[(label.state_machine, label.state)] = (
-            evaluated + 1,
-            moved + (label.key not in stayed),
-            lags,
-        )
-    for (machine, state), (evaluated, moved, lags) in by_gate.items():
-        app.metrics.observe_gate_evaluations(
-            machine, state, evaluated=evaluated, moved=moved, lags=lags
-        )
-
-
-def _settle(conn: sa.Connection, app: App, batch: Sequence[Label]) -> list[Claim]:
-    settled = service.settle_batch(conn, app, batch, now=app.now())
-    schedules.settle_unmoved(conn, settled.unmoved)
-    return _lease(conn, app, settled.waiting)
-
-
-def _lease(conn: sa.Connection, app: App, waiting: Sequence[Label]) -> list[Claim]:
-    return work.lease_gates(
-        conn, waiting, lease_until=app.now() + app.settings.lease, worker_id=app.settings.worker_id
-    )

@@ -9,65 +9,17 @@ a delivered call's by the loop, in the transaction that moves the delivered
 labels on (many labels, one statement for their entries). Between the slot
 and that transaction the entry waits here, in memory: a worker killed then
 has moved neither the label nor written the entry, and the label is
-delivered again once its lease runs out.
+delivered again once its lease runs out. The writing is the service's
+(:mod:`routemaster.service.delivery_outcomes`).
 """
 
 from __future__ import annotations
 
-import datetime
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-import sqlalchemy as sa
-
-from routemaster.app import App
-from routemaster.db import deliveries, receivers
-from routemaster.db.claims import Claim
-from routemaster.db.deliveries import Delivery
-from routemaster.http.calls import Call
-from routemaster.worker.receivers import Permit
-
-Answered = Callable[[set[str], datetime.datetime], list[str]]
-"""Of the receivers that answered, those whose rows need the success written."""
-
-
-def webhook_delivery(claim: Claim, permit: Permit, call: Call) -> Delivery:
-    """The log entry of one webhook call for a claimed label."""
-    return deliveries.entry_for(
-        call,
-        kind="webhook",
-        receiver=permit.receiver.id,
-        trigger=permit.trigger,
-        attempt=claim.attempts + 1 if permit.probe else claim.attempts,
-        state_machine=claim.state_machine,
-        label=claim.name,
-        state=claim.state,
-    )
-
-
-def observe(app: App, delivery: Delivery) -> None:
-    """Count the call in the process's metrics (per receiver, kind and outcome)."""
-    if app.metrics is not None:
-        app.metrics.observe_call(delivery)
-
-
-def write_answered(
-    conn: sa.Connection,
-    entries: Sequence[Delivery],
-    *,
-    now: datetime.datetime,
-    answered: Answered | None = None,
-) -> None:
-    """Write answered calls' entries and close their receivers' circuits, in ``conn``.
-
-    ``answered`` picks the receivers whose rows need the success written
-    (default: all of them).
-    """
-    if entries:
-        deliveries.record(conn, entries)
-        ids = {entry.receiver for entry in entries}
-        receivers.succeeded(conn, answered(ids, now) if answered else sorted(ids), now=now)
-
+from routemaster.service.claims import Claim
+from routemaster.service.deliveries import Delivery
 
 Delivered = tuple[Claim, Delivery]
 

@@ -16,7 +16,6 @@ above all) and recording what slots finished; nothing new is claimed or sent.
 
 from __future__ import annotations
 
-import datetime
 import functools
 import logging
 import math
@@ -28,33 +27,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
-
 from routemaster.app import App
 from routemaster.config.model import Action, Config, Gate
 from routemaster.service import resume_ended_pauses
+from routemaster.service.batch_moves import complete_deliveries, evaluate_due_gates
 from routemaster.service.bulk import run_batch as run_bulk_batch
 from routemaster.service.claims import Claim, StateKey, extend_leases
 from routemaster.service.configuration import apply_migrations
-from routemaster.service.database import Kind, describe_failure
+from routemaster.service.database import Kind, StoreError, describe_failure
+from routemaster.service.delivery_claims import Gatekeeper, Permit
 from routemaster.service.retention import prune as prune_retained
 from routemaster.service.scheduling import schedule_unscheduled
 from routemaster.service.tasks import expire_leases, forget_old_tasks
+from routemaster.service.unsent import put_back
 from routemaster.service.upkeep import give_up_on_open_receivers, prune_deliveries
 from routemaster.service.versions import worker_triggers
 from routemaster.worker.delivery import deliver_claim
-from routemaster.worker.evaluation import (
-    complete_deliveries,
-    evaluate_claim,
-    evaluate_due_gates,
-    move_delivered,
-)
-from routemaster.worker.receivers import Gatekeeper, Permit
+from routemaster.worker.evaluation import evaluate_claim
 from routemaster.worker.recording import Recorder
 from routemaster.worker.slots import Slots
 from routemaster.worker.sweeps import Minutely, Sweep
 from routemaster.worker.triggers import ClockTriggers
-from routemaster.worker.unsent import put_back
 
 logger = logging.getLogger(__name__)
 
@@ -274,7 +267,7 @@ class Work:
         """
         try:
             return work()
-        except sa.exc.SQLAlchemyError as error:
+        except StoreError as error:
             failure = describe_failure(error)
             if failure.kind in (Kind.UNREACHABLE, Kind.BUSY):
                 raise
@@ -336,7 +329,7 @@ class Work:
         """
         try:
             apply_migrations(self.app, wait=False)
-        except sa.exc.SQLAlchemyError:
+        except StoreError:
             raise  # the database is away: the loop waits for it
         except Exception:
             logger.exception("applying the configuration's migrations failed")
@@ -402,20 +395,18 @@ class Work:
         if self._recorder.take_failures():
             self.gate.invalidate()
         taken = self._recorder.take(delivered)
-        waiting: list[Claim] = []
-
-        def complete(conn: sa.Connection, now: datetime.datetime) -> None:
-            claims, entries = [c for c, _ in taken], [e for _, e in taken]
-            waiting.extend(move_delivered(conn, self.app, claims, entries, self.gate.answered))
-
         try:
-            claimed = self.gate.claim(
-                free, in_flight, complete, states=None if states is self.action_states else states
+            outcome = self.gate.claim(
+                free,
+                in_flight,
+                delivered=taken,
+                states=None if states is self.action_states else states,
             )
         except Exception:
             self._recorder.restore(taken)  # written with the next round's
             raise
-        self._evaluate(waiting)
+        self._evaluate(outcome.waiting)
+        claimed = outcome.deliveries
         if self.stopping.is_set():  # the signal came during the claim: none of it is sent
             put_back(self.app, deliveries=claimed)
             return bool(taken)

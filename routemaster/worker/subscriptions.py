@@ -1,12 +1,12 @@
 """The worker's push-subscription sender: a thread that claims subscriptions and sends batches.
 
 Every ``subscription_poll`` seconds (20 ms by default) the sender looks at the
-stream and the subscriptions in one cheap read (:func:`routemaster.db.subscriptions.look`).
+stream and the subscriptions in one cheap read (:func:`routemaster.service.batch_sending.look`).
 When the stream grew, or a subscription's time came (its batch delay, its
 backoff), it claims as many subscriptions as it has free threads, with
 ``FOR UPDATE SKIP LOCKED`` and a lease, so any number of workers share them
 and one subscription has one batch in flight. Each claimed subscription is
-handled in a thread (:class:`~routemaster.worker.batches.BatchSender`); the
+handled in a thread (:class:`~routemaster.service.batch_sending.BatchSender`); the
 lease outlasts a send's total deadline, and a worker that dies lets its lease
 run out, after which another worker sends the same batch again.
 
@@ -25,15 +25,19 @@ import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-import sqlalchemy as sa
-
 from routemaster.app import App
-from routemaster.db import subscription_batches as sending
-from routemaster.db.subscriptions import Subscription
 from routemaster.http.guard import AddressPolicy
 from routemaster.http.subscriptions import subscription_session
-from routemaster.worker.batches import BatchSender, ReceiverSeam
-from routemaster.worker.subscription_receivers import SubscriptionReceivers
+from routemaster.service.batch_sending import (
+    BatchSender,
+    ReceiverSeam,
+    claim_subscriptions,
+    give_back,
+    look,
+)
+from routemaster.service.database import StoreError
+from routemaster.service.subscription_receivers import SubscriptionReceivers
+from routemaster.service.subscriptions import Subscription
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +119,7 @@ class SubscriptionSender:
                 if self._failing:
                     logger.info("subscriptions: the database answers again")
                 self._failing = False
-            except sa.exc.SQLAlchemyError as error:
+            except StoreError as error:
                 if not self._failing:
                     logger.error("subscriptions: database unavailable: %s", type(error).__name__)
                 self._failing = True
@@ -136,8 +140,7 @@ class SubscriptionSender:
     def round(self) -> int:
         """Look, and claim what may have work; how many subscriptions were claimed."""
         now = self.app.now()
-        with self.app.db.connect() as conn:
-            seen = sending.look(conn, now=now, horizon=self.app.horizon)
+        seen = look(self.app, now)
         self._any = seen.subscribed
         self._next_due = (
             seen.next_due if seen.next_due is not None and seen.next_due > now else None
@@ -147,16 +150,10 @@ class SubscriptionSender:
         free = self.size - self.in_flight
         if not (news or due) or free <= 0 or self._stopping.is_set():
             return 0
-        lease = datetime.timedelta(seconds=self.app.settings.subscription_lease)
         token = uuid.uuid4().hex
-        with self.app.db.begin() as conn:
-            claimed = sending.claim_subscriptions(
-                conn, token=token, now=now, lease_until=now + lease, news=news, limit=free
-            )
+        claimed = claim_subscriptions(self.app, token=token, now=now, news=news, limit=free)
         if self._stopping.is_set():  # stopped during the claim: none of them is sent
-            with self.app.db.begin() as conn:
-                names = [subscription.name for subscription in claimed]
-                sending.give_back(conn, names, token, now=self.app.now())
+            give_back(self.app, claimed, token)
             return 0
         if len(claimed) < free:  # every subscription that could have news was looked at
             self._seen = seen.stream
@@ -169,7 +166,7 @@ class SubscriptionSender:
     def _handle(self, subscription: Subscription) -> None:
         try:
             self._batches.handle(subscription)
-        except sa.exc.SQLAlchemyError as error:  # its lease runs out; another round sends it
+        except StoreError as error:  # its lease runs out; another round sends it
             logger.warning(
                 "subscription %s: the database failed: %s", subscription.name, type(error).__name__
             )

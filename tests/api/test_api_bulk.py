@@ -20,7 +20,7 @@ from routemaster.app import App
 from routemaster.metrics import Metrics
 from routemaster.service.bulk import run_batch
 from tests.api.helpers import body
-from tests.api.test_auth import Bearer, bearer, secured
+from tests.auth.test_auth import Bearer, bearer, secured
 from tests.waiting import wait_until
 
 __all__ = ["bearer", "secured"]  # fixtures shared with the authentication tests

@@ -29,8 +29,8 @@ from routemaster.db.plumbing.database import create_engine
 from routemaster.metrics import Metrics
 from routemaster.web import create_app
 from tests.api.conftest import CONFIG_PATH
-from tests.api.test_metrics import scrape, value
 from tests.api.tokens import tokens_layer
+from tests.metrics.test_metrics import scrape, value
 
 LABELS = "/state-machines/user/labels"
 NOW = datetime.datetime(2026, 11, 23, 12, 0, tzinfo=datetime.UTC)

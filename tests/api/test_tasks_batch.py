@@ -25,8 +25,8 @@ from tests.api.tasks_support import (
     label,
     tasks_client,
 )
-from tests.api.test_metrics import scrape, value
 from tests.api.tokens import TOKENS, bearer, secured_api
+from tests.metrics.test_metrics import scrape, value
 from tests.worker.conftest import FakeClock
 
 

@@ -15,7 +15,7 @@ from routemaster.metrics import Metrics
 from routemaster.web import create_app
 from tests.api.openapi_check import CheckedClient
 from tests.api.tasks_support import CONFIG, START, claim, create
-from tests.api.test_metrics import scrape, value
+from tests.metrics.test_metrics import scrape, value
 from tests.worker.conftest import FakeClock
 
 

@@ -6,7 +6,7 @@ import datetime
 
 from routemaster.app import App
 from routemaster.http.calls import send_logged
-from routemaster.worker.calls import Allowed, acquire, record_call
+from routemaster.service.receiver_calls import Allowed, acquire, record_call
 from tests.stub_server import Reply, StubServer
 from tests.worker.conftest import FakeClock, MakeApp
 from tests.worker.test_delivery_log import client_of

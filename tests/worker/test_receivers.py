@@ -215,8 +215,8 @@ def test_becoming_errored_is_a_change_on_the_stream(make_app: MakeApp, stub: Stu
 
 def test_labels_waiting_on_an_open_circuit_too_long_are_errored(make_app: MakeApp) -> None:
     from routemaster.db import receivers
+    from routemaster.service.delivery_claims import Gatekeeper
     from routemaster.service.upkeep import give_up_on_open_receivers
-    from routemaster.worker.receivers import Gatekeeper
 
     clock = FakeClock(datetime.datetime(2026, 11, 24, 12, tzinfo=datetime.UTC))
     app = make_app(CONFIG.replace("give_up_after: 1h", "give_up_after: 10m"), clock=clock)

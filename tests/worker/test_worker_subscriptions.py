@@ -30,8 +30,8 @@ from routemaster.db import subscription_batches as sending
 from routemaster.db import subscriptions as store
 from routemaster.db.changes import Position, present
 from routemaster.db.subscriptions import Settings, Subscription
+from routemaster.service.batch_sending import BatchSender, ReceiverSeam
 from routemaster.worker import Worker
-from routemaster.worker.batches import BatchSender, ReceiverSeam
 from tests.stub_server import Recorded, Reply, StubServer
 from tests.waiting import wait_until
 from tests.worker.conftest import MakeApp, WorkersFor, running

@@ -18,7 +18,7 @@ from routemaster.app import App
 from routemaster.db import claims, receivers
 from routemaster.db.claims import Claim, Unsent
 from routemaster.db.notifications import notify_due
-from routemaster.worker.receivers import Permit
+from routemaster.service.delivery_claims import Permit
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,10 @@ from routemaster.config.model import Config
 from routemaster.metrics import Metrics, outcome
 from routemaster.metrics.gauges import LabelGauges
 from routemaster.web import create_app
+from tests.api.conftest import config
 from tests.api.openapi_check import CheckedClient
+
+__all__ = ["config"]  # the API tests' configuration, a fixture
 
 LABELS = "/state-machines/user/labels"
 

@@ -18,7 +18,7 @@ import datetime
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -30,8 +30,10 @@ from routemaster.config.receivers import Rate
 from routemaster.db import receiver_claims
 from routemaster.db import receivers as shared
 from routemaster.db.claims import Claim, StateKey
+from routemaster.db.deliveries import Delivery
 from routemaster.db.receiver_claims import ReceiverClaim, Wanted
 from routemaster.db.receivers import ReceiverRow
+from routemaster.service.batch_moves import move_delivered
 
 RATE_TOLERANCE = 0.1  # seconds of calls a rate lets go at once (at least one call)
 RATE_BATCH = 0.05  # seconds of calls worth waking up for when a rate holds work back
@@ -49,7 +51,18 @@ class Permit:
     was_due: datetime.datetime
 
 
+@dataclass(frozen=True)
+class Claimed:
+    """What :meth:`Gatekeeper.claim` did: the deliveries claimed, and the delivered labels
+    moved on that were leased to read feeds."""
+
+    deliveries: list[tuple[Claim, Permit]]
+    waiting: list[Claim]
+
+
 class Gatekeeper:
+    """Claims due deliveries receiver by receiver, for one worker (it keeps what it read)."""
+
     def __init__(self, app: App, slots: int, config: Config | None = None) -> None:
         """``config``: what to claim for (the worker's view, with older versions' states)."""
         self.app = app
@@ -99,15 +112,15 @@ class Gatekeeper:
         self,
         free: int,
         held: Counter[str],
-        first: Callable[[sa.Connection, datetime.datetime], None] | None = None,
         *,
+        delivered: Sequence[tuple[Claim, Delivery]] = (),
         states: Collection[StateKey] | None = None,
-    ) -> list[tuple[Claim, Permit]]:
+    ) -> Claimed:
         """Lease due deliveries for up to ``free`` slots; ``held``: calls in flight per receiver.
 
-        ``first`` runs at the start of the same transaction (the loop moves the
-        labels delivered since its last round on there, with their delivery-log
-        entries, saving a transaction per round).
+        The ``delivered`` labels (with their calls' log entries) are moved on
+        at the start of the same transaction, saving a transaction per round
+        (:func:`~routemaster.service.batch_moves.move_delivered`).
         ``states``: only these action states (a minutely sweep's one); None: all.
         """
         routes, calling = self._routes, self._calling
@@ -120,10 +133,15 @@ class Gatekeeper:
         lease_until = now + self.app.settings.lease
         worker_id = self.app.settings.worker_id
         with self.app.db.begin() as conn:
-            if first is not None:
-                first(conn, now)
+            waiting = move_delivered(
+                conn,
+                self.app,
+                [claim for claim, _ in delivered],
+                [entry for _, entry in delivered],
+                self.answered,
+            )
             if free <= 0 or not calling:
-                return []
+                return Claimed([], waiting)
             if not self._ensured:  # again after a rollback: a receiver's row is missing
                 shared.ensure(conn, [(r.id, r.origin) for r in self.receivers.values()])
             limited = [r.id for r in calling if r.policy.rate or r.policy.max_in_flight]
@@ -177,7 +195,7 @@ class Gatekeeper:
             )
             for ident in probes - set(taken):
                 shared.no_probe(conn, ident, now=now)
-        return [(item.claim, self._permit(item)) for item in claimed]
+        return Claimed([(item.claim, self._permit(item)) for item in claimed], waiting)
 
     def release(self) -> None:
         """The worker stops with no call in flight: its share of every receiver's

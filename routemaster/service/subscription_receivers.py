@@ -2,9 +2,9 @@
 
 A subscription's URL reaches a receiver (its origin), shared with any action
 webhook or feed of the same origin. Each send goes through the receivers'
-one-call interface (:mod:`routemaster.worker.calls`):
+one-call interface (:mod:`routemaster.service.receiver_calls`):
 
-- before it, :func:`~routemaster.worker.calls.acquire`: a paused receiver,
+- before it, :func:`~routemaster.service.receiver_calls.acquire`: a paused receiver,
   ``Retry-After`` not passed, an open circuit in its cooldown or a full rate
   make the batch wait (no failure counted, the batch unchanged); once a
   circuit's cooldown is over, this send may be the one probe;
@@ -12,7 +12,7 @@ one-call interface (:mod:`routemaster.worker.calls`):
   sender's sends in flight to the receiver count with every worker's calls
   (``receiver_slots``, as this worker's ``WORKER/subscriptions``);
 - after it, in the transaction that records its outcome (and moves the cursor
-  on a 2xx), :func:`~routemaster.worker.calls.record_call`: the delivery
+  on a 2xx), :func:`~routemaster.service.receiver_calls.record_call`: the delivery
   log's entry (``kind: "subscription"``) and the call counted for or against
   the receiver's circuit.
 """
@@ -31,8 +31,8 @@ from routemaster.config.origins import receiver_for_url
 from routemaster.db import receivers as shared
 from routemaster.db.subscriptions import Subscription
 from routemaster.http.webhooks import DeliveryResult
-from routemaster.worker.batches import Hold, ReceiverSeam
-from routemaster.worker.calls import Allowed, acquire, record_call
+from routemaster.service.batch_sending import Hold, ReceiverSeam
+from routemaster.service.receiver_calls import Allowed, acquire, record_call
 
 FULL_RECHECK = datetime.timedelta(milliseconds=50)  # max_in_flight reached: ask again
 

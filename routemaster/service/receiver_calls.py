@@ -28,8 +28,8 @@ from routemaster.config.origins import Receiver, receiver_for_url
 from routemaster.db import deliveries, receivers
 from routemaster.db.deliveries import Delivery
 from routemaster.http.calls import Call
-from routemaster.worker.receivers import next_rate_at, rate_allows
-from routemaster.worker.recording import observe
+from routemaster.service.delivery_claims import next_rate_at, rate_allows
+from routemaster.service.delivery_outcomes import observe
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import logging
 import random
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import requests
@@ -55,6 +55,31 @@ SECRET_RECHECK = datetime.timedelta(seconds=5)  # the signing variable is missin
 MAX_BATCHES_PER_CLAIM = 50  # full batches sent in a row under one claim before letting go
 
 
+def look(app: App, now: datetime.datetime) -> sending.Look:
+    """One cheap read of the stream and the subscriptions: is there news, what falls due."""
+    with app.db.connect() as conn:
+        return sending.look(conn, now=now, horizon=app.horizon)
+
+
+def claim_subscriptions(
+    app: App, *, token: str, now: datetime.datetime, news: bool, limit: int
+) -> list[Subscription]:
+    """Lease up to ``limit`` subscriptions that may have a batch to send (``news``: the stream
+    grew, so any subscription may; else only those whose time came)."""
+    lease = datetime.timedelta(seconds=app.settings.subscription_lease)
+    with app.db.begin() as conn:
+        return sending.claim_subscriptions(
+            conn, token=token, now=now, lease_until=now + lease, news=news, limit=limit
+        )
+
+
+def give_back(app: App, claimed: Sequence[Subscription], token: str) -> None:
+    """Claimed but not sent (the worker stops): due at once, for another worker."""
+    with app.db.begin() as conn:
+        names = [subscription.name for subscription in claimed]
+        sending.give_back(conn, names, token, now=app.now())
+
+
 class _Stopping(Exception):
     """The worker is stopping: the claimed subscription's batch is not sent."""
 
@@ -72,7 +97,7 @@ class ReceiverSeam:
 
     :meth:`may_send` answers a :class:`Hold` or a permit (any object, handed
     back to :meth:`record` and :meth:`finished`). This default lets every
-    batch go and records nothing; :mod:`routemaster.worker.subscription_receivers`
+    batch go and records nothing; :mod:`routemaster.service.subscription_receivers`
     applies the receivers' limits and circuit and writes the delivery log.
     """
 
