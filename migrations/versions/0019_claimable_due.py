@@ -6,11 +6,18 @@ claims (``claims._LOCK_GATES``, ``claims._NEXT_DUE``, the delivery claims,
 the pull claim) read ``labels_due`` or ``labels_awaiting_claim`` in due order
 and filtered ``NOT paused AND NOT errored AND NOT deleted`` afterwards, so
 every round walked every paused overdue label: with 100,000 of them an idle
-``cron`` cost its PostgreSQL 5.6 s of CPU a minute. Both indexes now hold
-only claimable labels (``NOT deleted AND NOT paused AND NOT errored``): the
-statements already say so, so PostgreSQL uses them unchanged, and pausing,
-erroring or deleting a label takes it out of the index, resuming puts it
-back with the due time it kept.
+``cron`` cost its PostgreSQL 5.6 s of CPU a minute. Now:
+
+- ``labels_due (due_at)`` holds only claimable labels (``NOT deleted AND NOT
+  paused AND NOT errored``): the statements already say so, so PostgreSQL uses
+  it unchanged; pausing, erroring or deleting a label takes it out, resuming
+  puts it back with the due time it kept;
+- ``labels_claimable (state_machine, state, due_at)``, claimable labels too,
+  replaces ``labels_awaiting_claim`` (which also left out leased labels): the
+  pull claim reads it per pull action as before (a lease in flight is due in
+  the future, out of its range), and a delivery claim reads it per route when
+  a receiver may not be called (open circuit, paused, rate), so that
+  receiver's labels are never read.
 
 One statement per ``op.execute`` (Citus: ``CREATE INDEX`` and ``DROP INDEX``
 on a distributed table are propagated to its shards). Each index is built
@@ -36,13 +43,13 @@ _UPGRADE = [
     f"CREATE INDEX labels_due ON labels (due_at) WHERE due_at IS NOT NULL AND {_CLAIMABLE}",
     "DROP INDEX labels_awaiting_claim",
     f"""
-    CREATE INDEX labels_awaiting_claim ON labels (state_machine, state, due_at)
-        WHERE lease_owner IS NULL AND due_at IS NOT NULL AND {_CLAIMABLE}
+    CREATE INDEX labels_claimable ON labels (state_machine, state, due_at)
+        WHERE due_at IS NOT NULL AND {_CLAIMABLE}
     """,
 ]
 
 _DOWNGRADE = [
-    "DROP INDEX labels_awaiting_claim",
+    "DROP INDEX labels_claimable",
     """
     CREATE INDEX labels_awaiting_claim ON labels (state_machine, state, due_at)
         WHERE lease_owner IS NULL AND due_at IS NOT NULL

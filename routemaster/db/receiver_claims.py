@@ -57,8 +57,11 @@ def claim(
 ) -> list[ReceiverClaim]:
     """Lease up to ``free`` due labels, oldest first, at most each receiver's limit from it.
 
-    When no receiver is limited below ``free`` (the common case), one plain
-    scan of the due labels of all their routes does, as cheap to plan as it gets.
+    When every receiver of ``routes`` is wanted and none is limited below ``free``
+    (the common case), one plain scan of the due labels of all their routes does,
+    as cheap to plan as it gets. Otherwise each route's due labels are read on
+    their own (index ``labels_claimable``), so the labels of a receiver that may
+    not be called (an open circuit, a pause, a rate) are never read at all.
     """
     wanted = [want for want in wanted if want.limit > 0]
     if free <= 0 or not wanted:
@@ -81,7 +84,7 @@ def _take(
 ) -> list[ReceiverClaim]:
     """One claim statement (on Citus, a shard's: ``lease["shard_keys"]``)."""
     fetch = fetch_all if shards is None else shards.fetch_all
-    if _unlimited(wanted, free):
+    if _unlimited(wanted, free) and not _held(wanted, routes):
         params = {**_plain_params(wanted, routes), "free": free, **lease}
         return _plain_claims(fetch(conn, _CLAIM_PLAIN, params), routes)
     params = {**_wanted_params(wanted, routes), "free": free, **lease}
@@ -129,6 +132,12 @@ def _claim_by_shard(
 
 def _unlimited(wanted: Sequence[Wanted], free: int) -> bool:
     return all(want.counted and want.limit >= free for want in wanted)
+
+
+def _held(wanted: Sequence[Wanted], routes: Sequence[Route]) -> bool:
+    """Whether a receiver with routes is not wanted now (its labels must not be read)."""
+    taking = {want.receiver for want in wanted}
+    return any(receiver not in taking for receiver, _, _ in routes)
 
 
 def _still_wanted(wanted: list[Wanted], taken: list[ReceiverClaim]) -> list[Wanted]:
@@ -180,9 +189,10 @@ def _claimed(row: Row, receiver: str, *, counted: bool) -> ReceiverClaim:
     )
 
 
-# Per receiver, its oldest due labels up to its limit (each receiver's own LATERAL scan,
-# so a saturated receiver's backlog is never even read); then the oldest of those up to
-# the free slots. Rows locked but not chosen are released at commit, never leased.
+# Per route of a wanted receiver, its oldest due labels up to the receiver's limit (each
+# route's own LATERAL scan of labels_claimable, so a saturated or held receiver's backlog is
+# never even read); then each receiver's oldest up to its limit, and the oldest of those up
+# to the free slots. Rows locked but not chosen are released at commit, never leased.
 # ``shard_keys``: NULL on one server; on Citus every key of one shard, named at each
 # reference to labels so that the whole statement is that shard's (routemaster.db.shards).
 _CLAIM = """
@@ -195,20 +205,25 @@ _CLAIM = """
                              CAST(%(route_states)s AS text[])) AS r(receiver, sm, state)
     ), due AS (
         SELECT picked.shard_key, picked.state_machine, picked.name_key, picked.due_at,
-               wanted.receiver, wanted.counted
-        FROM wanted CROSS JOIN LATERAL (
+               wanted.receiver, wanted.lim, wanted.counted
+        FROM wanted JOIN routes ON routes.receiver = wanted.receiver
+        CROSS JOIN LATERAL (
             SELECT shard_key, state_machine, name_key, due_at FROM labels
             WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
                    OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
-              AND due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
-              AND (state_machine, state) IN (
-                  SELECT sm, state FROM routes WHERE routes.receiver = wanted.receiver)
+              AND state_machine = routes.sm AND state = routes.state AND due_at IS NOT NULL
+              -- due_at <= now, written so that only labels_claimable can bound it (labels_due
+              -- would walk every due label of every state):
+              AND (state, due_at) <= (routes.state, %(now)s)
+              AND NOT deleted AND NOT paused AND NOT errored
             ORDER BY due_at
             LIMIT wanted.lim
             FOR UPDATE SKIP LOCKED
         ) AS picked
+    ), ranked AS (
+        SELECT due.*, row_number() OVER (PARTITION BY receiver ORDER BY due_at) AS n FROM due
     ), chosen AS (
-        SELECT * FROM due ORDER BY due_at LIMIT %(free)s
+        SELECT * FROM ranked WHERE n <= lim ORDER BY due_at LIMIT %(free)s
     )
     UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
                       attempts = labels.attempts + chosen.counted

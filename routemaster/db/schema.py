@@ -102,13 +102,11 @@ sa.Index(
 )
 sa.Index("labels_leased", labels.c.due_at, postgresql_where=labels.c.lease_owner.isnot(None))
 sa.Index(
-    "labels_awaiting_claim",
+    "labels_claimable",
     labels.c.state_machine,
     labels.c.state,
     labels.c.due_at,
-    postgresql_where=sa.and_(
-        labels.c.lease_owner.is_(None), labels.c.due_at.isnot(None), _CLAIMABLE
-    ),
+    postgresql_where=sa.and_(labels.c.due_at.isnot(None), _CLAIMABLE),
 )
 sa.Index(
     "labels_unscheduled",

@@ -114,18 +114,16 @@ class ShardMap:
         the shards), from a random one on. Tell :meth:`answered` how each did.
         """
         shard_of = self._placement(conn)
-        visited: set[int] = set()
-        for shard in self._known(find):
-            visited.add(shard)
+        visited: list[int] = []  # each shard once: a second visit would take the rows this
+        for shard in self._known(find):  # transaction locked there again (its own locks)
+            visited.append(shard)
             yield self._keys_of[shard]
         found = {shard_of[key] for (key,) in fetch_all(conn, find, params)}
-        fresh = self._from_random(sorted(found - visited))
+        fresh = self._from_random(sorted(found - set(visited)))
         with self._lock:
-            still = self._with_work.get(find, ([], 0.0))[0]
-            self._with_work[find] = (
-                [shard for shard in still if shard in found] + fresh,
-                time.monotonic() + HINT_SECONDS,
-            )
+            still = set(self._with_work.get(find, ([], 0.0))[0])  # visited, not found empty
+            kept = [shard for shard in visited if shard in still and shard in found]
+            self._with_work[find] = (kept + fresh, time.monotonic() + HINT_SECONDS)
         for shard in fresh:
             yield self._keys_of[shard]
 
@@ -200,7 +198,7 @@ class ShardMap:
             known, until = self._with_work.get(find, ([], 0.0))
             if until <= time.monotonic():
                 return []
-            return [shard for shard in known if shard in self._keys_of]
+            return [shard for shard in dict.fromkeys(known) if shard in self._keys_of]
 
     def _from_random(self, items: list[_T]) -> list[_T]:
         if not items:

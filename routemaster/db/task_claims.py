@@ -84,7 +84,7 @@ def lock_expired(
 
 # The pull actions a claim takes from come as arrays: machines, states, their leases in
 # seconds and when they end, and where each lease came from (recorded in tasks for
-# explanations). Each state's oldest due labels come from the labels_awaiting_claim index
+# explanations). Each state's oldest due labels come from the labels_claimable index
 # (so a claim costs the same however long the backlog; it holds only labels that can be
 # claimed, migration 0019), then the oldest of those are taken; the ids are numbered in
 # that order, so each label gets one. ``shard_keys``: NULL on one server; on Citus every
@@ -106,7 +106,11 @@ _CLAIM = """
             WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
                    OR labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
               AND labels.state_machine = pulled.state_machine AND labels.state = pulled.state
-              AND labels.due_at <= %(now)s AND labels.lease_owner IS NULL
+              AND labels.due_at IS NOT NULL
+              -- due_at <= now, written so that only labels_claimable can bound it (labels_due
+              -- would walk every due label of every state):
+              AND (labels.state, labels.due_at) <= (pulled.state, %(now)s)
+              AND labels.lease_owner IS NULL
               AND NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
             ORDER BY labels.due_at
             LIMIT %(limit)s

@@ -29,7 +29,8 @@ _FILL = """
     FROM generate_series(1, %(count)s) AS i
     """
 
-# Rows of labels this transaction has read so far, by any scan (transaction-local counters).
+# Rows of labels this session has read and not yet reported to the statistics, by any scan
+# (reported between transactions, never within one: read before and after in one).
 _ROWS_READ = """
     SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables
     WHERE relname = 'labels'
@@ -41,6 +42,11 @@ def _fill(conn: sa.Connection, prefix: str, count: int, *, paused: bool, errored
         _FILL,
         {"prefix": prefix, "count": count, "now": NOW, "paused": paused, "errored": errored},
     )
+
+
+def _rows_read(conn: sa.Connection) -> int:
+    row = fetch_one(conn, _ROWS_READ)
+    return 0 if row is None else int(row[0])
 
 
 def _claim_round(conn: sa.Connection) -> int:
@@ -75,13 +81,12 @@ def test_a_claim_round_reads_no_paused_or_errored_label(db_engine: sa.Engine) ->
         _fill(conn, "due-", 3, paused=False, errored=False)  # one in each state
         conn.exec_driver_sql("ANALYZE labels")
     with db_engine.connect() as conn, conn.begin() as transaction:
+        before = _rows_read(conn)
         assert _claim_round(conn) == 3
-        row = fetch_one(conn, _ROWS_READ)
+        read = _rows_read(conn) - before
         transaction.rollback()
-    assert row is not None
     # The three due labels, read by their claims and by the updates that lease them.
-    assert row[0] <= 20, f"{row[0]} rows of labels read for 3 claimable ones"
-    assert row[0] < UNCLAIMABLE
+    assert read <= 20, f"{read} rows of labels read for 3 claimable ones"
 
 
 def test_resumed_labels_are_claimed_again(db_engine: sa.Engine) -> None:
@@ -99,3 +104,29 @@ def test_resumed_labels_are_claimed_again(db_engine: sa.Engine) -> None:
         # 10 gates, 10 deliveries (up to 16) and 10 pull tasks (up to 10), due all along.
         assert _claim_round(conn) == 30
         assert claims.next_due_at(conn) is not None
+
+
+def test_a_delivery_claim_reads_no_label_of_a_receiver_it_may_not_call(
+    db_engine: sa.Engine,
+) -> None:
+    with db_engine.begin() as conn:
+        _fill(conn, "held-", UNCLAIMABLE, paused=False, errored=False)
+        conn.exec_driver_sql("UPDATE labels SET state = 'held-hook'")  # an open circuit's action
+        _fill(conn, "due-", 3, paused=False, errored=False)
+        conn.exec_driver_sql("ANALYZE labels")
+    routes = [("r", "m", "hook"), ("open", "m", "held-hook")]
+    with db_engine.connect() as conn, conn.begin() as transaction:
+        before = _rows_read(conn)
+        claimed = receiver_claims.claim(
+            conn,
+            [Wanted("r", 16)],  # "open" is not wanted: its circuit is open
+            routes,
+            free=16,
+            now=NOW,
+            lease_until=NOW + datetime.timedelta(minutes=1),
+            worker_id="w",
+        )
+        read = _rows_read(conn) - before
+        transaction.rollback()
+    assert [item.receiver for item in claimed] == ["r"]
+    assert read <= 10, f"{read} rows of labels read for 1 delivery"
