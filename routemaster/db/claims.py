@@ -19,7 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.keys import label_key, label_key_arrays, label_keys, shard_key
+from routemaster.db.keys import label_key, label_key_arrays, shard_key
 from routemaster.db.labels import Label, LabelKey, label_from_row
 from routemaster.db.shards import shard_map
 from routemaster.db.statements import Row, fetch_all, fetch_one, run
@@ -60,11 +60,11 @@ def lock_due_gates(
     """
     if limit <= 0 or not gate_states:
         return []
-    params = {"now": now, "limit": limit, **_states(gate_states)}
+    params = {"now": now, "limit": limit, "shard_keys": None, **_states(gate_states)}
     shards = shard_map(conn)
     if shards is None:
         return [label_from_row(row) for row in fetch_all(conn, _LOCK_GATES, params)]
-    rows = shards.take(conn, _DUE_GATE_KEYS, _LOCK_GATES_IN_SHARD, params)
+    rows = shards.take(conn, _DUE_GATE_KEYS, _LOCK_GATES, params)
     return [label_from_row(row) for row in rows]
 
 
@@ -96,16 +96,13 @@ def extend_leases(
     """Keep work that is still in flight from being claimed again by another worker."""
     claims = list(claims)
     if claims:
-        names = [claim.name for claim in claims]
         run(
             conn,
             _EXTEND_LEASES,
             {
                 "lease_until": lease_until,
                 "me": worker_id,
-                "machines": [claim.state_machine for claim in claims],
-                "names": names,
-                "keys": label_keys(names),
+                **label_key_arrays(claim.key for claim in claims),
                 "entries": [claim.entry_id for claim in claims],
             },
         )
@@ -170,17 +167,13 @@ def lock_entries(conn: sa.Connection, entries: Sequence[tuple[str, str, int]]) -
     for group in shards.groups(conn, {shard_key(name) for _, name, _ in entries}, ordered=True):
         keys = set(group)
         some = [entry for entry in entries if shard_key(entry[1]) in keys]
-        params = {**_entries(some), "shard_keys": group}
-        rows += shards.fetch_all(conn, _LOCK_ENTRIES_IN_SHARD, params)
+        rows += shards.fetch_all(conn, _LOCK_ENTRIES, _entries(some))
     return [label_from_row(row) for row in rows]
 
 
 def _entries(entries: Sequence[tuple[str, str, int]]) -> dict[str, list[Any]]:
-    names = [name for _, name, _ in entries]
     return {
-        "machines": [machine for machine, _, _ in entries],
-        "names": names,
-        "keys": label_keys(names),
+        **label_key_arrays((machine, name) for machine, name, _ in entries),
         "entries": [entry_id for _, _, entry_id in entries],
     }
 
@@ -227,15 +220,20 @@ def _states(pairs: Sequence[StateKey]) -> dict[str, list[str]]:
     return {"machines": [machine for machine, _ in pairs], "states": [state for _, state in pairs]}
 
 
-# Claimable: due, live, and in one of the (machine, state) pairs given as two arrays.
-
+# Claimable: due, live, and in one of the (machine, state) pairs given as two arrays; read
+# from the labels_due index, which holds only labels that can be claimed (migration 0019).
+# ``shard_keys``: NULL on one server (the test folds away when the statement is planned); on
+# Citus every key of one shard, so that the statement is that shard's alone (a router
+# statement, where SKIP LOCKED holds: routemaster.db.shards).
 
 _LOCK_GATES = """
     SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
            deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
            version
     FROM labels
-    WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
+    WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+           OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+      AND due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
       AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
                                                           CAST(%(states)s AS text[])))
     ORDER BY due_at
@@ -243,9 +241,8 @@ _LOCK_GATES = """
     FOR UPDATE SKIP LOCKED
     """
 
-# On Citus (routemaster.db.shards): the shard keys of the oldest due gate labels, read
-# without a lock across the shards; then _LOCK_GATES per shard, restricted to that shard's
-# keys, so that it is a router statement and SKIP LOCKED holds.
+# On Citus: the shard keys of the oldest due gate labels, read without a lock across the
+# shards (which shards to visit).
 _DUE_GATE_KEYS = """
     SELECT shard_key FROM labels
     WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
@@ -255,44 +252,19 @@ _DUE_GATE_KEYS = """
     LIMIT %(limit)s
     """
 
-_LOCK_GATES_IN_SHARD = """
-    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
-           version
-    FROM labels
-    WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-      AND due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
-      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
-                                                          CAST(%(states)s AS text[])))
-    ORDER BY due_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-    """
-
+# The labels are named with their shard keys (all of them on one server; one shard's on
+# Citus, in shard order), found by primary key.
 _LOCK_ENTRIES = """
     SELECT labels.state_machine, labels.name, labels.metadata, labels.state,
            labels.state_entered_at, labels.entry_id, labels.previous_state, labels.deleted,
            labels.paused, labels.errored, labels.last_error, labels.attempts, labels.due_at,
            labels.created_at, labels.updated_at, labels.version
-    FROM labels JOIN unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
-                            CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]))
-                     AS wanted(sm, key, name, entry_id)
+    FROM labels JOIN unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                            CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+                            CAST(%(entries)s AS bigint[]))
+                     AS wanted(shard_key, sm, key, name, entry_id)
       ON labels.state_machine = wanted.sm AND labels.name_key = wanted.key
-         AND labels.name = wanted.name AND labels.entry_id = wanted.entry_id
-    WHERE NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
-    ORDER BY labels.state_machine, labels.name_key
-    FOR UPDATE OF labels
-    """
-
-_LOCK_ENTRIES_IN_SHARD = """
-    SELECT labels.state_machine, labels.name, labels.metadata, labels.state,
-           labels.state_entered_at, labels.entry_id, labels.previous_state, labels.deleted,
-           labels.paused, labels.errored, labels.last_error, labels.attempts, labels.due_at,
-           labels.created_at, labels.updated_at, labels.version
-    FROM labels JOIN unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
-                            CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]))
-                     AS wanted(sm, key, name, entry_id)
-      ON labels.state_machine = wanted.sm AND labels.name_key = wanted.key
+         AND labels.shard_key = wanted.shard_key
          AND labels.name = wanted.name AND labels.entry_id = wanted.entry_id
     WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
       AND NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
@@ -300,24 +272,31 @@ _LOCK_ENTRIES_IN_SHARD = """
     FOR UPDATE OF labels
     """
 
+# Leases taken, renewed and given back name every label with its shard key, so that on
+# Citus each statement reaches only the shards of its labels.
+
 _LEASE = """
     UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
                       attempts = labels.attempts + 1
-    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
-                CAST(%(names)s AS text[])) AS leased(sm, key, name)
-    WHERE labels.state_machine = leased.sm AND labels.name_key = leased.key
-      AND labels.name = leased.name
+    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]))
+         AS leased(shard_key, sm, key, name)
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND labels.shard_key = leased.shard_key AND labels.state_machine = leased.sm
+      AND labels.name_key = leased.key AND labels.name = leased.name
     RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
               labels.entry_id, labels.attempts, labels.version
     """
 
 _EXTEND_LEASES = """
     UPDATE labels SET due_at = %(lease_until)s
-    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
-                CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]))
-         AS held(sm, key, name, entry_id)
-    WHERE labels.state_machine = held.sm AND labels.name_key = held.key
-      AND labels.name = held.name
+    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+                CAST(%(entries)s AS bigint[]))
+         AS held(shard_key, sm, key, name, entry_id)
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND labels.shard_key = held.shard_key AND labels.state_machine = held.sm
+      AND labels.name_key = held.key AND labels.name = held.name
       AND labels.entry_id = held.entry_id AND labels.lease_owner = %(me)s
     """
 
@@ -330,12 +309,15 @@ _RECORD_RETRY = """
 _PUT_BACK = """
     UPDATE labels SET due_at = back.due_at, lease_owner = NULL,
                       attempts = GREATEST(labels.attempts - back.counted, 0)
-    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
-                CAST(%(names)s AS text[]), CAST(%(entries)s AS bigint[]),
-                CAST(%(due_ats)s AS timestamptz[]), CAST(%(counted)s AS integer[]))
-         AS back(sm, key, name, entry_id, due_at, counted)
-    WHERE labels.state_machine = back.sm AND labels.name_key = back.key
-      AND labels.name = back.name AND labels.entry_id = back.entry_id
+    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+                CAST(%(entries)s AS bigint[]), CAST(%(due_ats)s AS timestamptz[]),
+                CAST(%(counted)s AS integer[]))
+         AS back(shard_key, sm, key, name, entry_id, due_at, counted)
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND labels.shard_key = back.shard_key AND labels.state_machine = back.sm
+      AND labels.name_key = back.key AND labels.name = back.name
+      AND labels.entry_id = back.entry_id
       AND labels.lease_owner = %(me)s AND NOT labels.deleted AND NOT labels.errored
     """
 
@@ -362,6 +344,7 @@ _ZONES_IN_GATE = """
       AND metadata #>> CAST(%(path)s AS text[]) IS NOT NULL
     """
 
+# From the labels_due index, which holds only labels that can be claimed (migration 0019).
 _NEXT_DUE = """
     SELECT min(due_at) FROM labels
     WHERE due_at IS NOT NULL AND NOT deleted AND NOT paused AND NOT errored

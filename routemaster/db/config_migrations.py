@@ -62,12 +62,13 @@ def rename_batch(
         "now": now,
         "limit": limit,
         "version": version,
+        "shard_keys": None,
         **version_params(conn, machine),
     }
     shards = shard_map(conn)
     if shards is None:
         return len(fetch_all(conn, _RENAME, params))
-    return len(shards.take(conn, _RENAME_KEYS, _RENAME_IN_SHARD, params))
+    return len(shards.take(conn, _RENAME_KEYS, _RENAME, params))
 
 
 def names_in_state(
@@ -91,47 +92,13 @@ def names_in_state(
     return [str(row[0]) for row in rows]
 
 
+# ``shard_keys``: NULL on one server; on Citus every key of one shard, named at each
+# reference to labels so that the statement is that shard's (routemaster.db.shards).
 _RENAME = """
     WITH batch AS (
         SELECT shard_key, state_machine, name_key FROM labels
-        WHERE state_machine = %(sm)s AND state = %(old)s AND NOT deleted
-          AND (lease_owner IS NULL OR due_at IS NULL OR due_at <= %(now)s)
-          AND (CAST(%(version)s AS integer) IS NULL OR version IS NULL
-               OR version = %(version)s)
-        ORDER BY name_key
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ), renamed AS (
-        UPDATE labels SET state = %(new)s, updated_at = %(now)s
-        FROM batch
-        WHERE labels.shard_key = batch.shard_key AND labels.state_machine = batch.state_machine
-          AND labels.name_key = batch.name_key
-        RETURNING labels.shard_key, labels.state_machine, labels.name, labels.version
-    )
-    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, forced,
-                         reason, version, xact_id)
-    SELECT shard_key, state_machine, name, %(old)s, %(new)s, %(now)s, true, %(reason)s,
-           CASE WHEN %(continuing)s THEN COALESCE(version, %(running)s) ELSE %(running)s END,
-           pg_current_xact_id()
-    FROM renamed
-    RETURNING id
-    """
-
-# On Citus (routemaster.db.shards): the shard keys of a batch, read without a lock across the
-# shards; then _RENAME per shard, restricted to the shard's keys.
-_RENAME_KEYS = """
-    SELECT shard_key FROM labels
-    WHERE state_machine = %(sm)s AND state = %(old)s AND NOT deleted
-      AND (lease_owner IS NULL OR due_at IS NULL OR due_at <= %(now)s)
-      AND (CAST(%(version)s AS integer) IS NULL OR version IS NULL OR version = %(version)s)
-    ORDER BY name_key
-    LIMIT %(limit)s
-    """
-
-_RENAME_IN_SHARD = """
-    WITH batch AS (
-        SELECT shard_key, state_machine, name_key FROM labels
-        WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+               OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
           AND state_machine = %(sm)s AND state = %(old)s AND NOT deleted
           AND (lease_owner IS NULL OR due_at IS NULL OR due_at <= %(now)s)
           AND (CAST(%(version)s AS integer) IS NULL OR version IS NULL
@@ -142,7 +109,8 @@ _RENAME_IN_SHARD = """
     ), renamed AS (
         UPDATE labels SET state = %(new)s, updated_at = %(now)s
         FROM batch
-        WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+               OR labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
           AND labels.shard_key = batch.shard_key AND labels.state_machine = batch.state_machine
           AND labels.name_key = batch.name_key
         RETURNING labels.shard_key, labels.state_machine, labels.name, labels.version
@@ -154,6 +122,17 @@ _RENAME_IN_SHARD = """
            pg_current_xact_id()
     FROM renamed
     RETURNING id
+    """
+
+# On Citus: the shard keys of a batch, read without a lock across the shards (which shards
+# to visit).
+_RENAME_KEYS = """
+    SELECT shard_key FROM labels
+    WHERE state_machine = %(sm)s AND state = %(old)s AND NOT deleted
+      AND (lease_owner IS NULL OR due_at IS NULL OR due_at <= %(now)s)
+      AND (CAST(%(version)s AS integer) IS NULL OR version IS NULL OR version = %(version)s)
+    ORDER BY name_key
+    LIMIT %(limit)s
     """
 
 _NAMES_IN_STATE = """

@@ -37,9 +37,11 @@ _ERRORED_PER_STATE = """
     GROUP BY state_machine, state
     """
 
+# Work a worker can take: paused and errored labels keep their due time but are not in the
+# backlog (nor in the labels_due index, migration 0019).
 _DUE_PER_STATE = """
     SELECT state_machine, state, count(*) FROM labels
-    WHERE due_at <= now() AND NOT deleted
+    WHERE due_at <= now() AND NOT deleted AND NOT paused AND NOT errored
     GROUP BY state_machine, state
     """
 

@@ -15,7 +15,7 @@ the earlier shards left (free slots, each receiver's remaining number):
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -57,21 +57,38 @@ def claim(
 ) -> list[ReceiverClaim]:
     """Lease up to ``free`` due labels, oldest first, at most each receiver's limit from it.
 
-    When no receiver is limited below ``free`` (the common case), one plain
-    scan of the due labels of all their routes does, as cheap to plan as it gets.
+    When every receiver of ``routes`` is wanted and none is limited below ``free``
+    (the common case), one plain scan of the due labels of all their routes does,
+    as cheap to plan as it gets. Otherwise each route's due labels are read on
+    their own (index ``labels_claimable``), so the labels of a receiver that may
+    not be called (an open circuit, a pause, a rate) are never read at all.
     """
     wanted = [want for want in wanted if want.limit > 0]
     if free <= 0 or not wanted:
         return []
     shards = shard_map(conn)
-    lease = {"now": now, "lease_until": lease_until, "me": worker_id}
+    lease = {"now": now, "lease_until": lease_until, "me": worker_id, "shard_keys": None}
     if shards is not None:
         return _claim_by_shard(conn, shards, wanted, routes, free=free, lease=lease)
-    if _unlimited(wanted, free):
+    return _take(conn, wanted, routes, free=free, lease=lease)
+
+
+def _take(
+    conn: sa.Connection,
+    wanted: Sequence[Wanted],
+    routes: Sequence[Route],
+    *,
+    free: int,
+    lease: dict[str, Any],
+    shards: ShardMap | None = None,
+) -> list[ReceiverClaim]:
+    """One claim statement (on Citus, a shard's: ``lease["shard_keys"]``)."""
+    fetch = fetch_all if shards is None else shards.fetch_all
+    if _unlimited(wanted, free) and not _held(wanted, routes):
         params = {**_plain_params(wanted, routes), "free": free, **lease}
-        return _plain_claims(fetch_all(conn, _CLAIM_PLAIN, params), routes)
+        return _plain_claims(fetch(conn, _CLAIM_PLAIN, params), routes)
     params = {**_wanted_params(wanted, routes), "free": free, **lease}
-    return _limited_claims(fetch_all(conn, _CLAIM, params))
+    return _limited_claims(fetch(conn, _CLAIM, params))
 
 
 def _claim_by_shard(
@@ -85,39 +102,42 @@ def _claim_by_shard(
 ) -> list[ReceiverClaim]:
     """On Citus: the shards with due deliveries one by one, each taking what is still wanted.
 
-    The shard keys come from one read of the oldest due deliveries of all wanted receivers
-    when none is limited below ``free``; otherwise from one read per receiver, up to its
-    number, so that a receiver's old backlog it may not take (a rate, a probe) never hides
-    the others' due labels.
+    When no receiver is limited below ``free``, the shards are those of one read of the
+    oldest due deliveries of all wanted receivers, after the shard that filled the last
+    such claim (:meth:`ShardMap.shards_with_work`); otherwise those of one read per
+    receiver, up to its number, so that a receiver's old backlog it may not take (a rate,
+    a probe) never hides the others' due labels.
     """
     if _unlimited(wanted, free):
-        asked = [(wanted, free)]
+        params = {**_plain_params(wanted, routes), "free": free, **lease}
+        groups: Iterable[list[int]] = shards.shards_with_work(conn, _DUE_DELIVERY_KEYS, params)
     else:
-        asked = [([want], min(want.limit, free)) for want in wanted]
-    keys: set[int] = set()
-    for receivers, limit in asked:
-        params = {**_plain_params(receivers, routes), "free": limit, **lease}
-        keys.update(key for (key,) in fetch_all(conn, _DUE_DELIVERY_KEYS, params))
+        keys: set[int] = set()
+        for want in wanted:
+            params = {**_plain_params([want], routes), "free": min(want.limit, free), **lease}
+            keys.update(key for (key,) in fetch_all(conn, _DUE_DELIVERY_KEYS, params))
+        groups = shards.whole_shards(conn, keys)
     claimed: list[ReceiverClaim] = []
-    for group in shards.groups(conn, keys):
+    for group in groups:
         room = free - len(claimed)
-        if room <= 0 or not wanted:
-            break
-        if _unlimited(wanted, room):
-            params = {**_plain_params(wanted, routes), "free": room, **lease}
-            params["shard_keys"] = group
-            taken = _plain_claims(shards.fetch_all(conn, _CLAIM_PLAIN_IN_SHARD, params), routes)
-        else:
-            params = {**_wanted_params(wanted, routes), "free": room, **lease}
-            params["shard_keys"] = group
-            taken = _limited_claims(shards.fetch_all(conn, _CLAIM_IN_SHARD, params))
+        shard = {**lease, "shard_keys": group}
+        taken = _take(conn, wanted, routes, free=room, lease=shard, shards=shards)
+        shards.answered(_DUE_DELIVERY_KEYS, group, full=len(taken) >= room)
         claimed += taken
         wanted = _still_wanted(wanted, taken)
+        if len(claimed) >= free or not wanted:
+            break
     return claimed
 
 
 def _unlimited(wanted: Sequence[Wanted], free: int) -> bool:
     return all(want.counted and want.limit >= free for want in wanted)
+
+
+def _held(wanted: Sequence[Wanted], routes: Sequence[Route]) -> bool:
+    """Whether a receiver with routes is not wanted now (its labels must not be read)."""
+    taking = {want.receiver for want in wanted}
+    return any(receiver not in taking for receiver, _, _ in routes)
 
 
 def _still_wanted(wanted: list[Wanted], taken: list[ReceiverClaim]) -> list[Wanted]:
@@ -169,9 +189,12 @@ def _claimed(row: Row, receiver: str, *, counted: bool) -> ReceiverClaim:
     )
 
 
-# Per receiver, its oldest due labels up to its limit (each receiver's own LATERAL scan,
-# so a saturated receiver's backlog is never even read); then the oldest of those up to
-# the free slots. Rows locked but not chosen are released at commit, never leased.
+# Per route of a wanted receiver, its oldest due labels up to the receiver's limit (each
+# route's own LATERAL scan of labels_claimable, so a saturated or held receiver's backlog is
+# never even read); then each receiver's oldest up to its limit, and the oldest of those up
+# to the free slots. Rows locked but not chosen are released at commit, never leased.
+# ``shard_keys``: NULL on one server; on Citus every key of one shard, named at each
+# reference to labels so that the whole statement is that shard's (routemaster.db.shards).
 _CLAIM = """
     WITH wanted AS (
         SELECT * FROM unnest(CAST(%(receivers)s AS text[]), CAST(%(limits)s AS integer[]),
@@ -181,91 +204,32 @@ _CLAIM = """
                              CAST(%(route_machines)s AS text[]),
                              CAST(%(route_states)s AS text[])) AS r(receiver, sm, state)
     ), due AS (
-        SELECT picked.state_machine, picked.name_key, picked.due_at, wanted.receiver,
-               wanted.counted
-        FROM wanted CROSS JOIN LATERAL (
-            SELECT state_machine, name_key, due_at FROM labels
-            WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
-              AND (state_machine, state) IN (
-                  SELECT sm, state FROM routes WHERE routes.receiver = wanted.receiver)
-            ORDER BY due_at
-            LIMIT wanted.lim
-            FOR UPDATE SKIP LOCKED
-        ) AS picked
-    ), chosen AS (
-        SELECT * FROM due ORDER BY due_at LIMIT %(free)s
-    )
-    UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
-                      attempts = labels.attempts + chosen.counted
-    FROM chosen
-    WHERE labels.state_machine = chosen.state_machine AND labels.name_key = chosen.name_key
-    RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
-              labels.entry_id, labels.attempts, chosen.receiver, chosen.due_at AS was_due,
-              labels.last_error, chosen.counted, labels.version
-    """
-
-_CLAIM_PLAIN = """
-    WITH due AS (
-        SELECT state_machine, name_key, due_at FROM labels
-        WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
-          AND (state_machine, state) IN (
-              SELECT * FROM unnest(CAST(%(route_machines)s AS text[]),
-                                   CAST(%(route_states)s AS text[])))
-        ORDER BY due_at
-        LIMIT %(free)s
-        FOR UPDATE SKIP LOCKED
-    )
-    UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
-                      attempts = labels.attempts + 1
-    FROM due
-    WHERE labels.state_machine = due.state_machine AND labels.name_key = due.name_key
-    RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
-              labels.entry_id, labels.attempts, due.due_at AS was_due, labels.last_error,
-              labels.version
-    """
-
-# On Citus (routemaster.db.shards): the shard keys of the oldest due deliveries of every
-# wanted receiver, read without a lock across the shards; then per shard _CLAIM or
-# _CLAIM_PLAIN restricted to the shard's keys (each reference to labels, so that the whole
-# statement is one shard's: a router statement, where SKIP LOCKED holds).
-_DUE_DELIVERY_KEYS = """
-    SELECT shard_key FROM labels
-    WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
-      AND (state_machine, state) IN (
-          SELECT * FROM unnest(CAST(%(route_machines)s AS text[]),
-                               CAST(%(route_states)s AS text[])))
-    ORDER BY due_at
-    LIMIT %(free)s
-    """
-
-_CLAIM_IN_SHARD = """
-    WITH wanted AS (
-        SELECT * FROM unnest(CAST(%(receivers)s AS text[]), CAST(%(limits)s AS integer[]),
-                             CAST(%(counted)s AS integer[])) AS w(receiver, lim, counted)
-    ), routes AS (
-        SELECT * FROM unnest(CAST(%(route_receivers)s AS text[]),
-                             CAST(%(route_machines)s AS text[]),
-                             CAST(%(route_states)s AS text[])) AS r(receiver, sm, state)
-    ), due AS (
         SELECT picked.shard_key, picked.state_machine, picked.name_key, picked.due_at,
-               wanted.receiver, wanted.counted
-        FROM wanted CROSS JOIN LATERAL (
+               wanted.receiver, wanted.lim, wanted.counted
+        FROM wanted JOIN routes ON routes.receiver = wanted.receiver
+        CROSS JOIN LATERAL (
             SELECT shard_key, state_machine, name_key, due_at FROM labels
-            WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-              AND due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
-              AND (state_machine, state) IN (
-                  SELECT sm, state FROM routes WHERE routes.receiver = wanted.receiver)
+            WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+                   OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+              AND state_machine = routes.sm AND state = routes.state AND due_at IS NOT NULL
+              -- due_at <= now, written so that only labels_claimable can bound it (labels_due
+              -- would walk every due label of every state):
+              AND (state, due_at) <= (routes.state, %(now)s)
+              AND NOT deleted AND NOT paused AND NOT errored
             ORDER BY due_at
             LIMIT wanted.lim
             FOR UPDATE SKIP LOCKED
         ) AS picked
+    ), ranked AS (
+        SELECT due.*, row_number() OVER (PARTITION BY receiver ORDER BY due_at) AS n FROM due
     ), chosen AS (
-        SELECT * FROM due ORDER BY due_at LIMIT %(free)s
+        SELECT * FROM ranked WHERE n <= lim ORDER BY due_at LIMIT %(free)s
     )
     UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
                       attempts = labels.attempts + chosen.counted
     FROM chosen
-    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+    WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+           OR labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
       AND labels.shard_key = chosen.shard_key
       AND labels.state_machine = chosen.state_machine AND labels.name_key = chosen.name_key
     RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
@@ -273,10 +237,11 @@ _CLAIM_IN_SHARD = """
               labels.last_error, chosen.counted, labels.version
     """
 
-_CLAIM_PLAIN_IN_SHARD = """
+_CLAIM_PLAIN = """
     WITH due AS (
         SELECT shard_key, state_machine, name_key, due_at FROM labels
-        WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+               OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
           AND due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
           AND (state_machine, state) IN (
               SELECT * FROM unnest(CAST(%(route_machines)s AS text[]),
@@ -288,10 +253,23 @@ _CLAIM_PLAIN_IN_SHARD = """
     UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
                       attempts = labels.attempts + 1
     FROM due
-    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+    WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+           OR labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
       AND labels.shard_key = due.shard_key
       AND labels.state_machine = due.state_machine AND labels.name_key = due.name_key
     RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
               labels.entry_id, labels.attempts, due.due_at AS was_due, labels.last_error,
               labels.version
+    """
+
+# On Citus: the shard keys of the oldest due deliveries of the wanted receivers, read
+# without a lock across the shards (which shards to visit).
+_DUE_DELIVERY_KEYS = """
+    SELECT shard_key FROM labels
+    WHERE due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
+      AND (state_machine, state) IN (
+          SELECT * FROM unnest(CAST(%(route_machines)s AS text[]),
+                               CAST(%(route_states)s AS text[])))
+    ORDER BY due_at
+    LIMIT %(free)s
     """

@@ -74,7 +74,7 @@ def remove_deleted(
     conn: sa.Connection, state_machine: str, *, cutoff: datetime.datetime, batch: int
 ) -> Pruned:
     """Remove up to ``batch`` labels deleted before ``cutoff``, with their whole history."""
-    params = {"sm": state_machine, "cutoff": cutoff, "batch": batch}
+    params = {"sm": state_machine, "cutoff": cutoff, "batch": batch, "shard_keys": None}
     shards = shard_map(conn)
     if shards is None:
         row = fetch_one(conn, _REMOVE_DELETED, params)
@@ -84,9 +84,9 @@ def remove_deleted(
         one_connection_per_node(conn)  # retention_horizons, a reference table, is written after
         labels, removed = 0, []
         found = fetch_all(conn, _DELETED_KEYS, params)
-        for group in shards.groups(conn, [key for (key,) in found]):
+        for group in shards.whole_shards(conn, [key for (key,) in found]):
             taking = {**params, "batch": batch - labels, "shard_keys": group}
-            [(count, positions)] = shards.fetch_all(conn, _REMOVE_DELETED_IN_SHARD, taking)
+            [(count, positions)] = shards.fetch_all(conn, _REMOVE_DELETED, taking)
             labels, removed = labels + int(count), removed + list(positions or ())
             if labels >= batch:
                 break
@@ -118,15 +118,17 @@ def delete_finished(
         "now": now,
         "batch": batch,
         "reason": FINISHED_REASON,
+        "shard_keys": None,
         **version_params(conn, state_machine),
     }
     shards = shard_map(conn)
     if shards is None:
         return run(conn, _DELETE_FINISHED, params)
     done = 0
-    for group in shards.groups(conn, [key for (key,) in fetch_all(conn, _FINISHED_KEYS, params)]):
+    found = fetch_all(conn, _FINISHED_KEYS, params)
+    for group in shards.whole_shards(conn, [key for (key,) in found]):
         taking = {**params, "batch": batch - done, "shard_keys": group}
-        done += shards.run(conn, _DELETE_FINISHED_IN_SHARD, taking)
+        done += shards.run(conn, _DELETE_FINISHED, taking)
         if done >= batch:
             break
     return done
@@ -228,22 +230,33 @@ _PRUNE_HISTORY = """
 # Labels deleted before the cutoff (a deleted label is never updated again, so updated_at
 # is when it was deleted), oldest first, skipping any the API holds; their rows and their
 # whole history go in one statement. The name is then free: a POST creates it afresh.
+# ``shard_keys`` (here and in _DELETE_FINISHED): NULL on one server; on Citus every key of
+# one shard, named at each reference to a distributed table so that the statement is that
+# shard's (routemaster.db.shards).
 _REMOVE_DELETED = """
     WITH gone AS MATERIALIZED (
-        SELECT name_key FROM labels
-        WHERE state_machine = %(sm)s AND deleted AND updated_at < %(cutoff)s
+        SELECT shard_key, name_key FROM labels
+        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+               OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+          AND state_machine = %(sm)s AND deleted AND updated_at < %(cutoff)s
         ORDER BY updated_at
         LIMIT %(batch)s
         FOR UPDATE SKIP LOCKED
     ),
     labels_removed AS (
         DELETE FROM labels USING gone
-        WHERE labels.state_machine = %(sm)s AND labels.name_key = gone.name_key AND labels.deleted
-        RETURNING labels.name
+        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+               OR labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+          AND labels.shard_key = gone.shard_key AND labels.state_machine = %(sm)s
+          AND labels.name_key = gone.name_key AND labels.deleted
+        RETURNING labels.shard_key, labels.name
     ),
     history_removed AS (
         DELETE FROM history USING labels_removed
-        WHERE history.label = labels_removed.name AND history.state_machine = %(sm)s
+        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+               OR history.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+          AND history.shard_key = labels_removed.shard_key
+          AND history.label = labels_removed.name AND history.state_machine = %(sm)s
         RETURNING history.xact_id, history.id
     )
     SELECT (SELECT count(*) FROM labels_removed),
@@ -254,7 +267,9 @@ _REMOVE_DELETED = """
 _DELETE_FINISHED = """
     WITH done AS MATERIALIZED (
         SELECT shard_key, name_key FROM labels
-        WHERE state_machine = %(sm)s AND state = ANY (CAST(%(states)s AS text[]))
+        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+               OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+          AND state_machine = %(sm)s AND state = ANY (CAST(%(states)s AS text[]))
           AND NOT deleted AND state_entered_at < %(cutoff)s
         LIMIT %(batch)s
         FOR UPDATE SKIP LOCKED
@@ -263,7 +278,9 @@ _DELETE_FINISHED = """
         UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
                           lease_owner = NULL, updated_at = %(now)s
         FROM done
-        WHERE labels.shard_key = done.shard_key AND labels.state_machine = %(sm)s
+        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+               OR labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+          AND labels.shard_key = done.shard_key AND labels.state_machine = %(sm)s
           AND labels.name_key = done.name_key AND NOT labels.deleted
         RETURNING labels.shard_key, labels.state_machine, labels.name, labels.state,
                   labels.version
@@ -302,7 +319,7 @@ _REMOVE_OLD_HISTORY = """
     RETURNING xact_id, id
     """
 
-# Deleted and finished labels: a batch's shard keys, then the plain statement per shard.
+# Deleted and finished labels: a batch's shard keys (which shards to visit).
 _DELETED_KEYS = """
     SELECT shard_key FROM labels
     WHERE state_machine = %(sm)s AND deleted AND updated_at < %(cutoff)s
@@ -310,65 +327,11 @@ _DELETED_KEYS = """
     LIMIT %(batch)s
     """
 
-_REMOVE_DELETED_IN_SHARD = """
-    WITH gone AS MATERIALIZED (
-        SELECT shard_key, name_key FROM labels
-        WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-          AND state_machine = %(sm)s AND deleted AND updated_at < %(cutoff)s
-        ORDER BY updated_at
-        LIMIT %(batch)s
-        FOR UPDATE SKIP LOCKED
-    ),
-    labels_removed AS (
-        DELETE FROM labels USING gone
-        WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-          AND labels.shard_key = gone.shard_key AND labels.state_machine = %(sm)s
-          AND labels.name_key = gone.name_key AND labels.deleted
-        RETURNING labels.shard_key, labels.name
-    ),
-    history_removed AS (
-        DELETE FROM history USING labels_removed
-        WHERE history.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-          AND history.shard_key = labels_removed.shard_key
-          AND history.label = labels_removed.name AND history.state_machine = %(sm)s
-        RETURNING history.xact_id, history.id
-    )
-    SELECT (SELECT count(*) FROM labels_removed),
-           (SELECT array_agg(CAST(xact_id AS text) || '-' || id) FROM history_removed)
-    """
-
 _FINISHED_KEYS = """
     SELECT shard_key FROM labels
     WHERE state_machine = %(sm)s AND state = ANY (CAST(%(states)s AS text[]))
       AND NOT deleted AND state_entered_at < %(cutoff)s
     LIMIT %(batch)s
-    """
-
-_DELETE_FINISHED_IN_SHARD = """
-    WITH done AS MATERIALIZED (
-        SELECT shard_key, name_key FROM labels
-        WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-          AND state_machine = %(sm)s AND state = ANY (CAST(%(states)s AS text[]))
-          AND NOT deleted AND state_entered_at < %(cutoff)s
-        LIMIT %(batch)s
-        FOR UPDATE SKIP LOCKED
-    ),
-    marked AS (
-        UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
-                          lease_owner = NULL, updated_at = %(now)s
-        FROM done
-        WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-          AND labels.shard_key = done.shard_key AND labels.state_machine = %(sm)s
-          AND labels.name_key = done.name_key AND NOT labels.deleted
-        RETURNING labels.shard_key, labels.state_machine, labels.name, labels.state,
-                  labels.version
-    )
-    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, reason,
-                         version, xact_id)
-    SELECT shard_key, state_machine, name, state, NULL, %(now)s, %(reason)s,
-           CASE WHEN %(continuing)s THEN COALESCE(version, %(running)s) ELSE %(running)s END,
-           pg_current_xact_id()
-    FROM marked
     """
 
 _ADVANCE = """

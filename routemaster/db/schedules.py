@@ -111,7 +111,7 @@ class NextMove:
 def next_moves(
     conn: sa.Connection, state_machine: str, state: str, *, limit: int
 ) -> list[NextMove]:
-    """The gate's labels the worker evaluates soonest (index ``labels_awaiting_claim``)."""
+    """The gate's labels the worker evaluates soonest (index ``labels_claimable``)."""
     params = {"sm": state_machine, "state": state, "limit": limit}
     return [NextMove(*row) for row in fetch_all(conn, _NEXT_MOVES, params)]
 

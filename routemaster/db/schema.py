@@ -86,7 +86,13 @@ sa.Index(
     labels.c.name_key,
     postgresql_where=sa.not_(labels.c.deleted),
 )
-sa.Index("labels_due", labels.c.due_at, postgresql_where=labels.c.due_at.isnot(None))
+# The due indexes hold only labels that can be claimed (migration 0019).
+_CLAIMABLE = sa.and_(sa.not_(labels.c.deleted), sa.not_(labels.c.paused), sa.not_(labels.c.errored))
+sa.Index(
+    "labels_due",
+    labels.c.due_at,
+    postgresql_where=sa.and_(labels.c.due_at.isnot(None), _CLAIMABLE),
+)
 sa.Index(
     "labels_by_task",
     labels.c.task_id,
@@ -96,11 +102,11 @@ sa.Index(
 )
 sa.Index("labels_leased", labels.c.due_at, postgresql_where=labels.c.lease_owner.isnot(None))
 sa.Index(
-    "labels_awaiting_claim",
+    "labels_claimable",
     labels.c.state_machine,
     labels.c.state,
     labels.c.due_at,
-    postgresql_where=sa.and_(labels.c.lease_owner.is_(None), labels.c.due_at.isnot(None)),
+    postgresql_where=sa.and_(labels.c.due_at.isnot(None), _CLAIMABLE),
 )
 sa.Index(
     "labels_unscheduled",

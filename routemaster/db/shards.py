@@ -3,21 +3,30 @@
 On plain PostgreSQL a claim is one statement that picks due rows with
 ``FOR UPDATE SKIP LOCKED``. Citus refuses row locks in a statement that
 reaches several shards, and ``SKIP LOCKED`` only means something inside
-one shard. So on Citus every claim (due gates, deliveries by receiver, pull
-tasks, run-out leases, labels given up on, retention's batches, bulk items)
-is the same work in two steps, written as two complete statements beside
-the plain one in the module of the rows it touches:
+one shard. So every claim (due gates, deliveries by receiver, pull tasks,
+run-out leases, labels given up on, retention's batches, bulk items) is one
+statement that takes an optional ``%(shard_keys)s``: ``NULL`` on one server
+(the filter folds away when PostgreSQL plans it), and on Citus every shard
+key of one shard, which makes it a **router statement** (one shard in its
+plan) where ``FOR UPDATE SKIP LOCKED`` holds as on one server. On Citus a
+claim is then:
 
-1. a **non-locking read across the shards** finds the shard keys that have
-   such work (the keys of the oldest due rows, ``ORDER BY ... LIMIT``: each
-   shard answers from its own index and the coordinator merges);
-2. per shard, a **router statement** (one shard in its plan) does the plain
-   statement's work restricted to ``shard_key = ANY(%(shard_keys)s)``, the
-   found keys of that shard, with ``FOR UPDATE SKIP LOCKED`` as on one server,
-   until the claim has what it asked for.
+1. the shards that the last read across the shards found, if it ran less
+   than :data:`HINT_SECONDS` ago, less those a claim has found empty since:
+   their statements alone, no read across the shards while they fill the
+   claim (a busy worker reads across the shards about once a second, not
+   at every round);
+2. otherwise (or to take the rest) a **non-locking read across the shards**
+   of the shard keys of the oldest due rows (``ORDER BY ... LIMIT``: each
+   shard answers from its own index and the coordinator merges), and the
+   statement on each shard holding one of them, from a random one on.
+
+Each shard's statement is asked for what the earlier shards left, until the
+claim has what it asked for, and runs on all of its shard's keys, so a shard
+with a deep backlog fills a claim alone.
 
 Which shard a key is in is Citus's placement, read once per engine (one
-statement, :func:`ShardMap.groups`) and kept in the engine's execution
+statement, :meth:`ShardMap.groups`) and kept in the engine's execution
 options (:func:`shard_map`), never in a module-level variable. It is only
 an optimisation: Citus routes each statement by the values it names, so a
 stale map (a shard split since) can make a group span two shards, which
@@ -25,17 +34,20 @@ Citus then refuses (row locks across shards) instead of doing anything
 wrong; the failure drops the map (:meth:`ShardMap.run`), the round is
 retried by its caller, and the next use reads the placement again.
 
-Each caller visits the shards from a random one on, so many ``cron``
-processes claiming at once start on different shards and share the work
-instead of queueing on the same rows (``SKIP LOCKED`` lets each pass over
-what another holds).
+Visiting the shards from a random one on lets many ``cron`` processes
+claiming at once start on different shards and share the work instead of
+queueing on the same rows (``SKIP LOCKED`` lets each pass over what another
+holds). The shards found are visited first for at most :data:`HINT_SECONDS`:
+older work on another shard waits at most that long behind them.
 """
 
 from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 import sqlalchemy as sa
 
@@ -43,8 +55,13 @@ from routemaster.db.keys import SHARD_KEYS
 from routemaster.db.plumbing.database import distributed
 from routemaster.db.statements import Params, Row, Statement, fetch_all, run
 
+_T = TypeVar("_T")
+
 SHARDS_OPTION = "routemaster_shards"
 """The engine execution option holding its :class:`ShardMap`."""
+
+HINT_SECONDS = 1.0
+"""How long the shards a read across the shards found are visited without reading again."""
 
 # Every shard key with the id of the shard of ``labels`` it is in (all tables are co-located
 # with labels, so it is each table's shard too, by index).
@@ -55,10 +72,16 @@ _PLACEMENT = """
 
 
 class ShardMap:
-    """Shard key -> shard id, as Citus placed them when last read; one per engine."""
+    """Shard key -> shard id, as Citus placed them when last read; one per engine.
+
+    Also, per claim (its read across the shards), the shards that read found, less those
+    a claim has found empty since.
+    """
 
     def __init__(self) -> None:
         self._shard_of: dict[int, int] | None = None
+        self._keys_of: dict[int, list[int]] = {}
+        self._with_work: dict[Statement, tuple[list[int], float]] = {}
         self._lock = threading.Lock()
         self._rng = random.Random()
 
@@ -78,9 +101,48 @@ class ShardMap:
         groups = [sorted(by_shard[shard]) for shard in sorted(by_shard)]
         if not groups or ordered:
             return groups
+        return self._from_random(groups)
+
+    def shards_with_work(
+        self, conn: sa.Connection, find: Statement, params: Params
+    ) -> Iterator[list[int]]:
+        """Every shard key of each shard that may hold ``find``'s rows, one shard at a time.
+
+        First the shards the last read across the shards found (less than
+        :data:`HINT_SECONDS` ago) and no claim has found empty since; then, only if
+        the caller asks for more, the shards of ``find``'s keys (a new read across
+        the shards), from a random one on. Tell :meth:`answered` how each did.
+        """
+        shard_of = self._placement(conn)
+        visited: list[int] = []  # each shard once: a second visit would take the rows this
+        for shard in self._known(find):  # transaction locked there again (its own locks)
+            visited.append(shard)
+            yield self._keys_of[shard]
+        found = {shard_of[key] for (key,) in fetch_all(conn, find, params)}
+        fresh = self._from_random(sorted(found - set(visited)))
         with self._lock:
-            start = self._rng.randrange(len(groups))
-        return groups[start:] + groups[:start]
+            still = set(self._with_work.get(find, ([], 0.0))[0])  # visited, not found empty
+            kept = [shard for shard in visited if shard in still and shard in found]
+            self._with_work[find] = (kept + fresh, time.monotonic() + HINT_SECONDS)
+        for shard in fresh:
+            yield self._keys_of[shard]
+
+    def answered(self, find: Statement, group: list[int], *, full: bool) -> None:
+        """A shard's claim took all it was asked for (``full``: it may hold more) or not
+        (it has no more: later claims skip it until the next read across the shards)."""
+        shard = (self._shard_of or {}).get(group[0]) if group else None
+        if shard is None or full:
+            return
+        with self._lock:
+            known, until = self._with_work.get(find, ([], 0.0))
+            if shard in known:
+                self._with_work[find] = ([other for other in known if other != shard], until)
+
+    def whole_shards(self, conn: sa.Connection, keys: Iterable[int]) -> list[list[int]]:
+        """Every shard key of each shard holding one of ``keys``, from a random shard on."""
+        shard_of = self._placement(conn)
+        shards = sorted({shard_of[key] for key in keys})
+        return [self._keys_of[shard] for shard in self._from_random(shards)]
 
     def take(
         self,
@@ -91,19 +153,19 @@ class ShardMap:
         *,
         limit: str = "limit",
     ) -> list[Row]:
-        """Up to ``params[limit]`` rows: ``find``'s shard keys, then ``take`` shard by shard.
+        """Up to ``params[limit]`` rows of ``take``, shard by shard (:meth:`shards_with_work`).
 
         ``find`` is the non-locking read across the shards (it returns shard
-        keys); ``take`` the router statement, given ``%(shard_keys)s`` and,
+        keys); ``take`` the claim, given a shard's ``%(shard_keys)s`` and,
         under the name ``limit``, what the earlier shards left to take.
         """
         wanted = int(params[limit])
-        keys = [key for (key,) in fetch_all(conn, find, params)]
         rows: list[Row] = []
-        for group in self.groups(conn, keys):
-            rows += self.fetch_all(
-                conn, take, {**params, limit: wanted - len(rows), "shard_keys": group}
-            )
+        for group in self.shards_with_work(conn, find, params):
+            asked = wanted - len(rows)
+            taken = self.fetch_all(conn, take, {**params, limit: asked, "shard_keys": group})
+            self.answered(find, group, full=len(taken) >= asked)
+            rows += taken
             if len(rows) >= wanted:
                 break
         return rows
@@ -128,6 +190,22 @@ class ShardMap:
         """Read the placement again at the next use (a shard may have been split)."""
         with self._lock:
             self._shard_of = None
+            self._keys_of = {}
+            self._with_work.clear()
+
+    def _known(self, find: Statement) -> list[int]:
+        with self._lock:
+            known, until = self._with_work.get(find, ([], 0.0))
+            if until <= time.monotonic():
+                return []
+            return [shard for shard in dict.fromkeys(known) if shard in self._keys_of]
+
+    def _from_random(self, items: list[_T]) -> list[_T]:
+        if not items:
+            return items
+        with self._lock:
+            start = self._rng.randrange(len(items))
+        return items[start:] + items[:start]
 
     def _placement(self, conn: sa.Connection) -> dict[int, int]:
         with self._lock:
@@ -136,8 +214,12 @@ class ShardMap:
             return known
         rows = fetch_all(conn, _PLACEMENT, {"last": SHARD_KEYS - 1})
         placement = {int(key): int(shard) for key, shard in rows}
+        keys_of: dict[int, list[int]] = {}
+        for key in sorted(placement):
+            keys_of.setdefault(placement[key], []).append(key)
         with self._lock:
             self._shard_of = placement
+            self._keys_of = keys_of
         return placement
 
 
