@@ -34,6 +34,7 @@ from tests.citus_cluster import (
     rounds_pass,
     second_worker_held,
 )
+from tests.db.one_label_writers import race_on_one_label, unchained
 from tests.waiting import wait_until
 
 NOW = datetime.datetime(2026, 11, 28, 5, 0, tzinfo=datetime.UTC)
@@ -247,3 +248,13 @@ _HISTORY_AT = sa.text(
     "INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created,"
     " xact_id) VALUES (:shard_key, 'm', :label, NULL, 'a', :now, CAST(:xact AS xid8))"
 )
+
+
+def test_two_writers_on_one_label_come_out_in_the_order_they_wrote_on_citus(
+    engine: sa.Engine,
+) -> None:
+    """The coordinator takes a change's position after the worker granted the label's row
+    lock (every write of one label locks it before its history row names the transaction)."""
+    changes = race_on_one_label(engine, "raced", rounds=40)
+    assert [change.position for change in changes] == sorted(c.position for c in changes)
+    assert not unchained(changes)
