@@ -194,8 +194,11 @@ def _change(row: Row) -> Change:
     )
 
 
+# The position's transaction is returned as text under another name than ``xact_id``: a bare
+# ``ORDER BY xact_id`` names the output column when one has that name, and the text sorts
+# 999 after 1000 (on Citus the worker's query would sort each shard by it too).
 _RECENT = """
-    SELECT CAST(xact_id AS text), id, state_machine, label, old_state, new_state, created,
+    SELECT CAST(xact_id AS text) AS xact, id, state_machine, label, old_state, new_state, created,
            forced, reason, kind, version
     FROM history WHERE state_machine = %(sm)s
     ORDER BY xact_id DESC, id DESC LIMIT %(limit)s
@@ -265,7 +268,7 @@ _GAP = """
 # first ``limit`` rows by its (xact_id, id) index, or (state_machine, xact_id, id) for one
 # machine, and the coordinator merges them.
 _CHANGES_BELOW = """
-    SELECT CAST(xact_id AS text), id, state_machine, label, old_state, new_state, created,
+    SELECT CAST(xact_id AS text) AS xact, id, state_machine, label, old_state, new_state, created,
            forced, reason, kind, version
     FROM history
     WHERE (CAST(%(sm)s AS text) IS NULL OR state_machine = %(sm)s)

@@ -23,10 +23,12 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from routemaster.db import history as history_rows
 from routemaster.db.claims import Claim
 from routemaster.db.history import version_arrays
 from routemaster.db.keys import label_keys, shard_keys
 from routemaster.db.labels import Label, label_from_row
+from routemaster.db.plumbing.database import distributed
 from routemaster.db.statements import fetch_all
 
 
@@ -40,30 +42,36 @@ class Erring:
     error: str
 
 
-_BECOME_ERRORED = """
+# The labels that become errored, with the version their history row carries: on one
+# server the first half of _BECOME_ERRORED; on Citus alone, before their history rows.
+_ERROR_LABELS = """
     WITH erring AS (
         SELECT * FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
                              CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
                              CAST(%(entry_ids)s AS bigint[]), CAST(%(errors)s AS text[]),
                              CAST(%(runnings)s AS integer[]), CAST(%(continuings)s AS boolean[]))
                       AS e(shard_key, sm, key, name, entry_id, error, running, continuing)
-    ), errored AS (
-        UPDATE labels SET errored = true, due_at = NULL, last_error = erring.error,
-                          lease_owner = NULL, task_id = NULL, updated_at = %(now)s,
-                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
-                                              THEN %(now)s ELSE labels.scheduled_at END
-        FROM erring
-        WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-          AND labels.shard_key = erring.shard_key AND labels.state_machine = erring.sm
-          AND labels.name_key = erring.key AND labels.name = erring.name
-          AND labels.entry_id = erring.entry_id AND NOT labels.deleted AND NOT labels.errored
-        RETURNING labels.state_machine, labels.name, labels.metadata, labels.state,
-                  labels.state_entered_at, labels.entry_id, labels.previous_state,
-                  labels.deleted, labels.paused, labels.errored, labels.last_error,
-                  labels.attempts, labels.due_at, labels.created_at, labels.updated_at,
-                  labels.version, labels.shard_key,
-                  CASE WHEN erring.continuing THEN COALESCE(labels.version, erring.running)
-                       ELSE erring.running END AS history_version
+    )
+    UPDATE labels SET errored = true, due_at = NULL, last_error = erring.error,
+                      lease_owner = NULL, task_id = NULL, updated_at = %(now)s,
+                      scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                          THEN %(now)s ELSE labels.scheduled_at END
+    FROM erring
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND labels.shard_key = erring.shard_key AND labels.state_machine = erring.sm
+      AND labels.name_key = erring.key AND labels.name = erring.name
+      AND labels.entry_id = erring.entry_id AND NOT labels.deleted AND NOT labels.errored
+    RETURNING labels.state_machine, labels.name, labels.metadata, labels.state,
+              labels.state_entered_at, labels.entry_id, labels.previous_state,
+              labels.deleted, labels.paused, labels.errored, labels.last_error,
+              labels.attempts, labels.due_at, labels.created_at, labels.updated_at,
+              labels.version, labels.shard_key,
+              CASE WHEN erring.continuing THEN COALESCE(labels.version, erring.running)
+                   ELSE erring.running END AS history_version
+    """
+
+_BECOME_ERRORED = f"""
+    WITH errored AS ({_ERROR_LABELS}
     ), entries AS (
         INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created,
                              forced, reason, kind, version, xact_id)
@@ -96,7 +104,29 @@ def become_errored(
         "errors": [each.error for each in erring],
         "now": now,
     }
-    return [label_from_row(row) for row in fetch_all(conn, _BECOME_ERRORED, params)]
+    if not distributed(conn):
+        return [label_from_row(row) for row in fetch_all(conn, _BECOME_ERRORED, params)]
+    # On Citus the labels, then their history rows: one label's error is two router
+    # statements (the CTE feeding history from the UPDATE committed in two phases).
+    errored = [label_from_row(row[:16]) for row in fetch_all(conn, _ERROR_LABELS, params)]
+    entries = [
+        history_rows.Entry(
+            label.state_machine,
+            label.name,
+            label.state,
+            label.state,
+            False,
+            label.last_error,
+            label.version,
+            kind="errored",
+        )
+        for label in errored
+    ]
+    if len(entries) == 1:
+        history_rows.append_one(conn, entries[0], now=now)
+    else:
+        history_rows.append(conn, entries, now=now)
+    return errored
 
 
 def mark_errored(conn: sa.Connection, claim: Claim, *, error: str, now: datetime.datetime) -> bool:

@@ -126,6 +126,7 @@ class Entry:
     forced: bool
     reason: str | None
     label_version: int | None  # the label's own version (``labels.version``)
+    kind: str | None = None  # "errored"; None: what the states and forced say
 
 
 def append(conn: sa.Connection, entries: Sequence[Entry], *, now: datetime.datetime) -> None:
@@ -145,6 +146,7 @@ def append(conn: sa.Connection, entries: Sequence[Entry], *, now: datetime.datet
             "news": [entry.new_state for entry in entries],
             "forceds": [entry.forced for entry in entries],
             "reasons": [entry.reason for entry in entries],
+            "kinds": [entry.kind for entry in entries],
             "versions": [
                 version_for(conn, entry.state_machine, entry.label_version) for entry in entries
             ],
@@ -166,6 +168,7 @@ def append_one(conn: sa.Connection, entry: Entry, *, now: datetime.datetime) -> 
             "new": entry.new_state,
             "forced": entry.forced,
             "reason": entry.reason,
+            "kind": entry.kind,
             "version": version_for(conn, entry.state_machine, entry.label_version),
             "now": now,
         },
@@ -174,18 +177,19 @@ def append_one(conn: sa.Connection, entry: Entry, *, now: datetime.datetime) -> 
 
 _APPEND = """
     INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, forced,
-                         reason, version, xact_id)
-    SELECT shard_key, sm, name, old, new, %(now)s, forced, reason, version, pg_current_xact_id()
+                         reason, kind, version, xact_id)
+    SELECT shard_key, sm, name, old, new, %(now)s, forced, reason, kind, version,
+           pg_current_xact_id()
     FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
                 CAST(%(names)s AS text[]), CAST(%(olds)s AS text[]), CAST(%(news)s AS text[]),
                 CAST(%(forceds)s AS boolean[]), CAST(%(reasons)s AS text[]),
-                CAST(%(versions)s AS integer[]))
-         AS e(shard_key, sm, name, old, new, forced, reason, version)
+                CAST(%(kinds)s AS text[]), CAST(%(versions)s AS integer[]))
+         AS e(shard_key, sm, name, old, new, forced, reason, kind, version)
     """
 
 _APPEND_ONE = """
     INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, forced,
-                         reason, version, xact_id)
+                         reason, kind, version, xact_id)
     VALUES (%(shard_key)s, %(sm)s, %(name)s, %(old)s, %(new)s, %(now)s, %(forced)s, %(reason)s,
-            %(version)s, pg_current_xact_id())
+            %(kind)s, %(version)s, pg_current_xact_id())
     """

@@ -186,10 +186,12 @@ def insert(
     return None if row is None else label_from_row(row)
 
 
-def creating(engine: sa.Engine) -> AbstractContextManager[sa.Connection]:
-    """The connection :func:`insert` runs on: one autocommit statement on one server; on Citus a
-    transaction, where the label and its first entry are two router statements (one statement
-    feeding the entry from the inserted row would commit in two phases on two workers)."""
+def writing(engine: sa.Engine) -> AbstractContextManager[sa.Connection]:
+    """The connection a write of one label with its history row (:func:`insert`,
+    :func:`soft_delete`) runs on: one autocommit statement on one server; on Citus a
+    transaction, where the label's row and its history row are two router statements (one
+    statement feeding the history row from the label's, a modifying CTE, is run by Citus
+    through an intermediate result and commits in two phases on both workers)."""
     return engine.begin() if distributed(engine) else single_statement(engine)
 
 
@@ -269,7 +271,19 @@ def record_evaluation_failure(
 def soft_delete(
     conn: sa.Connection, state_machine: str, name: str, *, now: datetime.datetime
 ) -> str | None:
-    """Clear the metadata and record the deletion; the state it left, or ``None`` if nothing."""
+    """Clear the metadata and record the deletion; the state it left, or ``None`` if nothing.
+
+    On Citus two router statements in the caller's transaction (:func:`writing`): the
+    label's row, locked and marked, then its history row.
+    """
+    if distributed(conn):
+        marked = fetch_one(conn, _MARK_DELETED, {**_one(state_machine, name), "now": now})
+        if marked is None:
+            return None
+        _, _, state, version = marked
+        entry = history_rows.Entry(state_machine, name, state, None, False, "deleted", version)
+        history_rows.append_one(conn, entry, now=now)
+        return str(state)
     row = fetch_one(
         conn,
         _DELETE,
@@ -431,14 +445,18 @@ _EVALUATION_FAILED = """
       AND (CAST(%(entry_id)s AS bigint) IS NULL OR entry_id = %(entry_id)s)
     """
 
-_DELETE = """
-    WITH deleted AS (
-        UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
-                          lease_owner = NULL, updated_at = %(now)s
-        WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+_MARK_DELETED = """
+    UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
+                      lease_owner = NULL, updated_at = %(now)s
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
       AND name = %(name)s AND NOT deleted
-        RETURNING state_machine, name, state, version
-    )
+    RETURNING state_machine, name, state, version
+    """
+"""A label marked deleted: on Citus alone, a router statement before its history row
+(:func:`soft_delete`); on one server the first half of :data:`_DELETE`."""
+
+_DELETE = f"""
+    WITH deleted AS ({_MARK_DELETED})
     INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, reason,
                          version, xact_id)
     SELECT %(shard_key)s, state_machine, name, state, NULL, %(now)s, 'deleted',

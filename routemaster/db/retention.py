@@ -301,7 +301,7 @@ _FRONTIER = """
     """
 
 _HISTORY_AFTER = """
-    SELECT CAST(xact_id AS text), id, shard_key, created FROM history
+    SELECT CAST(xact_id AS text) AS xact, id, shard_key, created FROM history
     WHERE state_machine = %(sm)s AND (xact_id, id) > (CAST(%(xact)s AS xid8), %(id)s)
     ORDER BY xact_id, id
     LIMIT %(batch)s

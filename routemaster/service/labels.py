@@ -69,7 +69,7 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
 
     if not isinstance(initial, Action) and not evaluates_on_entry(initial):
         # The insert is all there is to do: one statement, its own transaction (two on Citus).
-        with store.creating(app.db) as conn:
+        with store.writing(app.db) as conn:
             created = insert(conn)
         if created is None:
             raise LabelExists(name)
@@ -162,7 +162,7 @@ def _merged(
 
 def delete_label(app: App, machine: StateMachine, name: str) -> None:
     """Soft-delete: clear metadata, record it in history, keep the name taken."""
-    with single_statement(app.db) as conn:
+    with store.writing(app.db) as conn:
         old_state = store.soft_delete(conn, machine.name, name, now=app.now())
     if old_state is not None:
         log_transition(app, machine.name, name, old_state, None, forced=False)

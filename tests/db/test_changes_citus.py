@@ -16,14 +16,23 @@ import pytest
 import sqlalchemy as sa
 
 from routemaster.db import labels as store
-from routemaster.db.changes import START, Change, Position, present, read_changes
+from routemaster.db.changes import (
+    START,
+    Change,
+    Position,
+    present,
+    read_changes,
+    recent_changes,
+)
 from routemaster.db.horizon import Horizon
+from routemaster.db.keys import shard_key
 from tests.citus_cluster import (
     Cluster,
     Node,
     rounds_pass,
     second_worker_held,
 )
+from tests.db.one_label_writers import race_on_one_label, unchained
 from tests.waiting import wait_until
 
 NOW = datetime.datetime(2026, 11, 28, 5, 0, tzinfo=datetime.UTC)
@@ -205,3 +214,42 @@ def test_a_stream_that_has_caught_up_asks_the_workers_nothing(engine: sa.Engine)
     finally:
         sa.event.remove(engine, "before_cursor_execute", seen)
     assert not [statement for statement in statements if "history" in statement]
+
+
+def test_positions_past_a_power_of_ten_come_out_in_numeric_order_from_every_worker(
+    cluster: Cluster, engine: sa.Engine
+) -> None:
+    """Each shard and the coordinator's merge sort transaction ids as numbers: sorted as text
+    (the worker's query once ordered by the text it returned), 1000 came before 999 and a
+    reader that resumed after 1000 lost 999 for good."""
+    first, second = cluster.workers[:2]
+    at = dict(zip(cluster.names_on(first, "x", 3), [1000, 9, 99], strict=True))
+    at |= dict(zip(cluster.names_on(second, "x", 3), [999, 100, 10], strict=True))
+    with engine.begin() as conn:
+        for name, xact in at.items():
+            conn.execute(
+                _HISTORY_AT,
+                {"shard_key": shard_key(name), "label": name, "now": NOW, "xact": str(xact)},
+            )
+    reader = Reader(engine)
+    reader.until(set(at))
+    assert [change.position.xact for change in reader.changes] == sorted(at.values())
+    with engine.connect() as conn:
+        recent = recent_changes(conn, "m", limit=3)
+    assert [change.position.xact for change in recent] == [1000, 999, 100]
+
+
+_HISTORY_AT = sa.text(
+    "INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created,"
+    " xact_id) VALUES (:shard_key, 'm', :label, NULL, 'a', :now, CAST(:xact AS xid8))"
+)
+
+
+def test_two_writers_on_one_label_come_out_in_the_order_they_wrote_on_citus(
+    engine: sa.Engine,
+) -> None:
+    """The coordinator takes a change's position after the worker granted the label's row
+    lock (every write of one label locks it before its history row names the transaction)."""
+    changes = race_on_one_label(engine, "raced", rounds=40)
+    assert [change.position for change in changes] == sorted(c.position for c in changes)
+    assert not unchained(changes)

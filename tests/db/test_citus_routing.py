@@ -16,17 +16,20 @@ from __future__ import annotations
 import datetime
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from flask.testing import FlaskClient
 
 from routemaster.app import App
 from routemaster.config import load_config
 from routemaster.db import labels
+from routemaster.db.errored import Erring, become_errored
 from routemaster.db.history import stamp_versions
 from routemaster.db.keys import shard_key
+from routemaster.db.moves import write_moves
 from routemaster.db.plumbing.database import create_engine, distributed
 from routemaster.db.plumbing.migrate import (
     DISTRIBUTED_TABLES,
@@ -187,3 +190,80 @@ def test_migrating_again_distributes_nothing_more(citus_engine: sa.Engine) -> No
         REFERENCE_TABLES, "n"
     )
     assert "api_tokens" not in kinds  # small tables no statement joins stay on the coordinator
+
+
+# Commit records: Citus writes one per worker a transaction prepared on (two-phase commit).
+_COMMIT_RECORDS = sa.text("SELECT gid FROM pg_dist_transaction")
+
+Write = Callable[[FlaskClient, sa.Engine], None]
+
+
+def _api(method: str, path: str, body: dict[str, Any] | None = None) -> Write:
+    def write(client: FlaskClient, engine: sa.Engine) -> None:
+        answer = client.open(path, method=method, json=body)
+        assert answer.status_code < 300, answer.get_data(as_text=True)
+
+    return write
+
+
+def _moved(*states: str) -> Write:
+    """The worker's write after an action (or gates passed through): alice through ``states``."""
+
+    def write(client: FlaskClient, engine: sa.Engine) -> None:
+        with engine.begin() as conn:
+            label = labels.lock(conn, "user", "alice")
+            assert label is not None
+            write_moves(conn, [labels.Moves(label, states, due_at=None)], now=NOW)
+
+    return write
+
+
+def _errored(client: FlaskClient, engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        label = labels.lock(conn, "user", "alice")
+        assert label is not None
+        erring = Erring("user", "alice", label.entry_id, "the hook answered 500")
+        assert become_errored(conn, [erring], now=NOW)
+
+
+TO_NOTIFY = _moved("review", "notify")
+SINGLE_LABEL_WRITES: dict[str, tuple[list[Write], Write]] = {
+    "create": ([], _api(*CREATE)),
+    "patch": ([_api(*CREATE)], _api("PATCH", f"{LABELS}/alice", {"metadata": {"n": 1}})),
+    "move via gate": (
+        [_api(*CREATE)],
+        _api("PATCH", f"{LABELS}/alice", {"metadata": {"ready": True}}),
+    ),
+    "move through two states": ([_api(*CREATE)], TO_NOTIFY),
+    "action success": ([_api(*CREATE), TO_NOTIFY], _moved("done")),
+    "operator move": (
+        [_api(*CREATE)],
+        _api("POST", f"{LABELS}/alice/move", {"state": "done", "reason": "ops"}),
+    ),
+    "error": ([_api(*CREATE), TO_NOTIFY], _errored),
+    "retry": (
+        [_api(*CREATE), TO_NOTIFY, _errored],
+        _api("POST", f"{LABELS}/alice/retry", {"reason": "fixed"}),
+    ),
+    "pause": ([_api(*CREATE)], _api(*PAUSE)),
+    "resume": ([_api(*CREATE), _api(*PAUSE)], _api("POST", f"{LABELS}/alice/resume", {})),
+    "delete": ([_api(*CREATE)], _api("DELETE", f"{LABELS}/alice")),
+}
+
+
+@pytest.mark.parametrize("case", SINGLE_LABEL_WRITES)
+def test_a_single_label_write_commits_in_one_phase(citus_engine: sa.Engine, case: str) -> None:
+    """Every write of one label runs on its worker alone and commits there in one phase: no
+    commit record (a modifying CTE feeding history from the label's row was run through
+    intermediate results on both workers and committed in two phases)."""
+    app = App(config=load_config([CONFIG_PATH]), db=citus_engine)
+    client = create_app(app).test_client()
+    before, write = SINGLE_LABEL_WRITES[case]
+    for step in before:
+        step(client, citus_engine)
+    with citus_engine.connect() as conn:
+        records = set(conn.execute(_COMMIT_RECORDS).scalars())
+    write(client, citus_engine)
+    with citus_engine.connect() as conn:
+        added = set(conn.execute(_COMMIT_RECORDS).scalars()) - records
+    assert not added, f"{case}: committed in two phases ({sorted(added)})"
