@@ -75,11 +75,13 @@ def alembic_config() -> AlembicConfig:
     return config
 
 
-def upgrade(engine: sa.Engine, revision: str = "head") -> None:
+def upgrade(engine: sa.Engine, revision: str = "head", *, recount: bool = False) -> None:
     """Run ``alembic upgrade`` on ``engine``'s database, serialised by an advisory lock.
 
     The lock lets several processes (serve and cron started together) migrate
-    the same database at start-up without tripping over each other.
+    the same database at start-up without tripping over each other. Then the
+    kept label counts are seeded if they are not yet (``recount``: counted
+    afresh anyway, :func:`keep_counts`).
     """
     config = alembic_config()
     with engine.begin() as connection:
@@ -87,7 +89,7 @@ def upgrade(engine: sa.Engine, revision: str = "head") -> None:
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
     distribute(engine)
-    keep_counts(engine)
+    keep_counts(engine, recount=recount)
 
 
 SETTLE_SECONDS = 30.0
