@@ -4,6 +4,7 @@ labels counted one by one, whatever wrote the changes and however the folds inte
 from __future__ import annotations
 
 import datetime
+import re
 import threading
 
 import sqlalchemy as sa
@@ -14,6 +15,7 @@ from routemaster.db.errored import Erring, become_errored
 from routemaster.db.horizon import Horizon
 from routemaster.db.labels import Moves
 from routemaster.db.plumbing.migrate import keep_counts
+from tests.db.test_statement_text import STATEMENTS
 
 NOW = datetime.datetime(2026, 11, 28, 5, 0, tzinfo=datetime.UTC)
 
@@ -221,3 +223,25 @@ def test_a_recount_agrees_with_the_folds(db_engine: sa.Engine) -> None:
     fold(db_engine)
     assert_exact(db_engine)
     assert not keep_counts(db_engine)  # kept already: nothing recounted
+
+
+# The SET list of an UPDATE of labels, up to where its FROM, WHERE or RETURNING begins.
+_SET_LIST = re.compile(r"UPDATE labels SET(.*?)(?:\bFROM\b|\bWHERE\b|\bRETURNING\b)", re.S)
+_STATE_OR_DELETED = re.compile(r"(?:^|,)\s*(state|deleted)\s*=")  # an assignment, not a test
+# On Citus a create is two router statements in one transaction: the label, then its entry.
+_CREATE_THEN_ENTRY = {"labels._INSERT_LABEL"}
+
+
+def test_every_statement_that_changes_a_labels_state_appends_its_history_row() -> None:
+    """The kept counts follow history: a statement that creates a label, changes its state or
+    deletes it writes the history row in the same statement (nothing changes one unseen)."""
+    changing = []
+    for name, sql in STATEMENTS:
+        creates = "INSERT INTO labels" in sql
+        sets = [found for found in _SET_LIST.findall(sql) if _STATE_OR_DELETED.search(found)]
+        if creates or sets:
+            changing.append(name)
+            if name not in _CREATE_THEN_ENTRY:
+                assert "INSERT INTO history" in sql, f"{name} changes labels without history"
+    assert {"moves._MOVE_ONE", "moves._MOVE_MANY", "labels._DELETE"} <= set(changing)
+    assert {"config_migrations._RENAME", "versions._RENAME_ONE"} <= set(changing)
