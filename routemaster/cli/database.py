@@ -14,11 +14,19 @@ from routemaster.db.plumbing.embedded import EmbeddedPostgres, EmbeddedUnavailab
 
 @click.command()
 @late_config_option
+@click.option(
+    "--recount",
+    is_flag=True,
+    help="Count the labels in each state afresh (the counts are kept as labels change; "
+    "writes to labels wait while it counts).",
+)
 @click.pass_obj
-def migrate(options: Options) -> None:
+def migrate(options: Options, recount: bool) -> None:
     """Bring the database to the current schema; with -c, also record the configuration's
     versions, apply its migrations to the labels and build the indexes its ``search:``
     paths need (serve and cron do this at start too)."""
+    if recount:
+        migrate_database(database_url(), recount=True)
     if not options.config_paths:
         migrate_database(database_url())
         click.echo("Database schema is current.")

@@ -36,7 +36,7 @@ def unreachable(url: str, error: BaseException) -> click.ClickException:
     return click.ClickException(f"cannot use the database at {safe_url(url)}: {detail}")
 
 
-def migrate_database(url: str) -> None:
+def migrate_database(url: str, *, recount: bool = False) -> None:
     """Migrate, or exit with one line saying why the database could not be used.
 
     No statement timeout here: a migration may legitimately take long. On the
@@ -46,7 +46,7 @@ def migrate_database(url: str) -> None:
     url = direct_database_url() or url
     engine = create_engine(url, pool_size=1, max_overflow=0)
     try:
-        upgrade(engine)
+        upgrade(engine, recount=recount)
     except sa.exc.SQLAlchemyError as error:
         raise unreachable(url, error) from None
     finally:

@@ -1,9 +1,12 @@
 """Labels counted: live labels grouped per machine and state (or version), each count once.
 
 The console, the API's machine description, ``/metrics``' label gauges and a
-configuration's plan all read these; each is one grouped count served by a
-partial index (``labels_by_state``, ``labels_errored``, ``labels_due``,
-``labels_by_version``), so its cost grows with the states, not the labels.
+configuration's plan all read these. Labels per state are kept
+(:mod:`routemaster.db.label_counts`: counts folded from history, plus what
+changed since), so reading them costs what changed, not the labels stored;
+the others are grouped counts served by a partial index bounded by what they
+count (``labels_errored``: errored labels, ``labels_due``: due labels,
+``labels_by_version``: labels that keep a version).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import NamedTuple
 
 import sqlalchemy as sa
 
+from routemaster.db import label_counts
 from routemaster.db.statements import fetch_all, fetch_one
 
 StateCounts = dict[tuple[str, str], int]
@@ -51,6 +55,12 @@ _IN_MACHINE = """
     GROUP BY state
     """
 
+_ERRORED_IN_MACHINE = """
+    SELECT state, count(*) FROM labels
+    WHERE state_machine = %(sm)s AND errored AND NOT deleted
+    GROUP BY state
+    """
+
 _VERSION_COLUMN_EXISTS = """
     SELECT EXISTS (SELECT 1 FROM pg_attribute
                    WHERE attrelid = to_regclass('labels') AND attname = 'version'
@@ -71,8 +81,14 @@ _PER_VERSION_STATE = """
 
 
 def per_state(conn: sa.Connection) -> StateCounts:
-    """Live labels per machine and state (states with none are absent)."""
-    return _grouped(conn, _PER_STATE)
+    """Live labels per machine and state (states with none are absent).
+
+    The kept counts; every label counted where they are not kept yet (a
+    database ``migrate`` has not seeded, or older than them: ``plan`` runs
+    before ``migrate``).
+    """
+    kept = label_counts.kept_per_state(conn) if label_counts.has_table(conn) else None
+    return _grouped(conn, _PER_STATE) if kept is None else kept
 
 
 def errored_per_state(conn: sa.Connection) -> StateCounts:
@@ -87,9 +103,15 @@ def due_per_state(conn: sa.Connection) -> StateCounts:
 
 def in_machine(conn: sa.Connection, machine: str) -> dict[str, StateCount]:
     """One machine's live labels, and how many of them errored, per state (none: absent)."""
+    kept = label_counts.kept_in_machine(conn, machine)
+    if kept is None:
+        return {
+            state: StateCount(int(labels), int(errored))
+            for state, labels, errored in fetch_all(conn, _IN_MACHINE, {"sm": machine})
+        }
+    errored = {state: int(n) for state, n in fetch_all(conn, _ERRORED_IN_MACHINE, {"sm": machine})}
     return {
-        state: StateCount(int(labels), int(errored))
-        for state, labels, errored in fetch_all(conn, _IN_MACHINE, {"sm": machine})
+        state: StateCount(labels, errored.get(state, 0)) for state, labels in kept.items() if labels
     }
 
 

@@ -100,6 +100,15 @@ _PREPARED = """
     """
 
 
+def prepared_everywhere(conn: sa.Connection) -> set[tuple[int, str]] | None:
+    """Every transaction prepared in this database, by (node group, gid), on the workers and
+    the coordinator (``None``: a worker did not answer)."""
+    rows = fetch_all(conn, _PREPARED)
+    if not all(success for success, _, _ in rows):
+        return None
+    return {(group, gid) for _, group, gid in rows if gid is not None}
+
+
 class Unconfirmed(sa.exc.SQLAlchemyError):
     """No horizon could be confirmed yet: the stream cannot be read (like a database outage)."""
 

@@ -20,7 +20,23 @@ from routemaster.db.statements import fetch_all
 
 """(receiver id, state machine, action state): where an action's webhooks go."""
 
-_COUNTS = """
+# Per receiver, its routes' labels waiting without a lease (``labels_awaiting_claim``: labels
+# due in those states), then those under a lease, expired (waiting again) or not (in flight)
+# (``labels_leased``): each read is bounded by the labels it counts, never by those stored.
+_WAITING = """
+    WITH routes AS (
+        SELECT * FROM unnest(CAST(%(route_receivers)s AS text[]),
+                             CAST(%(route_machines)s AS text[]),
+                             CAST(%(route_states)s AS text[])) AS r(receiver, sm, state)
+    )
+    SELECT routes.receiver, count(*)
+    FROM routes JOIN labels ON labels.state_machine = routes.sm AND labels.state = routes.state
+    WHERE labels.lease_owner IS NULL AND labels.due_at IS NOT NULL AND labels.due_at <= %(now)s
+      AND NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
+    GROUP BY routes.receiver
+    """
+
+_LEASED = """
     WITH routes AS (
         SELECT * FROM unnest(CAST(%(route_receivers)s AS text[]),
                              CAST(%(route_machines)s AS text[]),
@@ -28,11 +44,10 @@ _COUNTS = """
     )
     SELECT routes.receiver,
            count(*) FILTER (WHERE labels.due_at <= %(now)s) AS waiting,
-           count(*) FILTER (WHERE labels.lease_owner IS NOT NULL AND labels.due_at > %(now)s)
-               AS in_flight
+           count(*) FILTER (WHERE labels.due_at > %(now)s) AS in_flight
     FROM routes JOIN labels ON labels.state_machine = routes.sm AND labels.state = routes.state
-    WHERE NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
-      AND labels.due_at IS NOT NULL
+    WHERE labels.lease_owner IS NOT NULL AND labels.due_at IS NOT NULL
+      AND NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
     GROUP BY routes.receiver
     """
 
@@ -108,8 +123,12 @@ def counts(
     """Per receiver: (labels waiting for it, calls in flight to it)."""
     if not routes:
         return {}
-    rows = fetch_all(conn, _COUNTS, {**route_arrays(routes), "now": now})
-    return {receiver: (int(waiting), int(in_flight)) for receiver, waiting, in_flight in rows}
+    params = {**route_arrays(routes), "now": now}
+    found = {receiver: (int(n), 0) for receiver, n in fetch_all(conn, _WAITING, params)}
+    for receiver, waiting, in_flight in fetch_all(conn, _LEASED, params):
+        free, _ = found.get(receiver, (0, 0))
+        found[receiver] = (free + int(waiting), int(in_flight))
+    return found
 
 
 def retry_errored(

@@ -431,6 +431,26 @@ retention_horizons = sa.Table(
     sa.Column("scanned_id", sa.BigInteger, nullable=False, server_default="0"),
 )
 
+label_counts = sa.Table(
+    "label_counts",
+    metadata,
+    # live labels per state up to label_counts_folded's position (db/label_counts.py)
+    sa.Column("state_machine", sa.Text, primary_key=True),
+    sa.Column("state", sa.Text, primary_key=True),
+    sa.Column("count", sa.BigInteger, nullable=False),
+)
+
+label_counts_folded = sa.Table(
+    "label_counts_folded",
+    metadata,
+    # one row: every history row before (xact, id) is in label_counts, none after
+    sa.Column("one", sa.Boolean, primary_key=True, server_default=sa.true()),
+    sa.Column("xact", Xid8(), nullable=False),
+    sa.Column("id", sa.BigInteger, nullable=False),
+    sa.Column("folded_at", sa.DateTime(timezone=True), nullable=False),
+    sa.CheckConstraint("one"),
+)
+
 retention_progress = sa.Table(
     "retention_progress",
     metadata,

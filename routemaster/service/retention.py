@@ -31,6 +31,7 @@ from routemaster.app import App
 from routemaster.config.model import NoNext, StateMachine
 from routemaster.db import bulk, receivers, retention_progress
 from routemaster.db import retention as store
+from routemaster.service.label_counts import fold_label_counts
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ def prune(app: App, *, now: datetime.datetime | None = None) -> RunReport:
     """One pruning run over every machine's ``retention`` and finished bulk jobs."""
     now = app.now() if now is None else now
     report = RunReport()
+    fold_label_counts(app)  # history it removes is counted first (routemaster.db.label_counts)
     try:
         for machine in app.config.state_machines:
             _machine(app, machine, now, report)

@@ -36,6 +36,7 @@ from routemaster.service.claims import Claim, StateKey, extend_leases
 from routemaster.service.configuration import apply_migrations
 from routemaster.service.database import Kind, StoreError, describe_failure
 from routemaster.service.delivery_claims import Gatekeeper, Permit
+from routemaster.service.label_counts import FOLD_INTERVAL, fold_label_counts
 from routemaster.service.retention import prune as prune_retained
 from routemaster.service.scheduling import schedule_unscheduled
 from routemaster.service.tasks import expire_leases, forget_old_tasks
@@ -154,6 +155,14 @@ STEPS: tuple[Step, ...] = (
         lambda work: work.backfill(),
         busy=True,
         again=lambda work, done: done is None or done >= work.app.settings.batch_size,
+        at_once=True,
+    ),
+    # Label counts: the history written since the last fold added to the kept counts.
+    Step(
+        "folding label counts",
+        seconds(FOLD_INTERVAL),
+        lambda work: fold_label_counts(work.app),
+        draining=True,
         at_once=True,
     ),
     # Retention: history, deleted and finished labels, bulk jobs (one leader per batch). Last,

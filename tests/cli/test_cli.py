@@ -114,12 +114,18 @@ def test_commands_that_need_a_config_say_so() -> None:
 def _insert_label(
     engine: sa.Engine, machine: str, name: str, state: str, *, deleted: bool = False
 ) -> None:
+    """A label as a process of another configuration wrote it: its row and, unless deleted
+    (whose history nets to nothing), its first history entry."""
     with engine.begin() as connection:
         connection.execute(
             sa.text(
-                "INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id,"
-                " deleted, name_key, shard_key) VALUES (:machine, :name, :state, now(), 1,"
-                " :deleted, routemaster_label_key(:name), routemaster_shard_key(:name))"
+                "WITH entry AS (INSERT INTO history (shard_key, state_machine, label, old_state,"
+                " new_state, created) SELECT routemaster_shard_key(:name), :machine, :name, NULL,"
+                " :state, now() WHERE NOT :deleted RETURNING id)"
+                " INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id,"
+                " deleted, name_key, shard_key) VALUES (:machine, :name, :state, now(),"
+                " coalesce((SELECT id FROM entry), 1), :deleted, routemaster_label_key(:name),"
+                " routemaster_shard_key(:name))"
             ),
             {"machine": machine, "name": name, "state": state, "deleted": deleted},
         )

@@ -67,12 +67,16 @@ def _write(tmp_path: Path, name: str, text: str) -> str:
 
 
 def _insert(engine: sa.Engine, name: str, state: str) -> None:
+    """A label as a process of another configuration wrote it: its row and first entry."""
     with engine.begin() as connection:
         connection.execute(
             sa.text(
-                "INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id,"
-                " name_key, shard_key) VALUES ('order', :name, :state, now(), 1,"
-                " routemaster_label_key(:name), routemaster_shard_key(:name))"
+                "WITH entry AS (INSERT INTO history (shard_key, state_machine, label, old_state,"
+                " new_state, created) VALUES (routemaster_shard_key(:name), 'order', :name,"
+                " NULL, :state, now()) RETURNING id)"
+                " INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id,"
+                " name_key, shard_key) SELECT 'order', :name, :state, now(), entry.id,"
+                " routemaster_label_key(:name), routemaster_shard_key(:name) FROM entry"
             ),
             {"name": name, "state": state},
         )

@@ -107,7 +107,13 @@ def test_label_gauges_count_every_state_due_and_errored(
 ) -> None:
     for name in ("a", "b", "c"):
         client.post(f"{LABELS}/{name}", json={"metadata": {}})
-    _set(db_engine, "UPDATE labels SET state = 'notify', errored = true WHERE name = 'a'")
+    _set(  # a move, as routemaster writes one: the row and a history entry
+        db_engine,
+        "WITH moved AS (UPDATE labels SET state = 'notify', errored = true WHERE name = 'a'"
+        " RETURNING shard_key, state_machine, name)"
+        " INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created)"
+        " SELECT shard_key, state_machine, name, 'start', 'notify', now() FROM moved",
+    )
     _set(db_engine, "UPDATE labels SET due_at = now() - interval '1 minute' WHERE name = 'b'")
     samples = scrape(client)
     assert value(samples, "routemaster_labels", state_machine="user", state="start") == 2
@@ -152,16 +158,19 @@ def test_gauges_are_counted_at_most_once_per_interval_across_processes(
     ]
     _set(
         db_engine,
-        "INSERT INTO labels (state_machine, name, state, state_entered_at, "
-        "entry_id, name_key, shard_key) VALUES ('user', 'x', 'start', now(), 1,"
-        " routemaster_label_key('x'), routemaster_shard_key('x'))",
+        "WITH entry AS (INSERT INTO history (shard_key, state_machine, label, old_state,"
+        " new_state, created) VALUES (routemaster_shard_key('x'), 'user', 'x', NULL, 'start',"
+        " now()) RETURNING id)"
+        " INSERT INTO labels (state_machine, name, state, state_entered_at, "
+        "entry_id, name_key, shard_key) SELECT 'user', 'x', 'start', now(), entry.id,"
+        " routemaster_label_key('x'), routemaster_shard_key('x') FROM entry",
     )
     with Statements(db_engine) as statements:
         first = workers[0].counts()
         assert first is not None
         counted = statements.count
         assert counted > 0
-        _set(db_engine, "DELETE FROM labels")
+        _set(db_engine, "DELETE FROM labels; DELETE FROM history")
         for worker in workers * 3:
             again = worker.counts()
             assert again is not None

@@ -26,6 +26,8 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config as AlembicConfig
 
+from routemaster.db import label_counts
+from routemaster.db.horizon import Horizon, prepared_everywhere
 from routemaster.db.statements import fetch_all, fetch_one, fetch_value
 
 DISTRIBUTED_TABLES = ("labels", "history", "tasks", "deliveries", "bulk_items")
@@ -73,11 +75,13 @@ def alembic_config() -> AlembicConfig:
     return config
 
 
-def upgrade(engine: sa.Engine, revision: str = "head") -> None:
+def upgrade(engine: sa.Engine, revision: str = "head", *, recount: bool = False) -> None:
     """Run ``alembic upgrade`` on ``engine``'s database, serialised by an advisory lock.
 
     The lock lets several processes (serve and cron started together) migrate
-    the same database at start-up without tripping over each other.
+    the same database at start-up without tripping over each other. Then the
+    kept label counts are seeded if they are not yet (``recount``: counted
+    afresh anyway, :func:`keep_counts`).
     """
     config = alembic_config()
     with engine.begin() as connection:
@@ -85,6 +89,44 @@ def upgrade(engine: sa.Engine, revision: str = "head") -> None:
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
     distribute(engine)
+    keep_counts(engine, recount=recount)
+
+
+SETTLE_SECONDS = 30.0
+"""How long a recount waits for transactions prepared on Citus workers to finish."""
+
+
+def keep_counts(engine: sa.Engine, *, recount: bool = False) -> bool:
+    """Seed the kept label counts if they are not kept yet (``recount``: again anyway).
+
+    Whether it counted. Writes to labels wait while it counts (one grouped
+    count of the live labels, by the ``labels_by_state`` index). Under the
+    migration lock, after distributing: on Citus the count is of the shards.
+    """
+    with engine.begin() as connection:
+        fetch_one(connection, _MIGRATION_LOCK)
+        if fetch_value(connection, "SELECT to_regclass('label_counts_folded') IS NULL"):
+            return False  # migrated to a revision before the kept counts
+        if not recount and label_counts.kept(connection):
+            return False
+        citus = bool(fetch_value(connection, _CITUS_INSTALLED)) and "labels" in {
+            row[0] for row in fetch_all(connection, _CITUS_TABLES)
+        }
+
+        def settle() -> None:
+            # Transactions that committed on the coordinator before the lock may still be
+            # prepared on a worker (their rows invisible there): wait until they are not.
+            if not citus:
+                return
+            before = prepared_everywhere(connection)
+            if before is None or not label_counts.wait_until(
+                lambda: not (before & (prepared_everywhere(connection) or before)),
+                timeout=SETTLE_SECONDS,
+            ):
+                raise RuntimeError("a Citus worker did not answer, or kept a transaction prepared")
+
+        label_counts.recount(connection, Horizon.coordinator, settle=settle)
+        return True
 
 
 def distribute(engine: sa.Engine) -> list[str]:

@@ -1,0 +1,25 @@
+"""Kept label counts: folding history into them (a worker step), and counting afresh.
+
+See :mod:`routemaster.db.label_counts`. Any number of workers fold; each
+fold is one short transaction, and folds that race add every row once.
+"""
+
+from __future__ import annotations
+
+from routemaster.app import App
+from routemaster.db import label_counts
+from routemaster.db.horizon import Horizon
+
+FOLD_INTERVAL = 2.0
+"""Seconds between two folds of a worker: reads add at most what changed since (plus what a
+transaction still open holds back)."""
+
+
+def fold_label_counts(app: App) -> int:
+    """Fold the history that is final into the kept counts; the rows folded."""
+    with app.db.begin() as conn:
+        if app.horizon.distributed(conn):
+            below = app.horizon.confirmed(conn)
+        else:
+            below = Horizon.coordinator(conn)
+        return label_counts.fold(conn, below)
