@@ -117,9 +117,7 @@ def main() -> None:
     parser.add_argument("--paused", type=int, default=100_000)
     parser.add_argument("--idle-seconds", type=int, default=120)
     parser.add_argument("--scrape-every", type=float, default=15.0)
-    parser.add_argument(
-        "--repo", type=Path, default=REPO, help="the checkout whose routemaster runs"
-    )
+    parser.add_argument("--repo", type=Path, default=REPO, help="the checkout to run")
     parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
     args = parser.parse_args()
     with _private_server() as (server, postmaster):
@@ -341,8 +339,18 @@ def _private_server() -> Iterator[tuple[str, Path]]:
     )
     options = f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c max_connections=200"
     subprocess.run(
-        [*as_postgres, str(binaries / "pg_ctl"), "-D", str(data), "-w", "-l", str(data / "log")]
-        + ["-o", options, "start"],
+        [
+            *as_postgres,
+            str(binaries / "pg_ctl"),
+            "-D",
+            str(data),
+            "-w",
+            "-l",
+            str(data / "log"),
+            "-o",
+            options,
+            "start",
+        ],
         check=True,
         capture_output=True,
     )
@@ -372,7 +380,8 @@ def _print_table(figures: dict[str, Any], args: argparse.Namespace) -> None:
         ("GET /receivers", timed("receivers_ms")),
         ("routemaster plan (a new process)", timed("plan_ms")),
         (
-            f"idle PostgreSQL CPU ({figures.get('idle_s')} s, {figures.get('idle_scrapes')} scrapes)",
+            f"idle PostgreSQL CPU ({figures.get('idle_s')} s,"
+            f" {figures.get('idle_scrapes')} scrapes)",
             f"{figures.get('idle_postgres_cpu_percent', '-')}% of a core",
         ),
         (
