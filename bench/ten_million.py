@@ -17,9 +17,10 @@ on a free port, removed afterwards):
 2. ``serve --no-worker`` and one ``cron`` started: seconds until each answers
    (the API's ``GET /state-machines``, the worker's metrics endpoint).
 3. Timed requests (median and worst of :data:`REPEATS`): a ``/metrics``
-   scrape (5.5 s apart: the label gauges are cached for 5 s), the console's machine page, ``GET /state-machines/order``,
-   ``GET /receivers``; and ``routemaster plan`` as an operator runs it (a new
-   process each time, Python's start-up included).
+   scrape (5.5 s apart: the label gauges are cached for 5 s), the console's
+   machine page, ``GET /state-machines/order``, ``GET /receivers``; and
+   ``routemaster plan`` as an operator runs it (a new process each time,
+   Python's start-up included).
 4. ``--idle-seconds`` with nothing else happening but a ``/metrics`` scrape
    every ``--scrape-every`` seconds (0: none): the CPU of every PostgreSQL
    process (``/proc``), and the rows of ``labels`` read per minute
