@@ -19,7 +19,7 @@ from routemaster.db.errors import describe_failure
 from routemaster.db.plumbing.database import safe_url
 from routemaster.logging import PluginError
 from routemaster.machine.upgrades import ConfigPlan, stranded_message
-from routemaster.service.configuration import current_plan
+from routemaster.service.configuration import stranding_plan
 
 
 @click.command()
@@ -50,7 +50,7 @@ def _plan(url: str, config: Config) -> ConfigPlan | str:
     """What the config changes for the database's labels, or why they could not be read."""
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool, connect_args={"connect_timeout": 5})
     try:
-        return current_plan(App(config=config, db=engine))
+        return stranding_plan(App(config=config, db=engine))
     except sa.exc.SQLAlchemyError as error:
         return f"database at {safe_url(url)} not usable ({describe_failure(error).detail})"
     finally:

@@ -159,7 +159,11 @@ def _read_distributed(
 
 
 def recent_changes(conn: sa.Connection, machine: str, *, limit: int) -> list[Change]:
-    """The machine's latest ``limit`` changes that ``conn`` can see, newest first."""
+    """The machine's latest ``limit`` changes that ``conn`` can see, newest first.
+
+    In position order, read from an index: the cost is ``limit`` rows, whatever the
+    history holds.
+    """
     rows = fetch_all(conn, _RECENT, {"sm": machine, "limit": limit})
     return [_change(row) for row in rows]
 
@@ -194,14 +198,15 @@ def _change(row: Row) -> Change:
     )
 
 
-# The position's transaction is returned as text under another name than ``xact_id``: a bare
-# ``ORDER BY xact_id`` names the output column when one has that name, and the text sorts
-# 999 after 1000 (on Citus the worker's query would sort each shard by it too).
+# Backwards along ``history_by_machine_position`` (state_machine, xact_id, id), stopping after
+# ``limit`` rows; on Citus each shard does the same and the coordinator merges their first
+# rows. The sort names the table's columns: a bare ``xact_id`` would name the output column
+# ``CAST(xact_id AS text)`` and sort the whole machine's history as text (10000 before 9999).
 _RECENT = """
-    SELECT CAST(xact_id AS text) AS xact, id, state_machine, label, old_state, new_state, created,
-           forced, reason, kind, version
+    SELECT CAST(history.xact_id AS text) AS position_xact, history.id, state_machine, label,
+           old_state, new_state, created, forced, reason, kind, version
     FROM history WHERE state_machine = %(sm)s
-    ORDER BY xact_id DESC, id DESC LIMIT %(limit)s
+    ORDER BY history.xact_id DESC, history.id DESC LIMIT %(limit)s
     """
 
 # The horizon first: the oldest transaction of this database still running when the

@@ -37,7 +37,7 @@ class StateChange:
 
     name: str
     change: str
-    labels: int = 0
+    labels: int | None = 0  # None: the state holds labels, not counted (it does not change)
     to: str | None = None
     aspects: tuple[str, ...] = ()
 
@@ -50,8 +50,8 @@ class MachinePlan:
     states: tuple[StateChange, ...]
     stranded: tuple[tuple[str, int], ...] = ()  # (state, labels)
     feeds_changed: bool = False
-    # live labels by the version they follow, oldest first: (version, labels); the version is
-    # None for labels of a machine never applied
+    # a ``continue`` machine's live labels on versions other than the last applied one, oldest
+    # first: (version, labels)
     versions: tuple[tuple[int | None, int], ...] = ()
 
 
@@ -68,14 +68,15 @@ class ConfigPlan:
 def plan_config(
     config: Config,
     applied: Mapping[str, tuple[int, Definition]],
-    counts: Mapping[str, Mapping[str, int]],
+    counts: Mapping[str, Mapping[str, int | None]],
     version_counts: Mapping[str, Mapping[int, int]] | None = None,
     at_home: Mapping[str, Mapping[str, int]] | None = None,
 ) -> ConfigPlan:
     """The plan of ``config`` against ``applied`` (machine -> (version, definition)).
 
-    ``counts``: live labels per machine and state, as the database holds them now;
-    ``version_counts``: live labels per machine and the version they keep (``continue``);
+    ``counts``: live labels per machine and state, as the database holds them now (``None``:
+    the state holds labels that were not counted); ``version_counts``: a ``continue``
+    machine's live labels per version they keep, other than the last applied one;
     ``at_home``: per machine and state, labels whose own version has that state (they are
     never stranded: a ``continue`` machine's labels finish under their version).
     """
@@ -87,25 +88,15 @@ def plan_config(
                 plan_machine(machine, applied.get(machine.name), counts.get(machine.name, {})),
                 at_home.get(machine.name, {}) if machine.continues else {},
             ),
-            versions=labels_by_version(
-                applied.get(machine.name, (None,))[0],
-                sum(counts.get(machine.name, {}).values()),
-                version_counts.get(machine.name, {}) if machine.continues else {},
-            ),
+            versions=tuple(sorted(version_counts.get(machine.name, {}).items()))
+            if machine.continues
+            else (),
         )
         for machine in config.state_machines
     ]
     configured = {machine.name for machine in config.state_machines}
     for name in sorted((set(applied) | set(counts)) - configured):
-        removed = _removed_machine(name, applied.get(name), counts.get(name, {}))
-        machines.append(
-            dataclasses.replace(
-                removed,
-                versions=labels_by_version(
-                    removed.applied_version, sum(counts.get(name, {}).values()), {}
-                ),
-            )
-        )
+        machines.append(_removed_machine(name, applied.get(name), counts.get(name, {})))
     stranded = tuple(
         (plan.name, state, labels) for plan in machines for state, labels in plan.stranded
     )
@@ -145,7 +136,7 @@ def labels_by_version(
 def plan_machine(
     machine: StateMachine,
     applied: tuple[int, Definition] | None,
-    counts: Mapping[str, int],
+    counts: Mapping[str, int | None],
 ) -> MachinePlan:
     """One configured machine against its last applied definition (``None``: never applied)."""
     return compare_definitions(
@@ -161,7 +152,7 @@ def compare_definitions(
     new: Definition,
     old: Definition | None,
     migrations: Sequence[Migration] = (),
-    counts: Mapping[str, int] | None = None,
+    counts: Mapping[str, int | None] | None = None,
     *,
     applied_version: int | None = None,
 ) -> MachinePlan:
@@ -199,7 +190,7 @@ def compare_definitions(
             changes.append(StateChange(name, change, labels, migration.to_state))
             continue
         changes.append(StateChange(name, "removed", labels))
-        if labels:
+        if labels:  # a state the configuration lacks is always counted
             stranded.append((name, labels))
     return MachinePlan(
         name=str(new["name"]),
@@ -212,7 +203,7 @@ def compare_definitions(
 
 
 def _removed_machine(
-    name: str, applied: tuple[int, Definition] | None, counts: Mapping[str, int]
+    name: str, applied: tuple[int, Definition] | None, counts: Mapping[str, int | None]
 ) -> MachinePlan:
     old_states = [state["name"] for state in applied[1]["states"]] if applied else []
     names = old_states + sorted(state for state in counts if state not in old_states)
@@ -300,13 +291,17 @@ def plan_as_text(plan: ConfigPlan) -> list[str]:
         lines.append(f"{machine.name}: {machine.status} ({applied})")
         if machine.feeds_changed:
             lines.append("  feeds changed")
-        if len(machine.versions) > 1:
+        if machine.versions:
             listed = ", ".join(f"{version}: {labels}" for version, labels in machine.versions)
-            lines.append(f"  labels by version: {listed}")
+            lines.append(f"  labels on other versions: {listed}")
         for state in machine.states:
             if state.change == "unchanged" and machine.status != "new":
                 continue
-            count = f"{state.labels} label{'s' if state.labels != 1 else ''}"
+            count = (
+                "labels not counted"
+                if state.labels is None
+                else f"{state.labels} label{'s' if state.labels != 1 else ''}"
+            )
             detail = f" -> {state.to}" if state.to else ""
             if state.aspects:
                 detail = f" ({', '.join(state.aspects)})"

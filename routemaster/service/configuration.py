@@ -16,7 +16,9 @@ applying them again changes nothing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -24,10 +26,10 @@ from routemaster.app import App
 from routemaster.config.graph import describe_machine
 from routemaster.config.model import Migration, NoNext, StateMachine
 from routemaster.db import config_migrations as store
-from routemaster.db import counts, versions
 from routemaster.db import labels as db_labels
+from routemaster.db import occupied_states, versions
 from routemaster.db.versions import MachineVersion as MachineVersion  # for the faces
-from routemaster.machine.upgrades import ConfigPlan, plan_config
+from routemaster.machine.upgrades import ConfigPlan, plan_config, plan_machine
 from routemaster.service.errors import LabelDeleted, LabelNotFound
 from routemaster.service.labels import finish_in_request
 from routemaster.service.operations import force_move, move_locked
@@ -47,38 +49,104 @@ class LabelsStranded(Exception):
 
 
 def current_plan(app: App) -> ConfigPlan:
-    """The configuration against the definitions last applied and the labels there are now."""
+    """What ``routemaster plan`` shows: the configuration against the definitions last applied.
+
+    Labels are counted only in the states that matter: those the plan shows
+    as changing (added, removed, renamed, moved, changed) and every state of
+    a machine never applied or no longer configured. An unchanged state that
+    holds labels is shown without a count (``None``). ``versions``: a
+    ``continue`` machine's labels on versions other than the last applied
+    one. Which states hold labels comes from an index, one probe per state,
+    so the cost follows the states that change, not the labels stored.
+    """
+    return _plan(app, _changing_states, older_versions=True)
+
+
+def stranding_plan(app: App) -> ConfigPlan:
+    """The start-up check's plan: labels counted only in states the configuration lacks and
+    no migration takes labels out of (the states that would strand them)."""
+    return _plan(app, _missing_states, older_versions=False)
+
+
+Applied = tuple[int, dict[str, Any]]
+"""A machine's last applied version and definition."""
+
+StatesToCount = Callable[[StateMachine | None, Applied | None, list[str]], list[str]]
+"""Of one machine's states that hold labels, those to count (the configured machine, or
+``None`` when it is no longer configured; its last applied definition, if any)."""
+
+
+def _plan(app: App, which: StatesToCount, *, older_versions: bool) -> ConfigPlan:
+    configured = {machine.name: machine for machine in app.config.state_machines}
     with app.db.connect() as conn:
-        applied = {
+        applied: dict[str, Applied] = {
             name: (found.version, found.definition)
             for name, found in versions.last_applied(conn).items()
         }
-        per_state: dict[str, dict[str, int]] = {}
-        for (machine, state), count in counts.per_state(conn).items():
-            per_state.setdefault(machine, {})[state] = count
-        kept = counts.per_version(conn) if applied else {}
-        at_home = _labels_at_home(conn, app) if applied else {}
-    return plan_config(app.config, applied, per_state, kept, at_home)
+        held = occupied_states.occupied(conn)
+        counts: dict[str, dict[str, int | None]] = {}
+        by_version: dict[tuple[str, str], dict[int | None, int]] = {}
+        for name, states in held.items():
+            counted = which(configured.get(name), applied.get(name), states)
+            counts[name] = dict.fromkeys(states)
+            for state in counted:
+                by_version[name, state] = occupied_states.in_state(conn, name, state)
+                counts[name][state] = sum(by_version[name, state].values())
+        older = {
+            name: occupied_states.other_versions(conn, name, applied[name][0])
+            for name, machine in configured.items()
+            if older_versions and machine.continues and name in applied
+        }
+        at_home = _labels_at_home(conn, app, by_version) if applied else {}
+    return plan_config(app.config, applied, counts, older, at_home)
 
 
-def _labels_at_home(conn: sa.Connection, app: App) -> dict[str, dict[str, int]]:
-    """Per ``continue`` machine and state, the labels whose own version has that state.
+def _changing_states(
+    machine: StateMachine | None, applied: Applied | None, states: list[str]
+) -> list[str]:
+    """All of a machine never applied or not configured; else those whose change shows."""
+    if machine is None or applied is None:
+        return states
+    changes = plan_machine(machine, applied, dict.fromkeys(states, 0)).states
+    changing = {change.name for change in changes if change.change != "unchanged"}
+    return [state for state in states if state in changing]
+
+
+def _missing_states(
+    machine: StateMachine | None, applied: Applied | None, states: list[str]
+) -> list[str]:
+    """The states the configuration lacks and no migration names (all of a machine gone)."""
+    if machine is None:
+        return states
+    kept = {state.name for state in machine.states}
+    kept |= {migration.from_state for migration in machine.migrations}
+    return [state for state in states if state not in kept]
+
+
+def _labels_at_home(
+    conn: sa.Connection, app: App, counted: dict[tuple[str, str], dict[int | None, int]]
+) -> dict[str, dict[str, int]]:
+    """Per ``continue`` machine and counted state, the labels whose own version has that state.
 
     They finish under their version, so a configuration that lacks the state
     does not strand them.
     """
     continuing = {machine.name for machine in app.config.state_machines if machine.continues}
-    if not continuing:
+    wanted = {machine for machine, _ in counted if machine in continuing}
+    if not wanted:
         return {}
     states = {
         (found.machine, found.version): {state["name"] for state in found.definition["states"]}
-        for name in continuing
+        for name in wanted
         for found in versions.versions_of(conn, name, after=0, limit=MAX_VERSIONS)
     }
     home: dict[str, dict[str, int]] = {}
-    for machine, version, state, count in counts.per_version_state(conn):
-        if machine in continuing and state in states.get((machine, version), ()):
-            home.setdefault(machine, {})[state] = home.get(machine, {}).get(state, 0) + count
+    for (machine, state), per_version in counted.items():
+        if machine not in wanted:
+            continue
+        for version, count in per_version.items():
+            if state in states.get((machine, version), ()):  # type: ignore[arg-type]
+                home.setdefault(machine, {})[state] = home.get(machine, {}).get(state, 0) + count
     return home
 
 
@@ -90,7 +158,7 @@ def record_configuration(app: App) -> Recorded:
     recorded nothing, when labels would be stranded.
     """
     with store.config_lock(app.db, wait=True):
-        plan = current_plan(app)
+        plan = stranding_plan(app)
         if plan.strands_labels:
             raise LabelsStranded(plan)
         with app.db.begin() as conn:

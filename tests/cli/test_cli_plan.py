@@ -144,7 +144,7 @@ def test_plan_json_then_migrate_twice(
         1,
     )
     assert machine["states"] == [
-        {"name": "done", "change": "unchanged", "labels": 1},
+        {"name": "done", "change": "unchanged", "labels": None},  # holds labels, not counted
         {"name": "pending", "change": "renamed", "labels": 1, "to": "awaiting_payment"},
         {"name": "cancelled", "change": "removed", "labels": 0},
     ]

@@ -17,6 +17,7 @@ from routemaster.db.horizon import Horizon
 from routemaster.db.keys import shard_key
 from routemaster.db.moves import write_moves
 from routemaster.db.statements import fetch_all
+from tests.citus_cluster import citus_run
 from tests.db.one_label_writers import race_on_one_label, unchained
 from tests.waiting import wait_until
 
@@ -317,3 +318,57 @@ def test_two_writers_on_one_label_come_out_in_the_order_they_wrote(db_engine: sa
     changes = race_on_one_label(db_engine, "raced", rounds=40)
     assert [change.position for change in changes] == sorted(c.position for c in changes)
     assert not unchained(changes)
+
+
+def _history_at(conn: sa.Connection, machine: str, label: str, xact: int) -> None:
+    """A history row as transaction ``xact`` would have written it."""
+    conn.execute(
+        sa.text(
+            "INSERT INTO history (state_machine, label, old_state, new_state, xact_id, shard_key)"
+            " VALUES (:sm, :label, NULL, 'a', CAST(CAST(:xact AS text) AS xid8),"
+            " routemaster_shard_key(:label))"
+        ),
+        {"sm": machine, "label": label, "xact": xact},
+    )
+
+
+def test_recent_changes_come_newest_first_in_position_order_across_a_power_of_ten(
+    db_engine: sa.Engine,
+) -> None:
+    """Positions 9998 to 10001: as text 9999 would sort after 10000."""
+    with db_engine.begin() as conn:
+        for xact in (10000, 9998, 10001, 9999):
+            _history_at(conn, "m", f"at-{xact}", xact)
+        _history_at(conn, "m", "at-10001-again", 10001)  # same transaction: by history id
+        _history_at(conn, "other", "elsewhere", 20000)
+    with db_engine.connect() as conn:
+        recent = changes.recent_changes(conn, "m", limit=4)
+    assert [change.label for change in recent] == [
+        "at-10001-again",
+        "at-10001",
+        "at-10000",
+        "at-9999",
+    ]
+    assert [change.position.xact for change in recent] == [10001, 10001, 10000, 9999]
+
+
+def test_recent_changes_read_backwards_along_the_machines_index_without_a_sort(
+    db_engine: sa.Engine,
+) -> None:
+    """The cost is the rows asked for, not the history: no sort of the machine's rows.
+
+    On Citus each shard returns its first rows (a LIMIT in each task) and the
+    coordinator sorts only those.
+    """
+    with db_engine.begin() as conn:
+        conn.execute(sa.text("SET LOCAL enable_sort = off"))  # a plan that sorts shows a Sort still
+        plan = "\n".join(
+            row[0]
+            for row in fetch_all(conn, "EXPLAIN " + changes._RECENT, {"sm": "m", "limit": 20})
+        )
+    assert "history_by_machine_position" in plan, plan
+    if citus_run():
+        assert plan.count("Limit") == 2, plan  # the coordinator's, and each shard's
+    else:
+        assert "Index Scan Backward using history_by_machine_position" in plan, plan
+        assert "Sort" not in plan, plan
