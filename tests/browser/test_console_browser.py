@@ -166,6 +166,8 @@ def test_a_label_becoming_errored_counts_live_and_its_receiver_is_listed(
     row = browser.find_element(By.ID, f"receiver-{receiver}")
     assert "closed" in row.text
     assert "gone" in browser.find_element(By.TAG_NAME, "main").text  # its recent failure
+    wakeups = browser.find_element(By.CSS_SELECTOR, '[data-listener="worker"]').text
+    assert "worker" in wakeups and ("LISTEN" in wakeups or "polled every 0.1 s" in wakeups)
     screenshot("receivers")
 
 

@@ -7,16 +7,15 @@ with the workers. A statement that writes a history row with the label's
 change is planned as steps (the label's shard, then the history row through
 the coordinator, which evaluates its transaction id): each is one task.
 
-Runs when ``ROUTEMASTER_TEST_CITUS_URL`` names a Citus coordinator's database
-(the citus extension installed, workers added); skipped otherwise.
+Runs when ``ROUTEMASTER_TEST_CITUS_URL`` names a Citus coordinator, on the session's
+database there (tests/citus_cluster.py); skipped otherwise.
 """
 
 from __future__ import annotations
 
 import datetime
-import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,22 +29,18 @@ from routemaster.db.errored import Erring, become_errored
 from routemaster.db.history import stamp_versions
 from routemaster.db.keys import shard_key
 from routemaster.db.moves import write_moves
-from routemaster.db.plumbing.database import create_engine, distributed
+from routemaster.db.plumbing.database import distributed
 from routemaster.db.plumbing.migrate import (
     DISTRIBUTED_TABLES,
     REFERENCE_TABLES,
     distribute,
-    upgrade,
 )
 from routemaster.db.statements import PROLOGUE, fetch_value
 from routemaster.web import create_app
 from tests.api.conftest import CONFIG_PATH
+from tests.citus_cluster import Cluster
 
-CITUS_URL = os.environ.get("ROUTEMASTER_TEST_CITUS_URL")
-
-pytestmark = pytest.mark.skipif(
-    not CITUS_URL, reason="ROUTEMASTER_TEST_CITUS_URL names no Citus cluster"
-)
+pytestmark = pytest.mark.citus
 
 LABELS = "/state-machines/user/labels"
 NOW = datetime.datetime(2026, 11, 28, 5, 0, tzinfo=datetime.UTC)
@@ -53,22 +48,13 @@ _TABLE = re.compile(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(\w+)", re.IGNORECASE)
 _TASKS = re.compile(r"Task Count: (\d+)")
 _NODE = re.compile(r"Node: host=(\S+) port=(\d+)")
 
-# The tables a label's rows are in, emptied before and after.
-_EMPTY = sa.text("TRUNCATE labels, history, tasks, deliveries, bulk_items, machine_versions")
-
 
 @pytest.fixture
-def citus_engine() -> Iterator[sa.Engine]:
-    assert CITUS_URL is not None
-    engine = create_engine(CITUS_URL)
-    upgrade(engine)
-    assert distributed(engine)
-    with engine.begin() as conn:
-        conn.execute(_EMPTY)
-    yield engine
-    with engine.begin() as conn:
-        conn.execute(_EMPTY)
-    engine.dispose()
+def citus_engine(citus_cluster: Cluster) -> sa.Engine:
+    """The session's database on the cluster, migrated and distributed (emptied around each
+    test)."""
+    assert distributed(citus_cluster.engine)
+    return citus_cluster.engine
 
 
 class Recorded:
