@@ -42,15 +42,14 @@ class Erring:
     error: str
 
 
-# The labels that become errored, with the version their history row carries: on one
-# server the first half of _BECOME_ERRORED; on Citus alone, before their history rows.
+# On Citus, _BECOME_ERRORED's labels alone: a router statement for one label, before its
+# history row (become_errored; the row's version as history.append_one gives it).
 _ERROR_LABELS = """
     WITH erring AS (
         SELECT * FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
                              CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
-                             CAST(%(entry_ids)s AS bigint[]), CAST(%(errors)s AS text[]),
-                             CAST(%(runnings)s AS integer[]), CAST(%(continuings)s AS boolean[]))
-                      AS e(shard_key, sm, key, name, entry_id, error, running, continuing)
+                             CAST(%(entry_ids)s AS bigint[]), CAST(%(errors)s AS text[]))
+                      AS e(shard_key, sm, key, name, entry_id, error)
     )
     UPDATE labels SET errored = true, due_at = NULL, last_error = erring.error,
                       lease_owner = NULL, task_id = NULL, updated_at = %(now)s,
@@ -65,13 +64,33 @@ _ERROR_LABELS = """
               labels.state_entered_at, labels.entry_id, labels.previous_state,
               labels.deleted, labels.paused, labels.errored, labels.last_error,
               labels.attempts, labels.due_at, labels.created_at, labels.updated_at,
-              labels.version, labels.shard_key,
-              CASE WHEN erring.continuing THEN COALESCE(labels.version, erring.running)
-                   ELSE erring.running END AS history_version
+              labels.version
     """
 
-_BECOME_ERRORED = f"""
-    WITH errored AS ({_ERROR_LABELS}
+_BECOME_ERRORED = """
+    WITH erring AS (
+        SELECT * FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                             CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+                             CAST(%(entry_ids)s AS bigint[]), CAST(%(errors)s AS text[]),
+                             CAST(%(runnings)s AS integer[]), CAST(%(continuings)s AS boolean[]))
+                      AS e(shard_key, sm, key, name, entry_id, error, running, continuing)
+    ), errored AS (
+        UPDATE labels SET errored = true, due_at = NULL, last_error = erring.error,
+                          lease_owner = NULL, task_id = NULL, updated_at = %(now)s,
+                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                              THEN %(now)s ELSE labels.scheduled_at END
+        FROM erring
+        WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+          AND labels.shard_key = erring.shard_key AND labels.state_machine = erring.sm
+          AND labels.name_key = erring.key AND labels.name = erring.name
+          AND labels.entry_id = erring.entry_id AND NOT labels.deleted AND NOT labels.errored
+        RETURNING labels.state_machine, labels.name, labels.metadata, labels.state,
+                  labels.state_entered_at, labels.entry_id, labels.previous_state,
+                  labels.deleted, labels.paused, labels.errored, labels.last_error,
+                  labels.attempts, labels.due_at, labels.created_at, labels.updated_at,
+                  labels.version, labels.shard_key,
+                  CASE WHEN erring.continuing THEN COALESCE(labels.version, erring.running)
+                       ELSE erring.running END AS history_version
     ), entries AS (
         INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created,
                              forced, reason, kind, version, xact_id)
@@ -108,7 +127,7 @@ def become_errored(
         return [label_from_row(row) for row in fetch_all(conn, _BECOME_ERRORED, params)]
     # On Citus the labels, then their history rows: one label's error is two router
     # statements (the CTE feeding history from the UPDATE committed in two phases).
-    errored = [label_from_row(row[:16]) for row in fetch_all(conn, _ERROR_LABELS, params)]
+    errored = [label_from_row(row) for row in fetch_all(conn, _ERROR_LABELS, params)]
     entries = [
         history_rows.Entry(
             label.state_machine,

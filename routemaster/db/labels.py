@@ -452,11 +452,17 @@ _MARK_DELETED = """
       AND name = %(name)s AND NOT deleted
     RETURNING state_machine, name, state, version
     """
-"""A label marked deleted: on Citus alone, a router statement before its history row
-(:func:`soft_delete`); on one server the first half of :data:`_DELETE`."""
+"""On Citus, :data:`_DELETE`'s label alone: a router statement before its history row
+(:func:`soft_delete`)."""
 
-_DELETE = f"""
-    WITH deleted AS ({_MARK_DELETED})
+_DELETE = """
+    WITH deleted AS (
+        UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
+                          lease_owner = NULL, updated_at = %(now)s
+        WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s AND NOT deleted
+        RETURNING state_machine, name, state, version
+    )
     INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, reason,
                          version, xact_id)
     SELECT %(shard_key)s, state_machine, name, state, NULL, %(now)s, 'deleted',
