@@ -25,7 +25,6 @@ nothing. Retention folds before it removes history (``service.retention``).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import sqlalchemy as sa
@@ -252,13 +251,3 @@ def _add(conn: sa.Connection, deltas: list[tuple[str, str, int]]) -> None:
         },
     )
     run(conn, _DROP_EMPTY)
-
-
-def wait_until(check: Callable[[], bool], *, timeout: float, every: float = 0.05) -> bool:
-    """Poll ``check`` until it is true (``False`` once ``timeout`` seconds have passed)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(every)
-    return True
