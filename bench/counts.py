@@ -40,6 +40,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -195,6 +196,7 @@ def _moves(port: int, first: int, seconds: float, clients: int) -> tuple[float, 
 def run_side(tree: str, url: str, first: int, args: argparse.Namespace) -> tuple[dict, int]:
     port = _free_port()
     started = time.monotonic()
+    log = open(Path(args.log_dir) / f"serve-{port}.log", "w")  # noqa: SIM115 (closed below)
     serve = subprocess.Popen(
         [
             sys.executable,
@@ -210,8 +212,8 @@ def run_side(tree: str, url: str, first: int, args: argparse.Namespace) -> tuple
         ],
         cwd=tree,
         env=_env(tree, url),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + 300
@@ -231,9 +233,13 @@ def run_side(tree: str, url: str, first: int, args: argparse.Namespace) -> tuple
         rate, following = _moves(port, first, args.moves_seconds, args.clients)
         figures["moves_per_s"] = round(rate, 1)
         return figures, following
+    except Exception:
+        print(f"serve's log: {log.name}", file=sys.stderr)
+        raise
     finally:
         serve.send_signal(signal.SIGTERM)
         serve.wait(60)
+        log.close()
 
 
 def main() -> None:
@@ -245,6 +251,7 @@ def main() -> None:
     parser.add_argument("--moves-seconds", type=float, default=20.0)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--private-server", action="store_true")
+    parser.add_argument("--log-dir", default=tempfile.gettempdir(), help="serve's logs go here")
     args = parser.parse_args()
     trees = {"before": args.before, "after": args.after}
     with server_for(args.private_server) as server:

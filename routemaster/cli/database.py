@@ -25,10 +25,9 @@ def migrate(options: Options, recount: bool) -> None:
     """Bring the database to the current schema; with -c, also record the configuration's
     versions, apply its migrations to the labels and build the indexes its ``search:``
     paths need (serve and cron do this at start too)."""
-    if recount:
-        migrate_database(database_url(), recount=True)
+    if recount or not options.config_paths:
+        migrate_database(database_url(), recount=recount)
     if not options.config_paths:
-        migrate_database(database_url())
         click.echo("Database schema is current.")
         return
     config = options.load()

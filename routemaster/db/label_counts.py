@@ -25,7 +25,6 @@ nothing. Retention folds before it removes history (``service.retention``).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import sqlalchemy as sa
@@ -48,12 +47,15 @@ _POSITION_FOR_FOLD = """
     SELECT CAST(xact AS text), id FROM label_counts_folded FOR UPDATE
     """
 
+# The position and the counts folded to it, in one snapshot (a fold commits both together).
 _STORED = """
-    SELECT state_machine, state, count FROM label_counts
+    SELECT CAST(f.xact AS text), f.id, c.state_machine, c.state, c.count
+    FROM label_counts_folded AS f LEFT JOIN label_counts AS c ON true
     """
 
 _STORED_IN_MACHINE = """
-    SELECT state, count FROM label_counts WHERE state_machine = %(sm)s
+    SELECT CAST(f.xact AS text), f.id, c.state, c.count
+    FROM label_counts_folded AS f LEFT JOIN label_counts AS c ON c.state_machine = %(sm)s
     """
 
 # History after the folded position that this statement's snapshot sees, as +1 for the
@@ -158,16 +160,18 @@ def kept(conn: sa.Connection) -> bool:
 def kept_per_state(conn: sa.Connection) -> StateCounts | None:
     """Live labels per machine and state (none: absent); ``None`` if counts are not kept yet.
 
-    Exact as of the snapshot of its last statement: two statements, so a fold
-    committing between them is harmless (the rows it folded are still in history).
+    Exact as of the snapshot of its second statement: the first reads the
+    position and the counts folded to it together, the second the history
+    after that position; a fold that commits between them leaves the rows it
+    folded in history, where the second finds them.
     """
-    position = fetch_one(conn, _POSITION)
-    if position is None:
+    rows = fetch_all(conn, _STORED)
+    if not rows:
         return None
-    counts: StateCounts = {}
-    for machine, state, n in fetch_all(conn, _STORED):
-        counts[(machine, state)] = int(n)
-    params = {"xact": position[0], "id": position[1]}
+    counts: StateCounts = {
+        (machine, state): int(n) for _, _, machine, state, n in rows if machine is not None
+    }
+    params = {"xact": rows[0][0], "id": rows[0][1]}
     for machine, state, delta in fetch_all(conn, _TAIL, params):
         counts[(machine, state)] = counts.get((machine, state), 0) + int(delta)
     return {key: n for key, n in counts.items() if n}
@@ -175,11 +179,11 @@ def kept_per_state(conn: sa.Connection) -> StateCounts | None:
 
 def kept_in_machine(conn: sa.Connection, machine: str) -> dict[str, int] | None:
     """One machine's live labels per state (as :func:`kept_per_state`)."""
-    position = fetch_one(conn, _POSITION)
-    if position is None:
+    rows = fetch_all(conn, _STORED_IN_MACHINE, {"sm": machine})
+    if not rows:
         return None
-    counts = {state: int(n) for state, n in fetch_all(conn, _STORED_IN_MACHINE, {"sm": machine})}
-    params = {"sm": machine, "xact": position[0], "id": position[1]}
+    counts = {state: int(n) for _, _, state, n in rows if state is not None}
+    params = {"sm": machine, "xact": rows[0][0], "id": rows[0][1]}
     for state, delta in fetch_all(conn, _TAIL_IN_MACHINE, params):
         counts[state] = counts.get(state, 0) + int(delta)
     return {state: n for state, n in counts.items() if n}
@@ -247,13 +251,3 @@ def _add(conn: sa.Connection, deltas: list[tuple[str, str, int]]) -> None:
         },
     )
     run(conn, _DROP_EMPTY)
-
-
-def wait_until(check: Callable[[], bool], *, timeout: float, every: float = 0.05) -> bool:
-    """Poll ``check`` until it is true (``False`` once ``timeout`` seconds have passed)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(every)
-    return True

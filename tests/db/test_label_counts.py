@@ -245,3 +245,26 @@ def test_every_statement_that_changes_a_labels_state_appends_its_history_row() -
                 assert "INSERT INTO history" in sql, f"{name} changes labels without history"
     assert {"moves._MOVE_ONE", "moves._MOVE_MANY", "labels._DELETE"} <= set(changing)
     assert {"config_migrations._RENAME", "versions._RENAME_ONE"} <= set(changing)
+
+
+def test_a_fold_committing_between_a_reads_two_statements_counts_nothing_twice(
+    db_engine: sa.Engine,
+) -> None:
+    for i in range(3):
+        create(db_engine, "m", f"l{i}")
+    move(db_engine, "m", "l0", "b")
+    folded: list[int] = []
+
+    def fold_first(conn: sa.Connection, cursor: object, statement: str, *_: object) -> None:
+        # Just before the read's second statement (the history after the position it read).
+        if "GROUP BY h.state_machine" in statement and not folded:
+            folded.append(-1)
+            folded[0] = fold(db_engine)
+
+    sa.event.listen(db_engine, "before_cursor_execute", fold_first)
+    try:
+        found = kept(db_engine)
+    finally:
+        sa.event.remove(db_engine, "before_cursor_execute", fold_first)
+    assert folded[0] > 0, "the fold ran between the read's statements and folded rows"
+    assert found == {("m", "a"): 2, ("m", "b"): 1} == counted(db_engine)

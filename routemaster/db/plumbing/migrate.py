@@ -20,6 +20,7 @@ is propagated to its shards by Citus.
 from __future__ import annotations
 
 import importlib.util
+import time
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -105,7 +106,7 @@ def keep_counts(engine: sa.Engine, *, recount: bool = False) -> bool:
     """
     with engine.begin() as connection:
         fetch_one(connection, _MIGRATION_LOCK)
-        if fetch_value(connection, "SELECT to_regclass('label_counts_folded') IS NULL"):
+        if not label_counts.has_table(connection):
             return False  # migrated to a revision before the kept counts
         if not recount and label_counts.kept(connection):
             return False
@@ -118,12 +119,16 @@ def keep_counts(engine: sa.Engine, *, recount: bool = False) -> bool:
             # prepared on a worker (their rows invisible there): wait until they are not.
             if not citus:
                 return
-            before = prepared_everywhere(connection)
-            if before is None or not label_counts.wait_until(
-                lambda: not (before & (prepared_everywhere(connection) or before)),
-                timeout=SETTLE_SECONDS,
-            ):
-                raise RuntimeError("a Citus worker did not answer, or kept a transaction prepared")
+            held = prepared_everywhere(connection)
+            if held is None:
+                raise RuntimeError("a Citus worker did not answer")
+            deadline = time.monotonic() + SETTLE_SECONDS
+            while held:
+                if time.monotonic() >= deadline:
+                    raise RuntimeError("a Citus worker kept a transaction prepared, or is down")
+                time.sleep(0.05)
+                now = prepared_everywhere(connection)
+                held = held if now is None else held & now
 
         label_counts.recount(connection, Horizon.coordinator, settle=settle)
         return True
