@@ -10,15 +10,14 @@ The counts are seeded by ``routemaster migrate`` after this migration (and
 after distributing, on Citus): until then ``label_counts_folded`` has no row
 and readers count labels as before. Pure DDL: fast at any size.
 
-Revision ID: 0018_label_counts
-Revises: 0017_distribution
+Revision ID: 0018
+Revises: 0017
 Create Date: 2026-11-28
 """
 
 from alembic import op
 
-revision = "0018_label_counts"
-# The lead re-chains at merge: the 0017 migration's revision id is "0017".
+revision = "0018"
 down_revision = "0017"
 branch_labels = None
 depends_on = None

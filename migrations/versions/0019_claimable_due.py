@@ -25,14 +25,14 @@ while writes to ``labels`` wait (as any ``CREATE INDEX``); time it on a copy
 of a large database first.
 
 Revision ID: 0019
-Revises: 0017
+Revises: 0018
 Create Date: 2026-11-28
 """
 
 from alembic import op
 
 revision = "0019"
-down_revision = "0017"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 

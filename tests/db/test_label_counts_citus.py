@@ -7,7 +7,6 @@ Runs only with ``ROUTEMASTER_TEST_CITUS_URL`` (tests/citus_cluster.py).
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -17,7 +16,7 @@ from routemaster.db import labels as store
 from routemaster.db.horizon import Horizon
 from routemaster.db.labels import Moves
 from routemaster.db.plumbing.migrate import keep_counts
-from tests.citus_cluster import Cluster, fresh_cluster_database, second_worker_held
+from tests.citus_cluster import Cluster, second_worker_held
 from tests.waiting import wait_until
 
 NOW = datetime.datetime(2026, 11, 28, 5, 0, tzinfo=datetime.UTC)
@@ -28,17 +27,14 @@ _COUNTED = """
     """
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    with fresh_cluster_database() as made:
-        yield made
+@pytest.fixture
+def cluster(citus_cluster: Cluster) -> Cluster:
+    return citus_cluster
 
 
 @pytest.fixture
-def engine(cluster: Cluster) -> Iterator[sa.Engine]:
-    yield cluster.engine
-    with cluster.engine.begin() as conn:
-        conn.exec_driver_sql("TRUNCATE labels, history, retention_horizons, label_counts")
+def engine(citus_cluster: Cluster) -> sa.Engine:
+    return citus_cluster.engine
 
 
 def counted(engine: sa.Engine) -> dict[tuple[str, str], int]:
