@@ -1,7 +1,9 @@
 """What a claim costs on Citus beside one server (issue 35, docs/performance.md "Claims on Citus").
 
     .venv/bin/python bench/claims_citus.py --plain postgresql://root@127.0.0.1:5432/postgres \\
-        --citus postgresql://root@127.0.0.1:9730/routemaster [--labels 20000] [--rounds 50]
+        [--citus postgresql://root@127.0.0.1:9730/routemaster] [--labels 20000] [--rounds 50]
+
+Without ``--citus``, one server alone (what a change costs plain PostgreSQL).
 
 In a scratch database on each (made and dropped here; on Citus on every node,
 as ``tests/citus_cluster.py`` does), ``--labels`` labels are inserted
@@ -138,24 +140,27 @@ def measure(url: str, labels: int, count: int) -> dict[str, tuple[float, float, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plain", required=True)
-    parser.add_argument("--citus", required=True)
+    parser.add_argument("--citus")
     parser.add_argument("--labels", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=50)
     options = parser.parse_args()
     with plain_database(options.plain) as url:
         plain = measure(url, options.labels, options.rounds)
-    with fresh_cluster_database(
-        f"routemaster_bench_{uuid.uuid4().hex[:10]}", options.citus
-    ) as made:
-        citus = measure(made.url, options.labels, options.rounds)
+    citus = {}
+    if options.citus:
+        with fresh_cluster_database(
+            f"routemaster_bench_{uuid.uuid4().hex[:10]}", options.citus
+        ) as made:
+            citus = measure(made.url, options.labels, options.rounds)
     print(f"{options.labels} labels due, {options.rounds} rounds each (ms: median / p90)")
-    print(f"{'claim':<18} {'one server':>22} {'Citus, 2 workers':>28}")
+    print(f"{'claim':<18} {'one server':>22} {'Citus, 2 workers' if citus else '':>28}")
     for name in plain:
-        p, c = plain[name], citus[name]
-        print(
-            f"{name:<18} {p[0]:7.1f} / {p[1]:6.1f} {p[2]:2d} st {p[3]:3d}"
-            f"   {c[0]:7.1f} / {c[1]:6.1f} {c[2]:3d} st {c[3]:3d}"
-        )
+        p = plain[name]
+        line = f"{name:<18} {p[0]:7.1f} / {p[1]:6.1f} {p[2]:2d} st {p[3]:3d}"
+        if citus:
+            c = citus[name]
+            line += f"   {c[0]:7.1f} / {c[1]:6.1f} {c[2]:3d} st {c[3]:3d}"
+        print(line)
 
 
 if __name__ == "__main__":

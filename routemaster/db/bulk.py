@@ -53,17 +53,20 @@ _GET_JOB = """
     """
 
 # The oldest running job's pending items first, in key order (the order labels are locked in).
+# ``shard_keys``: NULL on one server; on Citus every key of one shard (routemaster.db.shards).
 _CLAIM = """
     SELECT item.job_id, item.name_key, item.name
     FROM bulk_items AS item JOIN bulk_jobs AS job ON job.id = item.job_id
-    WHERE item.outcome IS NULL AND job.finished_at IS NULL
+    WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+           OR item.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+      AND item.outcome IS NULL AND job.finished_at IS NULL
     ORDER BY item.job_id, item.name_key
     LIMIT %(limit)s
     FOR UPDATE OF item SKIP LOCKED
     """
 
 # On Citus (routemaster.db.shards): the shard keys of the first pending items, read without a
-# lock across the shards; then _CLAIM per shard, restricted to the shard's keys.
+# lock across the shards (which shards to visit).
 _PENDING_KEYS = """
     SELECT item.shard_key
     FROM bulk_items AS item JOIN bulk_jobs AS job ON job.id = item.job_id
@@ -72,15 +75,6 @@ _PENDING_KEYS = """
     LIMIT %(limit)s
     """
 
-_CLAIM_IN_SHARD = """
-    SELECT item.job_id, item.name_key, item.name
-    FROM bulk_items AS item JOIN bulk_jobs AS job ON job.id = item.job_id
-    WHERE item.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-      AND item.outcome IS NULL AND job.finished_at IS NULL
-    ORDER BY item.job_id, item.name_key
-    LIMIT %(limit)s
-    FOR UPDATE OF item SKIP LOCKED
-    """
 
 _RECORD_OUTCOMES = """
     UPDATE bulk_items AS item SET outcome = handled.outcome
@@ -175,9 +169,9 @@ def claim_items(conn: sa.Connection, *, limit: int) -> list[Item]:
     """
     shards = shard_map(conn)
     if shards is None:
-        return [Item(*row) for row in fetch_all(conn, _CLAIM, {"limit": limit})]
+        return [Item(*row) for row in fetch_all(conn, _CLAIM, {"limit": limit, "shard_keys": None})]
     one_connection_per_node(conn)  # the batch ends writing bulk_jobs, a reference table
-    rows = shards.take(conn, _PENDING_KEYS, _CLAIM_IN_SHARD, {"limit": limit})
+    rows = shards.take(conn, _PENDING_KEYS, _CLAIM, {"limit": limit, "shard_keys": None})
     return [Item(*row) for row in rows]
 
 

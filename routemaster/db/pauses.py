@@ -46,12 +46,12 @@ def paused_until(conn: sa.Connection, state_machine: str, name: str) -> datetime
 
 def lock_ended(conn: sa.Connection, *, now: datetime.datetime, limit: int) -> list[Label]:
     """Lock up to ``limit`` paused labels whose pause has ended."""
-    params = {"now": now, "limit": limit}
+    params = {"now": now, "limit": limit, "shard_keys": None}
     shards = shard_map(conn)
     if shards is None:
         rows = fetch_all(conn, _LOCK_ENDED, params)
     else:
-        rows = shards.take(conn, _ENDED_KEYS, _LOCK_ENDED_IN_SHARD, params)
+        rows = shards.take(conn, _ENDED_KEYS, _LOCK_ENDED, params)
     return [label_from_row(row) for row in rows]
 
 
@@ -70,34 +70,25 @@ _PAUSED_UNTIL = """
       AND name = %(name)s AND paused
     """
 
+# ``shard_keys``: NULL on one server; on Citus every key of one shard (routemaster.db.shards).
 _LOCK_ENDED = """
     SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
            deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
            version
     FROM labels
-    WHERE paused_until <= %(now)s AND paused AND NOT deleted
+    WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+           OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+      AND paused_until <= %(now)s AND paused AND NOT deleted
     ORDER BY paused_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
     """
 
 # On Citus (routemaster.db.shards): the shard keys of the oldest ended pauses, read without a
-# lock across the shards; then _LOCK_ENDED per shard, restricted to the shard's keys.
+# lock across the shards (which shards to visit).
 _ENDED_KEYS = """
     SELECT shard_key FROM labels
     WHERE paused_until <= %(now)s AND paused AND NOT deleted
     ORDER BY paused_until
     LIMIT %(limit)s
-    """
-
-_LOCK_ENDED_IN_SHARD = """
-    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
-           version
-    FROM labels
-    WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-      AND paused_until <= %(now)s AND paused AND NOT deleted
-    ORDER BY paused_until
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
     """

@@ -204,11 +204,11 @@ _CLAIM = """
                              CAST(%(route_machines)s AS text[]),
                              CAST(%(route_states)s AS text[])) AS r(receiver, sm, state)
     ), due AS (
-        SELECT picked.shard_key, picked.state_machine, picked.name_key, picked.due_at,
-               wanted.receiver, wanted.lim, wanted.counted
+        SELECT picked.state_machine, picked.name_key, picked.due_at, wanted.receiver,
+               wanted.lim, wanted.counted
         FROM wanted JOIN routes ON routes.receiver = wanted.receiver
         CROSS JOIN LATERAL (
-            SELECT shard_key, state_machine, name_key, due_at FROM labels
+            SELECT state_machine, name_key, due_at FROM labels
             WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
                    OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
               AND state_machine = routes.sm AND state = routes.state AND due_at IS NOT NULL
@@ -230,7 +230,6 @@ _CLAIM = """
     FROM chosen
     WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
            OR labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
-      AND labels.shard_key = chosen.shard_key
       AND labels.state_machine = chosen.state_machine AND labels.name_key = chosen.name_key
     RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
               labels.entry_id, labels.attempts, chosen.receiver, chosen.due_at AS was_due,
@@ -239,7 +238,7 @@ _CLAIM = """
 
 _CLAIM_PLAIN = """
     WITH due AS (
-        SELECT shard_key, state_machine, name_key, due_at FROM labels
+        SELECT state_machine, name_key, due_at FROM labels
         WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
                OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
           AND due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
@@ -255,7 +254,6 @@ _CLAIM_PLAIN = """
     FROM due
     WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
            OR labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
-      AND labels.shard_key = due.shard_key
       AND labels.state_machine = due.state_machine AND labels.name_key = due.name_key
     RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
               labels.entry_id, labels.attempts, due.due_at AS was_due, labels.last_error,

@@ -78,20 +78,23 @@ _ERRORED_BETWEEN = """
 
 # Labels due since before the cutoff, locked (skipping those another worker holds) until
 # they are errored in the same transaction (routemaster.db.errored).
+# ``shard_keys``: NULL on one server; on Citus every key of one shard (routemaster.db.shards).
 _STALE = """
     WITH routes AS (
         SELECT * FROM unnest(CAST(%(route_machines)s AS text[]), CAST(%(route_states)s AS text[]))
                  AS r(sm, state)
     )
     SELECT state_machine, name, entry_id FROM labels
-    WHERE due_at < %(cutoff)s AND NOT deleted AND NOT paused AND NOT errored
+    WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+           OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+      AND due_at < %(cutoff)s AND NOT deleted AND NOT paused AND NOT errored
       AND (state_machine, state) IN (SELECT sm, state FROM routes)
     ORDER BY due_at LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
     """
 
 # On Citus (routemaster.db.shards): the shard keys of the oldest such labels, read without a
-# lock across the shards; then _STALE per shard, restricted to the shard's keys.
+# lock across the shards (which shards to visit).
 _STALE_KEYS = """
     WITH routes AS (
         SELECT * FROM unnest(CAST(%(route_machines)s AS text[]), CAST(%(route_states)s AS text[]))
@@ -101,19 +104,6 @@ _STALE_KEYS = """
     WHERE due_at < %(cutoff)s AND NOT deleted AND NOT paused AND NOT errored
       AND (state_machine, state) IN (SELECT sm, state FROM routes)
     ORDER BY due_at LIMIT %(batch)s
-    """
-
-_STALE_IN_SHARD = """
-    WITH routes AS (
-        SELECT * FROM unnest(CAST(%(route_machines)s AS text[]), CAST(%(route_states)s AS text[]))
-                 AS r(sm, state)
-    )
-    SELECT state_machine, name, entry_id FROM labels
-    WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-      AND due_at < %(cutoff)s AND NOT deleted AND NOT paused AND NOT errored
-      AND (state_machine, state) IN (SELECT sm, state FROM routes)
-    ORDER BY due_at LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
     """
 
 
@@ -172,12 +162,12 @@ def give_up(
     """
     if not states:
         return 0
-    params = {**_pairs(states), "cutoff": cutoff, "batch": batch}
+    params = {**_pairs(states), "cutoff": cutoff, "batch": batch, "shard_keys": None}
     shards = shard_map(conn)
     if shards is None:
         stale = fetch_all(conn, _STALE, params)
     else:
-        stale = shards.take(conn, _STALE_KEYS, _STALE_IN_SHARD, params, limit="batch")
+        stale = shards.take(conn, _STALE_KEYS, _STALE, params, limit="batch")
     erring = [Erring(machine, name, entry_id, reason) for machine, name, entry_id in stale]
     return len(become_errored(conn, erring, now=now))
 

@@ -73,12 +73,13 @@ def lock_unscheduled(
         "machines": [machine for machine, _ in states],
         "states": [state for _, state in states],
         "limit": limit,
+        "shard_keys": None,
     }
     shards = shard_map(conn)
     if shards is None:
         rows = fetch_all(conn, _LOCK_UNSCHEDULED, params)
     else:
-        rows = shards.take(conn, _UNSCHEDULED_KEYS, _LOCK_UNSCHEDULED_IN_SHARD, params)
+        rows = shards.take(conn, _UNSCHEDULED_KEYS, _LOCK_UNSCHEDULED, params)
     return [label_from_row(row) for row in rows]
 
 
@@ -162,12 +163,15 @@ _SCHEDULE = """
       AND labels.lease_owner IS NULL
     """
 
+# ``shard_keys``: NULL on one server; on Citus every key of one shard (routemaster.db.shards).
 _LOCK_UNSCHEDULED = """
     SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
            deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
            version
     FROM labels
-    WHERE NOT deleted AND scheduled_at IS DISTINCT FROM updated_at AND lease_owner IS NULL
+    WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+           OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+      AND NOT deleted AND scheduled_at IS DISTINCT FROM updated_at AND lease_owner IS NULL
       AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
                                                           CAST(%(states)s AS text[])))
     ORDER BY state_machine, state
@@ -176,7 +180,7 @@ _LOCK_UNSCHEDULED = """
     """
 
 # On Citus (routemaster.db.shards): the shard keys of such rows, read without a lock across
-# the shards; then _LOCK_UNSCHEDULED per shard, restricted to the shard's keys.
+# the shards (which shards to visit).
 _UNSCHEDULED_KEYS = """
     SELECT shard_key FROM labels
     WHERE NOT deleted AND scheduled_at IS DISTINCT FROM updated_at AND lease_owner IS NULL
@@ -186,19 +190,6 @@ _UNSCHEDULED_KEYS = """
     LIMIT %(limit)s
     """
 
-_LOCK_UNSCHEDULED_IN_SHARD = """
-    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
-           version
-    FROM labels
-    WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-      AND NOT deleted AND scheduled_at IS DISTINCT FROM updated_at AND lease_owner IS NULL
-      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
-                                                          CAST(%(states)s AS text[])))
-    ORDER BY state_machine, state
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-    """
 
 _COUNT_UNSCHEDULED = """
     SELECT count(*) FROM labels WHERE NOT deleted AND scheduled_at IS DISTINCT FROM updated_at

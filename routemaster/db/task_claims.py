@@ -101,8 +101,7 @@ _CLAIM = """
         SELECT waiting.*, pulled.lease, pulled.lease_source, pulled.lease_samples,
                pulled.lease_until
         FROM pulled CROSS JOIN LATERAL (
-            SELECT labels.shard_key, labels.state_machine, labels.name_key, labels.due_at
-            FROM labels
+            SELECT labels.state_machine, labels.name_key, labels.due_at FROM labels
             WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
                    OR labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
               AND labels.state_machine = pulled.state_machine AND labels.state = pulled.state
@@ -130,7 +129,6 @@ _CLAIM = """
         FROM numbered JOIN ids ON ids.n = numbered.n
         WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
                OR labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
-          AND labels.shard_key = numbered.shard_key
           AND labels.state_machine = numbered.state_machine
           AND labels.name_key = numbered.name_key
         RETURNING labels.task_id, labels.state_machine, labels.name, labels.state,
