@@ -319,7 +319,9 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
             assert "labels_pkey" in explained, explained
             assert "Seq Scan on labels" not in explained, explained
         unscheduled = plan(
-            conn, schedules._LOCK_UNSCHEDULED, {"machines": ["m"], "states": ["a"], "limit": 500}
+            conn,
+            schedules._LOCK_UNSCHEDULED,
+            {"machines": ["m"], "states": ["a"], "limit": 500, "shard_keys": None},
         )
         assert "labels_unscheduled" in unscheduled, unscheduled
         assert "Seq Scan on labels" not in unscheduled, unscheduled
