@@ -217,14 +217,14 @@ def test_a_stream_that_has_caught_up_asks_the_workers_nothing(engine: sa.Engine)
 
 
 def test_positions_past_a_power_of_ten_come_out_in_numeric_order_from_every_worker(
-    cluster: Cluster, engine: sa.Engine
+    citus_cluster: Cluster, engine: sa.Engine
 ) -> None:
     """Each shard and the coordinator's merge sort transaction ids as numbers: sorted as text
     (the worker's query once ordered by the text it returned), 1000 came before 999 and a
     reader that resumed after 1000 lost 999 for good."""
-    first, second = cluster.workers[:2]
-    at = dict(zip(cluster.names_on(first, "x", 3), [1000, 9, 99], strict=True))
-    at |= dict(zip(cluster.names_on(second, "x", 3), [999, 100, 10], strict=True))
+    first, second = citus_cluster.workers[:2]
+    at = dict(zip(citus_cluster.names_on(first, "x", 3), [1000, 9, 99], strict=True))
+    at |= dict(zip(citus_cluster.names_on(second, "x", 3), [999, 100, 10], strict=True))
     with engine.begin() as conn:
         for name, xact in at.items():
             conn.execute(
