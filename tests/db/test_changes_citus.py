@@ -33,6 +33,7 @@ from tests.citus_cluster import (
     second_worker_held,
 )
 from tests.db.one_label_writers import race_on_one_label, unchained
+from tests.db.transaction_ids import past_transaction
 from tests.waiting import wait_until
 
 NOW = datetime.datetime(2026, 11, 28, 5, 0, tzinfo=datetime.UTC)
@@ -222,6 +223,7 @@ def test_positions_past_a_power_of_ten_come_out_in_numeric_order_from_every_work
     """Each shard and the coordinator's merge sort transaction ids as numbers: sorted as text
     (the worker's query once ordered by the text it returned), 1000 came before 999 and a
     reader that resumed after 1000 lost 999 for good."""
+    past_transaction(engine, 1000)  # every position below written is below the horizon
     first, second = citus_cluster.workers[:2]
     at = dict(zip(citus_cluster.names_on(first, "x", 3), [1000, 9, 99], strict=True))
     at |= dict(zip(citus_cluster.names_on(second, "x", 3), [999, 100, 10], strict=True))
