@@ -11,6 +11,6 @@ def past_transaction(engine: sa.Engine, xact: int) -> None:
     hundreds)."""
     while True:
         with engine.begin() as conn:
-            now = conn.exec_driver_sql("SELECT CAST(pg_current_xact_id() AS text)").scalar()
+            now = conn.exec_driver_sql("SELECT CAST(pg_current_xact_id() AS text)").scalar_one()
             if int(now) > xact:
                 return
