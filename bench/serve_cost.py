@@ -10,7 +10,9 @@ process, and reads the serve process tree's CPU (every process under it, from
 per operation the median of each side and the median of the per-round ratios
 (after / before): a paired comparison, so load elsewhere on a shared machine
 disturbs it less than two separate runs. The client's own CPU is not counted.
-Needs ``DATABASE_URL`` (migrated, with the ``r-*`` labels ``bench/inprocess.py`` makes).
+Needs ``DATABASE_URL`` (migrated, with the ``r-*`` labels ``bench/inprocess.py`` makes);
+``--before-database-url`` / ``--after-database-url`` give each side its own database, for
+trees whose schemas differ (each migrated by its own tree, with its own ``r-*`` labels).
 """
 
 from __future__ import annotations
@@ -66,11 +68,13 @@ def _has_no_worker(tree: str) -> bool:
     return serve.exists() and "--no-worker" in serve.read_text()
 
 
-def _run(tree: str, n: int) -> dict[str, float]:
+def _run(tree: str, n: int, database_url: str | None) -> dict[str, float]:
     """Microseconds of serve CPU per request, per operation, for the checkout ``tree``."""
     port = _free_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith("DB_")}
     env["PYTHONPATH"] = tree
+    if database_url:
+        env["DATABASE_URL"] = database_url
     command = [sys.executable, "-m", "routemaster", "-c", "bench/bench.yaml", "serve"]
     if _has_no_worker(tree):
         command.append("--no-worker")  # the API alone, as before SPEC D0: no cron worker's CPU
@@ -133,13 +137,16 @@ def main() -> None:
     parser.add_argument("after")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("-n", type=int, default=3000)
+    parser.add_argument("--before-database-url")
+    parser.add_argument("--after-database-url")
     args = parser.parse_args()
     trees = {"before": args.before, "after": args.after}
+    databases = {"before": args.before_database_url, "after": args.after_database_url}
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     for round_ in range(args.rounds):
         order = ["before", "after"] if round_ % 2 == 0 else ["after", "before"]
         for side in order:
-            costs = _run(trees[side], args.n)
+            costs = _run(trees[side], args.n, databases[side])
             runs[side].append(costs)
             print(round_, side, {k: round(v) for k, v in costs.items()}, flush=True)
     for operation in OPERATIONS:
