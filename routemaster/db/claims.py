@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from routemaster.db.keys import label_key, label_key_arrays, shard_key
 from routemaster.db.labels import Label, LabelKey, label_from_row
-from routemaster.db.shards import shard_map
+from routemaster.db.shards import shard_map, take
 from routemaster.db.statements import Row, fetch_all, fetch_one, run
 
 StateKey = tuple[str, str]
@@ -61,10 +61,7 @@ def lock_due_gates(
     if limit <= 0 or not gate_states:
         return []
     params = {"now": now, "limit": limit, "shard_keys": None, **_states(gate_states)}
-    shards = shard_map(conn)
-    if shards is None:
-        return [label_from_row(row) for row in fetch_all(conn, _LOCK_GATES, params)]
-    rows = shards.take(conn, _DUE_GATE_KEYS, _LOCK_GATES, params)
+    rows = take(conn, _DUE_GATE_KEYS, _LOCK_GATES, params)
     return [label_from_row(row) for row in rows]
 
 

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from routemaster.db.history import version_params
 from routemaster.db.lock_rows import exclusive
-from routemaster.db.shards import shard_map
+from routemaster.db.shards import take
 from routemaster.db.statements import fetch_all
 
 CONFIG_LEASE = "configuration"
@@ -65,10 +65,7 @@ def rename_batch(
         "shard_keys": None,
         **version_params(conn, machine),
     }
-    shards = shard_map(conn)
-    if shards is None:
-        return len(fetch_all(conn, _RENAME, params))
-    return len(shards.take(conn, _RENAME_KEYS, _RENAME, params))
+    return len(take(conn, _RENAME_KEYS, _RENAME, params))
 
 
 def names_in_state(

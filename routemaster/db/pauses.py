@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 from routemaster.db.keys import label_key, shard_key
 from routemaster.db.labels import Label, label_from_row
-from routemaster.db.shards import shard_map
-from routemaster.db.statements import fetch_all, fetch_one, run
+from routemaster.db.shards import take
+from routemaster.db.statements import fetch_one, run
 
 
 def set_until(
@@ -47,11 +47,7 @@ def paused_until(conn: sa.Connection, state_machine: str, name: str) -> datetime
 def lock_ended(conn: sa.Connection, *, now: datetime.datetime, limit: int) -> list[Label]:
     """Lock up to ``limit`` paused labels whose pause has ended."""
     params = {"now": now, "limit": limit, "shard_keys": None}
-    shards = shard_map(conn)
-    if shards is None:
-        rows = fetch_all(conn, _LOCK_ENDED, params)
-    else:
-        rows = shards.take(conn, _ENDED_KEYS, _LOCK_ENDED, params)
+    rows = take(conn, _ENDED_KEYS, _LOCK_ENDED, params)
     return [label_from_row(row) for row in rows]
 
 

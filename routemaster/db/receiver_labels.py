@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from routemaster.db import labels
 from routemaster.db.errored import Erring, become_errored
 from routemaster.db.receivers import Route, route_arrays
-from routemaster.db.shards import shard_map
+from routemaster.db.shards import take
 from routemaster.db.statements import fetch_all
 
 """(receiver id, state machine, action state): where an action's webhooks go."""
@@ -163,11 +163,7 @@ def give_up(
     if not states:
         return 0
     params = {**_pairs(states), "cutoff": cutoff, "batch": batch, "shard_keys": None}
-    shards = shard_map(conn)
-    if shards is None:
-        stale = fetch_all(conn, _STALE, params)
-    else:
-        stale = shards.take(conn, _STALE_KEYS, _STALE, params, limit="batch")
+    stale = take(conn, _STALE_KEYS, _STALE, params, limit="batch")
     erring = [Erring(machine, name, entry_id, reason) for machine, name, entry_id in stale]
     return len(become_errored(conn, erring, now=now))
 

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from routemaster.db.keys import label_key, label_key_arrays, shard_key
 from routemaster.db.labels import Label, LabelKey, label_from_row
 from routemaster.db.notifications import notify_due
-from routemaster.db.shards import shard_map
+from routemaster.db.shards import take
 from routemaster.db.statements import fetch_all, fetch_one, run
 
 
@@ -75,11 +75,7 @@ def lock_unscheduled(
         "limit": limit,
         "shard_keys": None,
     }
-    shards = shard_map(conn)
-    if shards is None:
-        rows = fetch_all(conn, _LOCK_UNSCHEDULED, params)
-    else:
-        rows = shards.take(conn, _UNSCHEDULED_KEYS, _LOCK_UNSCHEDULED, params)
+    rows = take(conn, _UNSCHEDULED_KEYS, _LOCK_UNSCHEDULED, params)
     return [label_from_row(row) for row in rows]
 
 

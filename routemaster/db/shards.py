@@ -250,3 +250,14 @@ def shard_map(conn: sa.Connection) -> ShardMap | None:
     made = ShardMap()
     engine.update_execution_options(**{SHARDS_OPTION: made})
     return made
+
+
+def take(
+    conn: sa.Connection, find: Statement, claim: Statement, params: Params, *, limit: str = "limit"
+) -> list[Row]:
+    """Up to ``params[limit]`` rows of the claim ``claim``: on one server one statement, its
+    ``%(shard_keys)s`` NULL (every row); on Citus shard by shard (:meth:`ShardMap.take`)."""
+    shards = shard_map(conn)
+    if shards is None:
+        return fetch_all(conn, claim, {**params, "shard_keys": None})
+    return shards.take(conn, find, claim, params, limit=limit)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from routemaster.db.shards import shard_map
+from routemaster.db.shards import shard_map, take
 from routemaster.db.statements import Row, fetch_all
 from routemaster.db.tasks import Held, LeasedState, Task
 
@@ -73,12 +73,7 @@ def lock_expired(
         "now": now,
         "limit": limit,
     }
-    shards = shard_map(conn)
-    if shards is None:
-        return [
-            Held(*row) for row in fetch_all(conn, _LOCK_EXPIRED, {**params, "shard_keys": None})
-        ]
-    rows = shards.take(conn, _EXPIRED_KEYS, _LOCK_EXPIRED, params)
+    rows = take(conn, _EXPIRED_KEYS, _LOCK_EXPIRED, params)
     return [Held(*row) for row in rows]
 
 
