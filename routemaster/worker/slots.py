@@ -33,6 +33,9 @@ class Slots:
         self._held: dict[tuple[str, str, int], Claim] = {}
         self._done: list[Claim] = []
         self.wake_fd, self._wake_write = os.pipe()
+        # Held while the pipe's write end is used or closed. Reentrant: a signal handler's
+        # wake() may interrupt shutdown() on the same thread.
+        self._pipe_lock = threading.RLock()
         os.set_blocking(self.wake_fd, False)
         os.set_blocking(self._wake_write, False)
 
@@ -76,11 +79,11 @@ class Slots:
 
     def wake(self) -> None:
         """Wake the loop (from any thread, or a signal handler); nothing once shut down."""
-        fd = self._wake_write
-        if fd < 0:
-            return
-        with contextlib.suppress(BlockingIOError):  # a full pipe: the loop is awake already
-            os.write(fd, b"\0")
+        with self._pipe_lock:  # shutdown() closes it between our test and our write otherwise
+            if self._wake_write < 0:
+                return
+            with contextlib.suppress(BlockingIOError):  # a full pipe: the loop is awake already
+                os.write(self._wake_write, b"\0")
 
     def clear_wake(self) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -90,6 +93,7 @@ class Slots:
     def shutdown(self) -> None:
         """Wait for every job in flight, then release the pipe."""
         self._pool.shutdown(wait=True)
-        write, self._wake_write = self._wake_write, -1  # a late stop() must not write to it
-        os.close(write)
+        with self._pipe_lock:
+            write, self._wake_write = self._wake_write, -1  # a late stop() must not write to it
+            os.close(write)
         os.close(self.wake_fd)
