@@ -19,12 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import sqlalchemy as sa
+from routemaster.db.errored import Erring, become_errored
+from routemaster.db.moves import write_moves
 
 from routemaster.app import App
 from routemaster.config import load_config
 from routemaster.db import labels
-from routemaster.db.errored import Erring, become_errored
-from routemaster.db.moves import write_moves
 from routemaster.db.plumbing.database import create_engine
 from routemaster.db.plumbing.migrate import upgrade
 from routemaster.web import create_app

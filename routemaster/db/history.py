@@ -1,7 +1,9 @@
-"""How a history row is appended: its shard key, its version and its transaction, always named.
+"""What a history row carries: its shard key, its version and its transaction, always named.
 
-Every statement that writes history (a move, a create, a delete, an error, a
-forced entry, a rename) names the same columns, so a row is complete however
+History is appended in one module, :mod:`routemaster.db.transitions`, by the
+transition that writes the row (a move, a create, a delete, an error, a
+forced entry, a rename); this module says what every such row names and
+gives the versions it carries. Every one names the same columns, so a row is complete however
 it was written and wherever it lands (on Citus, on the label's shard):
 
 - ``shard_key``: the label's (:func:`routemaster.db.keys.shard_key`);
@@ -20,7 +22,7 @@ it was written and wherever it lands (on Citus, on the label's shard):
   would take the worker's transaction id): the changes stream orders by the
   coordinator's transaction.
 
-:func:`append` writes rows that go with no change to the label row (an
+``transitions.append`` writes rows that go with no change to the label row (an
 operator's forced entry); the statements that move a label write their row
 in the same statement as the label's change (one round trip), with the same
 columns; ``tests/db/test_history_writers.py`` checks that every writer names them.
@@ -31,21 +33,15 @@ its execution options, which every connection of the engine reads.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.keys import shard_key, shard_keys
-from routemaster.db.statements import run
-
 __all__ = [
     "Entry",
     "RunningVersions",
-    "append",
-    "append_one",
     "running_versions",
     "stamp_versions",
     "version_arrays",
@@ -127,69 +123,3 @@ class Entry:
     reason: str | None
     label_version: int | None  # the label's own version (``labels.version``)
     kind: str | None = None  # "errored"; None: what the states and forced say
-
-
-def append(conn: sa.Connection, entries: Sequence[Entry], *, now: datetime.datetime) -> None:
-    """Append ``entries`` to history, in one statement."""
-    if not entries:
-        return
-    machines = [entry.state_machine for entry in entries]
-    names = [entry.label for entry in entries]
-    run(
-        conn,
-        _APPEND,
-        {
-            "shard_keys": shard_keys(names),
-            "machines": machines,
-            "names": names,
-            "olds": [entry.old_state for entry in entries],
-            "news": [entry.new_state for entry in entries],
-            "forceds": [entry.forced for entry in entries],
-            "reasons": [entry.reason for entry in entries],
-            "kinds": [entry.kind for entry in entries],
-            "versions": [
-                version_for(conn, entry.state_machine, entry.label_version) for entry in entries
-            ],
-            "now": now,
-        },
-    )
-
-
-def append_one(conn: sa.Connection, entry: Entry, *, now: datetime.datetime) -> None:
-    """One row of :func:`append`, through a statement naming one shard key (a router insert)."""
-    run(
-        conn,
-        _APPEND_ONE,
-        {
-            "shard_key": shard_key(entry.label),
-            "sm": entry.state_machine,
-            "name": entry.label,
-            "old": entry.old_state,
-            "new": entry.new_state,
-            "forced": entry.forced,
-            "reason": entry.reason,
-            "kind": entry.kind,
-            "version": version_for(conn, entry.state_machine, entry.label_version),
-            "now": now,
-        },
-    )
-
-
-_APPEND = """
-    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, forced,
-                         reason, kind, version, xact_id)
-    SELECT shard_key, sm, name, old, new, %(now)s, forced, reason, kind, version,
-           pg_current_xact_id()
-    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
-                CAST(%(names)s AS text[]), CAST(%(olds)s AS text[]), CAST(%(news)s AS text[]),
-                CAST(%(forceds)s AS boolean[]), CAST(%(reasons)s AS text[]),
-                CAST(%(kinds)s AS text[]), CAST(%(versions)s AS integer[]))
-         AS e(shard_key, sm, name, old, new, forced, reason, kind, version)
-    """
-
-_APPEND_ONE = """
-    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, forced,
-                         reason, kind, version, xact_id)
-    VALUES (%(shard_key)s, %(sm)s, %(name)s, %(old)s, %(new)s, %(now)s, %(forced)s, %(reason)s,
-            %(kind)s, %(version)s, pg_current_xact_id())
-    """

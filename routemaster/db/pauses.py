@@ -13,24 +13,7 @@ import sqlalchemy as sa
 from routemaster.db.keys import label_key, shard_key
 from routemaster.db.labels import Label, label_from_row
 from routemaster.db.shards import take
-from routemaster.db.statements import fetch_one, run
-
-
-def set_until(
-    conn: sa.Connection, state_machine: str, name: str, until: datetime.datetime | None
-) -> None:
-    """When the (locked) label's pause ends by itself; ``None``: only when resumed."""
-    run(
-        conn,
-        _SET_UNTIL,
-        {
-            "sm": state_machine,
-            "name": name,
-            "key": label_key(name),
-            "shard_key": shard_key(name),
-            "until": until,
-        },
-    )
+from routemaster.db.statements import fetch_one
 
 
 def paused_until(conn: sa.Connection, state_machine: str, name: str) -> datetime.datetime | None:
@@ -54,11 +37,6 @@ def lock_ended(conn: sa.Connection, *, now: datetime.datetime, limit: int) -> li
 # One label is found through the primary key (``name_key``, ``shard_key``) and checked by its
 # full name.
 
-_SET_UNTIL = """
-    UPDATE labels SET paused_until = %(until)s
-    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
-      AND name = %(name)s
-    """
 
 _PAUSED_UNTIL = """
     SELECT paused_until FROM labels

@@ -12,11 +12,10 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from routemaster.db import labels
-from routemaster.db.errored import Erring, become_errored
 from routemaster.db.receivers import Route, route_arrays
 from routemaster.db.shards import take
 from routemaster.db.statements import fetch_all
+from routemaster.db.transitions import Erring, become_errored, retry
 
 """(receiver id, state machine, action state): where an action's webhooks go."""
 
@@ -77,7 +76,7 @@ _ERRORED_BETWEEN = """
     """
 
 # Labels due since before the cutoff, locked (skipping those another worker holds) until
-# they are errored in the same transaction (routemaster.db.errored).
+# they are errored in the same transaction (routemaster.db.transitions).
 # ``shard_keys``: NULL on one server; on Citus every key of one shard (routemaster.db.shards).
 _STALE = """
     WITH routes AS (
@@ -132,19 +131,15 @@ def retry_errored(
 ) -> int:
     """Make due again every label errored in these states within [since, until): how many.
 
-    Each is locked and retried as any retry is (:func:`routemaster.db.labels.retry`);
-    one retried meanwhile by someone else is left alone.
+    All are retried as any retry is, in one statement
+    (:func:`routemaster.db.transitions.retry`); one retried or deleted meanwhile by
+    someone else is left alone.
     """
     if not states:
         return 0
     found = fetch_all(conn, _ERRORED_BETWEEN, {**_pairs(states), "since": since, "until": until})
-    retried = 0
-    for machine, name in found:
-        label = labels.lock(conn, machine, name)
-        if label is not None and label.errored and not label.deleted:
-            labels.retry(conn, label, now=now, reason=reason)
-            retried += 1
-    return retried
+    keys = [(str(machine), str(name)) for machine, name in found]
+    return len(retry(conn, keys, now=now, reason=reason))
 
 
 def give_up(

@@ -29,14 +29,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.db.changes import START, Position
-from routemaster.db.history import version_params
 from routemaster.db.plumbing.database import distributed
 from routemaster.db.shards import one_connection_per_node, shard_map
 from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
 
 LEADER_KEY = 0x726D7265746E  # "rmretn": one pruning leader at a time, per batch
-
-FINISHED_REASON = "retention: finished"
 
 
 @dataclass(frozen=True)
@@ -94,44 +91,6 @@ def remove_deleted(
     if positions:
         _advance(conn, state_machine, positions, scanned=START)
     return Pruned(int(labels), positions, labels=int(labels))
-
-
-def delete_finished(
-    conn: sa.Connection,
-    state_machine: str,
-    end_states: Sequence[str],
-    *,
-    cutoff: datetime.datetime,
-    now: datetime.datetime,
-    batch: int,
-) -> int:
-    """Delete up to ``batch`` labels in an end state since before ``cutoff``: how many.
-
-    Each is deleted as ``DELETE`` would (its metadata cleared, a history
-    entry written, reason :data:`FINISHED_REASON`), so streams and
-    subscriptions see it go.
-    """
-    params = {
-        "sm": state_machine,
-        "states": list(end_states),
-        "cutoff": cutoff,
-        "now": now,
-        "batch": batch,
-        "reason": FINISHED_REASON,
-        "shard_keys": None,
-        **version_params(conn, state_machine),
-    }
-    shards = shard_map(conn)
-    if shards is None:
-        return run(conn, _DELETE_FINISHED, params)
-    done = 0
-    found = fetch_all(conn, _FINISHED_KEYS, params)
-    for group in shards.whole_shards(conn, [key for (key,) in found]):
-        taking = {**params, "batch": batch - done, "shard_keys": group}
-        done += shards.run(conn, _DELETE_FINISHED, taking)
-        if done >= batch:
-            break
-    return done
 
 
 def count_lost(conn: sa.Connection, state_machine: str, removed: Sequence[Position]) -> int:
@@ -263,35 +222,6 @@ _REMOVE_DELETED = """
            (SELECT array_agg(CAST(xact_id AS text) || '-' || id) FROM history_removed)
     """
 
-# As labels._DELETE, for a batch of labels in an end state since before the cutoff.
-_DELETE_FINISHED = """
-    WITH done AS MATERIALIZED (
-        SELECT shard_key, name_key FROM labels
-        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
-               OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
-          AND state_machine = %(sm)s AND state = ANY (CAST(%(states)s AS text[]))
-          AND NOT deleted AND state_entered_at < %(cutoff)s
-        LIMIT %(batch)s
-        FOR UPDATE SKIP LOCKED
-    ),
-    marked AS (
-        UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
-                          lease_owner = NULL, updated_at = %(now)s
-        FROM done
-        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
-               OR labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
-          AND labels.shard_key = done.shard_key AND labels.state_machine = %(sm)s
-          AND labels.name_key = done.name_key AND NOT labels.deleted
-        RETURNING labels.shard_key, labels.state_machine, labels.name, labels.state,
-                  labels.version
-    )
-    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, reason,
-                         version, xact_id)
-    SELECT shard_key, state_machine, name, state, NULL, %(now)s, %(reason)s,
-           CASE WHEN %(continuing)s THEN COALESCE(version, %(running)s) ELSE %(running)s END,
-           pg_current_xact_id()
-    FROM marked
-    """
 
 # On Citus (routemaster.db.shards), which refuses the statements above: LATERAL with a LIMIT,
 # row locks across shards. History: the frontier, the batch after it, the old rows deleted.
@@ -327,12 +257,6 @@ _DELETED_KEYS = """
     LIMIT %(batch)s
     """
 
-_FINISHED_KEYS = """
-    SELECT shard_key FROM labels
-    WHERE state_machine = %(sm)s AND state = ANY (CAST(%(states)s AS text[]))
-      AND NOT deleted AND state_entered_at < %(cutoff)s
-    LIMIT %(batch)s
-    """
 
 _ADVANCE = """
     INSERT INTO retention_horizons AS r (state_machine, pruned_xact, pruned_id,

@@ -10,14 +10,14 @@ listed by the partial index ``labels_unscheduled`` (migration 0012).
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from routemaster.db.keys import label_key, label_key_arrays, shard_key
-from routemaster.db.labels import Label, LabelKey, label_from_row
+from routemaster.db.labels import Label, LabelKey, label_from_row, label_params
 from routemaster.db.notifications import notify_due
 from routemaster.db.shards import take
 from routemaster.db.statements import fetch_all, fetch_one, run
@@ -54,6 +54,37 @@ def schedule(conn: sa.Connection, schedules: Sequence[Schedule], *, now: datetim
         run(conn, _SCHEDULE, _schedule_arrays(schedules))
         if any(s.due_at is not None and s.due_at <= now for s in schedules):
             notify_due(conn)
+
+
+def clear_due(conn: sa.Connection, keys: Iterable[LabelKey]) -> None:
+    """Nothing more to do for these labels (an action with no ``next``) until someone acts."""
+    params = label_key_arrays(keys)
+    if params["names"]:
+        run(conn, _CLEAR_DUE, params)
+
+
+def mark_due(conn: sa.Connection, key: LabelKey, *, at: datetime.datetime) -> None:
+    """An evaluation is owed by ``at`` (or sooner, if it already was)."""
+    run(conn, _MARK_DUE, {**label_params(*key), "at": at})
+
+
+def record_evaluation_failure(
+    conn: sa.Connection,
+    key: LabelKey,
+    *,
+    error: str,
+    due_at: datetime.datetime,
+    entry_id: int | None = None,
+) -> None:
+    """An evaluation failed (a feed is down): due again at ``due_at``, the error visible.
+
+    With ``entry_id``, only if the label is still in that entry.
+    """
+    run(
+        conn,
+        _EVALUATION_FAILED,
+        {**label_params(*key), "entry_id": entry_id, "error": error, "due_at": due_at},
+    )
 
 
 def lock_unscheduled(
@@ -121,6 +152,29 @@ def _schedule_arrays(schedules: Sequence[Schedule]) -> dict[str, Any]:
         "dues": [s.due_at for s in schedules],
     }
 
+
+_CLEAR_DUE = """
+    UPDATE labels SET due_at = NULL, attempts = 0, last_error = NULL, lease_owner = NULL
+    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]))
+         AS done(shard_key, sm, key, name)
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND labels.shard_key = done.shard_key AND labels.state_machine = done.sm
+      AND labels.name_key = done.key AND labels.name = done.name
+    """
+
+_MARK_DUE = """
+    UPDATE labels SET due_at = LEAST(COALESCE(due_at, %(at)s), %(at)s)
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s
+    """
+
+_EVALUATION_FAILED = """
+    UPDATE labels SET due_at = %(due_at)s, last_error = %(error)s, lease_owner = NULL
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s AND NOT deleted
+      AND (CAST(%(entry_id)s AS bigint) IS NULL OR entry_id = %(entry_id)s)
+    """
 
 # Evaluated without moving: the new schedule, and a clean slate of attempts; rows that
 # already hold all of it are not written (no new row version, no WAL).

@@ -25,10 +25,10 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 
-from routemaster.db.errored import Erring, become_errored
 from routemaster.db.keys import SHARD_KEYS, label_keys, shard_key
 from routemaster.db.labels import Label, label_from_row
 from routemaster.db.statements import Params, Statement, fetch_one, run
+from routemaster.db.transitions import Erring, become_errored
 
 PullState = tuple[str, str]
 """(state machine, pull action)."""
@@ -190,7 +190,7 @@ def set_due(
 
 
 def give_up(conn: sa.Connection, label: Label, *, error: str, now: datetime.datetime) -> Label:
-    """After ``take``: the label errored with ``error`` (routemaster.db.errored)."""
+    """After ``take``: the label errored with ``error`` (routemaster.db.transitions)."""
     [errored] = become_errored(
         conn, [Erring(label.state_machine, label.name, label.entry_id, error)], now=now
     )
@@ -236,7 +236,7 @@ def hold_for_callback(conn: sa.Connection, task_id: str, *, until: datetime.date
 
 
 # Run-out leases: every task ended; labels due again rescheduled here, those to be errored
-# left to routemaster.db.errored (expire runs both in one transaction).
+# left to routemaster.db.transitions (expire runs both in one transaction).
 _EXPIRE = """
     WITH expired AS (
         SELECT * FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
@@ -337,7 +337,7 @@ _ISSUED = "SELECT 1 FROM tasks WHERE shard_key = %(shard_key)s AND id = %(id)s"
 
 _ISSUED_UNKEYED = "SELECT 1 FROM tasks WHERE id = %(id)s"
 
-# Becoming errored instead: routemaster.db.errored (give_up).
+# Becoming errored instead: routemaster.db.transitions (give_up).
 _SET_DUE = """
     UPDATE labels SET due_at = %(due_at)s, last_error = %(error)s, attempts = %(attempts)s,
                       updated_at = %(now)s,

@@ -18,8 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.keys import label_key, shard_key
-from routemaster.db.statements import fetch_all, fetch_one, run
+from routemaster.db.statements import fetch_all, fetch_one
 
 
 @dataclass(frozen=True)
@@ -80,57 +79,6 @@ def version_of(conn: sa.Connection, machine: str, version: int) -> MachineVersio
     """One recorded version (a ``continue`` machine's label's own, loaded once per process)."""
     row = fetch_one(conn, _ONE_VERSION, {"machine": machine, "version": version})
     return None if row is None else MachineVersion(*row)
-
-
-def set_label_version(
-    conn: sa.Connection, machine: str, name: str, version: int, *, now: datetime.datetime
-) -> None:
-    """Put a (locked) label on ``version``: what it follows from now on."""
-    run(
-        conn,
-        _SET_VERSION,
-        {
-            "sm": machine,
-            "name": name,
-            "key": label_key(name),
-            "shard_key": shard_key(name),
-            "v": version,
-            "now": now,
-        },
-    )
-
-
-def rename_label(
-    conn: sa.Connection,
-    machine: str,
-    name: str,
-    *,
-    old: str,
-    new: str,
-    version: int,
-    reason: str,
-    now: datetime.datetime,
-) -> None:
-    """A (locked) label's state renamed and its version set, with a forced history row.
-
-    As a configuration's rename: the entry is kept (entered time, attempts,
-    due time, idempotency token); the history row carries ``version``.
-    """
-    run(
-        conn,
-        _RENAME_ONE,
-        {
-            "sm": machine,
-            "name": name,
-            "key": label_key(name),
-            "shard_key": shard_key(name),
-            "old": old,
-            "new": new,
-            "v": version,
-            "reason": reason,
-            "now": now,
-        },
-    )
 
 
 def labels_to_abort(
@@ -196,25 +144,6 @@ _ONE_VERSION = """
     WHERE machine = %(machine)s AND version = %(version)s
     """
 
-_SET_VERSION = """
-    UPDATE labels SET version = %(v)s, updated_at = %(now)s
-    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
-      AND name = %(name)s
-    """
-
-_RENAME_ONE = """
-    WITH renamed AS (
-        UPDATE labels SET state = %(new)s, version = %(v)s, updated_at = %(now)s
-        WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
-          AND name = %(name)s AND state = %(old)s
-        RETURNING state_machine, name
-    )
-    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, forced,
-                         reason, version, xact_id)
-    SELECT %(shard_key)s, state_machine, name, %(old)s, %(new)s, %(now)s, true, %(reason)s, %(v)s,
-           pg_current_xact_id()
-    FROM renamed
-    """
 
 _OLDER_LABELS = """
     SELECT name, version FROM labels

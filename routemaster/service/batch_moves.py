@@ -19,7 +19,6 @@ import sqlalchemy as sa
 from routemaster.app import App
 from routemaster.db import claims as work
 from routemaster.db import deliveries, receivers, schedules
-from routemaster.db import labels as store
 from routemaster.db.claims import Claim, StateKey
 from routemaster.db.deliveries import Delivery
 from routemaster.db.labels import Label
@@ -95,7 +94,7 @@ def move_delivered(
 def evaluation_failed(app: App, claim: Claim, error: Exception) -> None:
     """A slot's evaluation of ``claim`` raised ``error``: the label is tried again later."""
     with app.db.begin() as conn:
-        store.record_evaluation_failure(
+        schedules.record_evaluation_failure(
             conn,
             claim.key,
             entry_id=claim.entry_id,

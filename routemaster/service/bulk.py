@@ -29,7 +29,7 @@ from routemaster.app import App
 from routemaster.config.model import StateMachine
 from routemaster.db import bulk as jobs
 from routemaster.db import labels as store
-from routemaster.db import versions
+from routemaster.db import transitions
 from routemaster.db.labels import Label
 from routemaster.db.search import Search, not_on_version, search_count, search_page
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
@@ -272,8 +272,8 @@ class _JobRunner:
         elif command == "upgrade":
             upgrade_locked(conn, self.app, machine, label, now=now, reason=reason)
         elif command == "delete":
-            store.record_forced(conn, label, now=now, reason=reason)
-            old_state = store.soft_delete(conn, machine.name, label.name, now=now)
+            transitions.record_forced(conn, label, now=now, reason=reason)
+            old_state = transitions.soft_delete(conn, machine.name, label.name, now=now)
             log_transition(self.app, machine.name, label.name, old_state, None, forced=True)
         else:
             raise InvalidOperation(f"unknown bulk command {command!r}")
@@ -304,15 +304,15 @@ def upgrade_locked(
     if not known and migration is None:
         raise CannotUpgrade(f"version {version} has no state {label.state!r} and no migration")
     if known:
-        versions.set_label_version(conn, machine.name, label.name, version, now=now)
+        transitions.set_version(conn, machine.name, label.name, version, now=now)
         # The forced entry carries the version the label follows from now on.
-        store.record_forced(
+        transitions.record_forced(
             conn, dataclasses.replace(label, version=version), now=now, reason=reason
         )
         # Waiting in a gate: now due by the version in force's condition and triggers.
         store_after_update(conn, app, machine, dataclasses.replace(label, version=version))
     elif migration is not None and migration.kind == "rename":
-        versions.rename_label(
+        transitions.rename(
             conn,
             machine.name,
             label.name,
@@ -324,7 +324,7 @@ def upgrade_locked(
         )
         log_transition(app, machine.name, label.name, label.state, migration.to_state, forced=True)
     elif migration is not None:
-        versions.set_label_version(conn, machine.name, label.name, version, now=now)
+        transitions.set_version(conn, machine.name, label.name, version, now=now)
         upgraded = dataclasses.replace(label, version=version)  # moved by the version in force
         move_locked(conn, app, machine, upgraded, migration.to_state, now=now, reason=reason)
 

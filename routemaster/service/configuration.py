@@ -27,7 +27,7 @@ from routemaster.config.graph import describe_machine
 from routemaster.config.model import Migration, NoNext, StateMachine
 from routemaster.db import config_migrations as store
 from routemaster.db import labels as db_labels
-from routemaster.db import occupied_states, versions
+from routemaster.db import occupied_states, transitions, versions
 from routemaster.db.versions import MachineVersion as MachineVersion  # for the faces
 from routemaster.machine.upgrades import ConfigPlan, plan_config, plan_machine
 from routemaster.service.errors import LabelDeleted, LabelNotFound
@@ -238,7 +238,7 @@ def _abort(
         label = db_labels.lock(conn, machine.name, name)
         if label is None or label.deleted or label.version != old:
             return 0
-        versions.set_label_version(conn, machine.name, name, new, now=now)
+        transitions.set_version(conn, machine.name, name, new, now=now)
         label, plan = move_locked(conn, app, machine, label, to, now=now, reason=reason)
     if plan is not None:
         finish_in_request(app, machine, label, plan)
@@ -266,7 +266,7 @@ def _migrate_machine(app: App, machine: StateMachine, batch: int) -> int:
         while True:
             if migration.kind == "rename":
                 with app.db.begin() as conn:
-                    found = done = store.rename_batch(
+                    found = done = transitions.rename_batch(
                         conn,
                         machine.name,
                         migration.from_state,

@@ -22,7 +22,7 @@ from routemaster.db import claims, deliveries, receivers
 from routemaster.db import tasks as task_store
 from routemaster.db.claims import Claim
 from routemaster.db.deliveries import Delivery
-from routemaster.db.errored import mark_errored
+from routemaster.db.transitions import mark_errored
 from routemaster.http.calls import Call
 from routemaster.http.webhooks import DeliveryResult, Outcome
 from routemaster.machine.retry import backoff

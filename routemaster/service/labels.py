@@ -1,7 +1,7 @@
 """Creating, updating, deleting and advancing labels: the store, the planner and feeds together.
 
 Every move is decided by :func:`routemaster.machine.plan_moves` and written
-by :func:`routemaster.db.moves.write_moves`, in one short transaction. When
+by :func:`routemaster.db.transitions.write_moves`, in one short transaction. When
 an evaluation reads a feed, the plan says so instead of waiting: the feeds
 are then fetched with no transaction open (:func:`advance_with_feeds`), and
 the moves they allow are written in one more transaction, if the label is
@@ -20,9 +20,8 @@ import sqlalchemy as sa
 from routemaster.app import App
 from routemaster.config.model import Action, Gate, State, StateMachine
 from routemaster.db import labels as store
-from routemaster.db import schedules
+from routemaster.db import schedules, transitions
 from routemaster.db.labels import HistoryEntry, Label, LabelKey, Moves
-from routemaster.db.moves import write_moves
 from routemaster.db.schedules import Schedule
 from routemaster.db.statements import single_statement
 from routemaster.exit_conditions import Context
@@ -55,7 +54,7 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
     )
 
     def insert(conn: sa.Connection) -> Label | None:
-        return store.insert(
+        return transitions.insert(
             conn,
             machine.name,
             name,
@@ -69,7 +68,7 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
 
     if not isinstance(initial, Action) and not evaluates_on_entry(initial):
         # The insert is all there is to do: one statement, its own transaction (two on Citus).
-        with store.writing(app.db) as conn:
+        with transitions.writing(app.db) as conn:
             created = insert(conn)
         if created is None:
             raise LabelExists(name)
@@ -118,7 +117,7 @@ def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str,
         if not fires:
             return label
         if label.paused:
-            store.mark_due(conn, label.key, at=now)
+            schedules.mark_due(conn, label.key, at=now)
             return label
         label, plan = advance_locked(conn, app, governing, label, now=now)
     return finish_in_request(app, governing, label, plan)
@@ -142,7 +141,7 @@ def _merged(
     nothing either, the label was deleted since (only a delete hides a label
     from the merge, and a deleted label stays deleted).
     """
-    label = store.merge_metadata(
+    label = transitions.merge_metadata(
         conn, machine.name, name, patch, now=now, scheduled_states=scheduled
     )
     if label is not None:
@@ -152,7 +151,7 @@ def _merged(
         raise LabelNotFound(name)
     if deleted:
         raise LabelDeleted(name)
-    label = store.merge_metadata(
+    label = transitions.merge_metadata(
         conn, machine.name, name, patch, now=now, scheduled_states=scheduled
     )
     if label is None:
@@ -162,8 +161,8 @@ def _merged(
 
 def delete_label(app: App, machine: StateMachine, name: str) -> None:
     """Soft-delete: clear metadata, record it in history, keep the name taken."""
-    with store.writing(app.db) as conn:
-        old_state = store.soft_delete(conn, machine.name, name, now=app.now())
+    with transitions.writing(app.db) as conn:
+        old_state = transitions.soft_delete(conn, machine.name, name, now=app.now())
     if old_state is not None:
         log_transition(app, machine.name, name, old_state, None, forced=False)
 
@@ -203,7 +202,7 @@ def advance_locked(
         label = write(conn, app, [moves_for(app, machine, label, plan, now)], now=now)[0]
     elif plan.feed_missing is not None:
         # A safety net: if the feeds are never fetched (the process dies), the worker retries.
-        store.mark_due(conn, label.key, at=due_at(app, plan, now) or now)
+        schedules.mark_due(conn, label.key, at=due_at(app, plan, now) or now)
     elif isinstance(_state_of(machine, label), Gate):
         settled = after_evaluation_of(app, machine, label, now)
         schedules.settle_unmoved(conn, [settled])
@@ -262,7 +261,7 @@ def advance_with_feeds(app: App, key: LabelKey, entry_id: int, *, timeout: float
         if plan.feed_missing is not None:
             retry_at = now + app.settings.evaluation_retry_delay
             error = str(plan.feed_missing)
-            store.record_evaluation_failure(conn, label.key, error=error, due_at=retry_at)
+            schedules.record_evaluation_failure(conn, label.key, error=error, due_at=retry_at)
             return replace(label, due_at=retry_at, last_error=error)
         if not plan.moves:
             settled = after_evaluation_of(app, machine, label, now)
@@ -319,7 +318,7 @@ def write(
     conn: sa.Connection, app: App, moves: Sequence[Moves], *, now: datetime.datetime
 ) -> list[Label]:
     """The one writer of moves: store them, then tell the logging plugins."""
-    written = write_moves(conn, moves, now=now)
+    written = transitions.write_moves(conn, moves, now=now)
     for move in moves:
         old = move.label.state
         for state in move.states:

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from routemaster.app import App
 from routemaster.config.model import StateMachine
 from routemaster.db import labels as store
-from routemaster.db import pauses
+from routemaster.db import pauses, transitions
 from routemaster.db.labels import Label, Moves
 from routemaster.machine import Plan, evaluates_on_entry
 from routemaster.service.errors import InvalidOperation, LabelDeleted, LabelNotFound, Malformed
@@ -38,7 +38,8 @@ def retry_locked(
     """:func:`retry_label` on a label the caller has locked (bulk commands use it too)."""
     if not label.errored:
         raise InvalidOperation(f"label {label.name!r} is not errored")
-    return store.retry(conn, label, now=now, reason=reason or "retried")
+    [retried] = transitions.retry(conn, [label.key], now=now, reason=reason or "retried")
+    return retried
 
 
 def pause_end(app: App, until: datetime.datetime | None) -> datetime.datetime | None:
@@ -82,14 +83,10 @@ def pause_locked(
 
     The pause's end is set either way: ``until`` when pausing, none when resuming.
     """
-    pauses.set_until(conn, label.state_machine, label.name, until if paused else None)
-    if label.paused == paused:
-        return label
     default = "paused" if paused else "resumed"
     if until is not None:
         default = f"paused until {until.isoformat()}"
-    store.record_forced(conn, label, now=now, reason=reason or default)
-    return store.set_paused(conn, label, paused, now=now)
+    return transitions.pause(conn, label, paused, now=now, reason=reason or default, until=until)
 
 
 def resume_ended_pauses(app: App, *, limit: int = 100) -> int:
@@ -98,9 +95,7 @@ def resume_ended_pauses(app: App, *, limit: int = 100) -> int:
     with app.db.begin() as conn:
         ended = pauses.lock_ended(conn, now=now, limit=limit)
         for label in ended:
-            store.record_forced(conn, label, now=now, reason="resumed: the pause ended")
-            pauses.set_until(conn, label.state_machine, label.name, None)
-            store.set_paused(conn, label, False, now=now)
+            transitions.pause(conn, label, False, now=now, reason="resumed: the pause ended")
     return len(ended)
 
 

@@ -29,7 +29,7 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.model import NoNext, StateMachine
-from routemaster.db import bulk, receivers, retention_progress
+from routemaster.db import bulk, receivers, retention_progress, transitions
 from routemaster.db import retention as store
 from routemaster.service.label_counts import fold_label_counts
 
@@ -81,7 +81,9 @@ def _machine(app: App, machine: StateMachine, now: datetime.datetime, report: Ru
             cutoff = now - retention.finished
 
             def finish(conn: sa.Connection) -> int:
-                count = store.delete_finished(conn, name, ends, cutoff=cutoff, now=now, batch=BATCH)
+                count = transitions.delete_finished(
+                    conn, name, ends, cutoff=cutoff, now=now, batch=BATCH
+                )
                 _record(conn, "labels_finished", count, now, cutoff)
                 return count
 

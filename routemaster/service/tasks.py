@@ -24,7 +24,14 @@ import sqlalchemy as sa
 from routemaster.app import App
 from routemaster.config.model import Action, Config
 from routemaster.db import labels as store
-from routemaster.db import pauses, schedules, task_claims, task_completions, task_records
+from routemaster.db import (
+    pauses,
+    schedules,
+    task_claims,
+    task_completions,
+    task_records,
+    transitions,
+)
 from routemaster.db import tasks as task_store
 from routemaster.db.labels import Label
 from routemaster.db.notifications import notify_due
@@ -150,12 +157,13 @@ def complete(app: App, task_id: str, patch: dict[str, Any] | None) -> Label:
         action_state = label.state
         machine = app.config.get_machine(label.state_machine)
         if patch:
-            label = (
-                store.merge_metadata(conn, label.state_machine, label.name, patch, now=now) or label
+            merged = transitions.merge_metadata(
+                conn, label.state_machine, label.name, patch, now=now
             )
+            label = merged or label
         label, plan = advance_locked(conn, app, machine, label, now=now)
         if not plan.moves and plan.feed_missing is None:
-            store.clear_due(conn, [label.key])  # an action with no next: the label rests here
+            schedules.clear_due(conn, [label.key])  # an action with no next: the label rests here
             label = store.get(conn, label.state_machine, label.name) or label
     _event(app, machine.name, action_state, label.name, "completed")
     return finish_in_request(app, machine, label, plan)
@@ -192,7 +200,7 @@ def complete_many(
         settled = settle_batch(conn, app, list(taken.values()), now=now)
         schedules.settle_unmoved(conn, settled.unmoved)
         for label in settled.waiting:
-            store.mark_due(conn, label.key, at=now + app.settings.evaluation_retry_delay)
+            schedules.mark_due(conn, label.key, at=now + app.settings.evaluation_retry_delay)
     resting = {schedule.key: schedule for schedule in settled.unmoved}
     moved: dict[str, Label] = {}
     for task_id, label in taken.items():
