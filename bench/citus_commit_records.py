@@ -19,12 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import sqlalchemy as sa
-from routemaster.db.errored import Erring, become_errored
-from routemaster.db.moves import write_moves
 
 from routemaster.app import App
 from routemaster.config import load_config
-from routemaster.db import labels
+from routemaster.db import labels, transitions
 from routemaster.db.plumbing.database import create_engine
 from routemaster.db.plumbing.migrate import upgrade
 from routemaster.web import create_app
@@ -72,7 +70,7 @@ def main(url: str) -> None:
             with engine.begin() as conn:
                 label = labels.lock(conn, "user", "b")
                 assert label is not None
-                write_moves(conn, [labels.Moves(label, states, due_at=None)], now=NOW)
+                transitions.write_moves(conn, [labels.Moves(label, states, due_at=None)], now=NOW)
 
         return write
 
@@ -80,7 +78,9 @@ def main(url: str) -> None:
         with engine.begin() as conn:
             label = labels.lock(conn, "user", "b")
             assert label is not None
-            become_errored(conn, [Erring("user", "b", label.entry_id, "boom")], now=NOW)
+            transitions.become_errored(
+                conn, [transitions.Erring("user", "b", label.entry_id, "boom")], now=NOW
+            )
 
     writes = [
         ("create (API)", api("POST", "a", {"metadata": {}})),

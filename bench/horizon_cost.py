@@ -26,7 +26,7 @@ import uuid
 import sqlalchemy as sa
 
 from routemaster.db import horizon as horizons
-from routemaster.db import labels as store
+from routemaster.db import transitions
 from routemaster.db.horizon import Horizon
 from routemaster.db.plumbing.database import create_engine
 from routemaster.db.statements import fetch_all, fetch_value
@@ -51,7 +51,7 @@ def load(engine: sa.Engine, per_transaction: int, stop: threading.Event, made: l
     while not stop.is_set():
         with engine.begin() as conn:
             for _ in range(per_transaction):
-                store.insert(conn, MACHINE, uuid.uuid4().hex, {}, state="a", now=now)
+                transitions.insert(conn, MACHINE, uuid.uuid4().hex, {}, state="a", now=now)
         made[0] += per_transaction
 
 

@@ -18,10 +18,9 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from routemaster.db import labels
+from routemaster.db import labels, transitions
 from routemaster.db.changes import START, Change, read_changes
 from routemaster.db.horizon import Horizon
-from routemaster.db.moves import write_moves
 from tests.waiting import wait_until
 
 NOW = datetime.datetime(2026, 11, 28, 5, 0, tzinfo=datetime.UTC)
@@ -30,8 +29,8 @@ OTHER = {"a": "b", "b": "a"}
 
 def race_on_one_label(engine: sa.Engine, name: str, *, rounds: int) -> list[Change]:
     """Both writers' moves of ``name`` (machine ``m``), every change of it in stream order."""
-    with labels.writing(engine) as conn:
-        assert labels.insert(conn, "m", name, {}, state="a", now=NOW) is not None
+    with transitions.writing(engine) as conn:
+        assert transitions.insert(conn, "m", name, {}, state="a", now=NOW) is not None
     failures: list[BaseException] = []
     start = threading.Barrier(2)
 
@@ -40,14 +39,18 @@ def race_on_one_label(engine: sa.Engine, name: str, *, rounds: int) -> list[Chan
             with engine.begin() as conn:
                 label = labels.lock(conn, "m", name)
                 assert label is not None
-                write_moves(conn, [labels.Moves(label, (OTHER[label.state],), None)], now=NOW)
+                transitions.write_moves(
+                    conn, [labels.Moves(label, (OTHER[label.state],), None)], now=NOW
+                )
 
     def merging_first() -> None:
         for n in range(rounds):
             with engine.begin() as conn:
-                label = labels.merge_metadata(conn, "m", name, {"n": n}, now=NOW)
+                label = transitions.merge_metadata(conn, "m", name, {"n": n}, now=NOW)
                 assert label is not None
-                write_moves(conn, [labels.Moves(label, (OTHER[label.state],), None)], now=NOW)
+                transitions.write_moves(
+                    conn, [labels.Moves(label, (OTHER[label.state],), None)], now=NOW
+                )
 
     def run(work: Callable[[], None]) -> None:
         try:

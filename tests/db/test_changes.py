@@ -10,12 +10,11 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from routemaster.db import changes
+from routemaster.db import changes, transitions
 from routemaster.db import labels as store
 from routemaster.db.changes import START, Page, Position, read_changes
 from routemaster.db.horizon import Horizon
 from routemaster.db.keys import shard_key
-from routemaster.db.moves import write_moves
 from routemaster.db.statements import fetch_all
 from tests.citus_cluster import citus_run
 from tests.db.one_label_writers import race_on_one_label, unchained
@@ -26,7 +25,7 @@ NOW = datetime.datetime(2026, 11, 22, 12, 0, tzinfo=datetime.UTC)
 
 
 def _create(conn: sa.Connection, name: str, machine: str = "m") -> store.Label:
-    label = store.insert(conn, machine, name, {}, state="a", now=NOW, due=False)
+    label = transitions.insert(conn, machine, name, {}, state="a", now=NOW, due=False)
     assert label is not None
     return label
 
@@ -80,9 +79,9 @@ def test_created_moved_forced_and_deleted_entries_come_out_with_their_kind(
 ) -> None:
     with db_engine.begin() as conn:
         label = _create(conn, "ann")
-        [label] = write_moves(conn, [store.Moves(label, ("b",), None)], now=NOW)
-        store.record_forced(conn, label, now=NOW, reason="paused")
-        store.soft_delete(conn, "m", "ann", now=NOW)
+        [label] = transitions.write_moves(conn, [store.Moves(label, ("b",), None)], now=NOW)
+        transitions.record_forced(conn, label, now=NOW, reason="paused")
+        transitions.soft_delete(conn, "m", "ann", now=NOW)
     page = _read_once_visible(db_engine, START, 4)
     assert [(c.kind, c.old_state, c.new_state, c.reason) for c in page.changes] == [
         ("created", None, "a", None),
@@ -199,7 +198,7 @@ def test_concurrent_writers_committing_out_of_order_are_read_once_each_in_a_fixe
                 transaction = conn.begin()
                 label = _create(conn, f"r{round_number}-{n}")
                 if n % 2:
-                    write_moves(conn, [store.Moves(label, ("b", "c"), None)], now=NOW)
+                    transitions.write_moves(conn, [store.Moves(label, ("b", "c"), None)], now=NOW)
                 writers.append((conn, transaction))
             rng.shuffle(writers)
             for conn, transaction in writers:

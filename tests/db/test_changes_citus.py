@@ -15,7 +15,7 @@ import datetime
 import pytest
 import sqlalchemy as sa
 
-from routemaster.db import labels as store
+from routemaster.db import transitions
 from routemaster.db.changes import (
     START,
     Change,
@@ -76,7 +76,7 @@ class Reader:
 
 
 def _create(conn: sa.Connection, name: str) -> None:
-    assert store.insert(conn, "m", name, {}, state="a", now=NOW) is not None
+    assert transitions.insert(conn, "m", name, {}, state="a", now=NOW) is not None
 
 
 def _visible(engine: sa.Engine, name: str) -> bool:

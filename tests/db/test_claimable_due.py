@@ -8,7 +8,7 @@ import uuid
 
 import sqlalchemy as sa
 
-from routemaster.db import claims, receiver_claims, task_claims
+from routemaster.db import claims, receiver_claims, task_claims, transitions
 from routemaster.db import labels as store
 from routemaster.db.receiver_claims import Wanted
 from routemaster.db.statements import fetch_one
@@ -99,7 +99,7 @@ def test_resumed_labels_are_claimed_again(db_engine: sa.Engine) -> None:
         for number in range(1, 31):
             label = store.lock(conn, "m", f"paused-{number}")
             assert label is not None and label.paused
-            store.set_paused(conn, label, False, now=NOW)
+            transitions.pause(conn, label, False, now=NOW, reason="resumed")
     with db_engine.begin() as conn:
         # 10 gates, 10 deliveries (up to 16) and 10 pull tasks (up to 10), due all along.
         assert _claim_round(conn) == 30

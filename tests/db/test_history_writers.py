@@ -22,7 +22,7 @@ def test_every_history_writer_names_shard_key_version_and_xact_id() -> None:
         for name, sql in STATEMENTS
     }
     writers = {name: lists for name, lists in writers.items() if lists}
-    assert "history._APPEND" in writers and "labels._INSERT" in writers
+    assert "transitions._APPEND" in writers and "transitions._INSERT" in writers
     for name, column_lists in writers.items():
         for columns in column_lists:
             missing = {"shard_key", "version", "xact_id"} - columns

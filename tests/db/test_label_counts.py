@@ -9,9 +9,8 @@ import threading
 
 import sqlalchemy as sa
 
-from routemaster.db import config_migrations, counts, label_counts, moves, retention
+from routemaster.db import counts, label_counts, retention, transitions
 from routemaster.db import labels as store
-from routemaster.db.errored import Erring, become_errored
 from routemaster.db.horizon import Horizon
 from routemaster.db.labels import Moves
 from routemaster.db.plumbing.migrate import keep_counts
@@ -53,14 +52,14 @@ def folded_position(engine: sa.Engine) -> tuple[int, int]:
 
 def create(engine: sa.Engine, machine: str, name: str, state: str = "a") -> None:
     with engine.begin() as conn:
-        assert store.insert(conn, machine, name, {}, state=state, now=NOW) is not None
+        assert transitions.insert(conn, machine, name, {}, state=state, now=NOW) is not None
 
 
 def move(engine: sa.Engine, machine: str, name: str, *states: str) -> None:
     with engine.begin() as conn:
         label = store.lock(conn, machine, name)
         assert label is not None
-        moves.write_moves(conn, [Moves(label, states, due_at=None)], now=NOW)
+        transitions.write_moves(conn, [Moves(label, states, due_at=None)], now=NOW)
 
 
 def assert_exact(engine: sa.Engine) -> None:
@@ -79,7 +78,7 @@ def test_counts_stay_exact_through_creates_moves_deletes_errors_and_renames(
     move(db_engine, "m", "l1", "b", "c")  # two moves in one statement
     with db_engine.begin() as conn:  # a batch of labels moving together
         batch = [store.lock(conn, "m", name) for name in ("l2", "l3")]
-        moves.write_moves(
+        transitions.write_moves(
             conn, [Moves(label, ("b",), due_at=None) for label in batch if label], now=NOW
         )
     assert_exact(db_engine)
@@ -87,15 +86,17 @@ def test_counts_stay_exact_through_creates_moves_deletes_errors_and_renames(
     assert_exact(db_engine)
 
     with db_engine.begin() as conn:
-        assert store.soft_delete(conn, "m", "l4", now=NOW) == "a"
-        assert store.soft_delete(conn, "m", "l4", now=NOW) is None  # deleted once
+        assert transitions.soft_delete(conn, "m", "l4", now=NOW) == "a"
+        assert transitions.soft_delete(conn, "m", "l4", now=NOW) is None  # deleted once
         label = store.get(conn, "m", "l5")
         assert label is not None
-        become_errored(conn, [Erring("m", "l5", label.entry_id, "boom")], now=NOW)
-        store.record_forced(conn, label, now=NOW, reason="a note")  # no state change
+        transitions.become_errored(
+            conn, [transitions.Erring("m", "l5", label.entry_id, "boom")], now=NOW
+        )
+        transitions.record_forced(conn, label, now=NOW, reason="a note")  # no state change
     assert_exact(db_engine)
     with db_engine.begin() as conn:  # a configuration's migration renames a state
-        renamed = config_migrations.rename_batch(
+        renamed = transitions.rename_batch(
             conn, "m", "b", "beta", reason="renamed", now=NOW, limit=100
         )
     assert renamed == 3
@@ -122,7 +123,9 @@ def test_the_machine_page_counts_and_errored_come_from_the_kept_counts(
     with db_engine.begin() as conn:
         label = store.get(conn, "m", "l1")
         assert label is not None
-        become_errored(conn, [Erring("m", "l1", label.entry_id, "boom")], now=NOW)
+        transitions.become_errored(
+            conn, [transitions.Erring("m", "l1", label.entry_id, "boom")], now=NOW
+        )
     with db_engine.connect() as conn:
         found = counts.in_machine(conn, "m")
         assert counts.per_state(conn) == {("m", "a"): 2, ("m", "b"): 1}
@@ -135,7 +138,7 @@ def test_removing_deleted_labels_and_recreating_them_counts_each_once(
     create(db_engine, "m", "gone")
     create(db_engine, "m", "kept")
     with db_engine.begin() as conn:
-        store.soft_delete(conn, "m", "gone", now=NOW)
+        transitions.soft_delete(conn, "m", "gone", now=NOW)
     fold(db_engine)
     assert_exact(db_engine)
     with db_engine.begin() as conn:  # retention: the row and its whole history removed
@@ -160,7 +163,7 @@ def test_a_transaction_open_across_folds_is_counted_once_it_commits(
         long.begin()
         label = store.lock(long, "m", "l0")
         assert label is not None
-        moves.write_moves(long, [Moves(label, ("b",), due_at=None)], now=NOW)
+        transitions.write_moves(long, [Moves(label, ("b",), due_at=None)], now=NOW)
         held = int(long.exec_driver_sql("SELECT CAST(pg_current_xact_id() AS text)").scalar_one())
         # Later transactions commit and are folded around it: the fold stops below it.
         move(db_engine, "m", "l1", "c")
@@ -229,8 +232,8 @@ def test_a_recount_agrees_with_the_folds(db_engine: sa.Engine) -> None:
 _SET_LIST = re.compile(r"UPDATE labels SET(.*?)(?:\bFROM\b|\bWHERE\b|\bRETURNING\b)", re.S)
 _STATE_OR_DELETED = re.compile(r"(?:^|,)\s*(state|deleted)\s*=")  # an assignment, not a test
 # On Citus a create and a delete are each two router statements in one transaction: the
-# label's row, then its history entry (db/history.append_one).
-_CREATE_THEN_ENTRY = {"labels._INSERT_LABEL", "labels._MARK_DELETED"}
+# label's row, then its history entry (db/transitions.append_one).
+_CREATE_THEN_ENTRY = {"transitions._INSERT_LABEL", "transitions._MARK_DELETED"}
 
 
 def test_every_statement_that_changes_a_labels_state_appends_its_history_row() -> None:
@@ -244,8 +247,13 @@ def test_every_statement_that_changes_a_labels_state_appends_its_history_row() -
             changing.append(name)
             if name not in _CREATE_THEN_ENTRY:
                 assert "INSERT INTO history" in sql, f"{name} changes labels without history"
-    assert {"moves._MOVE_ONE", "moves._MOVE_MANY", "labels._DELETE"} <= set(changing)
-    assert {"config_migrations._RENAME", "versions._RENAME_ONE"} <= set(changing)
+    assert {"transitions._MOVE_ONE", "transitions._MOVE_MANY", "transitions._DELETE"} <= set(
+        changing
+    )
+    assert {"transitions._RENAME", "transitions._RENAME_ONE"} <= set(changing)
+    # History is appended in one home: every statement writing it is a transition's.
+    writers = {name for name, sql in STATEMENTS if "INSERT INTO history" in sql}
+    assert writers and all(name.startswith("transitions.") for name in writers), writers
 
 
 def test_a_fold_committing_between_a_reads_two_statements_counts_nothing_twice(

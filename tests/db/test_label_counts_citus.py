@@ -11,7 +11,7 @@ import datetime
 import pytest
 import sqlalchemy as sa
 
-from routemaster.db import label_counts, moves
+from routemaster.db import label_counts, transitions
 from routemaster.db import labels as store
 from routemaster.db.horizon import Horizon
 from routemaster.db.labels import Moves
@@ -55,7 +55,7 @@ def fold(engine: sa.Engine, horizon: Horizon) -> int:
 
 
 def _create(conn: sa.Connection, name: str) -> None:
-    assert store.insert(conn, "m", name, {}, state="a", now=NOW) is not None
+    assert transitions.insert(conn, "m", name, {}, state="a", now=NOW) is not None
 
 
 def test_counts_stay_exact_across_shards_through_moves_deletes_and_a_recount(
@@ -68,11 +68,11 @@ def test_counts_stay_exact_across_shards_through_moves_deletes_and_a_recount(
             _create(conn, name)
     with engine.begin() as conn:  # one transaction moving labels on both workers
         locked = [store.lock(conn, "m", name) for name in names[2:5]]
-        moves.write_moves(
+        transitions.write_moves(
             conn, [Moves(label, ("b",), due_at=None) for label in locked if label], now=NOW
         )
     with engine.begin() as conn:
-        store.soft_delete(conn, "m", names[0], now=NOW)
+        transitions.soft_delete(conn, "m", names[0], now=NOW)
     assert kept(engine) == {("m", "a"): 2, ("m", "b"): 3} == counted(engine)
     horizon = Horizon()
     wait_until(lambda: fold(engine, horizon) > 0, "a fold", timeout=30)

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from routemaster.db import labels as store
+from routemaster.db import transitions
 from routemaster.db.keys import (
     SHARD_KEYS,
     WHOLE,
@@ -49,7 +50,7 @@ def sql_key(conn: sa.Connection, name: str) -> bytes:
 
 
 def create(conn: sa.Connection, name: str, machine: str = "m") -> None:
-    label = store.insert(conn, machine, name, {"name": name}, state="a", now=NOW, due=False)
+    label = transitions.insert(conn, machine, name, {"name": name}, state="a", now=NOW, due=False)
     assert label is not None, f"{name[:20]!r} was taken"
 
 
@@ -147,7 +148,7 @@ def test_long_names_sharing_their_first_900_characters_are_distinct_labels(
     with db_engine.begin() as conn:
         for name in (long, *others[:2]):
             create(conn, name)
-        assert store.insert(conn, "m", long, {}, state="a", now=NOW, due=False) is None
+        assert transitions.insert(conn, "m", long, {}, state="a", now=NOW, due=False) is None
         create(conn, long, machine="other")  # the same name in another machine
         for name in (long, *others[:2]):
             found = store.get(conn, "m", name)
@@ -244,7 +245,16 @@ def plan(conn: sa.Connection, sql: str, params: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize(
     "statement",
-    ["_SELECT", "_SELECT_FOR_UPDATE", "_MERGE_METADATA", "_IS_DELETED", "_DELETE", "_RETRY"],
+    [
+        "labels._SELECT",
+        "labels._SELECT_FOR_UPDATE",
+        "labels._IS_DELETED",
+        "transitions._MERGE_METADATA",
+        "transitions._DELETE",
+        "transitions._SET_PAUSED",
+        "transitions._SET_PAUSE_END",
+        "transitions._SET_VERSION",
+    ],
 )
 def test_lookups_by_name_use_the_primary_key(many_labels: sa.Engine, statement: str) -> None:
     params: dict[str, Any] = {
@@ -253,15 +263,18 @@ def test_lookups_by_name_use_the_primary_key(many_labels: sa.Engine, statement: 
         "key": label_key(FOUR_BYTES),
         "shard_key": shard_key(FOUR_BYTES),
     }
-    params.update(patch="{}", now=NOW, paused=False, scheduled_states=["a"])
+    params.update(patch="{}", now=NOW, paused=False, scheduled_states=["a"], until=None, v=1)
     params.update(running=None, continuing=False)
+    module, name = statement.split(".")
     with many_labels.connect() as conn:
-        explained = plan(conn, getattr(store, statement), params)
+        explained = plan(
+            conn, getattr({"labels": store, "transitions": transitions}[module], name), params
+        )
     assert "labels_pkey" in explained and "Seq Scan" not in explained, explained
 
 
 def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
-    from routemaster.db import claims, moves, schedules
+    from routemaster.db import claims, schedules
 
     one = {
         "sm": "m",
@@ -302,9 +315,10 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
         assert "history_by_label" in history and "Seq Scan" not in history, history
         for explained in (
             plan(conn, claims._LOCK_ENTRIES, arrays),
-            plan(conn, store._CLEAR_DUE, arrays),
-            plan(conn, moves._MOVE_ONE, {**one, **move}),
-            plan(conn, moves._MOVE_MANY, batch),
+            plan(conn, schedules._CLEAR_DUE, arrays),
+            plan(conn, transitions._RETRY, {**arrays, "now": NOW}),
+            plan(conn, transitions._MOVE_ONE, {**one, **move}),
+            plan(conn, transitions._MOVE_MANY, batch),
             plan(conn, schedules._SETTLE_UNMOVED, {**arrays, **computed}),
             plan(conn, schedules._SCHEDULE, {**arrays, **computed}),
             *(

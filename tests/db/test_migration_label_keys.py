@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from alembic import command
 
 from routemaster.db import labels as store
+from routemaster.db import transitions
 from routemaster.db.listings import label_page
 from routemaster.db.plumbing.database import create_engine
 from routemaster.db.plumbing.migrate import alembic_config, upgrade
@@ -64,7 +65,7 @@ def test_labels_written_before_the_upgrade_are_found_after_it(engine: sa.Engine)
             found = store.get(conn, "m", name)
             assert found is not None and found.metadata == {"n": number}
             assert [entry.id for entry in store.history(conn, "m", name)] == [number]
-        assert store.insert(conn, "m", "alice", {}, state="s", now=NOW, due=False) is None
+        assert transitions.insert(conn, "m", "alice", {}, state="s", now=NOW, due=False) is None
     listed = [name for name, _ in label_page(engine, "m", after="", limit=100)]
     assert listed == sorted(NAMES)
     errored = label_page(engine, "m", after="", limit=100, errored=True, state="s")
@@ -85,7 +86,7 @@ def test_a_downgrade_refuses_names_the_old_indexes_cannot_hold(engine: sa.Engine
     upgrade(engine)
     varied = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(1024))  # does not compress
     with engine.begin() as conn:
-        store.insert(conn, "m", varied, {}, state="s", now=NOW, due=False)
+        transitions.insert(conn, "m", varied, {}, state="s", now=NOW, due=False)
     with pytest.raises(sa.exc.OperationalError, match="index row"):
         downgrade(engine, "0005")
     with engine.connect() as conn:

@@ -8,15 +8,15 @@ import datetime
 import sqlalchemy as sa
 
 from routemaster.db import labels as store
+from routemaster.db import transitions
 from routemaster.db.labels import Label, Moves
-from routemaster.db.moves import write_moves
 
 NOW = datetime.datetime(2026, 11, 23, 12, 0, tzinfo=datetime.UTC)
 LATER = NOW + datetime.timedelta(minutes=5)
 
 
 def _created(conn: sa.Connection, name: str) -> Label:
-    label = store.insert(conn, "m", name, {"k": 1}, state="a", now=NOW, due=False)
+    label = transitions.insert(conn, "m", name, {"k": 1}, state="a", now=NOW, due=False)
     assert label is not None
     return label
 
@@ -39,10 +39,10 @@ def test_one_label_moving_one_state_is_written_as_a_batch_would(db_engine: sa.En
     for forced, reason, due_at in ((False, None, None), (True, "by hand", LATER)):
         with db_engine.begin() as conn:
             alone, batched, other = (_created(conn, n) for n in ("alone", "batched", "other"))
-            [moved_alone] = write_moves(
+            [moved_alone] = transitions.write_moves(
                 conn, [Moves(alone, ("b",), due_at, forced, reason)], now=LATER
             )
-            moved_batched, _ = write_moves(
+            moved_batched, _ = transitions.write_moves(
                 conn,
                 [
                     Moves(batched, ("b",), due_at, forced, reason),

@@ -6,8 +6,7 @@ import datetime
 
 import sqlalchemy as sa
 
-from routemaster.db import labels as store
-from routemaster.db import occupied_states
+from routemaster.db import occupied_states, transitions
 from routemaster.db.statements import fetch_all
 from tests.citus_cluster import citus_run
 
@@ -15,7 +14,7 @@ NOW = datetime.datetime(2026, 11, 28, 12, 0, tzinfo=datetime.UTC)
 
 
 def _create(conn: sa.Connection, machine: str, name: str, state: str) -> None:
-    assert store.insert(conn, machine, name, {}, state=state, now=NOW, due=False) is not None
+    assert transitions.insert(conn, machine, name, {}, state=state, now=NOW, due=False) is not None
 
 
 def test_the_states_holding_live_labels_are_found_per_machine_in_order(

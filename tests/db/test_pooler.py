@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from routemaster.app import utc_now
 from routemaster.db import labels as store
+from routemaster.db import transitions
 from routemaster.db.plumbing.database import create_engine
 from routemaster.db.statements import single_statement
 from tests.pooler import running_pgbouncer
@@ -38,7 +39,7 @@ def test_creates_and_reads_answer_right_behind_a_transaction_pooler(
         for i in range(40):
             name = f"c{client}-{i}"
             with single_statement(engine) as conn:
-                created = store.insert(
+                created = transitions.insert(
                     conn, "flow", name, {"i": i}, state="start", now=utc_now(), due=False
                 )
             assert created is not None and created.name == name
@@ -47,7 +48,9 @@ def test_creates_and_reads_answer_right_behind_a_transaction_pooler(
             assert read is not None
             seen.append((read.name, read.metadata["i"]))
             with engine.begin() as conn:  # a transaction's statements, behind the same pooler
-                merged = store.merge_metadata(conn, "flow", name, {"seen": True}, now=utc_now())
+                merged = transitions.merge_metadata(
+                    conn, "flow", name, {"seen": True}, now=utc_now()
+                )
             assert merged is not None and merged.metadata == {"i": i, "seen": True}
         return seen
 

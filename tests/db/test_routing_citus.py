@@ -24,11 +24,9 @@ from flask.testing import FlaskClient
 
 from routemaster.app import App
 from routemaster.config import load_config
-from routemaster.db import labels
-from routemaster.db.errored import Erring, become_errored
+from routemaster.db import labels, transitions
 from routemaster.db.history import stamp_versions
 from routemaster.db.keys import shard_key
-from routemaster.db.moves import write_moves
 from routemaster.db.plumbing.database import distributed
 from routemaster.db.plumbing.migrate import (
     DISTRIBUTED_TABLES,
@@ -148,7 +146,7 @@ def test_history_rows_carry_the_version_and_the_coordinators_transaction(
     assert client.post(f"{LABELS}/alice", json={"metadata": {}}).status_code == 201
     with citus_engine.begin() as conn:
         coordinator = fetch_value(conn, "SELECT CAST(pg_current_xact_id() AS text)")
-        assert labels.soft_delete(conn, "user", "alice", now=NOW) == "start"
+        assert transitions.soft_delete(conn, "user", "alice", now=NOW) == "start"
     history = client.get(f"{LABELS}/alice/history").get_json()["history"]
     assert [entry["version"] for entry in history] == [7, 7]
     with citus_engine.connect() as conn:
@@ -199,7 +197,7 @@ def _moved(*states: str) -> Write:
         with engine.begin() as conn:
             label = labels.lock(conn, "user", "alice")
             assert label is not None
-            write_moves(conn, [labels.Moves(label, states, due_at=None)], now=NOW)
+            transitions.write_moves(conn, [labels.Moves(label, states, due_at=None)], now=NOW)
 
     return write
 
@@ -208,8 +206,8 @@ def _errored(client: FlaskClient, engine: sa.Engine) -> None:
     with engine.begin() as conn:
         label = labels.lock(conn, "user", "alice")
         assert label is not None
-        erring = Erring("user", "alice", label.entry_id, "the hook answered 500")
-        assert become_errored(conn, [erring], now=NOW)
+        erring = transitions.Erring("user", "alice", label.entry_id, "the hook answered 500")
+        assert transitions.become_errored(conn, [erring], now=NOW)
 
 
 TO_NOTIFY = _moved("review", "notify")

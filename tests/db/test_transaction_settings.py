@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from routemaster.app import utc_now
 from routemaster.db import labels as store
+from routemaster.db import transitions
 from routemaster.db.history import stamp_versions
 from routemaster.db.plumbing.database import create_engine
 from routemaster.db.statements import fetch_value, single_statement
@@ -56,13 +57,13 @@ def test_history_written_after_a_read_in_its_transaction_carries_its_version(
 ) -> None:
     now = utc_now()
     with single_statement(engine) as conn:
-        created = store.insert(conn, "flow", "a", {}, state="start", now=now, due=False)
+        created = transitions.insert(conn, "flow", "a", {}, state="start", now=now, due=False)
     assert created is not None
     sent = _sent(engine)
     with engine.begin() as conn:
         label = store.get(conn, "flow", "a")  # the first statement: a read, no versions
         assert label is not None
-        assert store.soft_delete(conn, "flow", "a", now=now) == "start"  # writes history
+        assert transitions.soft_delete(conn, "flow", "a", now=now) == "start"  # writes history
         assert fetch_value(conn, _VERSION_OF_LAST) == 7
     # The versions are parameters of the statement that writes history (migration 0017), never
     # a setting of the transaction.

@@ -22,9 +22,9 @@ from routemaster.db import retention as retention_store
 from routemaster.db import subscriptions as subscription_store
 from routemaster.db.changes import START, Position, read_changes
 from routemaster.db.plumbing.database import create_engine
-from routemaster.db.retention import FINISHED_REASON
 from routemaster.db.schedules import count_unscheduled
 from routemaster.db.subscriptions import Settings
+from routemaster.db.transitions import FINISHED_REASON
 from routemaster.service import LabelExists
 from routemaster.service.retention import prune
 from tests.stub_server import StubServer

@@ -18,8 +18,8 @@ import sqlalchemy as sa
 
 from routemaster.app import App, Settings
 from routemaster.config import load_config
-from routemaster.db import labels as label_store
 from routemaster.db import subscriptions as store
+from routemaster.db import transitions
 from routemaster.db.changes import START, Position
 from routemaster.worker.subscriptions import SubscriptionSender
 from tests.citus_cluster import Cluster, second_worker_held
@@ -61,7 +61,7 @@ def sender(app: App) -> Iterator[SubscriptionSender]:
 
 def _create(conn: sa.Connection, name: str) -> None:
     now = datetime.datetime.now(datetime.UTC)  # the sender cuts a batch by its events' age
-    assert label_store.insert(conn, "m", name, {}, state="start", now=now) is not None
+    assert transitions.insert(conn, "m", name, {}, state="start", now=now) is not None
 
 
 def _state(app: App, stub: StubServer) -> str:

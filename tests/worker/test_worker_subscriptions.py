@@ -25,9 +25,9 @@ import sqlalchemy as sa
 
 from routemaster import service
 from routemaster.app import App
-from routemaster.db import labels as label_store
 from routemaster.db import subscription_batches as sending
 from routemaster.db import subscriptions as store
+from routemaster.db import transitions
 from routemaster.db.changes import Position, present
 from routemaster.db.subscriptions import Settings, Subscription
 from routemaster.service.batch_sending import BatchSender, ReceiverSeam
@@ -188,7 +188,7 @@ def test_a_transaction_that_commits_late_is_not_skipped(app: App, stub: StubServ
             lambda: shown(app).due_at > looked_after + datetime.timedelta(seconds=0.5), timeout=10
         )
         assert delivered_labels(stub) == []  # the stream waits for the open transaction
-        label_store.insert(slow, "m", "late", {}, state="start", now=app.now(), due=False)
+        transitions.insert(slow, "m", "late", {}, state="start", now=app.now(), due=False)
         transaction.commit()
         wait_until(lambda: len(delivered_labels(stub)) == 3, timeout=10)
     assert delivered_labels(stub) == ["late", "a", "b"]  # stream order: by transaction
