@@ -316,7 +316,6 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
         for explained in (
             plan(conn, claims._LOCK_ENTRIES, arrays),
             plan(conn, schedules._CLEAR_DUE, arrays),
-            plan(conn, transitions._RETRY, {**arrays, "now": NOW}),
             plan(conn, transitions._MOVE_ONE, {**one, **move}),
             plan(conn, transitions._MOVE_MANY, batch),
             plan(conn, schedules._SETTLE_UNMOVED, {**arrays, **computed}),
@@ -332,6 +331,11 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
         ):
             assert "labels_pkey" in explained, explained
             assert "Seq Scan on labels" not in explained, explained
+        # A retry names its labels by primary key; with few errored labels PostgreSQL may
+        # walk the errored ones (the partial index labels_errored) instead: an index either way.
+        retry = plan(conn, transitions._RETRY, {**arrays, "now": NOW})
+        assert "labels_pkey" in retry or "labels_errored" in retry, retry
+        assert "Seq Scan on labels" not in retry, retry
         unscheduled = plan(
             conn,
             schedules._LOCK_UNSCHEDULED,
