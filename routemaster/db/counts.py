@@ -6,11 +6,14 @@ configuration's plan all read these. Labels per state are kept
 changed since), so reading them costs what changed, not the labels stored;
 the others are grouped counts served by a partial index bounded by what they
 count (``labels_errored``: errored labels, ``labels_due``: due labels,
-``labels_by_version``: labels that keep a version).
+``labels_by_version``: labels that keep a version, ``labels_leased``: pull
+tasks in flight). Every count per state of the service is here (the console's
+tasks in flight too).
 """
 
 from __future__ import annotations
 
+import datetime
 from typing import NamedTuple
 
 import sqlalchemy as sa
@@ -46,6 +49,14 @@ _ERRORED_PER_STATE = """
 _DUE_PER_STATE = """
     SELECT state_machine, state, count(*) FROM labels
     WHERE due_at <= now() AND NOT deleted AND NOT paused AND NOT errored
+    GROUP BY state_machine, state
+    """
+
+# Pull tasks holding a live lease: the label leased to a task, the lease not run out.
+_TASKS_IN_FLIGHT_PER_STATE = """
+    SELECT state_machine, state, count(*) FROM labels
+    WHERE lease_owner IS NOT NULL AND due_at > %(now)s AND task_id IS NOT NULL
+      AND NOT deleted AND NOT errored
     GROUP BY state_machine, state
     """
 
@@ -99,6 +110,12 @@ def errored_per_state(conn: sa.Connection) -> StateCounts:
 def due_per_state(conn: sa.Connection) -> StateCounts:
     """Live labels due now (or overdue) per machine and state."""
     return _grouped(conn, _DUE_PER_STATE)
+
+
+def tasks_in_flight_per_state(conn: sa.Connection, *, now: datetime.datetime) -> StateCounts:
+    """Live leases held by pull tasks, per machine and (action) state."""
+    rows = fetch_all(conn, _TASKS_IN_FLIGHT_PER_STATE, {"now": now})
+    return {(machine, state): int(n) for machine, state, n in rows}
 
 
 def in_machine(conn: sa.Connection, machine: str) -> dict[str, StateCount]:

@@ -68,12 +68,6 @@ def of_label(conn: sa.Connection, state_machine: str, name: str, *, limit: int) 
     return [PastTask(*row) for row in reversed(rows)]
 
 
-def in_flight(conn: sa.Connection, *, now: datetime.datetime) -> dict[tuple[str, str], int]:
-    """Live leases held by tasks, per (state machine, state)."""
-    rows = fetch_all(conn, _IN_FLIGHT, {"now": now})
-    return {(state_machine, state): held for state_machine, state, held in rows}
-
-
 _FORGET = """
     DELETE FROM tasks WHERE (shard_key, id) IN (
         SELECT shard_key, id FROM tasks
@@ -100,11 +94,4 @@ _OF_LABEL = """
     WHERE shard_key = %(shard_key)s AND label = %(name)s AND state_machine = %(sm)s
     ORDER BY claimed_at DESC, attempt DESC
     LIMIT %(limit)s
-    """
-
-_IN_FLIGHT = """
-    SELECT state_machine, state, count(*) AS held FROM labels
-    WHERE lease_owner IS NOT NULL AND due_at > %(now)s AND task_id IS NOT NULL
-      AND NOT deleted AND NOT errored
-    GROUP BY state_machine, state
     """

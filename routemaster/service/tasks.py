@@ -23,8 +23,8 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.model import Action, Config
-from routemaster.db import labels as store
 from routemaster.db import (
+    counts,
     pauses,
     schedules,
     task_claims,
@@ -32,6 +32,7 @@ from routemaster.db import (
     task_records,
     transitions,
 )
+from routemaster.db import labels as store
 from routemaster.db import tasks as task_store
 from routemaster.db.labels import Label
 from routemaster.db.notifications import notify_due
@@ -418,4 +419,4 @@ def tasks_of_label(app: App, label: Label, *, limit: int) -> list[PastTask]:
 def tasks_in_flight(app: App) -> dict[tuple[str, str], int]:
     """Tasks holding labels now, per (state machine, action state)."""
     with app.db.connect() as conn:
-        return task_records.in_flight(conn, now=app.now())
+        return counts.tasks_in_flight_per_state(conn, now=app.now())
