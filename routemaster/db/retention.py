@@ -1,4 +1,8 @@
-"""Retention's statements: pruning history, removing deleted labels, deleting finished ones.
+"""Retention's statements: pruning history, and the horizon of what it removed.
+
+Removing deleted labels and deleting finished ones are label transitions
+(:func:`routemaster.db.transitions.purge_deleted`, ``delete_finished``); retention
+runs them in its leader's transaction and records what they removed here.
 
 Every statement takes one bounded batch, and each batch is its own short
 transaction that first takes :data:`LEADER_KEY` with
@@ -30,8 +34,9 @@ import sqlalchemy as sa
 
 from routemaster.db.changes import START, Position
 from routemaster.db.plumbing.database import distributed
-from routemaster.db.shards import one_connection_per_node, shard_map
+from routemaster.db.shards import one_connection_per_node
 from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
+from routemaster.db.transitions import purge_deleted
 
 LEADER_KEY = 0x726D7265746E  # "rmretn": one pruning leader at a time, per batch
 
@@ -70,27 +75,15 @@ def prune_history(
 def remove_deleted(
     conn: sa.Connection, state_machine: str, *, cutoff: datetime.datetime, batch: int
 ) -> Pruned:
-    """Remove up to ``batch`` labels deleted before ``cutoff``, with their whole history."""
-    params = {"sm": state_machine, "cutoff": cutoff, "batch": batch, "shard_keys": None}
-    shards = shard_map(conn)
-    if shards is None:
-        row = fetch_one(conn, _REMOVE_DELETED, params)
-        assert row is not None
-        labels, removed = row
-    else:  # shard by shard (routemaster.db.shards): one row of aggregates from each
+    """Remove up to ``batch`` labels deleted before ``cutoff``, with their whole history
+    (:func:`routemaster.db.transitions.purge_deleted`), and record the positions removed."""
+    if distributed(conn):
         one_connection_per_node(conn)  # retention_horizons, a reference table, is written after
-        labels, removed = 0, []
-        found = fetch_all(conn, _DELETED_KEYS, params)
-        for group in shards.whole_shards(conn, [key for (key,) in found]):
-            taking = {**params, "batch": batch - labels, "shard_keys": group}
-            [(count, positions)] = shards.fetch_all(conn, _REMOVE_DELETED, taking)
-            labels, removed = labels + int(count), removed + list(positions or ())
-            if labels >= batch:
-                break
+    labels, removed = purge_deleted(conn, state_machine, cutoff=cutoff, batch=batch)
     positions = _positions(removed)
     if positions:
         _advance(conn, state_machine, positions, scanned=START)
-    return Pruned(int(labels), positions, labels=int(labels))
+    return Pruned(labels, positions, labels=labels)
 
 
 def count_lost(conn: sa.Connection, state_machine: str, removed: Sequence[Position]) -> int:
@@ -186,42 +179,6 @@ _PRUNE_HISTORY = """
            (SELECT array_agg(CAST(xact_id AS text) || '-' || id) FROM removed)
     """
 
-# Labels deleted before the cutoff (a deleted label is never updated again, so updated_at
-# is when it was deleted), oldest first, skipping any the API holds; their rows and their
-# whole history go in one statement. The name is then free: a POST creates it afresh.
-# ``shard_keys`` (here and in _DELETE_FINISHED): NULL on one server; on Citus every key of
-# one shard, named at each reference to a distributed table so that the statement is that
-# shard's (routemaster.db.shards).
-_REMOVE_DELETED = """
-    WITH gone AS MATERIALIZED (
-        SELECT shard_key, name_key FROM labels
-        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
-               OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
-          AND state_machine = %(sm)s AND deleted AND updated_at < %(cutoff)s
-        ORDER BY updated_at
-        LIMIT %(batch)s
-        FOR UPDATE SKIP LOCKED
-    ),
-    labels_removed AS (
-        DELETE FROM labels USING gone
-        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
-               OR labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
-          AND labels.shard_key = gone.shard_key AND labels.state_machine = %(sm)s
-          AND labels.name_key = gone.name_key AND labels.deleted
-        RETURNING labels.shard_key, labels.name
-    ),
-    history_removed AS (
-        DELETE FROM history USING labels_removed
-        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
-               OR history.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
-          AND history.shard_key = labels_removed.shard_key
-          AND history.label = labels_removed.name AND history.state_machine = %(sm)s
-        RETURNING history.xact_id, history.id
-    )
-    SELECT (SELECT count(*) FROM labels_removed),
-           (SELECT array_agg(CAST(xact_id AS text) || '-' || id) FROM history_removed)
-    """
-
 
 # On Citus (routemaster.db.shards), which refuses the statements above: LATERAL with a LIMIT,
 # row locks across shards. History: the frontier, the batch after it, the old rows deleted.
@@ -247,14 +204,6 @@ _REMOVE_OLD_HISTORY = """
             AND labels.name_key = routemaster_label_key(history.label)
             AND labels.entry_id = history.id)
     RETURNING xact_id, id
-    """
-
-# Deleted and finished labels: a batch's shard keys (which shards to visit).
-_DELETED_KEYS = """
-    SELECT shard_key FROM labels
-    WHERE state_machine = %(sm)s AND deleted AND updated_at < %(cutoff)s
-    ORDER BY updated_at
-    LIMIT %(batch)s
     """
 
 

@@ -1,14 +1,17 @@
 """Label transitions: every change of what a label is, each one function, with its history row.
 
-A label is created, has its metadata merged, moves, becomes errored, is
-retried, paused and resumed, deleted (by the API, a bulk command or
-retention), and put on another version of its machine (a configuration's
-rename, an upgrade) here and nowhere else: each transition is one function
-of this module, which every path to it calls (the API, the worker, operator
-and bulk commands, receivers' upkeep, retention, configuration migrations).
-Writes that only keep a label's due time (:mod:`routemaster.db.schedules`)
-or its lease (the claiming modules, ``db/tasks.py``) are not transitions and
-live with the queue they serve.
+A label is created, has its metadata merged (by an update, or by a pull
+task's completion), moves, becomes errored, is retried, paused and resumed,
+deleted (by the API, a bulk command or retention), removed with its history
+(retention's purge), and put on another version of its machine (a
+configuration's rename, an upgrade) here and nowhere else: each transition is
+one function of this module, which every path to it calls (the API, the
+worker, operator and bulk commands, receivers' upkeep, retention,
+configuration migrations). Writes that only keep a label's due time
+(:mod:`routemaster.db.schedules`) or its lease (the claiming modules,
+``db/tasks.py``) are not transitions and live with the queue they serve;
+``tests/db/test_transitions.py`` checks that no statement elsewhere creates,
+deletes or changes what a label is, or writes history.
 
 **History is appended here alone.** A transition that creates, moves or
 deletes a label writes its history row in the same statement as the label's
@@ -955,4 +958,143 @@ _RENAME_KEYS = """
       AND (CAST(%(version)s AS integer) IS NULL OR version IS NULL OR version = %(version)s)
     ORDER BY name_key
     LIMIT %(limit)s
+    """
+
+
+# --- a pull task's completion: its lease ended, its metadata merged --------------------------
+
+
+def complete_tasks(
+    conn: sa.Connection,
+    completions: Sequence[tuple[str, dict[str, Any] | None]],
+    *,
+    now: datetime.datetime,
+) -> dict[str, Label]:
+    """End the live leases among these (task id, metadata patch) and merge each patch.
+
+    Many pull-worker tasks completed at once (``POST /tasks/complete``), in one statement,
+    each row fenced exactly as a single completion is (:mod:`routemaster.db.tasks`):
+    ``labels.task_id`` is the id, the label is still leased, the lease has not run out;
+    the metadata merged as :func:`merge_metadata` merges it. The ids must be distinct.
+    Returns, by task id, each label whose lease was live: locked, its lease ended and its
+    metadata merged, still in the action and not due (the caller moves it on). Ids absent
+    from the answer held no live lease and changed nothing.
+    """
+    if not completions:
+        return {}
+    rows = fetch_all(
+        conn,
+        _COMPLETE_TASKS,
+        {
+            "ids": [task_id for task_id, _ in completions],
+            "patches": [json.dumps(patch) if patch else None for _, patch in completions],
+            "now": now,
+        },
+    )
+    return {row[0]: label_from_row(tuple(row[1:])) for row in rows}
+
+
+# One row per live lease among the ids: the task id, then the label as it is now.
+_COMPLETE_TASKS = """
+    WITH asked AS (
+        SELECT * FROM unnest(CAST(%(ids)s AS text[]), CAST(%(patches)s AS text[]))
+                      AS a(id, patch)
+    ), taken AS (
+        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL,
+                          updated_at = %(now)s,
+                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                              THEN %(now)s ELSE labels.scheduled_at END,
+                          metadata = CASE WHEN asked.patch IS NULL THEN labels.metadata
+                                          ELSE routemaster_deep_merge(labels.metadata,
+                                                                      CAST(asked.patch AS jsonb))
+                                     END
+        FROM asked
+        WHERE labels.task_id = asked.id AND labels.lease_owner IS NOT NULL
+          AND labels.due_at > %(now)s AND NOT labels.deleted AND NOT labels.errored
+        RETURNING asked.id AS task_id, labels.state_machine, labels.name, labels.metadata,
+                  labels.state, labels.state_entered_at, labels.entry_id,
+                  labels.previous_state, labels.deleted, labels.paused, labels.errored,
+                  labels.last_error, labels.attempts, labels.due_at, labels.created_at,
+                  labels.updated_at, labels.version
+    ), ended AS (
+        UPDATE tasks SET ended_at = %(now)s, outcome = 'completed'
+        FROM taken WHERE tasks.id = taken.task_id
+    )
+    SELECT * FROM taken
+    """
+
+
+# --- purge: deleted labels removed with their history (retention) ----------------------------
+
+
+def purge_deleted(
+    conn: sa.Connection, state_machine: str, *, cutoff: datetime.datetime, batch: int
+) -> tuple[int, list[str]]:
+    """Remove up to ``batch`` labels deleted before ``cutoff``, with their whole history:
+    how many labels, and the history positions removed (``xact-id`` texts).
+
+    Run by retention, in its leader's transaction, which records the positions
+    (:func:`routemaster.db.retention.remove_deleted`). The name is then free: a POST
+    creates it afresh.
+    """
+    params = {"sm": state_machine, "cutoff": cutoff, "batch": batch, "shard_keys": None}
+    shards = shard_map(conn)
+    if shards is None:
+        row = fetch_one(conn, _REMOVE_DELETED, params)
+        assert row is not None  # one row of aggregates
+        labels, removed = row
+        return int(labels), list(removed or ())
+    # Shard by shard (routemaster.db.shards): one row of aggregates from each.
+    labels, removed = 0, []
+    found = fetch_all(conn, _DELETED_KEYS, params)
+    for group in shards.whole_shards(conn, [key for (key,) in found]):
+        taking = {**params, "batch": batch - labels, "shard_keys": group}
+        [(count, positions)] = shards.fetch_all(conn, _REMOVE_DELETED, taking)
+        labels, removed = labels + int(count), removed + list(positions or ())
+        if labels >= batch:
+            break
+    return labels, removed
+
+
+# Labels deleted before the cutoff (a deleted label is never updated again, so updated_at
+# is when it was deleted), oldest first, skipping any the API holds; their rows and their
+# whole history go in one statement. ``shard_keys``: NULL on one server; on Citus every key
+# of one shard, named at each reference to a distributed table so that the statement is that
+# shard's (routemaster.db.shards).
+_REMOVE_DELETED = """
+    WITH gone AS MATERIALIZED (
+        SELECT shard_key, name_key FROM labels
+        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+               OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+          AND state_machine = %(sm)s AND deleted AND updated_at < %(cutoff)s
+        ORDER BY updated_at
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED
+    ),
+    labels_removed AS (
+        DELETE FROM labels USING gone
+        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+               OR labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+          AND labels.shard_key = gone.shard_key AND labels.state_machine = %(sm)s
+          AND labels.name_key = gone.name_key AND labels.deleted
+        RETURNING labels.shard_key, labels.name
+    ),
+    history_removed AS (
+        DELETE FROM history USING labels_removed
+        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+               OR history.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+          AND history.shard_key = labels_removed.shard_key
+          AND history.label = labels_removed.name AND history.state_machine = %(sm)s
+        RETURNING history.xact_id, history.id
+    )
+    SELECT (SELECT count(*) FROM labels_removed),
+           (SELECT array_agg(CAST(xact_id AS text) || '-' || id) FROM history_removed)
+    """
+
+# On Citus: a batch's shard keys (which shards to visit).
+_DELETED_KEYS = """
+    SELECT shard_key FROM labels
+    WHERE state_machine = %(sm)s AND deleted AND updated_at < %(cutoff)s
+    ORDER BY updated_at
+    LIMIT %(batch)s
     """

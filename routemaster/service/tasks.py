@@ -196,7 +196,7 @@ def complete_many(
     for task_id, patch in completions:
         first.setdefault(task_id, patch)
     with app.db.begin() as conn:
-        taken = task_completions.take_completed(conn, list(first.items()), now=now)
+        taken = transitions.complete_tasks(conn, list(first.items()), now=now)
         issued = task_completions.issued_among(conn, [i for i in first if i not in taken])
         settled = settle_batch(conn, app, list(taken.values()), now=now)
         schedules.settle_unmoved(conn, settled.unmoved)
