@@ -14,7 +14,7 @@ it was written and wherever it lands (on Citus, on the label's shard):
   runs on the worker's shard, where the coordinator's session settings are not
   visible. The statements write it as
   ``CASE WHEN %(continuing)s THEN COALESCE(labels.version, %(running)s) ELSE
-  %(running)s END`` with :func:`version_params` (or its arrays for a batch);
+  %(running)s END`` with :func:`version_params` (a batch names each row's, :func:`version_for`);
 - ``xact_id``: ``pg_current_xact_id()`` named in the statement. On one server
   that is what the column's default gave; on Citus the function is volatile, so
   the coordinator evaluates it (an ``INSERT ... SELECT`` naming it is pulled to
@@ -33,7 +33,7 @@ its execution options, which every connection of the engine reads.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +44,6 @@ __all__ = [
     "RunningVersions",
     "running_versions",
     "stamp_versions",
-    "version_arrays",
     "version_for",
     "version_params",
 ]
@@ -99,16 +98,6 @@ def version_for(conn: sa.Connection, machine: str, label_version: int | None) ->
     if continuing and label_version is not None:
         return label_version
     return version
-
-
-def version_arrays(conn: sa.Connection, machines: Sequence[str]) -> dict[str, list[Any]]:
-    """``runnings`` and ``continuings``: :func:`version_params` of each row of a batch."""
-    running = running_versions(conn)
-    pairs = [running.of(machine) for machine in machines]
-    return {
-        "runnings": [version for version, _ in pairs],
-        "continuings": [continuing for _, continuing in pairs],
-    }
 
 
 @dataclass(frozen=True)

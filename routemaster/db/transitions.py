@@ -48,7 +48,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.db.claims import Claim
-from routemaster.db.history import Entry, version_arrays, version_for, version_params
+from routemaster.db.history import Entry, version_for, version_params
 from routemaster.db.keys import label_key, label_key_arrays, label_keys, shard_key, shard_keys
 from routemaster.db.labels import Label, LabelKey, Moves, label_from_row, label_params
 from routemaster.db.notifications import notify_due
@@ -470,6 +470,10 @@ def become_errored(
 ) -> list[Label]:
     """Error each label still live, in its entry and not errored: the labels it errored.
 
+    Two statements on every server: the labels' rows (:data:`_ERROR_LABELS`), then their
+    history rows (:func:`append`). An error changes neither state nor deletion, so the
+    kept counts (folded from history) do not depend on the two being one statement.
+
     Every path to an error calls it: a webhook given up on (:func:`mark_errored`), a
     pull task failed for the last time or whose lease ran out for the last time
     (``db/tasks.py``), labels left waiting on an open circuit too long
@@ -484,7 +488,6 @@ def become_errored(
     names = [each.name for each in erring]
     machines = [each.state_machine for each in erring]
     params = {
-        **version_arrays(conn, machines),
         "shard_keys": shard_keys(names),
         "machines": machines,
         "names": names,
@@ -493,10 +496,9 @@ def become_errored(
         "errors": [each.error for each in erring],
         "now": now,
     }
-    if not distributed(conn):
-        return [label_from_row(row) for row in fetch_all(conn, _BECOME_ERRORED, params)]
-    # On Citus the labels, then their history rows: one label's error is two router
-    # statements (the CTE feeding history from the UPDATE committed in two phases).
+    # The labels, then their history rows, in the caller's transaction: on Citus one label's
+    # error is two router statements (a CTE feeding history from the UPDATE would commit in
+    # two phases); on one server the second statement costs a round trip on a rare path.
     errored = [label_from_row(row) for row in fetch_all(conn, _ERROR_LABELS, params)]
     entries = [
         Entry(
@@ -524,8 +526,8 @@ def mark_errored(conn: sa.Connection, claim: Claim, *, error: str, now: datetime
     return bool(become_errored(conn, [erring], now=now))
 
 
-# On Citus, _BECOME_ERRORED's labels alone: a router statement for one label, before its
-# history row (become_errored; the row's version as append_one gives it).
+# The labels errored, before their history rows (become_errored; the rows' version as
+# append gives it): for one label a router statement on Citus.
 _ERROR_LABELS = """
     WITH erring AS (
         SELECT * FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
@@ -547,43 +549,6 @@ _ERROR_LABELS = """
               labels.deleted, labels.paused, labels.errored, labels.last_error,
               labels.attempts, labels.due_at, labels.created_at, labels.updated_at,
               labels.version
-    """
-
-_BECOME_ERRORED = """
-    WITH erring AS (
-        SELECT * FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
-                             CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
-                             CAST(%(entry_ids)s AS bigint[]), CAST(%(errors)s AS text[]),
-                             CAST(%(runnings)s AS integer[]), CAST(%(continuings)s AS boolean[]))
-                      AS e(shard_key, sm, key, name, entry_id, error, running, continuing)
-    ), errored AS (
-        UPDATE labels SET errored = true, due_at = NULL, last_error = erring.error,
-                          lease_owner = NULL, task_id = NULL, updated_at = %(now)s,
-                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
-                                              THEN %(now)s ELSE labels.scheduled_at END
-        FROM erring
-        WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-          AND labels.shard_key = erring.shard_key AND labels.state_machine = erring.sm
-          AND labels.name_key = erring.key AND labels.name = erring.name
-          AND labels.entry_id = erring.entry_id AND NOT labels.deleted AND NOT labels.errored
-        RETURNING labels.state_machine, labels.name, labels.metadata, labels.state,
-                  labels.state_entered_at, labels.entry_id, labels.previous_state,
-                  labels.deleted, labels.paused, labels.errored, labels.last_error,
-                  labels.attempts, labels.due_at, labels.created_at, labels.updated_at,
-                  labels.version, labels.shard_key,
-                  CASE WHEN erring.continuing THEN COALESCE(labels.version, erring.running)
-                       ELSE erring.running END AS history_version
-    ), entries AS (
-        INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created,
-                             forced, reason, kind, version, xact_id)
-        SELECT shard_key, state_machine, name, state, state, %(now)s, false, last_error,
-               'errored', history_version, pg_current_xact_id()
-        FROM errored
-    )
-    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
-           version
-    FROM errored
     """
 
 
