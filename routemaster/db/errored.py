@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from routemaster.db import history as history_rows
-from routemaster.db.claims import Claim
+from routemaster.db.claimed import Claim
 from routemaster.db.history import version_arrays
 from routemaster.db.keys import label_keys, shard_keys
 from routemaster.db.labels import Label, label_from_row
