@@ -5,7 +5,10 @@ accepts it, so the set is what matched then. Workers claim pending items
 with ``FOR UPDATE SKIP LOCKED`` (two workers never take the same item) and
 record each outcome in the transaction that changed the label; if a worker
 dies mid-batch its transaction rolls back, the items stay pending, and the
-next claim takes them again with nothing half done.
+next claim takes them again with nothing half done. Items are rows of
+``bulk_items``, not labels, so their claim is here rather than with the claims
+of labels (:mod:`routemaster.db.label_claims`); on Citus it goes shard by shard
+as those do (:func:`routemaster.db.shards.take`).
 """
 
 from __future__ import annotations
