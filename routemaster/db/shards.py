@@ -24,8 +24,9 @@ claim is then:
 Each shard's statement is asked for what the earlier shards left, until the
 claim has what it asked for, and runs on all of its shard's keys, so a shard
 with a deep backlog fills a claim alone. That take is written once,
-:func:`take_each` (:func:`take` when each shard is asked only for fewer rows);
-among its users, the claims of labels (:mod:`routemaster.db.label_claims`).
+:func:`take_each`; :func:`take` is its common case (one statement, each shard
+asked for fewer rows). Among its users: the claims of labels
+(:mod:`routemaster.db.label_claims`).
 
 Which shard a key is in is Citus's placement, read once per engine (one
 statement, :meth:`ShardMap.groups`) and kept in the engine's execution
