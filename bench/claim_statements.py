@@ -63,9 +63,12 @@ def main() -> None:
     now = datetime.datetime.now(datetime.UTC)
     later = now + datetime.timedelta(minutes=1)
     # The claims' modules and function names at --base (before issue 34: one module per
-    # claim) and in this checkout (one module of label claims).
+    # claim) and in this checkout (one module of label claims). The base's claims module
+    # goes under its own name, which its receiver claims import.
     old = {
-        "gates": module_at(options.base, "routemaster/db/claims.py", "base_claims").lock_due_gates,
+        "gates": module_at(
+            options.base, "routemaster/db/claims.py", "routemaster.db.claims"
+        ).lock_due_gates,
         "deliveries": module_at(
             options.base, "routemaster/db/receiver_claims.py", "base_receiver_claims"
         ).claim,
