@@ -35,9 +35,9 @@ sys.path.insert(0, str(ROOT))
 
 from claims_citus import _FILL, plain_database  # noqa: E402
 
-from routemaster.db import claims, receiver_claims, task_claims  # noqa: E402
+from routemaster.db import label_claims  # noqa: E402
+from routemaster.db.label_claims import Wanted  # noqa: E402
 from routemaster.db.plumbing.database import create_engine  # noqa: E402
-from routemaster.db.receiver_claims import Wanted  # noqa: E402
 from routemaster.db.tasks import Lease  # noqa: E402
 
 
@@ -62,19 +62,26 @@ def main() -> None:
     options = parser.parse_args()
     now = datetime.datetime.now(datetime.UTC)
     later = now + datetime.timedelta(minutes=1)
+    # The claims' modules and function names at --base (before issue 34: one module per
+    # claim) and in this checkout (one module of label claims). The base's claims module
+    # goes under its own name, which its receiver claims import.
     old = {
-        "claims": module_at(options.base, "routemaster/db/claims.py", "base_claims"),
-        "receiver_claims": module_at(
+        "gates": module_at(
+            options.base, "routemaster/db/claims.py", "routemaster.db.claims"
+        ).lock_due_gates,
+        "deliveries": module_at(
             options.base, "routemaster/db/receiver_claims.py", "base_receiver_claims"
-        ),
-        "task_claims": module_at(options.base, "routemaster/db/task_claims.py", "base_task_claims"),
+        ).claim,
+        "tasks": module_at(options.base, "routemaster/db/task_claims.py", "base_task_claims").claim,
     }
-    new = {"claims": claims, "receiver_claims": receiver_claims, "task_claims": task_claims}
+    new = {
+        "gates": label_claims.lock_due_gates,
+        "deliveries": label_claims.claim_deliveries,
+        "tasks": label_claims.claim_tasks,
+    }
     work: dict[str, Callable[[dict[str, Any], sa.Connection], object]] = {
-        "due gates (500)": lambda m, conn: m["claims"].lock_due_gates(
-            conn, [("m", "gate")], limit=500, now=now
-        ),
-        "deliveries (16)": lambda m, conn: m["receiver_claims"].claim(
+        "due gates (500)": lambda m, conn: m["gates"](conn, [("m", "gate")], limit=500, now=now),
+        "deliveries (16)": lambda m, conn: m["deliveries"](
             conn,
             [Wanted("r", 16)],
             [("r", "m", "hook")],
@@ -83,7 +90,7 @@ def main() -> None:
             lease_until=later,
             worker_id="w",
         ),
-        "pull tasks (10)": lambda m, conn: m["task_claims"].claim(
+        "pull tasks (10)": lambda m, conn: m["tasks"](
             conn,
             [("m", "pull", Lease(30, "fixed", 0))],
             ids=[uuid.uuid4().hex for _ in range(10)],

@@ -28,10 +28,10 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 
-from routemaster.db import claims, receiver_claims, task_claims
+from routemaster.db import label_claims
+from routemaster.db.label_claims import Wanted
 from routemaster.db.plumbing.database import create_engine, normalise_url
 from routemaster.db.plumbing.migrate import upgrade
-from routemaster.db.receiver_claims import Wanted
 from routemaster.db.tasks import Lease
 from tests.citus_cluster import fresh_cluster_database
 
@@ -97,10 +97,10 @@ def measure(url: str, labels: int, count: int) -> dict[str, tuple[float, float, 
     later = now + datetime.timedelta(minutes=1)
     work: dict[str, Callable[[sa.Connection], int]] = {
         "due gates (500)": lambda conn: len(
-            claims.lock_due_gates(conn, [("m", "gate")], limit=500, now=now)
+            label_claims.lock_due_gates(conn, [("m", "gate")], limit=500, now=now)
         ),
         "deliveries (16)": lambda conn: len(
-            receiver_claims.claim(
+            label_claims.claim_deliveries(
                 conn,
                 [Wanted("r", 16)],
                 [("r", "m", "hook")],
@@ -111,7 +111,7 @@ def measure(url: str, labels: int, count: int) -> dict[str, tuple[float, float, 
             )
         ),
         "pull tasks (10)": lambda conn: len(
-            task_claims.claim(
+            label_claims.claim_tasks(
                 conn,
                 [("m", "pull", Lease(30, "fixed", 0))],
                 ids=[uuid.uuid4().hex for _ in range(10)],

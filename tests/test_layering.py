@@ -408,7 +408,7 @@ def test_the_sql_detector_sees_what_it_must_and_only_that() -> None:
 def test_the_store_is_where_the_sql_is() -> None:
     """The detector is not vacuous: it finds the statements where they belong."""
     assert sql_built_in(MODULES["routemaster.db.labels"].read_text())
-    assert sql_built_in(MODULES["routemaster.db.claims"].read_text())
+    assert sql_built_in(MODULES["routemaster.db.label_claims"].read_text())
 
 
 def test_relative_and_from_imports_are_resolved() -> None:

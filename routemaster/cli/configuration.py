@@ -86,8 +86,8 @@ def compute_next_checks(url: str, config: Config, versions: Versions) -> int:
     """``migrate -c``: every row written without a next check gets one, in bounded batches.
 
     Each batch is one short transaction over rows found through an index
-    (``labels_unscheduled``), with ``SKIP LOCKED``: the API and the workers go
-    on meanwhile, and workers doing the same share the rows. ``serve`` and
+    (``labels_unscheduled``), passing over rows another transaction holds: the
+    API and the workers go on meanwhile, and workers doing the same share the rows. ``serve`` and
     ``cron`` leave this to the workers, so they start at once. ``versions``: the ones
     :func:`prepare_database` recorded; a ``continue`` machine's label is scheduled by its own
     version's gate (SPEC E4).

@@ -5,7 +5,10 @@ accepts it, so the set is what matched then. Workers claim pending items
 with ``FOR UPDATE SKIP LOCKED`` (two workers never take the same item) and
 record each outcome in the transaction that changed the label; if a worker
 dies mid-batch its transaction rolls back, the items stay pending, and the
-next claim takes them again with nothing half done.
+next claim takes them again with nothing half done. Items are rows of
+``bulk_items``, not labels, so their claim is here rather than with the claims
+of labels (:mod:`routemaster.db.label_claims`); on Citus it goes shard by shard
+as those do (:func:`routemaster.db.shards.take`).
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ import sqlalchemy as sa
 from routemaster.db.notifications import notify_due
 from routemaster.db.plumbing.database import distributed
 from routemaster.db.search import Search, filter_params, with_condition
-from routemaster.db.shards import one_connection_per_node, shard_map
-from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
+from routemaster.db.shards import one_connection_per_node, shard_map, take
+from routemaster.db.statements import fetch_one, fetch_value, run
 
 _INSERT_JOB = """
     INSERT INTO bulk_jobs (state_machine, command, arguments, reason, pause_until, total)
@@ -167,12 +170,9 @@ def claim_items(conn: sa.Connection, *, limit: int) -> list[Item]:
     On Citus shard by shard (:mod:`routemaster.db.shards`): the oldest running job's
     pending items first within each shard, the shards from a random one on.
     """
-    shards = shard_map(conn)
-    if shards is None:
-        return [Item(*row) for row in fetch_all(conn, _CLAIM, {"limit": limit, "shard_keys": None})]
-    one_connection_per_node(conn)  # the batch ends writing bulk_jobs, a reference table
-    rows = shards.take(conn, _PENDING_KEYS, _CLAIM, {"limit": limit, "shard_keys": None})
-    return [Item(*row) for row in rows]
+    if shard_map(conn) is not None:
+        one_connection_per_node(conn)  # the batch ends writing bulk_jobs, a reference table
+    return [Item(*row) for row in take(conn, _PENDING_KEYS, _CLAIM, {"limit": limit})]
 
 
 def record_outcomes(

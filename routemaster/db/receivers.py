@@ -6,7 +6,7 @@ next call may go: ``open_until`` (the circuit's cooldown, or a probe's
 lease), ``not_before`` (``Retry-After``), ``rate_at`` (the rate limiter's
 theoretical arrival time, advanced by one interval per call). Workers
 decide from these rows which receivers' due labels they may claim and how
-many (the claim itself: :mod:`routemaster.db.receiver_claims`); a label
+many (the claim itself: :mod:`routemaster.db.label_claims`); a label
 whose receiver may not be called is never claimed, so it waits without
 using an attempt.
 

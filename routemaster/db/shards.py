@@ -23,7 +23,10 @@ claim is then:
 
 Each shard's statement is asked for what the earlier shards left, until the
 claim has what it asked for, and runs on all of its shard's keys, so a shard
-with a deep backlog fills a claim alone.
+with a deep backlog fills a claim alone. That take is written once,
+:func:`take_each`; :func:`take` is its common case (one statement, each shard
+asked for fewer rows). Among its users: the claims of labels
+(:mod:`routemaster.db.label_claims`).
 
 Which shard a key is in is Citus's placement, read once per engine (one
 statement, :meth:`ShardMap.groups`) and kept in the engine's execution
@@ -46,7 +49,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 import sqlalchemy as sa
@@ -56,6 +59,10 @@ from routemaster.db.plumbing.database import distributed
 from routemaster.db.statements import Params, Row, Statement, fetch_all, run
 
 _T = TypeVar("_T")
+
+Fetch = Callable[[sa.Connection, Statement, Params], list[Row]]
+"""How a claim statement is run: :func:`~routemaster.db.statements.fetch_all`, or on Citus
+:meth:`ShardMap.fetch_all` (which drops a stale placement on failure)."""
 
 SHARDS_OPTION = "routemaster_shards"
 """The engine execution option holding its :class:`ShardMap`."""
@@ -144,32 +151,6 @@ class ShardMap:
         shards = sorted({shard_of[key] for key in keys})
         return [self._keys_of[shard] for shard in self._from_random(shards)]
 
-    def take(
-        self,
-        conn: sa.Connection,
-        find: Statement,
-        take: Statement,
-        params: Params,
-        *,
-        limit: str = "limit",
-    ) -> list[Row]:
-        """Up to ``params[limit]`` rows of ``take``, shard by shard (:meth:`shards_with_work`).
-
-        ``find`` is the non-locking read across the shards (it returns shard
-        keys); ``take`` the claim, given a shard's ``%(shard_keys)s`` and,
-        under the name ``limit``, what the earlier shards left to take.
-        """
-        wanted = int(params[limit])
-        rows: list[Row] = []
-        for group in self.shards_with_work(conn, find, params):
-            asked = wanted - len(rows)
-            taken = self.fetch_all(conn, take, {**params, limit: asked, "shard_keys": group})
-            self.answered(find, group, full=len(taken) >= asked)
-            rows += taken
-            if len(rows) >= wanted:
-                break
-        return rows
-
     def fetch_all(self, conn: sa.Connection, statement: Statement, params: Params) -> list[Row]:
         """A router statement's rows; on failure the placement is read again next time."""
         try:
@@ -256,8 +237,44 @@ def take(
     conn: sa.Connection, find: Statement, claim: Statement, params: Params, *, limit: str = "limit"
 ) -> list[Row]:
     """Up to ``params[limit]`` rows of the claim ``claim``: on one server one statement, its
-    ``%(shard_keys)s`` NULL (every row); on Citus shard by shard (:meth:`ShardMap.take`)."""
+    ``%(shard_keys)s`` NULL (every row); on Citus shard by shard (:func:`take_each`), each
+    shard's statement asked, under the name ``limit``, for what the earlier shards left."""
+    wanted = int(params[limit])
+
+    def claim_in(fetch: Fetch, shard_keys: list[int] | None, taken: list[Row]) -> list[Row]:
+        return fetch(conn, claim, {**params, limit: wanted - len(taken), "shard_keys": shard_keys})
+
+    return take_each(conn, find, params, claim_in, wanted=wanted)
+
+
+def take_each(
+    conn: sa.Connection,
+    find: Statement,
+    params: Params,
+    claim: Callable[[Fetch, list[int] | None, list[_T]], list[_T]],
+    *,
+    wanted: int,
+    groups: Callable[[ShardMap], Iterable[list[int]]] | None = None,
+    more: Callable[[list[_T]], bool] | None = None,
+) -> list[_T]:
+    """Up to ``wanted`` items of ``claim(fetch, shard_keys, taken)``, the one shard-by-shard take.
+
+    ``claim`` runs one claim statement through ``fetch`` with ``%(shard_keys)s`` set to
+    ``shard_keys`` and asks for what is still wanted after ``taken``. On one server it
+    runs once (``shard_keys`` NULL, nothing taken). On Citus it runs on each shard
+    :meth:`ShardMap.shards_with_work` finds for ``find`` (or ``groups``, when the caller
+    chooses the shards) until ``wanted`` are taken or ``more(taken)`` is false.
+    """
     shards = shard_map(conn)
     if shards is None:
-        return fetch_all(conn, claim, {**params, "shard_keys": None})
-    return shards.take(conn, find, claim, params, limit=limit)
+        return claim(fetch_all, None, [])
+    found = shards.shards_with_work(conn, find, params) if groups is None else groups(shards)
+    taken: list[_T] = []
+    for group in found:
+        asked = wanted - len(taken)
+        rows = claim(shards.fetch_all, group, taken)
+        shards.answered(find, group, full=len(rows) >= asked)
+        taken += rows
+        if len(taken) >= wanted or (more is not None and not more(taken)):
+            break
+    return taken

@@ -5,6 +5,12 @@ Workers claim rows with ``FOR UPDATE SKIP LOCKED`` and hold them by a lease
 or the lease it is about, so a worker whose lease ran out changes nothing
 that another worker now holds. The rows themselves and the API's statements
 are :mod:`routemaster.db.subscriptions`.
+
+These claims are of subscriptions, not labels, so they are not with the
+claims of labels (:mod:`routemaster.db.label_claims`): a few rows in a table
+that stays on the coordinator on Citus (no shard key, no shard-by-shard
+take), with a lease of their own (a token and an end, not a label's
+``lease_owner`` and ``due_at``), and no claimable index to agree with.
 """
 
 from __future__ import annotations

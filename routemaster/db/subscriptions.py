@@ -10,10 +10,8 @@ and its exact body, so every re-send is the same request, and an
 acknowledgement moves the cursor only while that batch is still the one in
 flight (a cursor reset or a deletion supersedes it).
 
-Workers claim rows with ``FOR UPDATE SKIP LOCKED`` and hold them by a lease
-(``lease_token``, ``lease_until``); every write after a send names the batch
-or the lease it is about, so a worker whose lease ran out changes nothing
-that another worker now holds.
+Workers hold a subscription by a lease (``lease_token``, ``lease_until``),
+taken and honoured as :mod:`routemaster.db.subscription_batches` says.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pull workers' tasks: acting on claimed labels by task id (claims: ``db/task_claims.py``).
+"""Pull workers' tasks: acting on claimed labels by task id (claims: ``db/label_claims.py``).
 
 A claim leases labels as the worker's claims do (``due_at`` one lease ahead,
 ``lease_owner`` set, the attempt counted) and gives each lease a new task id

@@ -47,7 +47,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from routemaster.db.claims import Claim
+from routemaster.db.claimed import Claim
 from routemaster.db.history import Entry, version_for, version_params
 from routemaster.db.keys import label_key, label_key_arrays, label_keys, shard_key, shard_keys
 from routemaster.db.labels import Label, LabelKey, Moves, label_from_row, label_params

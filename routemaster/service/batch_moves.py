@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 import sqlalchemy as sa
 
 from routemaster.app import App
-from routemaster.db import claims as work
-from routemaster.db import deliveries, receivers, schedules
-from routemaster.db.claims import Claim, StateKey
+from routemaster.db import deliveries, label_claims, receivers, schedules
+from routemaster.db.claimed import Claim
 from routemaster.db.deliveries import Delivery
+from routemaster.db.label_claims import StateKey
 from routemaster.db.labels import Label
 from routemaster.service.labels import Settled, settle_batch
 from routemaster.service.versions import machine_for
@@ -38,7 +38,7 @@ def evaluate_due_gates(
     now = app.now()
     try:
         with app.db.begin() as conn:
-            due = work.lock_due_gates(conn, gate_states, limit=limit, now=now)
+            due = label_claims.lock_due_gates(conn, gate_states, limit=limit, now=now)
             settled = settle_batch(conn, app, due, now=now)
             schedules.settle_unmoved(conn, settled.unmoved)
             leased = _lease(conn, app, settled.waiting)
@@ -51,7 +51,7 @@ def evaluate_due_gates(
         logger.exception("batch evaluation failed; evaluating one label at a time")
         app.hooks.exception("batch evaluation failed; evaluating one label at a time")
         with app.db.begin() as conn:
-            due = work.lock_due_gates(conn, gate_states, limit=limit, now=now)
+            due = label_claims.lock_due_gates(conn, gate_states, limit=limit, now=now)
             return len(due), _lease(conn, app, due)
 
 
@@ -85,7 +85,7 @@ def move_delivered(
     """
     if not delivered:
         return []
-    locked = work.lock_entries(conn, [claim.entry for claim in delivered])
+    locked = label_claims.lock_entries(conn, [claim.entry for claim in delivered])
     waiting = _settle(conn, app, [label for label in locked if _known(app, label)])
     write_answered(conn, entries, now=app.now(), answered=answered)
     return waiting
@@ -158,6 +158,6 @@ def _settle(conn: sa.Connection, app: App, batch: Sequence[Label]) -> list[Claim
 
 
 def _lease(conn: sa.Connection, app: App, waiting: Sequence[Label]) -> list[Claim]:
-    return work.lease_gates(
+    return label_claims.lease_gates(
         conn, waiting, lease_until=app.now() + app.settings.lease, worker_id=app.settings.worker_id
     )

@@ -2,9 +2,10 @@
 
 A job is accepted with the set of labels that matched then (``accept``);
 workers carry it out in batches (``run_batch``). Each batch is one
-transaction: its items are claimed with ``SKIP LOCKED``, each label is
-locked, checked again against the job's filters (the expression evaluated
-by the gate evaluator on the label as it is now) and changed with the
+transaction: its items are claimed (items another worker holds are passed
+over: :func:`routemaster.db.bulk.claim_items`), each label is locked,
+checked again against the job's filters (the expression evaluated by the
+gate evaluator on the label as it is now) and changed with the
 operator command's own code, recorded as forced with the job's reason, and
 the items' outcomes are written before the commit. A label that no longer
 qualifies (moved on, retried, resumed, deleted meanwhile) is skipped; one

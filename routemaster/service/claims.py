@@ -15,9 +15,9 @@ import datetime
 from collections.abc import Sequence
 
 from routemaster.app import App
-from routemaster.db import claims, occurrences
-from routemaster.db.claims import Claim as Claim  # for the worker
-from routemaster.db.claims import StateKey as StateKey  # for the worker
+from routemaster.db import label_claims, occurrences
+from routemaster.db.claimed import Claim as Claim  # for the worker
+from routemaster.db.label_claims import StateKey as StateKey  # for the worker
 from routemaster.db.notifications import Listener, due_listener
 
 
@@ -37,7 +37,7 @@ def extend_leases(app: App, held: Sequence[Claim]) -> None:
     if not held:
         return
     with app.db.begin() as conn:
-        claims.extend_leases(
+        label_claims.extend_leases(
             conn,
             held,
             lease_until=app.now() + app.settings.lease,
@@ -48,7 +48,7 @@ def extend_leases(app: App, held: Sequence[Claim]) -> None:
 def next_due_at(app: App) -> datetime.datetime | None:
     """When the earliest live label falls due (leases running out included)."""
     with app.db.connect() as conn:
-        return claims.next_due_at(conn)
+        return label_claims.next_due_at(conn)
 
 
 def record_occurrence(app: App, trigger: str, occurrence: datetime.datetime) -> bool:

@@ -27,11 +27,11 @@ from routemaster.app import App
 from routemaster.config.model import Config
 from routemaster.config.origins import Receiver, configured_receivers
 from routemaster.config.receivers import Rate
-from routemaster.db import receiver_claims
+from routemaster.db import label_claims
 from routemaster.db import receivers as shared
-from routemaster.db.claims import Claim, StateKey
+from routemaster.db.claimed import Claim
 from routemaster.db.deliveries import Delivery
-from routemaster.db.receiver_claims import ReceiverClaim, Wanted
+from routemaster.db.label_claims import ReceiverClaim, StateKey, Wanted
 from routemaster.db.receivers import ReceiverRow
 from routemaster.service.batch_moves import move_delivered
 
@@ -173,7 +173,7 @@ class Gatekeeper:
                     probes.add(receiver.id)
                 if want is not None:
                     wanted.append(want)
-            claimed = receiver_claims.claim(
+            claimed = label_claims.claim_deliveries(
                 conn,
                 wanted,
                 routes,

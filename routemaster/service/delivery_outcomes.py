@@ -18,9 +18,9 @@ import random
 
 from routemaster.app import App
 from routemaster.config.model import RetryPolicy
-from routemaster.db import claims, deliveries, receivers
+from routemaster.db import deliveries, label_claims, receivers
 from routemaster.db import tasks as task_store
-from routemaster.db.claims import Claim
+from routemaster.db.claimed import Claim
 from routemaster.db.deliveries import Delivery
 from routemaster.db.transitions import mark_errored
 from routemaster.http.calls import Call
@@ -116,14 +116,14 @@ def record_failed_delivery(
         elif permit.probe:
             logger.info("probe of %s failed: %s", permit.receiver.origin, error)
             # back where it was in the queue; a probe used no attempt, so none is given back
-            unsent = claims.Unsent(claim, permit.was_due, counted=False)
-            claims.put_back(conn, [unsent], worker_id=app.settings.worker_id)
+            unsent = label_claims.Unsent(claim, permit.was_due, counted=False)
+            label_claims.put_back(conn, [unsent], worker_id=app.settings.worker_id)
         else:
             delay = backoff(policy, claim.attempts, rng)
             if retry_after is not None:
                 delay = max(delay, retry_after)
             logger.info("retrying %s in %.1fs: %s", where, delay.total_seconds(), error)
-            claims.record_retry(
+            label_claims.record_retry(
                 conn,
                 claim,
                 due_at=now + delay,

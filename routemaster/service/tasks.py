@@ -25,9 +25,9 @@ from routemaster.app import App
 from routemaster.config.model import Action, Config
 from routemaster.db import (
     counts,
+    label_claims,
     pauses,
     schedules,
-    task_claims,
     task_completions,
     task_records,
     transitions,
@@ -116,7 +116,7 @@ def claim_tasks(
         if expire:
             _expire(conn, app, states, now, rng)
         leased = (leases or LeaseBook()).leases(conn, app.config, states, now=now)
-        claimed = task_claims.claim(
+        claimed = label_claims.claim_tasks(
             conn, leased, ids=[new_task_id() for _ in range(limit)], worker=worker, now=now
         )
     for task in claimed:
@@ -364,7 +364,7 @@ def _expire(
     now: datetime.datetime,
     rng: random.Random,
 ) -> int:
-    held = task_claims.lock_expired(conn, states, now=now, limit=EXPIRE_BATCH)
+    held = label_claims.lock_expired_tasks(conn, states, now=now, limit=EXPIRE_BATCH)
     expiries = []
     for lease in held:
         action = app.config.get_machine(lease.state_machine).get_state(lease.state)

@@ -15,8 +15,9 @@ import logging
 from collections.abc import Sequence
 
 from routemaster.app import App
-from routemaster.db import claims, receivers
-from routemaster.db.claims import Claim, Unsent
+from routemaster.db import label_claims, receivers
+from routemaster.db.claimed import Claim
+from routemaster.db.label_claims import Unsent
 from routemaster.db.notifications import notify_due
 from routemaster.service.delivery_claims import Permit
 
@@ -40,7 +41,7 @@ def put_back(
     unsent.extend(Unsent(claim, now, counted=True) for claim in gates)
     probed = sorted({permit.receiver.id for _, permit in deliveries if permit.probe})
     with app.db.begin() as conn:
-        count = claims.put_back(conn, unsent, worker_id=app.settings.worker_id)
+        count = label_claims.put_back(conn, unsent, worker_id=app.settings.worker_id)
         for receiver in probed:
             receivers.no_probe(conn, receiver, now=now)
         notify_due(conn)

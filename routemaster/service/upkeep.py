@@ -1,8 +1,8 @@
 """Periodic upkeep of the delivery log and of receivers' waiting labels (the worker's steps).
 
 Any number of workers may run these at once: each statement takes a bounded
-batch (the log's oldest rows; waiting labels locked with ``SKIP LOCKED``),
-so concurrent runs share the work and none holds a lock for long.
+batch (the log's oldest rows; waiting labels no other worker holds), so
+concurrent runs share the work and none holds a lock for long.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The worker (``routemaster cron``): clock triggers, gate evaluation, action webhooks.
 
 Any number of workers may run against one database; they share work through
-PostgreSQL row locks and leases (see :mod:`routemaster.db.claims`).
+PostgreSQL row locks and leases (see :mod:`routemaster.db.label_claims`).
 :mod:`~routemaster.worker.loop` is the loop, :mod:`~routemaster.worker.slots`
 the delivery threads, :mod:`~routemaster.worker.triggers` the clock,
 :mod:`~routemaster.worker.delivery` one webhook, and

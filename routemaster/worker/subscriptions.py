@@ -3,9 +3,9 @@
 Every ``subscription_poll`` seconds (20 ms by default) the sender looks at the
 stream and the subscriptions in one cheap read (:func:`routemaster.service.batch_sending.look`).
 When the stream grew, or a subscription's time came (its batch delay, its
-backoff), it claims as many subscriptions as it has free threads, with
-``FOR UPDATE SKIP LOCKED`` and a lease, so any number of workers share them
-and one subscription has one batch in flight. Each claimed subscription is
+backoff), it claims as many subscriptions as it has free threads, each under
+a lease (:mod:`routemaster.db.subscription_batches`), so any number of workers
+share them and one subscription has one batch in flight. Each claimed subscription is
 handled in a thread (:class:`~routemaster.service.batch_sending.BatchSender`); the
 lease outlasts a send's total deadline, and a worker that dies lets its lease
 run out, after which another worker sends the same batch again.

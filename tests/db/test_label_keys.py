@@ -274,7 +274,7 @@ def test_lookups_by_name_use_the_primary_key(many_labels: sa.Engine, statement: 
 
 
 def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
-    from routemaster.db import claims, schedules
+    from routemaster.db import label_claims, schedules
 
     one = {
         "sm": "m",
@@ -314,7 +314,7 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
         history = plan(conn, store._HISTORY, one)
         assert "history_by_label" in history and "Seq Scan" not in history, history
         for explained in (
-            plan(conn, claims._LOCK_ENTRIES, arrays),
+            plan(conn, label_claims._LOCK_ENTRIES, arrays),
             plan(conn, schedules._CLEAR_DUE, arrays),
             plan(conn, transitions._MOVE_ONE, {**one, **move}),
             plan(conn, transitions._MOVE_MANY, batch),
@@ -323,9 +323,9 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
             *(
                 plan(conn, query, {**one, **arrays, **worker})
                 for query in (
-                    claims._LEASE,
-                    claims._EXTEND_LEASES,
-                    claims._RECORD_RETRY,
+                    label_claims._LEASE,
+                    label_claims._EXTEND_LEASES,
+                    label_claims._RECORD_RETRY,
                 )
             ),
         ):

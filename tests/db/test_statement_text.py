@@ -59,7 +59,7 @@ STATEMENTS = statements()
 
 def test_the_statements_are_found() -> None:
     names = {name for name, _ in STATEMENTS}
-    assert {"transitions._INSERT", "claims._LEASE", "changes._CHANGES"} <= names
+    assert {"transitions._INSERT", "label_claims._LEASE", "changes._CHANGES"} <= names
     assert len(STATEMENTS) > 40
     returning_labels = [
         sql for _, sql in STATEMENTS if LABEL_LIST_START.search(" ".join(sql.split()))

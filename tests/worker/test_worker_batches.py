@@ -10,7 +10,7 @@ from routemaster import service
 from routemaster.app import App
 from routemaster.config import load_config
 from routemaster.db import labels as store
-from routemaster.db.claims import Claim
+from routemaster.db.claimed import Claim
 from routemaster.service.batch_moves import complete_deliveries
 from tests.stub_server import running_stub
 

@@ -1,4 +1,5 @@
-"""Claims never read labels that cannot be claimed (SPEC F2): paused or errored overdue labels
+"""Claims of labels (routemaster.db.label_claims) never read labels that cannot be claimed
+(SPEC F2): each names the predicate of the claimable indexes, so paused or errored overdue labels
 cost a claim round nothing, however many there are, and are claimed again once resumed."""
 
 from __future__ import annotations
@@ -6,11 +7,12 @@ from __future__ import annotations
 import datetime
 import uuid
 
+import pytest
 import sqlalchemy as sa
 
-from routemaster.db import claims, receiver_claims, task_claims, transitions
+from routemaster.db import label_claims, schema, transitions
 from routemaster.db import labels as store
-from routemaster.db.receiver_claims import Wanted
+from routemaster.db.label_claims import Wanted
 from routemaster.db.statements import fetch_one
 from routemaster.db.tasks import Lease
 
@@ -53,8 +55,8 @@ def _claim_round(conn: sa.Connection) -> int:
     """What a worker's round claims (due gates, deliveries, pull tasks), and when work is
     next due; how many labels it took."""
     later = NOW + datetime.timedelta(minutes=1)
-    gates = claims.lock_due_gates(conn, [("m", "gate")], limit=500, now=NOW)
-    deliveries = receiver_claims.claim(
+    gates = label_claims.lock_due_gates(conn, [("m", "gate")], limit=500, now=NOW)
+    deliveries = label_claims.claim_deliveries(
         conn,
         [Wanted("r", 16)],
         [("r", "m", "hook")],
@@ -63,15 +65,61 @@ def _claim_round(conn: sa.Connection) -> int:
         lease_until=later,
         worker_id="w",
     )
-    tasks = task_claims.claim(
+    tasks = label_claims.claim_tasks(
         conn,
         [("m", "pull", Lease(30, "fixed", 0))],
         ids=[uuid.uuid4().hex for _ in range(10)],
         worker="w",
         now=NOW,
     )
-    claims.next_due_at(conn)
+    label_claims.next_due_at(conn)
     return len(gates) + len(deliveries) + len(tasks)
+
+
+# Every statement that reads due labels to claim them (or to find when the next falls due).
+CLAIMS_OF_DUE_LABELS = [
+    "_LOCK_GATES",
+    "_DUE_GATE_KEYS",
+    "_CLAIM_DELIVERIES",
+    "_CLAIM_DELIVERIES_PLAIN",
+    "_DUE_DELIVERY_KEYS",
+    "_CLAIM_TASKS",
+    "_AWAITING_KEYS",
+    "_NEXT_DUE",
+]
+
+
+# Claims of labels already leased (run-out pull leases: index labels_leased), which may be paused.
+CLAIMS_OF_LEASED_LABELS = ["_LOCK_EXPIRED", "_EXPIRED_KEYS"]
+
+
+def test_every_claim_of_due_labels_is_checked() -> None:
+    picking = {
+        name
+        for name, value in vars(label_claims).items()
+        if name.startswith("_") and name.isupper() and isinstance(value, str)
+        if "SKIP LOCKED" in value or "due_at <=" in value
+    }
+    assert picking == set(CLAIMS_OF_DUE_LABELS + CLAIMS_OF_LEASED_LABELS) - {"_NEXT_DUE"}
+
+
+def _predicate(index_name: str) -> str:
+    """An index's partial predicate as SQL, without the table's name."""
+    (index,) = [index for index in schema.labels.indexes if index.name == index_name]
+    where = index.dialect_options["postgresql"]["where"]
+    return " ".join(str(where).replace("labels.", "").split())
+
+
+@pytest.mark.parametrize("index", ["labels_due", "labels_claimable"])
+@pytest.mark.parametrize("name", CLAIMS_OF_DUE_LABELS)
+def test_each_claim_names_the_claimable_indexes_predicate(index: str, name: str) -> None:
+    """What is claimable is written once (the indexes of migration 0019); each claim's
+    statement carries it whole, or PostgreSQL could not read those partial indexes."""
+    predicate = _predicate(index)
+    assert predicate.startswith("due_at IS NOT NULL AND ")
+    claimable = predicate.removeprefix("due_at IS NOT NULL AND ")
+    statement = " ".join(getattr(label_claims, name).replace("labels.", "").split())
+    assert claimable in statement, f"{name} lacks {claimable!r}"
 
 
 def test_a_claim_round_reads_no_paused_or_errored_label(db_engine: sa.Engine) -> None:
@@ -103,7 +151,7 @@ def test_resumed_labels_are_claimed_again(db_engine: sa.Engine) -> None:
     with db_engine.begin() as conn:
         # 10 gates, 10 deliveries (up to 16) and 10 pull tasks (up to 10), due all along.
         assert _claim_round(conn) == 30
-        assert claims.next_due_at(conn) is not None
+        assert label_claims.next_due_at(conn) is not None
 
 
 def test_a_delivery_claim_reads_no_label_of_a_receiver_it_may_not_call(
@@ -117,7 +165,7 @@ def test_a_delivery_claim_reads_no_label_of_a_receiver_it_may_not_call(
     routes = [("r", "m", "hook"), ("open", "m", "held-hook")]
     with db_engine.connect() as conn, conn.begin() as transaction:
         before = _rows_read(conn)
-        claimed = receiver_claims.claim(
+        claimed = label_claims.claim_deliveries(
             conn,
             [Wanted("r", 16)],  # "open" is not wanted: its circuit is open
             routes,
