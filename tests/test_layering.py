@@ -32,6 +32,11 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "routemaster"
 MAX_LINES = 800
+ONE_LONG_IDEA = {
+    # Every statement that changes what a label is, and every history append, in one home
+    # (issue 34): split, the rule "every transition writes its history" would have two homes.
+    "routemaster.db.transitions": 1200,
+}
 
 
 def _module_name(path: Path) -> str:
@@ -265,9 +270,8 @@ def test_only_the_web_faces_and_the_command_line_import_flask(module: str) -> No
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_no_module_is_over_the_size_limit(module: str) -> None:
     lines = len(MODULES[module].read_text().splitlines())
-    assert lines <= MAX_LINES, (
-        f"{module} has {lines} lines (at most {MAX_LINES}): is it still one idea?"
-    )
+    limit = ONE_LONG_IDEA.get(module, MAX_LINES)
+    assert lines <= limit, f"{module} has {lines} lines (at most {limit}): is it still one idea?"
 
 
 # --- the web faces never touch the store ------------------------------------------------
