@@ -70,12 +70,6 @@ _VERSION_COLUMN_EXISTS = """
                      AND NOT attisdropped)
     """
 
-_PER_VERSION = """
-    SELECT state_machine, version, count(*) FROM labels
-    WHERE version IS NOT NULL AND NOT deleted
-    GROUP BY state_machine, version
-    """
-
 # One machine's live labels that keep a version other than ``beside``, per version: two ranges
 # of labels_by_version (state_machine, version, state), never the labels on ``beside``.
 _VERSIONS_BESIDE = """
@@ -89,12 +83,6 @@ _VERSIONS_IN_MACHINE = """
     SELECT version, count(*) FROM labels
     WHERE state_machine = %(sm)s AND version IS NOT NULL AND NOT deleted
     GROUP BY version
-    """
-
-_PER_VERSION_STATE = """
-    SELECT state_machine, version, state, count(*) FROM labels
-    WHERE version IS NOT NULL AND NOT deleted
-    GROUP BY state_machine, version, state
     """
 
 
@@ -133,21 +121,6 @@ def in_machine(conn: sa.Connection, machine: str) -> dict[str, StateCount]:
     }
 
 
-def per_version(conn: sa.Connection) -> dict[str, dict[int, int]]:
-    """Live labels per machine and recorded version (labels without one are not counted).
-
-    Empty on a database whose schema predates labels' versions (``plan`` runs before
-    ``migrate``).
-    """
-    exists = fetch_one(conn, _VERSION_COLUMN_EXISTS, {})
-    if not (exists and exists[0]):
-        return {}
-    counts: dict[str, dict[int, int]] = {}
-    for machine, version, count in fetch_all(conn, _PER_VERSION, {}):
-        counts.setdefault(machine, {})[int(version)] = int(count)
-    return counts
-
-
 def versions_beside(conn: sa.Connection, machine: str, beside: int | None) -> dict[int, int]:
     """One machine's live labels that keep a version, per version, but for those on ``beside``
     (the version in force: :func:`routemaster.machine.upgrades.labels_by_version` counts them
@@ -160,17 +133,6 @@ def versions_beside(conn: sa.Connection, machine: str, beside: int | None) -> di
     else:
         rows = fetch_all(conn, _VERSIONS_BESIDE, {"sm": machine, "beside": beside})
     return {int(version): int(count) for version, count in rows}
-
-
-def per_version_state(conn: sa.Connection) -> list[tuple[str, int, str, int]]:
-    """Live labels that keep a version, per (machine, version, state) (as ``per_version``)."""
-    exists = fetch_one(conn, _VERSION_COLUMN_EXISTS, {})
-    if not (exists and exists[0]):
-        return []
-    return [
-        (machine, int(version), state, int(count))
-        for machine, version, state, count in fetch_all(conn, _PER_VERSION_STATE, {})
-    ]
 
 
 def _grouped(conn: sa.Connection, statement: str) -> StateCounts:
