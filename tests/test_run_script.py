@@ -25,7 +25,8 @@ RUN = REPOSITORY / "scripts" / "run"
 
 @pytest.fixture
 def run_env(tmp_path: Path, database_url: str) -> dict[str, str]:
-    receiver = f"127.0.0.1:{free_port()}"
+    api_port, receiver_port = _two_free_ports()
+    receiver = f"127.0.0.1:{receiver_port}"
     config = tmp_path / "config.yaml"
     config.write_text(
         "state_machines:\n"
@@ -47,7 +48,7 @@ def run_env(tmp_path: Path, database_url: str) -> dict[str, str]:
         ROUTEMASTER_NO_INSTALL="1",
         DATABASE_URL=database_url,
         ROUTEMASTER_CONFIG=str(config),
-        ROUTEMASTER_BIND=f"127.0.0.1:{free_port()}",
+        ROUTEMASTER_BIND=f"127.0.0.1:{api_port}",
         ROUTEMASTER_RECEIVER_BIND=receiver,
         ROUTEMASTER_WORKERS="1",
     )
@@ -93,6 +94,14 @@ class _Output:
 
     def text(self) -> str:
         return "".join(self.lines)
+
+
+def _two_free_ports() -> tuple[int, int]:
+    """Two free ports, never the same one twice (each free_port() closes its probe)."""
+    first = free_port()
+    while (second := free_port()) == first:
+        pass
+    return first, second
 
 
 def _children(pid: int) -> dict[int, str]:
