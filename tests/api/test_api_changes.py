@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 import sqlalchemy as sa
-from werkzeug.serving import make_server
+from werkzeug.serving import ThreadedWSGIServer, make_server
 
 from routemaster.app import App
 from routemaster.web import create_app
@@ -229,6 +229,7 @@ def test_under_another_wsgi_server_a_stream_is_served_by_its_thread(app: App) ->
     app.settings = dataclasses.replace(app.settings, stream_heartbeat=0.2)
     flask_app = create_app(app)
     http = make_server("127.0.0.1", 0, flask_app, threaded=True)
+    assert isinstance(http, ThreadedWSGIServer)
     http.daemon_threads = False  # server_close() joins each request's thread
     thread = threading.Thread(target=http.serve_forever, daemon=True)
     thread.start()
