@@ -43,6 +43,7 @@ def instrument(flask_app: flask.Flask, app: App, metrics: Metrics) -> None:
         app.config,
         interval=app.settings.label_gauges_interval,
         directory=metrics.multiprocess_dir,
+        in_force=app.versions.in_force,
     )
     receiver_gauges = ReceiverGauges(
         app.db, app.config, interval=app.settings.label_gauges_interval

@@ -10,6 +10,7 @@ labels are written meanwhile; each build under its own advisory lock).
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
@@ -17,10 +18,12 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.cli.options import direct_engine, migrate_database, unreachable
+from routemaster.config.graph import describe_machine
 from routemaster.config.model import Config
 from routemaster.db.history import stamp_versions
 from routemaster.db.plumbing.database import create_engine
 from routemaster.db.search_indexes import ensure_search_index
+from routemaster.db.versions import digest_of
 from routemaster.machine.upgrades import stranded_message
 from routemaster.machine.versions import LoadedVersions
 from routemaster.service.configuration import (
@@ -72,6 +75,40 @@ def prepare_database(url: str, config: Config) -> Versions:
     for machine, path in built:
         click.echo(f"Built the search index of {machine}'s metadata.{path}.", err=True)
     return versions
+
+
+def checked_by_parent(versions: Versions, config: Config) -> str:
+    """What ``serve`` hands its children (``--checked``) once it prepared the database.
+
+    Each machine's version with the digest of the definition it was recorded
+    for, so a child whose configuration differs (a file changed meanwhile)
+    sees it and prepares the database itself.
+    """
+    return json.dumps(
+        {
+            machine.name: [versions[machine.name], digest_of(describe_machine(machine))]
+            for machine in config.state_machines
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+def prepared_database(url: str, config: Config, checked: str | None) -> Versions:
+    """A process's versions: those its parent ``serve`` checked (``checked``), when they are
+    of this very configuration; else :func:`prepare_database`'s, checked here.
+
+    ``serve`` prepares the database once, before starting its API and worker:
+    the children trust it rather than each repeating the check (and its lines).
+    """
+    if checked is not None:
+        given = json.loads(checked)
+        ours = {
+            machine.name: digest_of(describe_machine(machine)) for machine in config.state_machines
+        }
+        if {name: digest for name, (_, digest) in given.items()} == ours:
+            return {name: int(version) for name, (version, _) in given.items()}
+    return prepare_database(url, config)
 
 
 def continuing(config: Config) -> list[str]:

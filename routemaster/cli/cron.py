@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from routemaster.app import App
-from routemaster.cli.configuration import continuing, prepare_database
+from routemaster.cli.configuration import continuing, prepared_database
 from routemaster.cli.environment import database_url, late_config_option, settings_from_environment
 from routemaster.cli.metrics import instrumented, multiprocess_directory, worker_metrics
 from routemaster.cli.options import Options, direct_engine
@@ -24,9 +24,13 @@ from routemaster.machine.versions import LoadedVersions
 )
 # serve's worker: values written to the API's metrics directory (serve made it, serve removes it).
 @click.option("--metrics-dir", "given_metrics_dir", default=None, hidden=True)
+# serve's worker: the versions serve checked and recorded (cli.configuration.checked_by_parent).
+@click.option("--checked", default=None, hidden=True)
 @late_config_option
 @click.pass_obj
-def cron(options: Options, metrics_bind: str | None, given_metrics_dir: str | None) -> None:
+def cron(
+    options: Options, metrics_bind: str | None, given_metrics_dir: str | None, checked: str | None
+) -> None:
     """Run the worker: gate triggers, action webhooks, retries. Run as many as you like."""
     from routemaster.worker import run_worker
 
@@ -38,7 +42,7 @@ def cron(options: Options, metrics_bind: str | None, given_metrics_dir: str | No
         plugins = options.loggers(config)
         sending_statsd_at_once(plugins)
         url = database_url()
-        versions = prepare_database(url, config)
+        versions = prepared_database(url, config, checked)
         engine = create_engine(
             url,
             pool_size=5,

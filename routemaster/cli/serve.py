@@ -14,7 +14,12 @@ import sys
 import click
 
 from routemaster.app import App, Settings
-from routemaster.cli.configuration import continuing, prepare_database
+from routemaster.cli.configuration import (
+    checked_by_parent,
+    continuing,
+    prepare_database,
+    prepared_database,
+)
 from routemaster.cli.environment import (
     database_url,
     late_config_option,
@@ -69,6 +74,8 @@ from routemaster.server.supervisor import Child, supervise
     "(by default serve also runs one worker, whatever --workers says).",
 )
 @click.option("--metrics-dir", "given_metrics_dir", default=None, hidden=True)
+# serve's API: the versions serve checked and recorded (cli.configuration.checked_by_parent).
+@click.option("--checked", default=None, hidden=True)
 @late_config_option
 @click.pass_obj
 def serve(
@@ -79,6 +86,7 @@ def serve(
     keep_alive: int | None,
     no_worker: bool,
     given_metrics_dir: str | None,
+    checked: str | None,
 ) -> None:
     """Run the HTTP API under gunicorn, and one worker (unless --no-worker)."""
     settings = settings_from_environment()
@@ -88,7 +96,7 @@ def serve(
     # Before anything (a logging plugin, say) imports prometheus_client.
     wanted = wants_metrics_directory(settings.metrics)
     with multiprocess_directory(wanted, given=given_metrics_dir) as metrics_dir:
-        _serve(options, settings, metrics_dir, bind, workers, threads, keep_alive)
+        _serve(options, settings, metrics_dir, checked, bind, workers, threads, keep_alive)
 
 
 def _serve_with_worker(
@@ -106,10 +114,11 @@ def _serve_with_worker(
         for plugin in config.logging_plugins
     ):
         use_json_logs()
-    prepare_database(database_url(), config)  # once, before two processes would both try
+    # Once, here: the children trust it (the same message, exit 1, before any process starts).
+    checked = checked_by_parent(prepare_database(database_url(), config), config)
     command = [sys.executable, "-m", "routemaster"]
     command += [f"--config={path}" for path in options.config_paths]
-    api = [*command, "serve", "--no-worker"]
+    api = [*command, "serve", "--no-worker", "--checked", checked]
     for option, value in (
         ("--bind", bind),
         ("--workers", workers),
@@ -118,7 +127,7 @@ def _serve_with_worker(
     ):
         if value is not None:
             api += [option, str(value)]
-    worker = [*command, "cron"]
+    worker = [*command, "cron", "--checked", checked]
     with multiprocess_directory(wants_metrics_directory(settings.metrics)) as metrics_dir:
         if metrics_dir is not None:
             api += ["--metrics-dir", metrics_dir]
@@ -131,6 +140,7 @@ def _serve(
     options: Options,
     settings: Settings,
     metrics_dir: str | None,
+    checked: str | None,
     bind: str | None,
     workers: int | None,
     threads: int | None,
@@ -139,7 +149,7 @@ def _serve(
     config = options.load()
     loggers = options.loggers(config)
     url = database_url()
-    versions = prepare_database(url, config)
+    versions = prepared_database(url, config, checked)
 
     worker_threads = threads or default_threads()
 

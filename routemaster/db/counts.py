@@ -8,7 +8,10 @@ the others are grouped counts served by a partial index bounded by what they
 count (``labels_errored``: errored labels, ``labels_due``: due labels,
 ``labels_by_version``: labels that keep a version, ``labels_leased``: pull
 tasks in flight). Every count per state of the service is here (the console's
-tasks in flight too).
+tasks in flight too). One machine's labels per version (:func:`versions_beside`)
+skip the version in force: its labels are the machine's kept total less the
+others, so the read costs the labels still on other versions, not the
+machine's labels.
 """
 
 from __future__ import annotations
@@ -78,16 +81,19 @@ _VERSION_COLUMN_EXISTS = """
                      AND NOT attisdropped)
     """
 
-_PER_VERSION = """
-    SELECT state_machine, version, count(*) FROM labels
-    WHERE version IS NOT NULL AND NOT deleted
-    GROUP BY state_machine, version
+# One machine's live labels that keep a version other than ``beside``, per version: two ranges
+# of labels_by_version (state_machine, version, state), never the labels on ``beside``.
+_VERSIONS_BESIDE = """
+    SELECT version, count(*) FROM labels
+    WHERE state_machine = %(sm)s AND (version < %(beside)s OR version > %(beside)s)
+      AND NOT deleted
+    GROUP BY version
     """
 
-_PER_VERSION_STATE = """
-    SELECT state_machine, version, state, count(*) FROM labels
-    WHERE version IS NOT NULL AND NOT deleted
-    GROUP BY state_machine, version, state
+_VERSIONS_IN_MACHINE = """
+    SELECT version, count(*) FROM labels
+    WHERE state_machine = %(sm)s AND version IS NOT NULL AND NOT deleted
+    GROUP BY version
     """
 
 
@@ -132,30 +138,18 @@ def in_machine(conn: sa.Connection, machine: str) -> dict[str, StateCount]:
     }
 
 
-def per_version(conn: sa.Connection) -> dict[str, dict[int, int]]:
-    """Live labels per machine and recorded version (labels without one are not counted).
-
-    Empty on a database whose schema predates labels' versions (``plan`` runs before
-    ``migrate``).
-    """
+def versions_beside(conn: sa.Connection, machine: str, beside: int | None) -> dict[int, int]:
+    """One machine's live labels that keep a version, per version, but for those on ``beside``
+    (the version in force: :func:`routemaster.machine.upgrades.labels_by_version` counts them
+    as the machine's labels less these); every version when ``beside`` is ``None``."""
     exists = fetch_one(conn, _VERSION_COLUMN_EXISTS, {})
     if not (exists and exists[0]):
         return {}
-    counts: dict[str, dict[int, int]] = {}
-    for machine, version, count in fetch_all(conn, _PER_VERSION, {}):
-        counts.setdefault(machine, {})[int(version)] = int(count)
-    return counts
-
-
-def per_version_state(conn: sa.Connection) -> list[tuple[str, int, str, int]]:
-    """Live labels that keep a version, per (machine, version, state) (as ``per_version``)."""
-    exists = fetch_one(conn, _VERSION_COLUMN_EXISTS, {})
-    if not (exists and exists[0]):
-        return []
-    return [
-        (machine, int(version), state, int(count))
-        for machine, version, state, count in fetch_all(conn, _PER_VERSION_STATE, {})
-    ]
+    if beside is None:
+        rows = fetch_all(conn, _VERSIONS_IN_MACHINE, {"sm": machine})
+    else:
+        rows = fetch_all(conn, _VERSIONS_BESIDE, {"sm": machine, "beside": beside})
+    return {int(version): int(count) for version, count in rows}
 
 
 def _grouped(conn: sa.Connection, statement: str) -> StateCounts:

@@ -1,12 +1,17 @@
 """Counts for the label gauges of ``/metrics``: labels, due and errored, per machine and state,
-and labels per machine version (those that keep one).
+and the labels of machines that keep versions per version they follow.
 
-The grouped counts of ``db/counts.py``, read together in one connection.
-Callers run it at most every few seconds, never once per scrape per process.
+The counts of ``db/counts.py``, read together in one snapshot. Callers run it
+at most every few seconds, never once per scrape per process. Labels per
+version are read only off the version in force: its labels are the machine's
+(kept) labels less those on other versions, and labels that keep no version
+follow it too (as the machine page counts them:
+:func:`routemaster.machine.upgrades.labels_by_version`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -24,16 +29,22 @@ class LabelCounts:
     versions: StateCounts = field(default_factory=dict)
 
 
-def gauge_counts(engine: sa.Engine) -> LabelCounts:
-    """Every count the label gauges show."""
-    with engine.connect() as conn:
+def gauge_counts(engine: sa.Engine, keeping: Mapping[str, int | None]) -> LabelCounts:
+    """Every count the label gauges show; ``keeping``: the machines that keep versions, each
+    with its version in force (``None``: none recorded, every version read)."""
+    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
+        labels = counts.per_state(conn)
+        versions: StateCounts = {}
+        for machine, in_force in keeping.items():
+            others = counts.versions_beside(conn, machine, in_force)
+            versions.update({(machine, str(version)): n for version, n in others.items()})
+            if in_force is not None:
+                total = sum(n for (name, _), n in labels.items() if name == machine)
+                if rest := total - sum(others.values()):
+                    versions[machine, str(in_force)] = rest
         return LabelCounts(
-            labels=counts.per_state(conn),
+            labels=labels,
             due=counts.due_per_state(conn),
             errored=counts.errored_per_state(conn),
-            versions={
-                (machine, str(version)): n
-                for machine, per_version in counts.per_version(conn).items()
-                for version, n in per_version.items()
-            },
+            versions=versions,
         )

@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +45,17 @@ class LabelGauges(Collector):
         config: Config,
         *,
         interval: float,
+        in_force: Mapping[str, int] | None = None,
         directory: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._engine = engine
+        # The machines whose labels keep a version, with the version this process runs.
+        self._keeping = {
+            machine.name: (in_force or {}).get(machine.name)
+            for machine in config.state_machines
+            if machine.keeps_versions
+        }
         self._states = [
             (machine.name, state.name)
             for machine in config.state_machines
@@ -72,7 +79,8 @@ class LabelGauges(Collector):
             yield family
         family = GaugeMetricFamily(
             "routemaster_labels_by_version",
-            "Live labels of continue and abort machines per machine version they keep.",
+            "Live labels of continue and abort machines per machine version they follow "
+            "(those that keep none: the version in force).",
             labels=["state_machine", "version"],
         )
         for key, count in sorted(counts.versions.items()):
@@ -118,7 +126,7 @@ class LabelGauges(Collector):
 
     def _count(self) -> LabelCounts | None:
         try:
-            return gauge_counts(self._engine)
+            return gauge_counts(self._engine, self._keeping)
         except sa.exc.SQLAlchemyError as error:
             logger.warning("label gauges not refreshed: %s", type(error).__name__)
             return None

@@ -9,6 +9,15 @@ only waits:
 - SIGTERM, SIGINT and SIGQUIT are passed to both children, which stop
   gracefully (gunicorn finishes its requests, the worker its deliveries);
   ``serve`` exits once both have, 0 when both exited cleanly.
+- A second stopping signal (Ctrl-C again) stops at once: each child's whole
+  process group (gunicorn's workers too) is killed, and ``serve`` exits 1
+  once they are reaped. Deliveries then in flight are sent again once their
+  leases run out.
+- Each child runs in a process group of its own, so that only ``serve``
+  signals it: Ctrl-C in a terminal (or ``kill`` of the group) reaches
+  ``serve`` once, which passes it on once, instead of each child getting it
+  twice (from the terminal and from ``serve``), and the second Ctrl-C kills
+  a child's descendants with it.
 - SIGHUP, SIGTTIN, SIGTTOU and SIGUSR1 are gunicorn's (reload, one worker
   more or fewer, reopen logs): they go to the API only.
 - A child that ends while nobody asked it to is a failure: the other is
@@ -60,10 +69,15 @@ def supervise(children: Sequence[Child], env: Mapping[str, str] | None = None) -
     try:
         for child in children:
             child.process = subprocess.Popen(
-                child.command, env=None if env is None else dict(env), preexec_fn=preexec
+                child.command,
+                env=None if env is None else dict(env),
+                preexec_fn=preexec,
+                process_group=0,  # signalled by serve alone (module docstring)
             )
             logger.info("serve: started the %s (pid %d)", child.name, child.process.pid)
-            if tree.stopping:  # a signal came while starting: pass it on to this one too
+            if tree.killing:  # two signals came while starting: this one too, at once
+                tree.kill(child)
+            elif tree.stopping:  # a signal came while starting: pass it on to this one too
                 tree.signal(child, tree.stopping)
         return tree.wait()
     finally:
@@ -76,14 +90,22 @@ class _Tree:
         self.children = children
         self.stopping: int | None = None  # the stopping signal received, if any
         self.failed = False
+        self.killing = False  # a second stopping signal came: children killed, not waited for
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         if signum in STOPPING_SIGNALS:
             if self.stopping is None:
                 logger.info("serve: received signal %d, stopping the API and the worker", signum)
-            self.stopping = signum
-            for child in self.children:
-                self.signal(child, signum)
+                self.stopping = signum
+                for child in self.children:
+                    self.signal(child, signum)
+            else:  # asked again while stopping: at once
+                logger.warning(
+                    "serve: received signal %d again, killing the API and the worker", signum
+                )
+                self.failed = self.killing = True
+                for child in self.children:
+                    self.kill(child)
         else:
             for child in self.children:
                 if child.takes_api_signals:
@@ -96,6 +118,13 @@ class _Tree:
         if child.process is not None and child.status is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child.process.pid, signum)
+
+    @staticmethod
+    def kill(child: Child) -> None:
+        """SIGKILL to the child's process group: gunicorn's workers end with their master."""
+        if child.process is not None and child.status is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.process.pid, signal.SIGKILL)
 
     def wait(self) -> int:
         """Reap children until all have ended; stop the rest when one ends unasked."""

@@ -67,16 +67,16 @@ def machine_overview(
     """Counts per state, the latest ``recent`` changes and the first ``errored`` errored labels."""
     with _snapshot_connection(app) as conn:
         per_state = counts.in_machine(conn, machine.name)
-        kept = counts.per_version(conn).get(machine.name, {}) if machine.continues else {}
+        in_force = app.versions.in_force.get(machine.name)
+        # The labels on the version in force are the rest: only the others are read.
+        kept = counts.versions_beside(conn, machine.name, in_force) if machine.continues else {}
         return MachineOverview(
             snapshot=changes.snapshot(conn),
             counts=per_state,
             recent=changes.recent_changes(conn, machine.name, limit=recent),
             errored=label_page(conn, machine.name, after="", limit=errored, errored=True),
             versions_in_use=labels_by_version(
-                app.versions.in_force.get(machine.name),
-                sum(count.labels for count in per_state.values()),
-                kept,
+                in_force, sum(count.labels for count in per_state.values()), kept
             ),
         )
 

@@ -83,7 +83,8 @@ class Worker:
     def stop(self) -> None:
         """Stop claiming and sending; :meth:`run` returns once in-flight work is recorded.
 
-        Safe from a signal handler: it only sets a flag and writes to a pipe.
+        From any thread (a signal's, through :mod:`routemaster.worker.signals`): it takes
+        locks, so never from a signal handler itself.
         """
         self._stopping.set()
         self._slots.wake()

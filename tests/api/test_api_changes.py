@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 from collections.abc import Iterator
@@ -10,12 +11,14 @@ from contextlib import ExitStack
 from importlib.util import find_spec
 from pathlib import Path
 
-import flask
 import pytest
 import requests
 import sqlalchemy as sa
-from werkzeug.serving import make_server
+from werkzeug.serving import ThreadedWSGIServer, make_server
 
+from routemaster.app import App
+from routemaster.web import create_app
+from routemaster.webcore.streams import HUB_KEY
 from tests.api.conftest import CONFIG_PATH
 from tests.api.tcp_proxy import TcpProxy
 from tests.serving import serving
@@ -219,10 +222,15 @@ def test_concurrent_writers_and_a_reconnecting_reader_see_every_change_once(
     assert positions == sorted(positions)
 
 
-def test_under_another_wsgi_server_a_stream_is_served_by_its_thread(
-    flask_app: flask.Flask,
-) -> None:
+def test_under_another_wsgi_server_a_stream_is_served_by_its_thread(app: App) -> None:
+    # A short heartbeat: the stream learns that its client left at its next write, so this
+    # test can end the server's threads, and the hub's reads, before the fixtures empty the
+    # tables (a read still running then deadlocked with their TRUNCATE).
+    app.settings = dataclasses.replace(app.settings, stream_heartbeat=0.2)
+    flask_app = create_app(app)
     http = make_server("127.0.0.1", 0, flask_app, threaded=True)
+    assert isinstance(http, ThreadedWSGIServer)
+    http.daemon_threads = False  # server_close() joins each request's thread
     thread = threading.Thread(target=http.serve_forever, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{http.port}"
@@ -233,7 +241,9 @@ def test_under_another_wsgi_server_a_stream_is_served_by_its_thread(
     finally:
         http.shutdown()
         thread.join()
-        http.server_close()
+        http.server_close()  # the stream's thread too, once its heartbeat found the client gone
+    hub = flask_app.extensions[HUB_KEY]
+    wait_until(lambda: hub.open_streams == 0, "the hub's reader stopped with the last stream")
 
 
 def test_open_streams_ride_out_a_database_outage(database_url: str, db_engine: sa.Engine) -> None:

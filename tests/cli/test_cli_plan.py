@@ -103,6 +103,11 @@ def test_plan_names_stranded_labels_and_serve_and_cron_refuse(
     assert (refused.exit_code, STRANDED in refused.stderr) == (1, True)
     cron = _run(database_url, "-c", new, "cron")
     assert (cron.exit_code, STRANDED in cron.stderr) == (1, True)
+    # serve's worker trusts serve's check only for the configuration serve checked: one that
+    # differs (a file changed meanwhile) is checked again, by the worker itself.
+    other = json.dumps({"order": [1, "the digest of another definition"]})
+    cron = _run(database_url, "-c", new, "cron", "--checked", other)
+    assert (cron.exit_code, STRANDED in cron.stderr) == (1, True)
 
     env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT)}
     serve = subprocess.run(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -180,6 +181,37 @@ def test_gauges_are_counted_at_most_once_per_interval_across_processes(
         fresh = workers[1].counts()
         assert fresh is not None
         assert fresh.labels == {}
+
+
+def test_labels_by_version_read_off_the_version_in_force(
+    db_engine: sa.Engine, config: Config, clock: list[float]
+) -> None:
+    """A continue machine's labels per version they follow: those on the version in force
+    (and those that keep none, which follow it) are the machine's labels less the others."""
+    machines = tuple(
+        dataclasses.replace(machine, upgrade_strategy="continue")
+        if machine.name == "user"
+        else machine
+        for machine in config.state_machines
+    )
+    continuing = dataclasses.replace(config, state_machines=machines)
+    for name, version in (("a", "1"), ("b", "2"), ("c", "2"), ("d", "NULL")):
+        _set(
+            db_engine,
+            "WITH entry AS (INSERT INTO history (shard_key, state_machine, label, old_state,"
+            f" new_state, created) VALUES (routemaster_shard_key('{name}'), 'user', '{name}',"
+            " NULL, 'start', now()) RETURNING id)"
+            " INSERT INTO labels (state_machine, name, state, state_entered_at, entry_id,"
+            f" name_key, shard_key, version) SELECT 'user', '{name}', 'start', now(), entry.id,"
+            f" routemaster_label_key('{name}'), routemaster_shard_key('{name}'), {version}"
+            " FROM entry",
+        )
+    gauges = LabelGauges(
+        db_engine, continuing, interval=5, in_force={"user": 2}, clock=lambda: clock[0]
+    )
+    counted = gauges.counts()
+    assert counted is not None
+    assert counted.versions == {("user", "1"): 1, ("user", "2"): 3}
 
 
 def test_outcomes_of_outbound_calls() -> None:

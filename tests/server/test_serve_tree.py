@@ -141,6 +141,9 @@ def test_serve_alone_runs_one_worker_that_moves_labels_and_sigterm_stops_the_who
     output = log.read_text()
     assert "the worker stopped (exit code 0)" in output
     assert "the API stopped (exit code 0)" in output
+    # The start-up check (schema, stranded labels, versions) ran once, in serve itself: the
+    # API and the worker trust it (one migration's lines, not three).
+    assert output.count("Will assume transactional DDL") == 1, output
 
 
 def test_serve_no_worker_runs_the_api_only(
