@@ -36,6 +36,9 @@ ONE_LONG_IDEA = {
     # Every statement that changes what a label is, and every history append, in one home
     # (issue 34): split, the rule "every transition writes its history" would have two homes.
     "routemaster.db.transitions": 1200,
+    # Every way labels are picked for work (claims, leases, sweeps), and the rules of picking
+    # (what is claimable, SKIP LOCKED shard by shard, the lease columns) stated once.
+    "routemaster.db.label_claims": 900,
 }
 
 

@@ -1,4 +1,5 @@
-"""Claims of labels: due gates, deliveries by receiver and pull tasks, their leases, run-out leases.
+"""Claims of labels: due gates, deliveries by receiver and pull tasks, their leases, run-out
+leases, and the sweeps that pick labels for upkeep.
 
 Every claim here follows three rules, stated once:
 
@@ -20,6 +21,12 @@ Every claim here follows three rules, stated once:
   the lease runs out and the label is due again. Leases taken, renewed and
   given back name every label with its shard key, so that on Citus each
   statement reaches only the shards of its labels.
+
+Sweeps (ended pauses, labels never scheduled, labels a receiver has not
+answered for too long) pick labels the same way but lease nothing: the labels
+stay locked only for the transaction that acts on them. Where picking and
+acting are one statement (retention's deletes, a configuration's renames),
+the statement is the transition's, in :mod:`routemaster.db.transitions`.
 
 What a claim hands out is a :class:`~routemaster.db.claimed.Claim`. A pull
 claim also gives each lease a task id, recorded in ``tasks``; what is then
@@ -389,6 +396,62 @@ def next_due_at(conn: sa.Connection) -> datetime.datetime | None:
     return None if row is None else row[0]
 
 
+# --- sweeps: labels picked for upkeep, locked for one transaction, never leased ----------
+
+
+def lock_ended(conn: sa.Connection, *, now: datetime.datetime, limit: int) -> list[Label]:
+    """Lock up to ``limit`` paused labels whose pause has ended."""
+    params = {"now": now, "limit": limit, "shard_keys": None}
+    rows = take(conn, _ENDED_KEYS, _LOCK_ENDED, params)
+    return [label_from_row(row) for row in rows]
+
+
+def lock_unscheduled(
+    conn: sa.Connection, states: Sequence[tuple[str, str]], *, limit: int
+) -> list[Label]:
+    """Up to ``limit`` live rows in ``states`` written since their schedule was computed.
+
+    Found through the partial index ``labels_unscheduled``, so the cost is
+    that of the rows returned, never of the table. The ``ORDER BY`` of the
+    index's columns is what makes PostgreSQL walk it: it cannot estimate how
+    few rows the index's condition holds and would otherwise read the table
+    (217 ms at a million labels, every few seconds).
+    """
+    if limit <= 0 or not states:
+        return []
+    params = {
+        "machines": [machine for machine, _ in states],
+        "states": [state for _, state in states],
+        "limit": limit,
+        "shard_keys": None,
+    }
+    rows = take(conn, _UNSCHEDULED_KEYS, _LOCK_UNSCHEDULED, params)
+    return [label_from_row(row) for row in rows]
+
+
+def lock_stale(
+    conn: sa.Connection,
+    states: Sequence[StateKey],
+    *,
+    cutoff: datetime.datetime,
+    batch: int,
+) -> list[tuple[str, str, int]]:
+    """Lock up to ``batch`` labels in ``states`` due since before ``cutoff``: (sm, name, entry).
+
+    Receivers' upkeep errors them in the same transaction (giving up on a
+    receiver that has not answered for too long).
+    """
+    params = {
+        "route_machines": [sm for sm, _ in states],
+        "route_states": [state for _, state in states],
+        "cutoff": cutoff,
+        "batch": batch,
+        "shard_keys": None,
+    }
+    rows = take(conn, _STALE_KEYS, _STALE, params, limit="batch")
+    return [(str(sm), str(name), int(entry)) for sm, name, entry in rows]
+
+
 def _states(pairs: Sequence[StateKey]) -> dict[str, list[str]]:
     return {"machines": [machine for machine, _ in pairs], "states": [state for _, state in pairs]}
 
@@ -673,4 +736,84 @@ _PUT_BACK = """
 _NEXT_DUE = """
     SELECT min(due_at) FROM labels
     WHERE due_at IS NOT NULL AND NOT deleted AND NOT paused AND NOT errored
+    """
+
+# ``shard_keys``: NULL on one server; on Citus every key of one shard (routemaster.db.shards).
+_LOCK_ENDED = """
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version
+    FROM labels
+    WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+           OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+      AND paused_until <= %(now)s AND paused AND NOT deleted
+    ORDER BY paused_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+    """
+
+# On Citus (routemaster.db.shards): the shard keys of the oldest ended pauses, read without a
+# lock across the shards (which shards to visit).
+_ENDED_KEYS = """
+    SELECT shard_key FROM labels
+    WHERE paused_until <= %(now)s AND paused AND NOT deleted
+    ORDER BY paused_until
+    LIMIT %(limit)s
+    """
+
+# ``shard_keys``: NULL on one server; on Citus every key of one shard (routemaster.db.shards).
+_LOCK_UNSCHEDULED = """
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version
+    FROM labels
+    WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+           OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+      AND NOT deleted AND scheduled_at IS DISTINCT FROM updated_at AND lease_owner IS NULL
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
+    ORDER BY state_machine, state
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+    """
+
+# On Citus (routemaster.db.shards): the shard keys of such rows, read without a lock across
+# the shards (which shards to visit).
+_UNSCHEDULED_KEYS = """
+    SELECT shard_key FROM labels
+    WHERE NOT deleted AND scheduled_at IS DISTINCT FROM updated_at AND lease_owner IS NULL
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
+    ORDER BY state_machine, state
+    LIMIT %(limit)s
+    """
+
+# Labels due since before the cutoff, locked (skipping those another worker holds) until
+# they are errored in the same transaction (routemaster.db.transitions).
+# ``shard_keys``: NULL on one server; on Citus every key of one shard (routemaster.db.shards).
+_STALE = """
+    WITH routes AS (
+        SELECT * FROM unnest(CAST(%(route_machines)s AS text[]), CAST(%(route_states)s AS text[]))
+                 AS r(sm, state)
+    )
+    SELECT state_machine, name, entry_id FROM labels
+    WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+           OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+      AND due_at < %(cutoff)s AND NOT deleted AND NOT paused AND NOT errored
+      AND (state_machine, state) IN (SELECT sm, state FROM routes)
+    ORDER BY due_at LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+    """
+
+# On Citus (routemaster.db.shards): the shard keys of the oldest such labels, read without a
+# lock across the shards (which shards to visit).
+_STALE_KEYS = """
+    WITH routes AS (
+        SELECT * FROM unnest(CAST(%(route_machines)s AS text[]), CAST(%(route_states)s AS text[]))
+                 AS r(sm, state)
+    )
+    SELECT shard_key FROM labels
+    WHERE due_at < %(cutoff)s AND NOT deleted AND NOT paused AND NOT errored
+      AND (state_machine, state) IN (SELECT sm, state FROM routes)
+    ORDER BY due_at LIMIT %(batch)s
     """

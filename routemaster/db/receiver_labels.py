@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
+from routemaster.db.label_claims import lock_stale
 from routemaster.db.receivers import Route, route_arrays
-from routemaster.db.shards import take
 from routemaster.db.statements import fetch_all
 from routemaster.db.transitions import Erring, become_errored, retry
 
@@ -75,36 +75,6 @@ _ERRORED_BETWEEN = """
     ORDER BY state_machine, name
     """
 
-# Labels due since before the cutoff, locked (skipping those another worker holds) until
-# they are errored in the same transaction (routemaster.db.transitions).
-# ``shard_keys``: NULL on one server; on Citus every key of one shard (routemaster.db.shards).
-_STALE = """
-    WITH routes AS (
-        SELECT * FROM unnest(CAST(%(route_machines)s AS text[]), CAST(%(route_states)s AS text[]))
-                 AS r(sm, state)
-    )
-    SELECT state_machine, name, entry_id FROM labels
-    WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
-           OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
-      AND due_at < %(cutoff)s AND NOT deleted AND NOT paused AND NOT errored
-      AND (state_machine, state) IN (SELECT sm, state FROM routes)
-    ORDER BY due_at LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-    """
-
-# On Citus (routemaster.db.shards): the shard keys of the oldest such labels, read without a
-# lock across the shards (which shards to visit).
-_STALE_KEYS = """
-    WITH routes AS (
-        SELECT * FROM unnest(CAST(%(route_machines)s AS text[]), CAST(%(route_states)s AS text[]))
-                 AS r(sm, state)
-    )
-    SELECT shard_key FROM labels
-    WHERE due_at < %(cutoff)s AND NOT deleted AND NOT paused AND NOT errored
-      AND (state_machine, state) IN (SELECT sm, state FROM routes)
-    ORDER BY due_at LIMIT %(batch)s
-    """
-
 
 def counts(
     conn: sa.Connection, routes: Sequence[Route], *, now: datetime.datetime
@@ -157,8 +127,7 @@ def give_up(
     """
     if not states:
         return 0
-    params = {**_pairs(states), "cutoff": cutoff, "batch": batch, "shard_keys": None}
-    stale = take(conn, _STALE_KEYS, _STALE, params, limit="batch")
+    stale = lock_stale(conn, states, cutoff=cutoff, batch=batch)
     erring = [Erring(machine, name, entry_id, reason) for machine, name, entry_id in stale]
     return len(become_errored(conn, erring, now=now))
 

@@ -17,9 +17,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.db.keys import label_key, label_key_arrays, shard_key
-from routemaster.db.labels import Label, LabelKey, label_from_row, label_params
+from routemaster.db.labels import LabelKey, label_params
 from routemaster.db.notifications import notify_due
-from routemaster.db.shards import take
 from routemaster.db.statements import fetch_all, fetch_one, run
 
 
@@ -85,29 +84,6 @@ def record_evaluation_failure(
         _EVALUATION_FAILED,
         {**label_params(*key), "entry_id": entry_id, "error": error, "due_at": due_at},
     )
-
-
-def lock_unscheduled(
-    conn: sa.Connection, states: Sequence[tuple[str, str]], *, limit: int
-) -> list[Label]:
-    """Up to ``limit`` live rows in ``states`` written since their schedule was computed.
-
-    Found through the partial index ``labels_unscheduled``, so the cost is
-    that of the rows returned, never of the table. The ``ORDER BY`` of the
-    index's columns is what makes PostgreSQL walk it: it cannot estimate how
-    few rows the index's condition holds and would otherwise read the table
-    (217 ms at a million labels, every few seconds).
-    """
-    if limit <= 0 or not states:
-        return []
-    params = {
-        "machines": [machine for machine, _ in states],
-        "states": [state for _, state in states],
-        "limit": limit,
-        "shard_keys": None,
-    }
-    rows = take(conn, _UNSCHEDULED_KEYS, _LOCK_UNSCHEDULED, params)
-    return [label_from_row(row) for row in rows]
 
 
 def count_unscheduled(conn: sa.Connection) -> int:
@@ -211,33 +187,6 @@ _SCHEDULE = """
       AND labels.state_machine = computed.sm AND labels.name_key = computed.key
       AND labels.name = computed.name AND labels.entry_id = computed.entry_id
       AND labels.lease_owner IS NULL
-    """
-
-# ``shard_keys``: NULL on one server; on Citus every key of one shard (routemaster.db.shards).
-_LOCK_UNSCHEDULED = """
-    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
-           version
-    FROM labels
-    WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
-           OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
-      AND NOT deleted AND scheduled_at IS DISTINCT FROM updated_at AND lease_owner IS NULL
-      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
-                                                          CAST(%(states)s AS text[])))
-    ORDER BY state_machine, state
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-    """
-
-# On Citus (routemaster.db.shards): the shard keys of such rows, read without a lock across
-# the shards (which shards to visit).
-_UNSCHEDULED_KEYS = """
-    SELECT shard_key FROM labels
-    WHERE NOT deleted AND scheduled_at IS DISTINCT FROM updated_at AND lease_owner IS NULL
-      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
-                                                          CAST(%(states)s AS text[])))
-    ORDER BY state_machine, state
-    LIMIT %(limit)s
     """
 
 

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.model import StateMachine
+from routemaster.db import label_claims, transitions
 from routemaster.db import labels as store
-from routemaster.db import pauses, transitions
 from routemaster.db.labels import Label, Moves
 from routemaster.machine import Plan, evaluates_on_entry
 from routemaster.service.errors import InvalidOperation, LabelDeleted, LabelNotFound, Malformed
@@ -93,7 +93,7 @@ def resume_ended_pauses(app: App, *, limit: int = 100) -> int:
     """Resume the labels whose pause with ``until`` has ended; how many."""
     now = app.now()
     with app.db.begin() as conn:
-        ended = pauses.lock_ended(conn, now=now, limit=limit)
+        ended = label_claims.lock_ended(conn, now=now, limit=limit)
         for label in ended:
             transitions.pause(conn, label, False, now=now, reason="resumed: the pause ended")
     return len(ended)

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.model import Action, Gate, StateMachine
-from routemaster.db import schedules
+from routemaster.db import label_claims, schedules
 from routemaster.db.labels import Label
 from routemaster.db.schedules import Schedule
 from routemaster.exit_conditions.next_check import NextCheck
@@ -166,7 +166,7 @@ def schedule_unscheduled(app: App, *, limit: int) -> int:
         for state in machine.states
     ]
     with app.db.begin() as conn:
-        rows = schedules.lock_unscheduled(conn, states, limit=limit)
+        rows = label_claims.lock_unscheduled(conn, states, limit=limit)
         schedules.schedule(conn, [_backfilled(app, label) for label in rows], now=app.now())
     return len(rows)
 

@@ -338,7 +338,7 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
         assert "Seq Scan on labels" not in retry, retry
         unscheduled = plan(
             conn,
-            schedules._LOCK_UNSCHEDULED,
+            label_claims._LOCK_UNSCHEDULED,
             {"machines": ["m"], "states": ["a"], "limit": 500, "shard_keys": None},
         )
         assert "labels_unscheduled" in unscheduled, unscheduled
