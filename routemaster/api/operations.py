@@ -19,8 +19,8 @@ from routemaster.auth import OPERATE
 from routemaster.config.model import StateMachine
 from routemaster.webcore.endpoints import Reply, endpoint
 from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.request_checks import aware_time, checked_body
 from routemaster.webcore.responses import json_response
-from routemaster.webcore.validation import aware_time, checked_body
 
 blueprint = flask.Blueprint("operations", __name__)
 

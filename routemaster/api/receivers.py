@@ -14,8 +14,8 @@ from routemaster.auth import OPERATE, READ
 from routemaster.service import receivers
 from routemaster.webcore.endpoints import Reply, endpoint
 from routemaster.webcore.extension import routemaster_app
+from routemaster.webcore.request_checks import checked_body
 from routemaster.webcore.responses import json_response, receivers_json
-from routemaster.webcore.validation import checked_body
 
 blueprint = flask.Blueprint("receivers", __name__)
 

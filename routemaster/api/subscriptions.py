@@ -2,7 +2,7 @@
 
 A subscription is a URL the workers POST batches of changes to, and a cursor
 on the changes stream. Here they are created, replaced, read, deleted and
-rewound; the sending is the worker's (:mod:`routemaster.worker.subscriptions`).
+rewound; the sending is the worker's (:mod:`routemaster.worker.subscription_sender`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from routemaster.service.subscriptions import (
 )
 from routemaster.webcore.endpoints import Reply, endpoint
 from routemaster.webcore.extension import routemaster_app
+from routemaster.webcore.request_checks import InvalidRequest, checked_body
 from routemaster.webcore.responses import json_response, subscription_json
-from routemaster.webcore.validation import InvalidRequest, checked_body
 
 blueprint = flask.Blueprint("subscriptions", __name__)
 

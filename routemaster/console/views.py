@@ -16,20 +16,20 @@ from routemaster.app import App
 from routemaster.config import describe_machine
 from routemaster.config.model import Action, StateMachine
 from routemaster.console import access
-from routemaster.console.graph import layout, trigger_text
-from routemaster.machine.versions import version_of_label
+from routemaster.console.graph_layout import layout, trigger_text
+from routemaster.machine.definitions import version_of_label
 from routemaster.service import deliveries, receivers
 from routemaster.service.bulk import COMMANDS as BULK_COMMANDS
-from routemaster.service.changes import (
+from routemaster.service.explanations import explanation_of
+from routemaster.service.refusals import Malformed, Missing
+from routemaster.service.scheduling import next_moves
+from routemaster.service.search import listing_search, page_of_matches
+from routemaster.service.snapshots import (
     Snapshot,
     label_and_history,
     machine_overview,
     machines_counted,
 )
-from routemaster.service.errors import Malformed, Missing
-from routemaster.service.explanations import explanation_of
-from routemaster.service.scheduling import next_moves
-from routemaster.service.search import listing_search, page_of_matches
 from routemaster.service.tasks import tasks_in_flight
 from routemaster.webcore.endpoints import EVENT_STREAM, HTML, OPEN, Reply, endpoint
 from routemaster.webcore.extension import machine_or_404, routemaster_app

@@ -8,7 +8,6 @@ and never holds a transaction while waiting on a remote server.
 """
 
 from routemaster.db.labels import HistoryEntry, Label
-from routemaster.service.errors import InvalidOperation, LabelDeleted, LabelExists, LabelNotFound
 from routemaster.service.labels import (
     Settled,
     advance,
@@ -28,6 +27,7 @@ from routemaster.service.operations import (
     retry_label,
     set_paused,
 )
+from routemaster.service.refusals import InvalidOperation, LabelDeleted, LabelExists, LabelNotFound
 
 __all__ = [
     "HistoryEntry",

@@ -34,9 +34,9 @@ from routemaster.db.labels import Label
 from routemaster.db.search import Search, not_on_version, search_count, search_page
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
 from routemaster.machine.planning import context_for
-from routemaster.service.errors import InvalidOperation, Malformed
 from routemaster.service.labels import log_transition
 from routemaster.service.operations import move_locked, pause_locked, retry_locked
+from routemaster.service.refusals import InvalidOperation, Malformed
 from routemaster.service.scheduling import position_of, store_after_update
 from routemaster.service.search import listing_search
 

@@ -28,8 +28,8 @@ from routemaster.db.statements import single_statement
 from routemaster.exit_conditions import Context
 from routemaster.machine import Plan, evaluates_on_entry, plan_moves, update_fires
 from routemaster.machine.planning import FeedReader, context_for, no_feeds
-from routemaster.service.errors import LabelDeleted, LabelExists, LabelNotFound
 from routemaster.service.feeds import FeedFetcher
+from routemaster.service.refusals import LabelDeleted, LabelExists, LabelNotFound
 from routemaster.service.scheduling import (
     after_evaluation_of,
     arrival,

@@ -16,8 +16,8 @@ from routemaster.db import labels as store
 from routemaster.db import pauses
 from routemaster.db.labels import Label, Moves
 from routemaster.machine import Plan, evaluates_on_entry
-from routemaster.service.errors import InvalidOperation, LabelDeleted, LabelNotFound, Malformed
 from routemaster.service.labels import advance_locked, finish_in_request, write
+from routemaster.service.refusals import InvalidOperation, LabelDeleted, LabelNotFound, Malformed
 from routemaster.service.scheduling import arrival
 from routemaster.service.versions import machine_for
 

@@ -11,10 +11,10 @@ import datetime
 
 from routemaster.app import App
 from routemaster.config.origins import Receiver, configured_receivers
-from routemaster.config.receivers import policy_for
+from routemaster.config.receiver_rules import policy_for
 from routemaster.db import receiver_labels, receivers
 from routemaster.db.receivers import ReceiverRow
-from routemaster.service.errors import Missing
+from routemaster.service.refusals import Missing
 
 __all__ = [
     "Receiver",

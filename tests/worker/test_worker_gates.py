@@ -87,7 +87,7 @@ def test_interval_occurrence_is_handled_once_across_workers(
     apps = [make_app(config, clock=clock) for _ in range(3)]
     create(apps[0], "x")
     workers = [Worker(app) for app in apps]
-    caplog.set_level("INFO", logger="routemaster.worker.triggers")
+    caplog.set_level("INFO", logger="routemaster.worker.clock_triggers")
     for worker in workers:
         worker.triggers.fire()
     clock.advance(seconds=20)
