@@ -20,8 +20,8 @@ from routemaster.service.subscriptions import (
     ForbiddenDestination,
     Invalid,
     Position,
-    Settings,
     Shown,
+    SubscriptionSettings,
     check_destination,
 )
 from routemaster.webcore.endpoints import Reply, endpoint
@@ -156,7 +156,7 @@ def _found(entry: Shown | None, name: str) -> Shown:
     return entry
 
 
-def _settings(app: App, body: dict[str, Any]) -> tuple[Settings, Position | None]:
+def _settings(app: App, body: dict[str, Any]) -> tuple[SubscriptionSettings, Position | None]:
     """The subscription a body (checked against ``SubscriptionBody``) asks for."""
     url: str = body["url"]
     try:
@@ -171,7 +171,7 @@ def _settings(app: App, body: dict[str, Any]) -> tuple[Settings, Position | None
                 raise Invalid(f'"state_machines": no state machine called {machine!r}.')
         machines = tuple(dict.fromkeys(machines))
     after = body.get("after")
-    settings = Settings(
+    settings = SubscriptionSettings(
         url=url,
         state_machines=machines,
         max_events=body.get("max_events", DEFAULT_MAX_EVENTS),

@@ -318,7 +318,7 @@ def operate_receiver(receiver: str, command: str) -> Response:
     if command not in ("pause", "resume"):
         raise NotFound(f"No console command {command!r}.")
     try:
-        receivers.set_paused(routemaster_app(), receiver, paused=command == "pause")
+        receivers.set_receiver_paused(routemaster_app(), receiver, paused=command == "pause")
     except Missing:
         return flask.redirect(
             _with("/console/receivers", "problem", f"No receiver {receiver!r}."), 303
@@ -358,7 +358,7 @@ def _run(app: App, machine: StateMachine, label: str, command: str, reason: str 
     if command == "retry":
         service.retry_label(app, machine, label, reason=reason)
     elif command in ("pause", "resume"):
-        service.set_paused(app, machine, label, command == "pause", reason=reason)
+        service.set_label_paused(app, machine, label, command == "pause", reason=reason)
     else:
         destination = flask.request.form.get("state", "")
         service.force_move(app, machine, label, destination, reason=reason)

@@ -25,7 +25,7 @@ from routemaster.service.operations import (
     pause_end,
     resume_ended_pauses,
     retry_label,
-    set_paused,
+    set_label_paused,
 )
 from routemaster.service.refusals import InvalidOperation, LabelDeleted, LabelExists, LabelNotFound
 
@@ -48,7 +48,7 @@ __all__ = [
     "pause_end",
     "resume_ended_pauses",
     "retry_label",
-    "set_paused",
+    "set_label_paused",
     "settle_batch",
     "update_metadata",
 ]

@@ -37,7 +37,7 @@ from routemaster.machine.planning import context_for
 from routemaster.service.labels import log_transition
 from routemaster.service.operations import move_locked, pause_locked, retry_locked
 from routemaster.service.refusals import InvalidOperation, Malformed
-from routemaster.service.scheduling import position_of, store_after_update
+from routemaster.service.scheduling import plan_input_of, store_after_update
 from routemaster.service.search import listing_search
 
 COMMANDS = ("retry", "pause", "resume", "move", "delete", "upgrade")
@@ -256,7 +256,7 @@ class _JobRunner:
         ):
             return False
         return self.program is None or self.program.evaluate(
-            context_for(position_of(label), self.now)
+            context_for(plan_input_of(label), self.now)
         )
 
     def _apply(self, conn: sa.Connection, machine: StateMachine, label: Label) -> None:

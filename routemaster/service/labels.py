@@ -33,7 +33,7 @@ from routemaster.service.refusals import LabelDeleted, LabelExists, LabelNotFoun
 from routemaster.service.scheduling import (
     after_evaluation_of,
     arrival,
-    position_of,
+    plan_input_of,
     scheduled_states_of_versions,
     store_after_update,
 )
@@ -176,7 +176,7 @@ def history(app: App, machine: StateMachine, name: str) -> list[HistoryEntry]:
 def label_context(app: App, machine: StateMachine, label: Label, feed_timeout: float) -> Context:
     """The evaluation context for ``label`` now, fetching feeds over HTTP as they are read."""
     fetcher = FeedFetcher(app, machine, label.name, state=label.state, timeout=feed_timeout)
-    return context_for(position_of(label), app.now(), fetcher.read)
+    return context_for(plan_input_of(label), app.now(), fetcher.read)
 
 
 def advance_locked(
@@ -382,7 +382,7 @@ def _plan(
     """The label's moves under ``machine``: the definition that governs it (``machine_for``)."""
     return plan_moves(
         machine,
-        position_of(label),
+        plan_input_of(label),
         now=now,
         evaluate=True,
         limit=app.settings.max_transitions,

@@ -48,7 +48,7 @@ def pause_end(app: App, until: datetime.datetime | None) -> datetime.datetime | 
     return until
 
 
-def set_paused(
+def set_label_paused(
     app: App,
     machine: StateMachine,
     name: str,
@@ -78,7 +78,7 @@ def pause_locked(
     reason: str | None,
     until: datetime.datetime | None = None,
 ) -> Label:
-    """:func:`set_paused` on a label the caller has locked; unchanged if it already is.
+    """:func:`set_label_paused` on a label the caller has locked; unchanged if it already is.
 
     The pause's end is set either way: ``until`` when pausing, none when resuming.
     """

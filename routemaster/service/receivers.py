@@ -23,7 +23,7 @@ __all__ = [
     "known_receiver",
     "receiver_statuses",
     "retry_errored",
-    "set_paused",
+    "set_receiver_paused",
 ]
 
 ReceiverStatus = tuple[str, Receiver | None, ReceiverRow | None, tuple[int, int]]
@@ -48,7 +48,7 @@ def receiver_statuses(app: App) -> list[ReceiverStatus]:
     ]
 
 
-def set_paused(app: App, ident: str, *, paused: bool) -> Receiver:
+def set_receiver_paused(app: App, ident: str, *, paused: bool) -> Receiver:
     """Pause or resume a receiver (:class:`Missing` if unknown)."""
     known = known_receiver(app, ident)
     with app.db.begin() as conn:

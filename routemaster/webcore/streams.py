@@ -62,13 +62,11 @@ def stream_response(machine: str | None) -> flask.Response:
         # Read before the response starts, so a database outage is still a 503.
         after = present(app)
     try:
-        subscription = change_hub(flask.current_app).subscribe(machine, after)
+        stream = change_hub(flask.current_app).subscribe(machine, after)
     except TooManyStreams as error:
         raise ServiceUnavailable(f"Too many open change streams: {error}.") from None
-    flask.request.environ[STREAM_KEY] = subscription
-    return flask.Response(
-        subscription.events(), mimetype="text/event-stream", headers=STREAM_HEADERS
-    )
+    flask.request.environ[STREAM_KEY] = stream
+    return flask.Response(stream.events(), mimetype="text/event-stream", headers=STREAM_HEADERS)
 
 
 def _resume_from() -> Position | None:
