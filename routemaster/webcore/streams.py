@@ -17,7 +17,7 @@ from routemaster.webcore.extension import routemaster_app
 from routemaster.webcore.request_checks import checked_query
 from routemaster.webcore.schemas import POSITION_PATTERN
 
-HUB_KEY = "routemaster.hubs"
+HUB_KEY = "routemaster.hubs.changes"
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
