@@ -22,7 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from routemaster.exit_conditions import compile_condition, compile_timing
-from routemaster.machine.planning import Position, context_for
+from routemaster.machine.planning import PlanInput, context_for
 
 ENTERED = datetime.datetime(2024, 3, 1, 10, 0, tzinfo=datetime.UTC)
 CASES: list[tuple[str, dict[str, Any], datetime.timedelta]] = [
@@ -59,10 +59,10 @@ def main() -> None:
     args = parser.parse_args()
     for source, metadata, elapsed in CASES:
         program = compile_condition(source)
-        position = Position("label-1", "waiting", metadata, ENTERED, "start")
+        plan_input = PlanInput("label-1", "waiting", metadata, ENTERED, "start")
 
-        def context_at(moment: datetime.datetime, position: Position = position) -> Any:
-            return context_for(position, moment)
+        def context_at(moment: datetime.datetime, plan_input: PlanInput = plan_input) -> Any:
+            return context_for(plan_input, moment)
 
         after = ENTERED + elapsed
 

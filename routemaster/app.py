@@ -23,7 +23,7 @@ from routemaster.db.horizon import Horizon
 from routemaster.hooks import Hooks
 from routemaster.http.client import outbound_session
 from routemaster.logging import BaseLogger
-from routemaster.machine.versions import LoadedVersions
+from routemaster.machine.definitions import LoadedVersions
 
 if TYPE_CHECKING:  # imported for real only by whoever builds the App: see routemaster.metrics
     from routemaster.metrics import Metrics

@@ -37,15 +37,15 @@ from routemaster.api import (
 )
 from routemaster.api.auth import require_tokens
 from routemaster.app import App
-from routemaster.changes.claim_waits import ClaimWaiter
-from routemaster.changes.hub import ChangeHub
 from routemaster.console.access import TOKEN_CHECK_KEY, console_token_check
 from routemaster.console.views import error_page
-from routemaster.webcore import errors
+from routemaster.hubs.changes import ChangeHub
+from routemaster.hubs.claim_waits import ClaimWaiter
+from routemaster.webcore import error_responses
 from routemaster.webcore.extension import EXTENSION_KEY, STARTED
 from routemaster.webcore.paths import NameConverter, rewrite_path_info
+from routemaster.webcore.request_checks import check_path
 from routemaster.webcore.streams import HUB_KEY
-from routemaster.webcore.validation import check_path
 
 CONSOLE_PREFIX = "/console/"
 
@@ -93,7 +93,7 @@ def create_app(app: App) -> flask.Flask:
     flask_app.extensions[HUB_KEY] = hub
     flask_app.extensions[tasks.WAITER_KEY] = ClaimWaiter(app)
     flask_app.url_map.converters["name"] = NameConverter
-    errors.register_error_handlers(flask_app)
+    error_responses.register_error_handlers(flask_app)
     flask_app.register_error_handler(NotFound, _not_found)
     blueprints = [
         health.blueprint,
@@ -137,7 +137,7 @@ def _not_found(error: NotFound) -> Any:
     """A console address that matches no page (``/console/bulk/x``) is a page too; else JSON."""
     if flask.request.path.startswith(CONSOLE_PREFIX):
         return error_page(error)
-    return errors.http_error(error)
+    return error_responses.http_error(error)
 
 
 def _forget_pooled_connections_after_fork(app: App, hub: ChangeHub) -> None:

@@ -4,7 +4,7 @@ Dependencies point inwards. At the bottom, the exit-condition language and
 the configuration that compiles it; then pure planning (``machine``), the
 store (``db``) and outbound HTTP (``http``), which know nothing of each
 other; the service (``service``) orchestrates them; the per-process socket
-hubs (``changes``) sit beside it; the web core (``webcore``: declarations,
+hubs (``hubs``) sit beside it; the web core (``webcore``: declarations,
 request checks, paging, rendering, errors) sits above it; the three faces
 (``api``, ``console`` and ``worker``) sit on top and never import each
 other; ``web`` assembles the two web faces into one Flask app; only the
@@ -125,15 +125,15 @@ ALLOWED: dict[str, frozenset[str]] = {
     # subscriptions, searches and the reads the faces need; store + planner + feeds
     "service": frozenset(BELOW_SERVICE),
     # per-process hubs holding sockets: the changes streams, the claims that wait
-    "changes": frozenset({"app", "db", "service"}),
+    "hubs": frozenset({"app", "db", "service"}),
     # the web core: declarations, request checks, paths, bodies, rendering, errors
-    "webcore": frozenset(FACE | {"changes"}),
-    "api": frozenset(FACE | {"__init__", "auth", "metrics", "changes", "webcore"}),  # JSON face
+    "webcore": frozenset(FACE | {"hubs"}),
+    "api": frozenset(FACE | {"__init__", "auth", "metrics", "hubs", "webcore"}),  # JSON face
     "console": frozenset(FACE | {"auth", "webcore"}),  # the HTML face
-    "web": frozenset({"api", "console", "webcore", "app", "changes"}),  # one Flask app, both faces
+    "web": frozenset({"api", "console", "webcore", "app", "hubs"}),  # one Flask app, both faces
     # loop, slots, clock: calls the service, and makes the calls its slots send itself
     "worker": frozenset(BELOW_SERVICE - {"db"} | {"service"}),
-    "server": frozenset({"changes", "logging"}),  # gunicorn: application, workers, hand-off
+    "server": frozenset({"hubs", "logging"}),  # gunicorn: application, workers, hand-off
     "cli": frozenset(
         BELOW_SERVICE | {"__init__", "service", "api", "web", "worker", "auth", "metrics", "server"}
     ),  # one module per command group; builds every process
@@ -184,8 +184,8 @@ def _find_cycle(graph: Mapping[str, Set[str]]) -> list[str] | None:
 def _module_imports(path: Path) -> set[str]:
     """The routemaster modules ``path`` imports, each import resolved to the one module it loads.
 
-    Unlike :func:`imports_of`, ``from routemaster.service.errors import X``
-    counts ``routemaster.service.errors`` only, not its parent package, and a
+    Unlike :func:`imports_of`, ``from routemaster.service.refusals import X``
+    counts ``routemaster.service.refusals`` only, not its parent package, and a
     module's own packages are left out, so that a package and its modules
     are not mistaken for a cycle.
     """

@@ -26,8 +26,8 @@ from routemaster.service.bulk import (
 from routemaster.service.operations import pause_end
 from routemaster.webcore.endpoints import Reply, endpoint
 from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.request_checks import aware_time, checked_body
 from routemaster.webcore.responses import json_response
-from routemaster.webcore.validation import aware_time, checked_body
 
 blueprint = flask.Blueprint("bulk", __name__)
 

@@ -1,7 +1,7 @@
 """``GET /changes`` and ``GET /state-machines/{sm}/changes``: history as server-sent events.
 
 Each event is one history entry: ``id:`` its position (``XACT-ID``, see
-:mod:`routemaster.service.changes`), ``data:`` a JSON object. A client resumes
+:mod:`routemaster.service.snapshots`), ``data:`` a JSON object. A client resumes
 with the ``Last-Event-ID`` header (EventSource sends it on reconnection) or
 ``?after=POSITION``; ``?after=0-0`` starts from the first change ever
 recorded; with neither, the stream starts at the present. A position older

@@ -20,8 +20,8 @@ from routemaster.webcore.endpoints import Query, Reply, endpoint
 from routemaster.webcore.extension import machine_or_404, routemaster_app
 from routemaster.webcore.paging import Page, next_link, page_of
 from routemaster.webcore.paths import link
+from routemaster.webcore.request_checks import checked_query, utc_time
 from routemaster.webcore.responses import delivery_json, json_response
-from routemaster.webcore.validation import checked_query, utc_time
 
 blueprint = flask.Blueprint("deliveries", __name__)
 

@@ -7,7 +7,7 @@ import flask
 from routemaster import __version__
 from routemaster.service.database import database_answers
 from routemaster.webcore.endpoints import OPEN, Reply, endpoint
-from routemaster.webcore.errors import DATABASE_UNAVAILABLE
+from routemaster.webcore.error_responses import DATABASE_UNAVAILABLE
 from routemaster.webcore.extension import routemaster_app
 from routemaster.webcore.responses import json_response
 

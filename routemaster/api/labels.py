@@ -19,14 +19,14 @@ from routemaster import service
 from routemaster.app import App
 from routemaster.auth import READ, WRITE
 from routemaster.config.model import StateMachine
-from routemaster.machine.versions import version_of_label
+from routemaster.machine.definitions import version_of_label
 from routemaster.service.search import listing
 from routemaster.webcore.endpoints import Query, Reply, endpoint
 from routemaster.webcore.extension import machine_or_404, routemaster_app
 from routemaster.webcore.paging import next_link, page_of
 from routemaster.webcore.paths import link
+from routemaster.webcore.request_checks import checked_body, checked_query
 from routemaster.webcore.responses import isoformat, json_response
-from routemaster.webcore.validation import checked_body, checked_query
 
 blueprint = flask.Blueprint("labels", __name__)
 

@@ -8,12 +8,12 @@ import flask
 
 from routemaster.auth import READ
 from routemaster.config import describe_machine
-from routemaster.service.listings import StateCount, state_counts
+from routemaster.service.counts import StateCount, state_counts
 from routemaster.webcore.endpoints import Reply, endpoint
 from routemaster.webcore.extension import machine_or_404, routemaster_app
 from routemaster.webcore.paths import link
+from routemaster.webcore.request_checks import checked_query
 from routemaster.webcore.responses import json_response
-from routemaster.webcore.validation import checked_query
 
 blueprint = flask.Blueprint("machines", __name__)
 

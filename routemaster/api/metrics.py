@@ -15,10 +15,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from routemaster.api.openapi import openapi_path
 from routemaster.app import App
 from routemaster.metrics import Metrics
-from routemaster.metrics.gauges import LabelGauges
-from routemaster.metrics.receivers import ReceiverGauges
-from routemaster.metrics.retention import RetentionGauges
-from routemaster.metrics.subscriptions import SubscriptionGauges
+from routemaster.metrics.label_gauges import LabelGauges
+from routemaster.metrics.receiver_gauges import ReceiverGauges
+from routemaster.metrics.retention_progress import RetentionGauges
+from routemaster.metrics.subscription_gauges import SubscriptionGauges
 from routemaster.webcore.endpoints import OPEN, TEXT, Reply, endpoint
 from routemaster.webcore.extension import STARTED
 

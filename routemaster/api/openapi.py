@@ -30,9 +30,9 @@ from routemaster.webcore.endpoints import (
     endpoint,
 )
 from routemaster.webcore.extension import routemaster_app
+from routemaster.webcore.request_checks import COMPONENTS, EMPTY_QUERY_VALUES, path_schema
 from routemaster.webcore.responses import json_response
 from routemaster.webcore.schemas import Schema, ref
-from routemaster.webcore.validation import COMPONENTS, EMPTY_QUERY_VALUES, path_schema
 
 blueprint = flask.Blueprint("openapi", __name__)
 

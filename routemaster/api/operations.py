@@ -19,8 +19,8 @@ from routemaster.auth import OPERATE
 from routemaster.config.model import StateMachine
 from routemaster.webcore.endpoints import Reply, endpoint
 from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.request_checks import aware_time, checked_body
 from routemaster.webcore.responses import json_response
-from routemaster.webcore.validation import aware_time, checked_body
 
 blueprint = flask.Blueprint("operations", __name__)
 
@@ -61,7 +61,9 @@ def pause(sm: str, label: str) -> flask.Response:
     """With ``{"until": ISO-8601}`` the label resumes by itself then."""
     app, machine, reason, body = _command(sm, label)
     until = service.pause_end(app, aware_time(body.get("until")))
-    return _run(lambda: service.set_paused(app, machine, label, True, reason=reason, until=until))
+    return _run(
+        lambda: service.set_label_paused(app, machine, label, True, reason=reason, until=until)
+    )
 
 
 @blueprint.post(LABEL + "/resume")
@@ -75,7 +77,7 @@ def pause(sm: str, label: str) -> flask.Response:
 )
 def resume(sm: str, label: str) -> flask.Response:
     app, machine, reason, _ = _command(sm, label)
-    return _run(lambda: service.set_paused(app, machine, label, False, reason=reason))
+    return _run(lambda: service.set_label_paused(app, machine, label, False, reason=reason))
 
 
 @blueprint.post(LABEL + "/move")

@@ -14,8 +14,8 @@ from routemaster.auth import OPERATE, READ
 from routemaster.service import receivers
 from routemaster.webcore.endpoints import Reply, endpoint
 from routemaster.webcore.extension import routemaster_app
+from routemaster.webcore.request_checks import checked_body
 from routemaster.webcore.responses import json_response, receivers_json
-from routemaster.webcore.validation import checked_body
 
 blueprint = flask.Blueprint("receivers", __name__)
 
@@ -43,7 +43,7 @@ def list_receivers() -> flask.Response:
     tags=("receivers",),
 )
 def pause(receiver: str) -> flask.Response:
-    return _set_paused(receiver, paused=True)
+    return _set_receiver_paused(receiver, paused=True)
 
 
 @blueprint.post(RECEIVER + "/resume")
@@ -54,7 +54,7 @@ def pause(receiver: str) -> flask.Response:
     tags=("receivers",),
 )
 def resume(receiver: str) -> flask.Response:
-    return _set_paused(receiver, paused=False)
+    return _set_receiver_paused(receiver, paused=False)
 
 
 @blueprint.post(RECEIVER + "/retry-errored")
@@ -79,8 +79,8 @@ def retry_errored(receiver: str) -> flask.Response:
     return json_response({"count": count})
 
 
-def _set_paused(ident: str, *, paused: bool) -> flask.Response:
+def _set_receiver_paused(ident: str, *, paused: bool) -> flask.Response:
     """Pause or resume a receiver (404 if unknown); it as ``GET /receivers`` shows it."""
     app = routemaster_app()
-    known = receivers.set_paused(app, ident, paused=paused)
+    known = receivers.set_receiver_paused(app, ident, paused=paused)
     return json_response(next(entry for entry in receivers_json(app) if entry["id"] == known.id))

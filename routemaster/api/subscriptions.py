@@ -2,7 +2,7 @@
 
 A subscription is a URL the workers POST batches of changes to, and a cursor
 on the changes stream. Here they are created, replaced, read, deleted and
-rewound; the sending is the worker's (:mod:`routemaster.worker.subscriptions`).
+rewound; the sending is the worker's (:mod:`routemaster.worker.subscription_sender`).
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from routemaster.service.subscriptions import (
     ForbiddenDestination,
     Invalid,
     Position,
-    Settings,
     Shown,
+    SubscriptionSettings,
     check_destination,
 )
 from routemaster.webcore.endpoints import Reply, endpoint
 from routemaster.webcore.extension import routemaster_app
+from routemaster.webcore.request_checks import InvalidRequest, checked_body
 from routemaster.webcore.responses import json_response, subscription_json
-from routemaster.webcore.validation import InvalidRequest, checked_body
 
 blueprint = flask.Blueprint("subscriptions", __name__)
 
@@ -156,7 +156,7 @@ def _found(entry: Shown | None, name: str) -> Shown:
     return entry
 
 
-def _settings(app: App, body: dict[str, Any]) -> tuple[Settings, Position | None]:
+def _settings(app: App, body: dict[str, Any]) -> tuple[SubscriptionSettings, Position | None]:
     """The subscription a body (checked against ``SubscriptionBody``) asks for."""
     url: str = body["url"]
     try:
@@ -171,7 +171,7 @@ def _settings(app: App, body: dict[str, Any]) -> tuple[Settings, Position | None
                 raise Invalid(f'"state_machines": no state machine called {machine!r}.')
         machines = tuple(dict.fromkeys(machines))
     after = body.get("after")
-    settings = Settings(
+    settings = SubscriptionSettings(
         url=url,
         state_machines=machines,
         max_events=body.get("max_events", DEFAULT_MAX_EVENTS),

@@ -16,13 +16,13 @@ from werkzeug.exceptions import BadRequest, NotFound, ServiceUnavailable
 from routemaster.api.auth import require_scope
 from routemaster.api.labels import LABEL, label_body, live_label
 from routemaster.auth import READ, WORK
-from routemaster.changes.claim_waits import ClaimWaiter, TooManyWaiting, task_json
-from routemaster.changes.hub import STREAM_KEY
+from routemaster.hubs.changes import STREAM_KEY
+from routemaster.hubs.claim_waits import ClaimWaiter, TooManyWaiting, task_json
 from routemaster.service import tasks as task_service
 from routemaster.webcore.endpoints import CAPABILITY, Reply, endpoint
 from routemaster.webcore.extension import machine_or_404, routemaster_app
+from routemaster.webcore.request_checks import checked_body
 from routemaster.webcore.responses import isoformat, json_response, past_tasks
-from routemaster.webcore.validation import checked_body
 
 blueprint = flask.Blueprint("tasks", __name__)
 

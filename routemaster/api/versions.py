@@ -12,8 +12,8 @@ from routemaster.webcore.endpoints import Query, Reply, endpoint
 from routemaster.webcore.extension import machine_or_404, routemaster_app
 from routemaster.webcore.paging import next_link, page_of
 from routemaster.webcore.paths import link
+from routemaster.webcore.request_checks import checked_query
 from routemaster.webcore.responses import isoformat, json_response
-from routemaster.webcore.validation import checked_query
 
 MAX_PAGE = 1_000
 DEFAULT_PAGE = 100

@@ -23,7 +23,7 @@ from typing import TypeVar
 
 import sqlalchemy as sa
 
-from routemaster.auth.keys import SCOPES, NewSecret, new_secret
+from routemaster.auth.token_secrets import SCOPES, NewSecret, new_secret
 from routemaster.db import tokens as store
 from routemaster.db.notifications import Listener
 from routemaster.db.tokens import StoredToken, TokenExists

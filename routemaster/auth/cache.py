@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from routemaster.auth.keys import key_id_of, matches
+from routemaster.auth.token_secrets import key_id_of, matches
 from routemaster.db import tokens as store
 from routemaster.db.statements import single_statement
 

@@ -24,8 +24,8 @@ from routemaster.db.history import stamp_versions
 from routemaster.db.plumbing.database import create_engine
 from routemaster.db.search_indexes import ensure_search_index
 from routemaster.db.versions import digest_of
+from routemaster.machine.definitions import LoadedVersions
 from routemaster.machine.upgrades import stranded_message
-from routemaster.machine.versions import LoadedVersions
 from routemaster.service.configuration import (
     LabelsStranded,
     abort_older_labels,

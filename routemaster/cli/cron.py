@@ -12,7 +12,7 @@ from routemaster.cli.options import Options, direct_engine
 from routemaster.cli.plugins import sending_statsd_at_once
 from routemaster.db.history import stamp_versions
 from routemaster.db.plumbing.database import create_engine
-from routemaster.machine.versions import LoadedVersions
+from routemaster.machine.definitions import LoadedVersions
 
 
 @click.command()

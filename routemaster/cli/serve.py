@@ -31,7 +31,7 @@ from routemaster.cli.options import Options, direct_engine
 from routemaster.db.history import stamp_versions
 from routemaster.db.plumbing.database import create_engine
 from routemaster.logging import wants_json
-from routemaster.machine.versions import LoadedVersions
+from routemaster.machine.definitions import LoadedVersions
 from routemaster.server.application import WSGIApp, default_threads, run_server
 from routemaster.server.supervisor import Child, supervise
 

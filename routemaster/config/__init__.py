@@ -5,7 +5,6 @@ the meaning (names, graph, conditions, formats), and reports every problem at
 once as a :class:`ConfigError`.
 """
 
-from routemaster.config.errors import ConfigError, ConfigProblem
 from routemaster.config.graph import describe_machine
 from routemaster.config.loader import load_config
 from routemaster.config.model import (
@@ -36,6 +35,7 @@ from routemaster.config.model import (
     Trigger,
     WebhookHeaderRule,
 )
+from routemaster.config.problems import ConfigError, ConfigProblem
 from routemaster.config.validation import config_warnings
 
 __all__ = [

@@ -10,8 +10,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from routemaster.config.errors import ConfigProblem
 from routemaster.config.formats import parse_duration
+from routemaster.config.problems import ConfigProblem
 from routemaster.config.source import ConfigPath, SourceMap
 
 MIN_LEASE = datetime.timedelta(seconds=1)

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from routemaster.config.errors import ConfigProblem
+from routemaster.config.problems import ConfigProblem
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 64

@@ -43,7 +43,7 @@ from routemaster.config.model import (
     Trigger,
     WebhookHeaderRule,
 )
-from routemaster.config.receivers import compile_receivers
+from routemaster.config.receiver_rules import compile_receivers
 from routemaster.config.retention import compile_retention
 from routemaster.config.source import ConfigPath
 from routemaster.config.validation import Checked

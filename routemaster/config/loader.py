@@ -21,9 +21,9 @@ from routemaster.config.bounds import (
     reader_problem,
 )
 from routemaster.config.compiler import compile_config
-from routemaster.config.errors import ConfigError, ConfigProblem
+from routemaster.config.json_schema import describe_value, schema_problems
 from routemaster.config.model import Config
-from routemaster.config.schema import describe_value, schema_problems
+from routemaster.config.problems import ConfigError, ConfigProblem
 from routemaster.config.source import ConfigPath, Mark, ScalarMark, SourceMap, merge_layers
 from routemaster.config.validation import semantic_problems
 

@@ -11,7 +11,7 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
-from routemaster.config.receivers import ReceiverPolicy
+from routemaster.config.receiver_rules import ReceiverPolicy
 from routemaster.exit_conditions import Program
 
 Path = tuple[str, ...]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from routemaster.config.model import Action, Config
-from routemaster.config.receivers import ReceiverPolicy, origin_of, policy_for, receiver_id
+from routemaster.config.receiver_rules import ReceiverPolicy, origin_of, policy_for, receiver_id
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from routemaster.config.errors import ConfigProblem
+from routemaster.config.problems import ConfigProblem
 
 ConfigPath = tuple[str | int, ...]
 """A path into the document: mapping keys and sequence indices."""

@@ -16,7 +16,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from routemaster.config.actions import action_problems
-from routemaster.config.errors import ConfigProblem
 from routemaster.config.formats import (
     CONTEXT_NEXT_ROOTS,
     parse_duration,
@@ -27,10 +26,11 @@ from routemaster.config.formats import (
 from routemaster.config.migrations import migration_problems, strategy_problems
 from routemaster.config.model import Config, Gate
 from routemaster.config.patterns import pattern_problems
-from routemaster.config.receivers import receiver_problems, url_templates
+from routemaster.config.problems import ConfigProblem
+from routemaster.config.receiver_rules import receiver_problems, url_templates
 from routemaster.config.retention import retention_problems
 from routemaster.config.source import ConfigPath, ScalarMark, SourceMap
-from routemaster.config.subscriptions import subscription_problems
+from routemaster.config.subscription_origins import subscription_problems
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
 
 _STATE_NAME = re.compile(r"[A-Za-z0-9_]+")

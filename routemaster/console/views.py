@@ -16,20 +16,20 @@ from routemaster.app import App
 from routemaster.config import describe_machine
 from routemaster.config.model import Action, StateMachine
 from routemaster.console import access
-from routemaster.console.graph import layout, trigger_text
-from routemaster.machine.versions import version_of_label
+from routemaster.console.graph_layout import layout, trigger_text
+from routemaster.machine.definitions import version_of_label
 from routemaster.service import deliveries, receivers
 from routemaster.service.bulk import COMMANDS as BULK_COMMANDS
-from routemaster.service.changes import (
+from routemaster.service.explanations import explanation_of
+from routemaster.service.refusals import Malformed, Missing
+from routemaster.service.scheduling import next_moves
+from routemaster.service.search import listing_search, page_of_matches
+from routemaster.service.snapshots import (
     Snapshot,
     label_and_history,
     machine_overview,
     machines_counted,
 )
-from routemaster.service.errors import Malformed, Missing
-from routemaster.service.explanations import explanation_of
-from routemaster.service.scheduling import next_moves
-from routemaster.service.search import listing_search, page_of_matches
 from routemaster.service.tasks import tasks_in_flight
 from routemaster.webcore.endpoints import EVENT_STREAM, HTML, OPEN, Reply, endpoint
 from routemaster.webcore.extension import machine_or_404, routemaster_app
@@ -318,7 +318,7 @@ def operate_receiver(receiver: str, command: str) -> Response:
     if command not in ("pause", "resume"):
         raise NotFound(f"No console command {command!r}.")
     try:
-        receivers.set_paused(routemaster_app(), receiver, paused=command == "pause")
+        receivers.set_receiver_paused(routemaster_app(), receiver, paused=command == "pause")
     except Missing:
         return flask.redirect(
             _with("/console/receivers", "problem", f"No receiver {receiver!r}."), 303
@@ -358,7 +358,7 @@ def _run(app: App, machine: StateMachine, label: str, command: str, reason: str 
     if command == "retry":
         service.retry_label(app, machine, label, reason=reason)
     elif command in ("pause", "resume"):
-        service.set_paused(app, machine, label, command == "pause", reason=reason)
+        service.set_label_paused(app, machine, label, command == "pause", reason=reason)
     else:
         destination = flask.request.form.get("state", "")
         service.force_move(app, machine, label, destination, reason=reason)

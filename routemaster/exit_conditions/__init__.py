@@ -8,8 +8,8 @@ clauses for the earliest moment it could hold. Everything here is pure:
 feeds and the clock come in through the :class:`Context`.
 """
 
+from routemaster.exit_conditions.compile_errors import ConditionSyntaxError
 from routemaster.exit_conditions.context import Context, FeedUnavailable
-from routemaster.exit_conditions.errors import ConditionSyntaxError
 from routemaster.exit_conditions.explain import Clause, Explanation
 from routemaster.exit_conditions.next_check import NextCheck, Timing, compile_timing
 from routemaster.exit_conditions.parser import compile_condition

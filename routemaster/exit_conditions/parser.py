@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
-from routemaster.exit_conditions.errors import ConditionSyntaxError
+from routemaster.exit_conditions.compile_errors import ConditionSyntaxError
 from routemaster.exit_conditions.nodes import (
     And,
     Comparison,
@@ -34,7 +34,7 @@ from routemaster.exit_conditions.nodes import (
     Or,
 )
 from routemaster.exit_conditions.program import Program
-from routemaster.exit_conditions.tokens import KEYWORDS, Kind, Token, tokenize
+from routemaster.exit_conditions.tokenizer import KEYWORDS, Kind, Token, tokenize
 
 ROOTS = ("metadata", "feeds", "history", "system")
 FIELDS = {

@@ -1,6 +1,6 @@
 """Where a label goes from here: a bounded chain of moves, decided without I/O.
 
-The label service gives the label's :class:`Position`, the time, and a way to
+The label service gives the label as planning sees it (:class:`PlanInput`), the time, and a way to
 read feeds; :func:`plan_moves` answers with the states the label passes
 through. Reading a feed that is not at hand stops the chain there (the
 service fetches it outside any transaction and plans again), so a plan never
@@ -24,7 +24,7 @@ FeedReader = Callable[[str], Any]
 
 
 @dataclass(frozen=True)
-class Position:
+class PlanInput:
     """What planning needs to know of a label: where it is and what it carries."""
 
     label: str
@@ -54,30 +54,30 @@ def no_feeds(name: str) -> Any:
 
 
 def context_for(
-    position: Position, now: datetime.datetime, read_feed: FeedReader = no_feeds
+    plan_input: PlanInput, now: datetime.datetime, read_feed: FeedReader = no_feeds
 ) -> Context:
-    """The evaluation context of ``position`` at ``now``."""
+    """The evaluation context of ``plan_input`` at ``now``."""
     return Context(
-        label=position.label,
-        metadata=position.metadata,
+        label=plan_input.label,
+        metadata=plan_input.metadata,
         now=now,
-        entered_state=position.entered_at,
-        previous_state=position.previous_state,
-        current_state=position.state,
+        entered_state=plan_input.entered_at,
+        previous_state=plan_input.previous_state,
+        current_state=plan_input.state,
         fetch_feed=read_feed,
     )
 
 
 def plan_moves(
     machine: StateMachine,
-    position: Position,
+    plan_input: PlanInput,
     *,
     now: datetime.datetime,
     evaluate: bool,
     limit: int,
     read_feed: FeedReader = no_feeds,
 ) -> Plan:
-    """Decide which states the label passes through from ``position``.
+    """Decide which states the label passes through from ``plan_input``.
 
     ``evaluate``: whether the current state is evaluated at all (a trigger
     fired, or the label just entered it). In a gate the exit condition must
@@ -87,7 +87,7 @@ def plan_moves(
     machine keeps the label.
     """
     states: list[str] = []
-    current = position
+    current = plan_input
     for _ in range(limit):
         state = _state_or_none(machine, current.state)
         if state is None or not evaluate:
@@ -102,7 +102,7 @@ def plan_moves(
         if destination is None:
             break
         states.append(destination)
-        current = Position(current.label, destination, current.metadata, now, current.state)
+        current = PlanInput(current.label, destination, current.metadata, now, current.state)
         entered = machine.get_state(destination)
         if isinstance(entered, Action):
             break

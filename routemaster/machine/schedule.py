@@ -32,7 +32,7 @@ from routemaster.config.model import (
 from routemaster.exit_conditions.context import Context
 from routemaster.exit_conditions.next_check import NextCheck, compile_timing
 from routemaster.machine.clock import EPOCH
-from routemaster.machine.planning import Position, context_for
+from routemaster.machine.planning import PlanInput, context_for
 
 _TICK = datetime.timedelta(microseconds=1)
 
@@ -54,18 +54,18 @@ def is_scheduled(state: State) -> bool:
     return isinstance(state, Gate) and any(_is_clock(trigger) for trigger in state.triggers)
 
 
-def next_check(gate: Gate, position: Position, *, after: datetime.datetime) -> NextCheck:
+def next_check(gate: Gate, plan_input: PlanInput, *, after: datetime.datetime) -> NextCheck:
     """The earliest moment at or after ``after`` when the gate's condition could hold."""
 
     def context_at(moment: datetime.datetime) -> Context:
-        return context_for(position, moment)
+        return context_for(plan_input, moment)
 
     return compile_timing(gate.exit_condition).next_check(context_at, after)
 
 
 def schedule_gate(
     gate: Gate,
-    position: Position,
+    plan_input: PlanInput,
     *,
     after: datetime.datetime,
     system_zone: datetime.tzinfo,
@@ -77,13 +77,13 @@ def schedule_gate(
     earliest a timer trigger may evaluate it again when its condition may hold
     at any moment (it reads a feed): a timer gate must not spin on a feed.
     """
-    check = next_check(gate, position, after=after)
+    check = next_check(gate, plan_input, after=after)
     if check.at is None:
         return GateSchedule(check, None)
     due: datetime.datetime | None = None
     for trigger in gate.triggers:
         occurrence = first_occurrence(
-            trigger, check.at, metadata=position.metadata, system_zone=system_zone
+            trigger, check.at, metadata=plan_input.metadata, system_zone=system_zone
         )
         if isinstance(trigger, TimerTrigger) and retry_at is not None and check.at <= after:
             occurrence = retry_at

@@ -10,7 +10,7 @@ Under ``routemaster serve`` every gunicorn worker writes its values to files
 in a directory that ``serve`` creates and removes
 (prometheus-client's multiprocess mode), and ``GET /metrics`` sums them, so
 one scrape sees the whole API. The gauges of labels per state are read from
-the database by :class:`~routemaster.metrics.gauges.LabelGauges`.
+the database by :class:`~routemaster.metrics.label_gauges.LabelGauges`.
 
 Every label value comes from the configuration (machines, states, feeds) or
 from a small fixed set (methods, outcomes, endpoint templates): label names

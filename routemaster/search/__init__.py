@@ -8,6 +8,6 @@ not. The statements that run it are in :mod:`routemaster.db.search`.
 """
 
 from routemaster.exit_conditions import ConditionSyntaxError
-from routemaster.search.compiler import SearchFilter, compile_search
+from routemaster.search.translator import SearchFilter, compile_search
 
 __all__ = ["ConditionSyntaxError", "SearchFilter", "compile_search"]

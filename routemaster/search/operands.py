@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from routemaster.exit_conditions.errors import ConditionSyntaxError
+from routemaster.exit_conditions.compile_errors import ConditionSyntaxError
 from routemaster.exit_conditions.nodes import Node
 from routemaster.exit_conditions.values import truthy
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from email.utils import formatdate
 from typing import Any, Protocol, runtime_checkable
 
-from routemaster.changes.hub import STREAM_KEY
+from routemaster.hubs.changes import STREAM_KEY
 
 WSGICall = Callable[[dict[str, Any], Any], Iterable[bytes]]
 

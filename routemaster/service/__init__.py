@@ -8,7 +8,6 @@ and never holds a transaction while waiting on a remote server.
 """
 
 from routemaster.db.labels import HistoryEntry, Label
-from routemaster.service.errors import InvalidOperation, LabelDeleted, LabelExists, LabelNotFound
 from routemaster.service.labels import (
     Settled,
     advance,
@@ -26,8 +25,9 @@ from routemaster.service.operations import (
     pause_end,
     resume_ended_pauses,
     retry_label,
-    set_paused,
+    set_label_paused,
 )
+from routemaster.service.refusals import InvalidOperation, LabelDeleted, LabelExists, LabelNotFound
 
 __all__ = [
     "HistoryEntry",
@@ -48,7 +48,7 @@ __all__ = [
     "pause_end",
     "resume_ended_pauses",
     "retry_label",
-    "set_paused",
+    "set_label_paused",
     "settle_batch",
     "update_metadata",
 ]

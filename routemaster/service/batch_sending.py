@@ -42,7 +42,7 @@ from routemaster.db import subscription_batches as sending
 from routemaster.db.changes import Change, Position, read_changes
 from routemaster.db.events import subscription_event
 from routemaster.db.subscriptions import Subscription
-from routemaster.http.subscriptions import batch_body, batch_request
+from routemaster.http.subscription_batches import batch_body, batch_request
 from routemaster.http.webhooks import DeliveryResult, Outcome, deliver
 from routemaster.machine.retry import backoff
 

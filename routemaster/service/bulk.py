@@ -35,10 +35,10 @@ from routemaster.db.labels import Label
 from routemaster.db.search import Search, not_on_version, search_count, search_page
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
 from routemaster.machine.planning import context_for
-from routemaster.service.errors import InvalidOperation, Malformed
 from routemaster.service.labels import log_transition
 from routemaster.service.operations import move_locked, pause_locked, retry_locked
-from routemaster.service.scheduling import position_of, store_after_update
+from routemaster.service.refusals import InvalidOperation, Malformed
+from routemaster.service.scheduling import plan_input_of, store_after_update
 from routemaster.service.search import listing_search
 
 COMMANDS = ("retry", "pause", "resume", "move", "delete", "upgrade")
@@ -257,7 +257,7 @@ class _JobRunner:
         ):
             return False
         return self.program is None or self.program.evaluate(
-            context_for(position_of(label), self.now)
+            context_for(plan_input_of(label), self.now)
         )
 
     def _apply(self, conn: sa.Connection, machine: StateMachine, label: Label) -> None:

@@ -30,9 +30,9 @@ from routemaster.db import labels as db_labels
 from routemaster.db import occupied_states, transitions, versions
 from routemaster.db.versions import MachineVersion as MachineVersion  # for the faces
 from routemaster.machine.upgrades import ConfigPlan, plan_config, plan_machine
-from routemaster.service.errors import LabelDeleted, LabelNotFound
 from routemaster.service.labels import finish_in_request
 from routemaster.service.operations import force_move, move_locked
+from routemaster.service.refusals import LabelDeleted, LabelNotFound
 from routemaster.service.versions import MAX_VERSIONS
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from routemaster.app import App
 from routemaster.config.model import Config
 from routemaster.config.origins import Receiver, configured_receivers
-from routemaster.config.receivers import Rate
+from routemaster.config.receiver_rules import Rate
 from routemaster.db import label_claims
 from routemaster.db import receivers as shared
 from routemaster.db.claimed import Claim

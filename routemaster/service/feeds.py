@@ -6,7 +6,7 @@ from typing import Any
 
 from routemaster.app import App
 from routemaster.config.model import StateMachine
-from routemaster.config.receivers import origin_of, receiver_id
+from routemaster.config.receiver_rules import origin_of, receiver_id
 from routemaster.db import deliveries
 from routemaster.exit_conditions import FeedUnavailable
 from routemaster.http.calls import Call

@@ -27,12 +27,12 @@ from routemaster.db.statements import single_statement
 from routemaster.exit_conditions import Context
 from routemaster.machine import Plan, evaluates_on_entry, plan_moves, update_fires
 from routemaster.machine.planning import FeedReader, context_for, no_feeds
-from routemaster.service.errors import LabelDeleted, LabelExists, LabelNotFound
 from routemaster.service.feeds import FeedFetcher
+from routemaster.service.refusals import LabelDeleted, LabelExists, LabelNotFound
 from routemaster.service.scheduling import (
     after_evaluation_of,
     arrival,
-    position_of,
+    plan_input_of,
     scheduled_states_of_versions,
     store_after_update,
 )
@@ -175,7 +175,7 @@ def history(app: App, machine: StateMachine, name: str) -> list[HistoryEntry]:
 def label_context(app: App, machine: StateMachine, label: Label, feed_timeout: float) -> Context:
     """The evaluation context for ``label`` now, fetching feeds over HTTP as they are read."""
     fetcher = FeedFetcher(app, machine, label.name, state=label.state, timeout=feed_timeout)
-    return context_for(position_of(label), app.now(), fetcher.read)
+    return context_for(plan_input_of(label), app.now(), fetcher.read)
 
 
 def advance_locked(
@@ -381,7 +381,7 @@ def _plan(
     """The label's moves under ``machine``: the definition that governs it (``machine_for``)."""
     return plan_moves(
         machine,
-        position_of(label),
+        plan_input_of(label),
         now=now,
         evaluate=True,
         limit=app.settings.max_transitions,

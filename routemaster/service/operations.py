@@ -16,8 +16,8 @@ from routemaster.db import label_claims, transitions
 from routemaster.db import labels as store
 from routemaster.db.labels import Label, Moves
 from routemaster.machine import Plan, evaluates_on_entry
-from routemaster.service.errors import InvalidOperation, LabelDeleted, LabelNotFound, Malformed
 from routemaster.service.labels import advance_locked, finish_in_request, write
+from routemaster.service.refusals import InvalidOperation, LabelDeleted, LabelNotFound, Malformed
 from routemaster.service.scheduling import arrival
 from routemaster.service.versions import machine_for
 
@@ -49,7 +49,7 @@ def pause_end(app: App, until: datetime.datetime | None) -> datetime.datetime | 
     return until
 
 
-def set_paused(
+def set_label_paused(
     app: App,
     machine: StateMachine,
     name: str,
@@ -79,7 +79,7 @@ def pause_locked(
     reason: str | None,
     until: datetime.datetime | None = None,
 ) -> Label:
-    """:func:`set_paused` on a label the caller has locked; unchanged if it already is.
+    """:func:`set_label_paused` on a label the caller has locked; unchanged if it already is.
 
     The pause's end is set either way: ``until`` when pausing, none when resuming.
     """

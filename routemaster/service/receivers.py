@@ -11,10 +11,10 @@ import datetime
 
 from routemaster.app import App
 from routemaster.config.origins import Receiver, configured_receivers
-from routemaster.config.receivers import policy_for
+from routemaster.config.receiver_rules import policy_for
 from routemaster.db import receiver_labels, receivers
 from routemaster.db.receivers import ReceiverRow
-from routemaster.service.errors import Missing
+from routemaster.service.refusals import Missing
 
 __all__ = [
     "Receiver",
@@ -23,7 +23,7 @@ __all__ = [
     "known_receiver",
     "receiver_statuses",
     "retry_errored",
-    "set_paused",
+    "set_receiver_paused",
 ]
 
 ReceiverStatus = tuple[str, Receiver | None, ReceiverRow | None, tuple[int, int]]
@@ -48,7 +48,7 @@ def receiver_statuses(app: App) -> list[ReceiverStatus]:
     ]
 
 
-def set_paused(app: App, ident: str, *, paused: bool) -> Receiver:
+def set_receiver_paused(app: App, ident: str, *, paused: bool) -> Receiver:
     """Pause or resume a receiver (:class:`Missing` if unknown)."""
     known = known_receiver(app, ident)
     with app.db.begin() as conn:

@@ -32,7 +32,7 @@ from routemaster.db import label_claims, schedules
 from routemaster.db.labels import Label
 from routemaster.db.schedules import Schedule
 from routemaster.exit_conditions.next_check import NextCheck
-from routemaster.machine.planning import Position
+from routemaster.machine.planning import PlanInput
 from routemaster.machine.schedule import (
     GateSchedule,
     after_evaluation,
@@ -68,8 +68,8 @@ def arrival(
     if not is_scheduled(entered):
         return None, None
     assert isinstance(entered, Gate)
-    position = Position(name, state, metadata, now, previous_state)
-    planned = schedule_gate(entered, position, after=now, system_zone=app.system_zone)
+    plan_input = PlanInput(name, state, metadata, now, previous_state)
+    planned = schedule_gate(entered, plan_input, after=now, system_zone=app.system_zone)
     return planned.due_at, planned.next_check_at
 
 
@@ -134,8 +134,8 @@ def explain_next_check(app: App, machine: StateMachine, label: Label) -> NextChe
     with app.db.connect() as conn:
         stored = schedules.next_check_of(conn, label.key)
     if stored is None:  # none yet, none possible, or a gate evaluated only on updates
-        return next_check(state, position_of(label), after=app.now())
-    return NextCheck(stored, next_check(state, position_of(label), after=stored).reason)
+        return next_check(state, plan_input_of(label), after=app.now())
+    return NextCheck(stored, next_check(state, plan_input_of(label), after=stored).reason)
 
 
 def next_moves(
@@ -207,7 +207,7 @@ def _schedule(
         return None
     assert isinstance(state, Gate)
     return schedule_gate(
-        state, position_of(label), after=after, system_zone=app.system_zone, retry_at=retry_at
+        state, plan_input_of(label), after=after, system_zone=app.system_zone, retry_at=retry_at
     )
 
 
@@ -228,9 +228,9 @@ def _state(machine: StateMachine, name: str) -> Action | Gate | None:
         return None
 
 
-def position_of(label: Label) -> Position:
+def plan_input_of(label: Label) -> PlanInput:
     """What planning needs of a stored label: where it is and what it carries."""
-    return Position(
+    return PlanInput(
         label=label.name,
         state=label.state,
         metadata=label.metadata,

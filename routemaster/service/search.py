@@ -1,7 +1,7 @@
 """Searches from the faces: ``?where=`` compiled for the database, with the listing's filters.
 
 A search expression that does not compile, or that the database could not
-answer as a gate would, is :class:`~routemaster.service.errors.Malformed` (a
+answer as a gate would, is :class:`~routemaster.service.refusals.Malformed` (a
 400) whose message is the compile error with its caret line. The statements
 run under the engine's statement timeout; a search cut off by it is answered
 504 by the database error handler.
@@ -16,7 +16,7 @@ from routemaster.config.model import StateMachine
 from routemaster.db.listings import label_page
 from routemaster.db.search import Search, not_on_version, search_count, search_page
 from routemaster.search import ConditionSyntaxError, compile_search
-from routemaster.service.errors import Malformed
+from routemaster.service.refusals import Malformed
 
 __all__ = [
     "Listing",

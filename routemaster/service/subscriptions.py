@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from routemaster.app import App
 from routemaster.db import subscriptions as store
 from routemaster.db.changes import Position, present
-from routemaster.db.subscriptions import Lag, Settings, Subscription
+from routemaster.db.subscriptions import Lag, Subscription
+from routemaster.db.subscriptions import Settings as SubscriptionSettings
 from routemaster.http.guard import AddressPolicy, url_problem
 
 __all__ = [
@@ -23,9 +24,9 @@ __all__ = [
     "Invalid",
     "Lag",
     "Position",
-    "Settings",
     "Shown",
     "Subscription",
+    "SubscriptionSettings",
     "all_subscriptions",
     "check_destination",
     "delete_subscription",
@@ -74,7 +75,7 @@ def get_subscription(app: App, name: str) -> Shown | None:
 
 
 def put_subscription(
-    app: App, name: str, settings: Settings, *, after: Position | None
+    app: App, name: str, settings: SubscriptionSettings, *, after: Position | None
 ) -> tuple[Shown, bool]:
     """Create or replace (keeping its cursor unless ``after`` moves it); true when created."""
     with app.db.begin() as conn:

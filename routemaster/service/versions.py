@@ -1,6 +1,6 @@
 """The definition that governs a label, with older versions loaded from the store as needed.
 
-:func:`routemaster.machine.versions.definition_for` is the one rule, pure
+:func:`routemaster.machine.definitions.definition_for` is the one rule, pure
 given the versions a process has loaded (``app.versions``); this module is
 its I/O half: it loads a ``continue`` machine's versions from
 ``machine_versions`` and compiles each once per process (versions never
@@ -19,7 +19,7 @@ from routemaster.config.model import Config, Gate, IntervalTrigger, StateMachine
 from routemaster.db import versions as store
 from routemaster.db.labels import Label
 from routemaster.machine.clock import ScheduledTrigger, scheduled_triggers
-from routemaster.machine.versions import (
+from routemaster.machine.definitions import (
     LoadedVersions,
     VersionKey,
     compile_definition,

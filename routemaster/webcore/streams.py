@@ -1,6 +1,6 @@
 """The changes stream as an HTTP response: what ``/changes`` and the console's pages answer.
 
-Each event is one history entry (:mod:`routemaster.changes.hub` writes them);
+Each event is one history entry (:mod:`routemaster.hubs.changes` writes them);
 a client resumes with the ``Last-Event-ID`` header or ``?after=POSITION``.
 Both web faces serve streams, so both take them from here.
 """
@@ -10,14 +10,14 @@ from __future__ import annotations
 import flask
 from werkzeug.exceptions import BadRequest, ServiceUnavailable
 
-from routemaster.changes.hub import STREAM_KEY, ChangeHub, TooManyStreams
-from routemaster.service.changes import Position, present
+from routemaster.hubs.changes import STREAM_KEY, ChangeHub, TooManyStreams
+from routemaster.service.snapshots import Position, present
 from routemaster.webcore.endpoints import EVENT_STREAM, Query, Reply
 from routemaster.webcore.extension import routemaster_app
+from routemaster.webcore.request_checks import checked_query
 from routemaster.webcore.schemas import POSITION_PATTERN
-from routemaster.webcore.validation import checked_query
 
-HUB_KEY = "routemaster.changes"
+HUB_KEY = "routemaster.hubs.changes"
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -62,13 +62,11 @@ def stream_response(machine: str | None) -> flask.Response:
         # Read before the response starts, so a database outage is still a 503.
         after = present(app)
     try:
-        subscription = change_hub(flask.current_app).subscribe(machine, after)
+        stream = change_hub(flask.current_app).subscribe(machine, after)
     except TooManyStreams as error:
         raise ServiceUnavailable(f"Too many open change streams: {error}.") from None
-    flask.request.environ[STREAM_KEY] = subscription
-    return flask.Response(
-        subscription.events(), mimetype="text/event-stream", headers=STREAM_HEADERS
-    )
+    flask.request.environ[STREAM_KEY] = stream
+    return flask.Response(stream.events(), mimetype="text/event-stream", headers=STREAM_HEADERS)
 
 
 def _resume_from() -> Position | None:

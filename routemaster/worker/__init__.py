@@ -3,7 +3,7 @@
 Any number of workers may run against one database; they share work through
 PostgreSQL row locks and leases (see :mod:`routemaster.db.label_claims`).
 :mod:`~routemaster.worker.loop` is the loop, :mod:`~routemaster.worker.slots`
-the delivery threads, :mod:`~routemaster.worker.triggers` the clock,
+the delivery threads, :mod:`~routemaster.worker.clock_triggers` the clock,
 :mod:`~routemaster.worker.delivery` one webhook, and
 :mod:`~routemaster.worker.evaluation` the batches that move labels on.
 """

@@ -21,7 +21,7 @@ from routemaster.service.claims import listen_for_due, next_due_at
 from routemaster.service.database import StoreError
 from routemaster.service.versions import load_all_versions, worker_view
 from routemaster.worker.round import Round, Work
-from routemaster.worker.subscriptions import SubscriptionSender
+from routemaster.worker.subscription_sender import SubscriptionSender
 
 logger = logging.getLogger(__name__)
 

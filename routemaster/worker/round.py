@@ -43,12 +43,12 @@ from routemaster.service.tasks import expire_leases, forget_old_tasks
 from routemaster.service.unsent import put_back
 from routemaster.service.upkeep import give_up_on_open_receivers, prune_deliveries
 from routemaster.service.versions import worker_triggers
+from routemaster.worker.clock_triggers import ClockTriggers
 from routemaster.worker.delivery import deliver_claim
 from routemaster.worker.evaluation import evaluate_claim
 from routemaster.worker.recording import Recorder
 from routemaster.worker.slots import Slots
 from routemaster.worker.sweeps import Minutely, Sweep
-from routemaster.worker.triggers import ClockTriggers
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ one state, so ``process_cron`` keeps its meaning:
   evaluating the gate's due labels (those whose evaluation is to be retried);
 - interval and time triggers as they fire: ``process_gate`` around the firing
   and the evaluation of the gate's labels it made due
-  (:mod:`~routemaster.worker.triggers`).
+  (:mod:`~routemaster.worker.clock_triggers`).
 
 "Once a minute" is each time the worker's clock enters a new minute, and at
 start. Each worker runs its own jobs, as each 1.x process ran its own.

@@ -69,7 +69,7 @@ def test_a_statement_that_runs_too_long_is_504_json_not_an_outage(
     assert "statement timeout (0.3 s)" in message
     assert "Cannot connect" not in message
     assert "UPDATE" not in message and secret not in message
-    records = [r for r in caplog.records if r.name == "routemaster.webcore.errors"]
+    records = [r for r in caplog.records if r.name == "routemaster.webcore.error_responses"]
     assert len(records) == 1
     logged = records[0].getMessage()
     assert "57014" in logged

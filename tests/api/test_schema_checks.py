@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from routemaster.webcore.request_checks import _FORMATS, COMPONENTS, _body_checks
 from routemaster.webcore.schema_checks import compile_check
-from routemaster.webcore.validation import _FORMATS, COMPONENTS, _body_checks
 
 SCALARS = st.one_of(
     st.none(),

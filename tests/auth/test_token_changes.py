@@ -26,7 +26,7 @@ import requests
 import sqlalchemy as sa
 
 from routemaster.auth.cache import MISS_READS, TokenCache
-from routemaster.auth.keys import new_secret
+from routemaster.auth.token_secrets import new_secret
 from tests.api.tokens import tokens_layer
 from tests.pooler import running_pgbouncer
 from tests.serving import REPOSITORY, serve_process

@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner, Result
 
-from routemaster.auth.keys import hash_secret, key_id_of
+from routemaster.auth.token_secrets import hash_secret, key_id_of
 from routemaster.cli import cli
 from routemaster.cli.environment import settings_from_environment
 from routemaster.cli.metrics import split_bind

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from routemaster.config import load_config
-from routemaster.config.errors import ConfigProblem
 from routemaster.config.model import Action, PercentileLease, PullWorker
+from routemaster.config.problems import ConfigProblem
 
 Write = Callable[..., Path]
 Problems = Callable[..., list[ConfigProblem]]

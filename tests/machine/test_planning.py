@@ -12,7 +12,7 @@ import pytest
 
 from routemaster.config import StateMachine, load_config
 from routemaster.exit_conditions import FeedUnavailable
-from routemaster.machine import Plan, Position, plan_moves
+from routemaster.machine import Plan, PlanInput, plan_moves
 
 NOW = datetime.datetime(2024, 3, 1, 12, 0, tzinfo=datetime.UTC)
 EARLIER = NOW - datetime.timedelta(days=1)
@@ -41,8 +41,10 @@ def machine(tmp_path: Path) -> Machine:
     return load
 
 
-def at(state: str, metadata: dict[str, Any] | None = None, previous: str | None = None) -> Position:
-    return Position(
+def at(
+    state: str, metadata: dict[str, Any] | None = None, previous: str | None = None
+) -> PlanInput:
+    return PlanInput(
         label="alice",
         state=state,
         metadata=metadata or {},
@@ -53,16 +55,16 @@ def at(state: str, metadata: dict[str, Any] | None = None, previous: str | None 
 
 def plan(
     machine: StateMachine,
-    position: Position,
+    plan_input: PlanInput,
     *,
     evaluate: bool = True,
     limit: int = LIMIT,
     read_feed: Callable[[str], Any] | None = None,
 ) -> Plan:
     if read_feed is None:
-        return plan_moves(machine, position, now=NOW, evaluate=evaluate, limit=limit)
+        return plan_moves(machine, plan_input, now=NOW, evaluate=evaluate, limit=limit)
     return plan_moves(
-        machine, position, now=NOW, evaluate=evaluate, limit=limit, read_feed=read_feed
+        machine, plan_input, now=NOW, evaluate=evaluate, limit=limit, read_feed=read_feed
     )
 
 

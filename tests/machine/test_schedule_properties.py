@@ -28,7 +28,7 @@ from routemaster.config.model import (
     Trigger,
 )
 from routemaster.exit_conditions import compile_condition
-from routemaster.machine.planning import Position, context_for
+from routemaster.machine.planning import PlanInput, context_for
 from routemaster.machine.schedule import after_evaluation, schedule_gate
 from tests.exit_conditions.strategies import time_conditions
 from tests.exit_conditions.test_next_check_properties import afters, metadata
@@ -69,58 +69,58 @@ def gate(source: str, trigger: Trigger) -> Gate:
     return Gate("waiting", compile_condition(source), (trigger,), ConstantNext("done"))
 
 
-def every_occurrence(waiting: Gate, position: Position) -> datetime.datetime | None:
+def every_occurrence(waiting: Gate, plan_input: PlanInput) -> datetime.datetime | None:
     """1.x: the first occurrence at which the condition holds."""
-    for moment in occurrences(waiting.triggers[0], position.entered_at, _end(position)):
-        if waiting.exit_condition.evaluate(context_for(position, moment)):
+    for moment in occurrences(waiting.triggers[0], plan_input.entered_at, _end(plan_input)):
+        if waiting.exit_condition.evaluate(context_for(plan_input, moment)):
             return moment
     return None
 
 
-def by_next_checks(waiting: Gate, position: Position) -> datetime.datetime | None:
+def by_next_checks(waiting: Gate, plan_input: PlanInput) -> datetime.datetime | None:
     """The worker: evaluate at the due time; if it does not move, at the next one."""
-    due = schedule_gate(waiting, position, after=position.entered_at, system_zone=UTC).due_at
+    due = schedule_gate(waiting, plan_input, after=plan_input.entered_at, system_zone=UTC).due_at
     for _ in range(5000):
-        if due is None or due > _end(position):
+        if due is None or due > _end(plan_input):
             return None
-        if waiting.exit_condition.evaluate(context_for(position, due)):
+        if waiting.exit_condition.evaluate(context_for(plan_input, due)):
             return due
         after = after_evaluation(due)
-        due = schedule_gate(waiting, position, after=after, system_zone=UTC).due_at
+        due = schedule_gate(waiting, plan_input, after=after, system_zone=UTC).due_at
     raise AssertionError("the scheduler never settled")
 
 
-def _end(position: Position) -> datetime.datetime:
-    return position.entered_at + WINDOW
+def _end(plan_input: PlanInput) -> datetime.datetime:
+    return plan_input.entered_at + WINDOW
 
 
 @st.composite
-def labels(draw: st.DrawFn) -> tuple[str, Trigger, Position]:
+def labels(draw: st.DrawFn) -> tuple[str, Trigger, PlanInput]:
     entered = draw(afters())
     data: dict[str, Any] = draw(metadata(entered))
     source = draw(time_conditions(feeds=False))
     trigger = draw(st.sampled_from(TRIGGERS))
-    return source, trigger, Position("label-1", "waiting", data, entered, "start")
+    return source, trigger, PlanInput("label-1", "waiting", data, entered, "start")
 
 
 @settings(max_examples=150, deadline=None)
 @given(labels())
 def test_next_checks_move_labels_at_the_same_occurrences_as_evaluating_every_label(
-    label: tuple[str, Trigger, Position],
+    label: tuple[str, Trigger, PlanInput],
 ) -> None:
-    source, trigger, position = label
+    source, trigger, plan_input = label
     waiting = gate(source, trigger)
-    assert by_next_checks(waiting, position) == every_occurrence(waiting, position), source
+    assert by_next_checks(waiting, plan_input) == every_occurrence(waiting, plan_input), source
 
 
 @settings(max_examples=100, deadline=None)
 @given(labels())
 def test_a_timer_trigger_is_due_exactly_when_the_condition_first_holds(
-    label: tuple[str, Trigger, Position],
+    label: tuple[str, Trigger, PlanInput],
 ) -> None:
     """``event: timer``: the due time is the first moment the condition holds, if it ever does."""
-    source, _, position = label
+    source, _, plan_input = label
     waiting = gate(source, TimerTrigger())
-    due = schedule_gate(waiting, position, after=position.entered_at, system_zone=UTC).due_at
+    due = schedule_gate(waiting, plan_input, after=plan_input.entered_at, system_zone=UTC).due_at
     if due is not None:
-        assert waiting.exit_condition.evaluate(context_for(position, due)), source
+        assert waiting.exit_condition.evaluate(context_for(plan_input, due)), source

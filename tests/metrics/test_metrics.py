@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from routemaster.app import App, Settings
 from routemaster.config.model import Config
 from routemaster.metrics import Metrics, outcome
-from routemaster.metrics.gauges import LabelGauges
+from routemaster.metrics.label_gauges import LabelGauges
 from routemaster.web import create_app
 from tests.api.conftest import config
 from tests.api.openapi_check import CheckedClient

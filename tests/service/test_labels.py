@@ -341,7 +341,7 @@ def test_a_change_racing_the_create_of_its_label_is_never_told_it_was_deleted(
             return service.create_label(app, user, name, {"created": True})
         try:
             if change == "pause":
-                assert service.set_paused(app, user, name, True).paused
+                assert service.set_label_paused(app, user, name, True).paused
             else:
                 updated = service.update_metadata(app, user, name, {"updated": True})
                 assert updated.metadata == {"created": True, "updated": True}

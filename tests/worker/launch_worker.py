@@ -31,7 +31,7 @@ def main() -> None:
     # Each delivery at DEBUG: the tests read which worker delivered what.
     logging.getLogger("routemaster.worker.delivery").setLevel(logging.DEBUG)
     # Each occurrence another worker recorded first, likewise: the tests wait for it.
-    logging.getLogger("routemaster.worker.triggers").setLevel(logging.DEBUG)
+    logging.getLogger("routemaster.worker.clock_triggers").setLevel(logging.DEBUG)
     config = load_config([sys.argv[1]])
     offset = datetime.timedelta(seconds=float(sys.argv[2]) if len(sys.argv) > 2 else 0.0)
     url = url_from_environment()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 
-from routemaster.config.receivers import parse_rate
+from routemaster.config.receiver_rules import parse_rate
 from routemaster.service.delivery_claims import next_rate_at, rate_allows
 
 NOW = datetime.datetime(2026, 11, 24, 12, 0, tzinfo=datetime.UTC)

@@ -29,7 +29,7 @@ from routemaster.db import labels as store
 from routemaster.db.history import stamp_versions
 from routemaster.db.plumbing.database import create_engine
 from routemaster.db.versions import last_applied
-from routemaster.machine.versions import LoadedVersions
+from routemaster.machine.definitions import LoadedVersions
 from routemaster.service.bulk import run_batch
 from routemaster.web import create_app
 from tests.stub_server import StubServer

@@ -87,7 +87,7 @@ def test_interval_occurrence_is_handled_once_across_workers(
     apps = [make_app(config, clock=clock) for _ in range(3)]
     create(apps[0], "x")
     workers = [Worker(app) for app in apps]
-    caplog.set_level("INFO", logger="routemaster.worker.triggers")
+    caplog.set_level("INFO", logger="routemaster.worker.clock_triggers")
     for worker in workers:
         worker.triggers.fire()
     clock.advance(seconds=20)
@@ -245,12 +245,12 @@ def test_metadata_sent_while_paused_is_evaluated_on_resume(make_app: MakeApp) ->
     app = make_app(gate_config("{metadata: ready}", "metadata.ready = true"))
     machine = app.config.get_machine("m")
     create(app, "p")
-    service.set_paused(app, machine, "p", True)
+    service.set_label_paused(app, machine, "p", True)
     assert service.update_metadata(app, machine, "p", {"ready": True}).state == "start"
     worker = Worker(app)
     one_round(worker)
     assert states(app) == {"p": "start"}  # paused: nothing moves
-    service.set_paused(app, machine, "p", False)
+    service.set_label_paused(app, machine, "p", False)
     one_round(worker)
     assert states(app) == {"p": "done"}
 
@@ -260,11 +260,11 @@ def test_a_clock_trigger_that_fired_while_paused_is_owed_on_resume(make_app: Mak
     app = make_app(gate_config("{interval: 1h}", "metadata.ready = true"), clock=clock)
     machine = app.config.get_machine("m")
     create(app, "p", ready=True)  # no entry trigger: it waits for the interval
-    service.set_paused(app, machine, "p", True)
+    service.set_label_paused(app, machine, "p", True)
     worker = Worker(app)
     clock.current = datetime.datetime(2024, 7, 1, 13, 0, 0, tzinfo=UTC)  # the next occurrence
     one_round(worker)
     assert states(app) == {"p": "start"}
-    service.set_paused(app, machine, "p", False)
+    service.set_label_paused(app, machine, "p", False)
     one_round(worker)
     assert states(app) == {"p": "done"}

@@ -12,7 +12,7 @@ from routemaster.db.deliveries import DeliveryFilter
 from tests.stub_server import Reply, StubServer
 from tests.waiting import wait_until
 from tests.worker.conftest import MakeApp, running
-from tests.worker.test_worker_subscriptions import (
+from tests.worker.test_worker_subscription_sender import (
     CONFIG,
     FAST,
     HOOK,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from routemaster.config import ConfigProblem, load_config
 from routemaster.config.origins import configured_receivers
-from routemaster.config.receivers import Rate, parse_rate, receiver_id
+from routemaster.config.receiver_rules import Rate, parse_rate, receiver_id
 
 MACHINE = """\
 state_machines:

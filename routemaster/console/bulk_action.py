@@ -30,7 +30,7 @@ from routemaster.service.bulk import (
 from routemaster.service.operations import pause_end
 from routemaster.webcore.endpoints import OPEN, endpoint
 from routemaster.webcore.extension import machine_or_404, routemaster_app
-from routemaster.webcore.validation import aware_time, checked_value
+from routemaster.webcore.request_checks import aware_time, checked_value
 
 _FORM_FIELDS = ("command", "reason", "to", "until", *FILTERS)
 

@@ -21,7 +21,7 @@ from routemaster.config import load_config
 from routemaster.db import subscriptions as store
 from routemaster.db import transitions
 from routemaster.db.changes import START, Position
-from routemaster.worker.subscriptions import SubscriptionSender
+from routemaster.worker.subscription_sender import SubscriptionSender
 from tests.citus_cluster import Cluster, second_worker_held
 from tests.db.test_changes_citus import Reader
 from tests.stub_server import StubServer

@@ -11,7 +11,7 @@ lease outlasts a send's total deadline, and a worker that dies lets its lease
 run out, after which another worker sends the same batch again.
 
 A short poll rather than ``LISTEN``: a ``NOTIFY`` in every write transaction
-would serialise their commits (see :mod:`routemaster.changes.hub`).
+would serialise their commits (see :mod:`routemaster.hubs.changes`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from routemaster.app import App
 from routemaster.http.guard import AddressPolicy
-from routemaster.http.subscriptions import subscription_session
+from routemaster.http.subscription_batches import subscription_session
 from routemaster.service.batch_sending import (
     BatchSender,
     ReceiverSeam,

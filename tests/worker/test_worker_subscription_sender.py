@@ -29,7 +29,8 @@ from routemaster.db import subscription_batches as sending
 from routemaster.db import subscriptions as store
 from routemaster.db import transitions
 from routemaster.db.changes import Position, present
-from routemaster.db.subscriptions import Settings, Subscription
+from routemaster.db.subscriptions import Settings as SubscriptionSettings
+from routemaster.db.subscriptions import Subscription
 from routemaster.service.batch_sending import BatchSender, ReceiverSeam
 from routemaster.worker import Worker
 from tests.stub_server import Recorded, Reply, StubServer
@@ -65,7 +66,7 @@ def app(make_app: MakeApp) -> App:
 
 
 def subscribe(app: App, stub: StubServer, name: str = "s", **fields: Any) -> Subscription:
-    settings = Settings(
+    settings = SubscriptionSettings(
         url=fields.pop("url", stub.url(HOOK)),
         state_machines=fields.pop("state_machines", None),
         max_events=fields.pop("max_events", 100),

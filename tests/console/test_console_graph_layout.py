@@ -7,7 +7,7 @@ from pathlib import Path
 from routemaster.config import describe_machine
 from routemaster.config.loader import load_config
 from routemaster.config.model import Config
-from routemaster.console.graph import label_box, layout
+from routemaster.console.graph_layout import label_box, layout
 
 
 def test_states_are_layered_by_distance_from_the_first(config: Config) -> None:

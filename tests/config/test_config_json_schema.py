@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from routemaster.config import ConfigProblem, load_config
-from routemaster.config.schema import SCHEMA
+from routemaster.config.json_schema import SCHEMA
 
 STATES = """\
 state_machines:

@@ -13,8 +13,8 @@ from typing import Any
 
 import jsonschema
 
-from routemaster.config.errors import ConfigProblem
-from routemaster.config.receivers import SCHEMA as RECEIVERS_SCHEMA
+from routemaster.config.problems import ConfigProblem
+from routemaster.config.receiver_rules import SCHEMA as RECEIVERS_SCHEMA
 from routemaster.config.retention import SCHEMA as RETENTION_SCHEMA
 from routemaster.config.source import ConfigPath, SourceMap
 

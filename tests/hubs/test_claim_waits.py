@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from flask.testing import FlaskClient
 
 from routemaster.api.tasks import claim_waiter
-from routemaster.changes import claim_waits
+from routemaster.hubs import claim_waits
 from tests.api.helpers import body
 from tests.api.tasks_support import MakeClient, create, tasks_client
 from tests.waiting import wait_until

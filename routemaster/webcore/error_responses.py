@@ -10,7 +10,7 @@ from werkzeug.wrappers import Response
 
 from routemaster.service import LabelDeleted, LabelExists, LabelNotFound
 from routemaster.service.database import DatabaseFailure, Kind, StoreError, describe_failure
-from routemaster.service.errors import Malformed, Missing
+from routemaster.service.refusals import Malformed, Missing
 from routemaster.webcore.extension import routemaster_app
 from routemaster.webcore.responses import json_response
 

@@ -54,7 +54,7 @@ HEARTBEAT = b": keep-alive\n\n"
 
 STREAM_KEY = "routemaster.stream"
 """The WSGI environ key under which a view leaves what writes its body from another thread
-(a changes :class:`Subscription`, a waiting task claim: anything with ``attach_socket``)
+(a changes :class:`PendingStream`, a waiting task claim: anything with ``attach_socket``)
 for the server to attach to the client's socket (:mod:`routemaster.server.handoff`)."""
 
 
@@ -178,7 +178,7 @@ class _Subscriber:
     last_sent: float = field(default_factory=time.monotonic)
 
 
-class Subscription:
+class PendingStream:
     """A stream the API has accepted, not yet attached to a sink.
 
     Exactly one of :meth:`events` (iterated by a WSGI server) or
@@ -225,10 +225,10 @@ class ChangeHub:
     def open_streams(self) -> int:
         return self._count
 
-    def subscribe(self, machine: str | None, after: Position) -> Subscription:
+    def subscribe(self, machine: str | None, after: Position) -> PendingStream:
         if self._count >= self._settings.max_streams:
             raise TooManyStreams(f"this process serves {self._count} streams already")
-        return Subscription(self, machine, after)
+        return PendingStream(self, machine, after)
 
     def attach(self, subscriber: _Subscriber) -> None:
         with self._lock:

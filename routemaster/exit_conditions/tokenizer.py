@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from routemaster.exit_conditions.errors import ConditionSyntaxError
+from routemaster.exit_conditions.compile_errors import ConditionSyntaxError
 
 KEYWORDS = frozenset(
     {"true", "false", "null", "and", "or", "not", "is", "defined", "in", "has", "passed", "since"}
