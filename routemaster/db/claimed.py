@@ -25,7 +25,7 @@ class Claim:
     metadata: dict[str, Any]
     entry_id: int
     attempts: int  # including this one
-    version: int | None = None  # the label's own (routemaster.machine.versions)
+    version: int | None = None  # the label's own (routemaster.machine.definitions)
 
     @property
     def key(self) -> LabelKey:

@@ -253,7 +253,7 @@ def failed(conn: sa.Connection, failure: Failure) -> str | None:
     return None if row is None else str(row[0])
 
 
-def set_paused(conn: sa.Connection, ident: str, *, paused: bool) -> ReceiverRow | None:
+def set_receiver_paused(conn: sa.Connection, ident: str, *, paused: bool) -> ReceiverRow | None:
     row = fetch_one(conn, _SET_PAUSED, {"id": ident, "paused": paused})
     if row is None:
         return None

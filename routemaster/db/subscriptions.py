@@ -60,7 +60,7 @@ class Subscription:
 
 
 @dataclass(frozen=True)
-class Settings:
+class SubscriptionSettings:
     """What a ``PUT`` sets (every field but the cursor, which it only sets when creating)."""
 
     url: str
@@ -128,7 +128,7 @@ def subscription_from_row(row: Row) -> Subscription:
     )
 
 
-def _settings(settings: Settings) -> dict[str, Any]:
+def _settings(settings: SubscriptionSettings) -> dict[str, Any]:
     return {
         "url": settings.url,
         "sms": list(settings.state_machines) if settings.state_machines is not None else None,
@@ -199,7 +199,7 @@ _LAG = """
 def put_subscription(
     conn: sa.Connection,
     name: str,
-    settings: Settings,
+    settings: SubscriptionSettings,
     *,
     after: Position | None,
 ) -> tuple[Subscription, bool]:

@@ -5,8 +5,8 @@ a way to read feeds are passed in, so the API and the worker decide alike and
 every rule is unit-tested without PostgreSQL or HTTP.
 """
 
+from routemaster.machine.next_state import choose_next_state
 from routemaster.machine.planning import Plan, PlanInput, plan_moves
-from routemaster.machine.transitions import choose_next_state
 from routemaster.machine.triggers import evaluates_on_entry, update_fires
 
 __all__ = [

@@ -16,7 +16,7 @@ from typing import Any
 
 from routemaster.config.model import Action, Gate, State, StateMachine
 from routemaster.exit_conditions import Context, FeedUnavailable
-from routemaster.machine.transitions import choose_next_state
+from routemaster.machine.next_state import choose_next_state
 from routemaster.machine.triggers import evaluates_on_entry
 
 FeedReader = Callable[[str], Any]

@@ -53,7 +53,7 @@ def set_receiver_paused(app: App, ident: str, *, paused: bool) -> Receiver:
     known = known_receiver(app, ident)
     with app.db.begin() as conn:
         receivers.ensure(conn, [(known.id, known.origin)])
-        receivers.set_paused(conn, known.id, paused=paused)
+        receivers.set_receiver_paused(conn, known.id, paused=paused)
     return known
 
 

@@ -15,8 +15,7 @@ import sqlalchemy as sa
 from routemaster.app import App
 from routemaster.db import subscriptions as store
 from routemaster.db.changes import Position, present
-from routemaster.db.subscriptions import Lag, Subscription
-from routemaster.db.subscriptions import Settings as SubscriptionSettings
+from routemaster.db.subscriptions import Lag, Subscription, SubscriptionSettings
 from routemaster.http.guard import AddressPolicy, url_problem
 
 __all__ = [

@@ -23,7 +23,7 @@ from routemaster.db import subscriptions as subscription_store
 from routemaster.db.changes import START, Position, read_changes
 from routemaster.db.plumbing.database import create_engine
 from routemaster.db.schedules import count_unscheduled
-from routemaster.db.subscriptions import Settings
+from routemaster.db.subscriptions import SubscriptionSettings
 from routemaster.db.transitions import FINISHED_REASON
 from routemaster.service import LabelExists
 from routemaster.service.retention import prune
@@ -201,7 +201,7 @@ def test_a_subscription_behind_the_horizon_moves_on_and_reports_what_it_lost(
         subscription_store.put_subscription(
             conn,
             "s",
-            Settings(stub.url(HOOK), None, 100, 0, None),
+            SubscriptionSettings(stub.url(HOOK), None, 100, 0, None),
             after=Position(0, 0),
         )
     three_labels(app, clock)

@@ -89,7 +89,7 @@ def test_a_subscription_gets_every_change_once_in_order_across_two_phase_commits
         store.put_subscription(
             conn,
             "s",
-            store.Settings(stub.url(HOOK), None, 100, 0, None),
+            store.SubscriptionSettings(stub.url(HOOK), None, 100, 0, None),
             after=START,
         )
 

@@ -95,12 +95,12 @@ def test_a_paused_receiver_holds_batches(make_app: MakeApp, stub: StubServer) ->
     with running(app):
         wait_until(lambda: len(stub.received(HOOK)) == 1, timeout=10)
         with app.db.begin() as conn:
-            shared.set_paused(conn, receiver_row(app, stub).id, paused=True)
+            shared.set_receiver_paused(conn, receiver_row(app, stub).id, paused=True)
         create(app, "b")
         wait_until(lambda: "waiting for the receiver" in (shown(app).last_error or ""), timeout=10)
         assert len(stub.received(HOOK)) == 1
         with app.db.begin() as conn:
-            shared.set_paused(conn, receiver_row(app, stub).id, paused=False)
+            shared.set_receiver_paused(conn, receiver_row(app, stub).id, paused=False)
         wait_until(lambda: len(stub.received(HOOK)) == 2, timeout=10)
     assert delivered_labels(stub) == ["a", "b"]
 

@@ -29,8 +29,7 @@ from routemaster.db import subscription_batches as sending
 from routemaster.db import subscriptions as store
 from routemaster.db import transitions
 from routemaster.db.changes import Position, present
-from routemaster.db.subscriptions import Settings as SubscriptionSettings
-from routemaster.db.subscriptions import Subscription
+from routemaster.db.subscriptions import Subscription, SubscriptionSettings
 from routemaster.service.batch_sending import BatchSender, ReceiverSeam
 from routemaster.worker import Worker
 from tests.stub_server import Recorded, Reply, StubServer

@@ -9,7 +9,7 @@ import pytest
 
 from routemaster.config import ConstantNext, ContextNext, ContextNextDestination, NoNext
 from routemaster.exit_conditions import Context, FeedUnavailable
-from routemaster.machine.transitions import choose_next_state
+from routemaster.machine.next_state import choose_next_state
 
 NOW = datetime.datetime(2024, 3, 1, 12, 0, tzinfo=datetime.UTC)
 
