@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from typing import Any
 
 from gunicorn import util
@@ -31,9 +32,10 @@ from gunicorn.http.wsgi import Response, _make_early_hints_callback, base_enviro
 PLAIN_HEAD_LIMIT = 16 * 1024
 """The longest head read here; a longer one goes to gunicorn's parser."""
 
-_REQUEST_LINE = re.compile(rb"(GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS) (/[!-~]*) HTTP/1\.([01])")
-# A token (RFC 9110 5.6.2) without "_", then a value without NUL, CR or LF.
-_FIELD = re.compile(rb"([!#$%&'*+\-.^`|~0-9A-Za-z]+):[ \t]*([^\x00\r\n]*?)[ \t]*")
+_REQUEST_LINE = re.compile(r"(GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS) (/[!-~]*) HTTP/1\.([01])")
+# Header fields, each a token (RFC 9110 5.6.2) without "_", then a value without NUL, CR or LF.
+_FIELD = r"[!#$%&'*+\-.^`|~0-9A-Za-z]+:[^\x00\r\n]*"
+_FIELDS = re.compile(f"{_FIELD}(?:\r\n{_FIELD})*")
 # Fields gunicorn reads for more than their value: framing, expectations,
 # the scheme a trusted proxy sets, protocol upgrades.
 _NOT_PLAIN = frozenset(
@@ -89,47 +91,45 @@ def plain_request(data: bytes, cfg: Any, line_limit: int) -> tuple[PlainRequest,
     head_end = data.find(b"\r\n\r\n", 0, PLAIN_HEAD_LIMIT)
     if head_end < 0:
         return None
-    lines = data[:head_end].split(b"\r\n")
-    first = _REQUEST_LINE.fullmatch(lines[0])
-    if first is None or len(lines[0]) > line_limit:
+    line, _, fields = data[:head_end].decode("latin-1").partition("\r\n")
+    first = _REQUEST_LINE.fullmatch(line)
+    if first is None or len(line) > line_limit:
         return None
     method, target, minor = first.groups()
-    if b"#" in target or target.startswith(b"//"):
+    if "#" in target or target.startswith("//"):
         return None
-    if len(lines) - 1 > cfg.limit_request_fields:
-        return None
-    field_limit = cfg.limit_request_field_size
     headers: list[tuple[str, str]] = []
     length = 0
-    seen: set[str] = set()
-    for line in lines[1:]:
-        field = _FIELD.fullmatch(line)
-        if field is None or len(line) + 2 > field_limit > 0:
+    if fields:
+        if _FIELDS.fullmatch(fields) is None:
             return None
-        name = field.group(1).decode("latin-1").upper()
-        if name in _NOT_PLAIN:
+        lines = fields.split("\r\n")
+        if len(lines) > cfg.limit_request_fields:
             return None
-        value = field.group(2).decode("latin-1")
-        if name in _SINGLE:
-            if name in seen:
+        field_limit = cfg.limit_request_field_size
+        if len(fields) + 2 > field_limit > 0 and any(len(f) + 2 > field_limit for f in lines):
+            return None
+        seen: set[str] = set()
+        for each in lines:
+            name, _, value = each.partition(":")
+            name = name.upper()
+            value = value.strip(" \t")
+            if name in _NOT_PLAIN:
                 return None
-            seen.add(name)
-            if name == "CONTENT-LENGTH":
-                if not value.isdigit() or not value.isascii():
+            if name in _SINGLE:
+                if name in seen:
                     return None
-                length = int(value)
-        headers.append((name, value))
+                seen.add(name)
+                if name == "CONTENT-LENGTH":
+                    if not value.isdigit() or not value.isascii():
+                        return None
+                    length = int(value)
+            headers.append((name, value))
     end = head_end + 4 + length
     if len(data) < end:
         return None
-    request = PlainRequest(
-        method.decode("ascii"),
-        target.decode("ascii"),
-        (1, int(minor)),
-        headers,
-        data[head_end + 4 : end],
-    )
-    return request, end
+    body = data[head_end + 4 : end]
+    return PlainRequest(method, target, (1, int(minor)), headers, body), end
 
 
 def base_of(cfg: Any) -> dict[str, Any]:
@@ -181,6 +181,14 @@ def plain_environ(
     return environ
 
 
+def _date(formatted: list[Any] = [0, ""]) -> str:  # noqa: B006 (the cache, on purpose)
+    """The ``Date`` field's value now, as gunicorn writes it, formatted once a second."""
+    now = int(time.time())
+    if formatted[0] != now:
+        formatted[:] = [now, util.http_date(now)]
+    return str(formatted[1])
+
+
 class OneWriteResponse(Response):  # type: ignore[misc]
     """Gunicorn's response, its head sent with the first piece of the body: one write, not two.
 
@@ -191,6 +199,25 @@ class OneWriteResponse(Response):  # type: ignore[misc]
 
     _head = b""
     headers_sent: bool
+
+    def default_headers(self) -> list[str]:
+        """Gunicorn's own (``Response.default_headers``), the date formatted once a second."""
+        if self.upgrade:
+            connection = "upgrade"
+        elif self.should_close():
+            connection = "close"
+        else:
+            connection = "keep-alive"
+        major, minor = self.req.version
+        headers = [
+            f"HTTP/{major}.{minor} {self.status}\r\n",
+            f"Server: {self.version}\r\n",
+            f"Date: {_date()}\r\n",
+            f"Connection: {connection}\r\n",
+        ]
+        if self.chunked:
+            headers.append("Transfer-Encoding: chunked\r\n")
+        return headers
 
     def send_headers(self) -> None:
         if self.headers_sent:

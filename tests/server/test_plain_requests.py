@@ -141,6 +141,7 @@ def test_a_response_with_its_length_is_one_write() -> None:
     (write,) = _respond("GET", "200 OK", [("Content-Length", "2")], [b"{}"])
     assert write.startswith(b"HTTP/1.1 200 OK\r\n") and write.endswith(b"\r\n\r\n{}")
     assert b"Connection: keep-alive\r\n" in write
+    assert b"\r\nServer: gunicorn\r\nDate: " in write and b" GMT\r\n" in write
 
 
 def test_a_streamed_response_is_chunked_its_head_with_the_first_piece() -> None:
