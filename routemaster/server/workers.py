@@ -279,6 +279,8 @@ class JsonErrorsKeepAlive(JsonErrorsThreaded):
         request, end = found
         if end < len(data):
             unreader.unread(data[end:])
+        # Between requests the socket waits on the poller unblocked; a response's writes block.
+        conn.sock.setblocking(True)
         try:
             return self._answer_plain(request, conn)
         except StopIteration:

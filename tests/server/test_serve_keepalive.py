@@ -90,3 +90,20 @@ def test_a_connection_that_sends_nothing_holds_up_no_other_client(
         waited = time.monotonic() - started
     assert response.status_code == 200
     assert waited < 2  # gthread's own wait for a first byte is 5 s: not spent here
+
+
+def test_a_large_answer_on_a_kept_alive_connection_arrives_whole(
+    served: tuple[str, int],
+) -> None:
+    """The socket waits on the poller unblocked between requests; a request's writes block."""
+    request = b"GET %s HTTP/1.1\r\nHost: test\r\n\r\n"
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the server must wait on us
+        sock.settimeout(10)
+        sock.connect(served)
+        sock.sendall(request % b"/")
+        _read_responses(sock, 1)
+        sock.sendall(request % b"/openapi.json")
+        (answer,) = _read_responses(sock, 1)
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 ") and len(body) > 64 * 1024
