@@ -19,8 +19,10 @@ wrong, like every other error of the API.
 
 Gunicorn internals used here (its request parser's ``read_line`` and
 ``mesg_class``, gthread's ``pending_conns``, ``poller``,
-``on_pending_socket_readable`` and the connection's unread buffer) are why
-``pyproject.toml`` bounds gunicorn above to the releases CI tests.
+``on_pending_socket_readable``, ``finish_request`` and the connection's
+unread buffer, and for plain requests (:mod:`routemaster.server.plain`) its
+``Response`` and ``wsgi.create``'s environ) are why ``pyproject.toml``
+bounds gunicorn above to the releases CI tests.
 
 They also let changes streams leave the worker: each client socket reaches
 the application as a :class:`~routemaster.server.handoff.TakeableSocket`, so a
@@ -257,7 +259,8 @@ class JsonErrorsKeepAlive(JsonErrorsThreaded):
 
     def _serve(self, conn: Any) -> bool:
         """One request of ``conn`` (readable, or with bytes read ahead); whether to keep it."""
-        if self.cfg.is_ssl or not isinstance(conn.client, tuple):
+        cfg = self.cfg
+        if cfg.is_ssl or cfg.proxy_protocol != "off" or not isinstance(conn.client, tuple):
             return bool(self.handle(conn))
         conn.init()
         if conn.is_http2:
