@@ -19,8 +19,10 @@ wrong, like every other error of the API.
 
 Gunicorn internals used here (its request parser's ``read_line`` and
 ``mesg_class``, gthread's ``pending_conns``, ``poller``,
-``on_pending_socket_readable`` and the connection's unread buffer) are why
-``pyproject.toml`` bounds gunicorn above to the releases CI tests.
+``on_pending_socket_readable``, ``finish_request`` and the connection's
+unread buffer, and for plain requests (:mod:`routemaster.server.plain`) its
+``Response`` and ``wsgi.create``'s environ) are why ``pyproject.toml``
+bounds gunicorn above to the releases CI tests.
 
 They also let changes streams leave the worker: each client socket reaches
 the application as a :class:`~routemaster.server.handoff.TakeableSocket`, so a
@@ -37,7 +39,7 @@ import json
 import re
 import selectors
 import time
-from concurrent.futures import Future
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -48,6 +50,13 @@ from gunicorn.workers.gthread import DEFAULT_WORKER_DATA_TIMEOUT, TConn, ThreadW
 from gunicorn.workers.sync import SyncWorker
 
 from routemaster.server.handoff import TakeableSocket
+from routemaster.server.plain import (
+    OneWriteResponse,
+    PlainRequest,
+    base_of,
+    plain_environ,
+    plain_request,
+)
 
 REQUEST_LIMITS = {
     "limit_request_line": 0,  # gunicorn's off: BoundedRequest bounds it (module docstring)
@@ -57,6 +66,9 @@ REQUEST_LIMITS = {
 
 REQUEST_LINE_LIMIT = 32 * 1024
 """The longest request line the workers read (see the module docstring)."""
+
+PLAIN_READ = 64 * 1024
+"""The most a keep-alive worker reads at once when a connection turns readable."""
 
 _STATUS_LINE = re.compile(rb"^HTTP/1\.[01] (\d{3}) ([^\r\n]*)\r\n")
 
@@ -185,6 +197,21 @@ class JsonErrorsThreaded(_JsonErrors, ThreadWorker):  # type: ignore[misc]
         return keep_alive and not (isinstance(conn.sock, TakeableSocket) and conn.sock.taken)
 
 
+class _Done:
+    """What gthread's ``finish_request`` reads of a request's outcome (in place of a future)."""
+
+    __slots__ = ("_result",)
+
+    def __init__(self, result: bool) -> None:
+        self._result = result
+
+    def cancelled(self) -> bool:
+        return False
+
+    def result(self) -> bool:
+        return self._result
+
+
 class JsonErrorsKeepAlive(JsonErrorsThreaded):
     """Gunicorn's gthread worker with one thread, minus the thread: requests answered inline.
 
@@ -198,7 +225,16 @@ class JsonErrorsKeepAlive(JsonErrorsThreaded):
     connection waits on the poller for its first bytes (up to the keep-alive
     time plus gthread's own wait), so a client that connects and sends
     nothing holds no one up.
+
+    A plain request (:mod:`routemaster.server.plain`: whole in what was
+    received, no chunked body, no expectation, no proxy scheme headers) is
+    read and answered here without gunicorn's parser, its response head and
+    body sent in one write; any other goes through gunicorn's parser and
+    request handling unchanged.
     """
+
+    _plain_base: dict[str, Any] | None = None
+    alive: bool  # gunicorn's Worker: False once told to stop
 
     def accept(self, listener: Any) -> None:
         conn = self._accepted(listener)
@@ -215,16 +251,99 @@ class JsonErrorsKeepAlive(JsonErrorsThreaded):
         if not self.cfg.is_ssl and not isinstance(conn.sock, TakeableSocket):
             conn.sock = TakeableSocket(conn.sock)
         while True:
-            outcome: Future[Any] = Future()
-            try:
-                outcome.set_result(self.handle(conn))
-            except BaseException as error:  # as the pool's future would hold it
-                outcome.set_exception(error)
-            if (
-                outcome.exception() is None
-                and outcome.result() is True
-                and conn.parser.unreader.buf.getvalue()
-            ):
+            keep_alive = self._serve(conn)
+            if keep_alive and conn.parser.unreader.buf.getvalue():
                 continue
-            self.finish_request(conn, outcome)
+            self.finish_request(conn, _Done(keep_alive))
             return
+
+    def _serve(self, conn: Any) -> bool:
+        """One request of ``conn`` (readable, or with bytes read ahead); whether to keep it."""
+        cfg = self.cfg
+        if cfg.is_ssl or cfg.proxy_protocol != "off" or not isinstance(conn.client, tuple):
+            return bool(self.handle(conn))
+        conn.init()
+        if conn.is_http2:
+            return bool(self.handle(conn))
+        unreader = conn.parser.unreader
+        data = unreader.take_buffered()
+        if not data:
+            try:
+                data = conn.sock.recv(PLAIN_READ)
+            except OSError as error:
+                self.log.debug("Ignoring socket error before a request: %s", error)
+                return False
+            if not data:
+                return False  # the client closed its connection
+        found = plain_request(data, self.cfg, REQUEST_LINE_LIMIT)
+        if found is None:
+            unreader.unread(data)
+            return bool(self.handle(conn))
+        request, end = found
+        if end < len(data):
+            unreader.unread(data[end:])
+        # Between requests the socket waits on the poller unblocked; a response's writes block.
+        conn.sock.setblocking(True)
+        try:
+            return self._answer_plain(request, conn)
+        except StopIteration:
+            return False
+        except OSError as error:
+            if error.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+                self.log.exception("Socket error processing request.")
+            else:
+                self.log.debug("Ignoring socket error: %s", error)
+            return False
+        except Exception as error:
+            self.handle_error(request, conn.sock, conn.client, error)
+            return False
+
+    def _answer_plain(self, request: PlainRequest, conn: Any) -> bool:
+        """gthread's ``handle_request`` for a plain request: the same hooks, limits and logs."""
+        if self._plain_base is None:
+            self._plain_base = base_of(self.cfg)
+        environ: dict[str, Any] = {}
+        response = None
+        try:
+            self.cfg.pre_request(self, request)
+            request_start = datetime.now()
+            response = OneWriteResponse(request, conn.sock, self.cfg)
+            environ = plain_environ(
+                self._plain_base, request, conn.sock, conn.client, conn.server, response
+            )
+            self.nr += 1
+            if self.nr >= self.max_requests:
+                if self.alive:
+                    self.log.info("Autorestarting worker after current request.")
+                    self.alive = False
+                response.force_close()
+            crowded = len(self.keepalived_conns) >= self.max_keepalived
+            if not self.alive or not self.cfg.keepalive or crowded:
+                response.force_close()
+            body = self.wsgi(environ, response.start_response)
+            try:
+                for item in body:
+                    response.write(item)
+                response.close()
+            finally:
+                self.log.access(response, request, environ, datetime.now() - request_start)
+                close = getattr(body, "close", None)
+                if close is not None:
+                    close()
+            if response.should_close():
+                return False
+        except OSError:
+            raise
+        except (Exception, SystemExit):
+            if response is not None and response.headers_sent:
+                self.log.exception("Error handling request")
+                util.close_graceful(conn.sock)
+                raise StopIteration() from None
+            raise
+        finally:
+            try:
+                self.cfg.post_request(self, request, environ, response)
+            except Exception:
+                self.log.exception("Exception in post_request hook")
+        # A taken connection belongs to the stream: never back to keep-alive.
+        return not (isinstance(conn.sock, TakeableSocket) and conn.sock.taken)

@@ -90,3 +90,50 @@ def test_a_connection_that_sends_nothing_holds_up_no_other_client(
         waited = time.monotonic() - started
     assert response.status_code == 200
     assert waited < 2  # gthread's own wait for a first byte is 5 s: not spent here
+
+
+def test_a_large_answer_on_a_kept_alive_connection_arrives_whole(
+    served: tuple[str, int],
+) -> None:
+    """The socket waits on the poller unblocked between requests; a request's writes block."""
+    request = b"GET %s HTTP/1.1\r\nHost: test\r\n\r\n"
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the server must wait on us
+        sock.settimeout(10)
+        sock.connect(served)
+        sock.sendall(request % b"/")
+        _read_responses(sock, 1)
+        sock.sendall(request % b"/openapi.json")
+        (answer,) = _read_responses(sock, 1)
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 ") and len(body) > 64 * 1024
+
+
+def test_a_request_that_is_not_plain_is_served_by_gunicorns_parser_on_the_same_connection(
+    served: tuple[str, int],
+) -> None:
+    """``Expect: 100-continue`` (not a plain request) between two plain ones."""
+    name = f"expect-{os.getpid()}-{time.monotonic_ns()}".encode()
+    body = b'{"metadata": {"n": 1}}'
+    head = (
+        b"POST /state-machines/user/labels/%s HTTP/1.1\r\nHost: test\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n"
+        b"Expect: 100-continue\r\n\r\n" % (name, len(body))
+    )
+    plain = b"GET /state-machines/user/labels/%s HTTP/1.1\r\nHost: test\r\n\r\n" % name
+    with socket.create_connection(served, timeout=10) as sock:
+        sock.sendall(plain)
+        (missing,) = _read_responses(sock, 1)
+        sock.sendall(head)
+        received = b""
+        while b"\r\n\r\n" not in received:
+            chunk = sock.recv(65536)
+            assert chunk
+            received += chunk
+        assert received == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body)
+        (created,) = _read_responses(sock, 1)
+        sock.sendall(plain)
+        (found,) = _read_responses(sock, 1)
+    assert [r.split(b" ", 2)[1] for r in (missing, created, found)] == [b"404", b"201", b"200"]
+    assert b'"n":1' in found.replace(b" ", b"")
