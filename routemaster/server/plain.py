@@ -21,13 +21,14 @@ refuses it exactly as before; so every error answer stays gunicorn's
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import time
 from typing import Any
 
 from gunicorn import util
-from gunicorn.http.wsgi import Response, _make_early_hints_callback, base_environ
+from gunicorn.http.wsgi import Response, base_environ
 
 PLAIN_HEAD_LIMIT = 16 * 1024
 """The longest head read here; a longer one goes to gunicorn's parser."""
@@ -147,9 +148,11 @@ def plain_environ(
     sock: Any,
     client: Any,
     server: Any,
-    response: Response,
 ) -> dict[str, Any]:
-    """The environ gunicorn builds for ``request`` (``wsgi.create``), over a TCP listener."""
+    """The environ gunicorn builds for ``request`` (``wsgi.create``), over a TCP listener.
+
+    Without ``wsgi.early_hints``: nothing in the service sends 103 Early Hints.
+    """
     environ = base.copy()
     environ["wsgi.input"] = io.BytesIO(request.body)
     environ["gunicorn.socket"] = sock
@@ -177,16 +180,17 @@ def plain_environ(
     environ["SERVER_NAME"] = server[0]
     environ["SERVER_PORT"] = str(server[1])
     environ["PATH_INFO"] = util.unquote_to_wsgi_str(request.path)
-    environ["wsgi.early_hints"] = _make_early_hints_callback(request, sock, response)
     return environ
 
 
-def _date(formatted: list[Any] = [0, ""]) -> str:  # noqa: B006 (the cache, on purpose)
+def _date() -> str:
     """The ``Date`` field's value now, as gunicorn writes it, formatted once a second."""
-    now = int(time.time())
-    if formatted[0] != now:
-        formatted[:] = [now, util.http_date(now)]
-    return str(formatted[1])
+    return _date_at(int(time.time()))
+
+
+@functools.lru_cache(maxsize=1)
+def _date_at(second: int) -> str:
+    return str(util.http_date(second))
 
 
 class OneWriteResponse(Response):  # type: ignore[misc]

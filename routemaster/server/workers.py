@@ -308,9 +308,7 @@ class JsonErrorsKeepAlive(JsonErrorsThreaded):
             self.cfg.pre_request(self, request)
             request_start = datetime.now()
             response = OneWriteResponse(request, conn.sock, self.cfg)
-            environ = plain_environ(
-                self._plain_base, request, conn.sock, conn.client, conn.server, response
-            )
+            environ = plain_environ(self._plain_base, request, conn.sock, conn.client, conn.server)
             self.nr += 1
             if self.nr >= self.max_requests:
                 if self.alive:
