@@ -170,6 +170,10 @@ def test_ctrl_c_stops_everything_and_says_the_service_stopped(run_env: dict[str,
         output = _Output(process)
         output.wait_running()
         children = _children(process.pid)
+        # gunicorn in a group of its own: told once, by the script (a second signal could
+        # leave a gunicorn worker waiting for itself in its quit handler, see scripts/run)
+        [serve] = [pid for pid, command in children.items() if " serve " in command]
+        assert os.getpgid(serve) == serve
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group at once
         process.wait(timeout=120)
         text = output.rest()

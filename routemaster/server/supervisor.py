@@ -8,7 +8,13 @@ only waits:
 
 - SIGTERM, SIGINT and SIGQUIT are passed to both children, which stop
   gracefully (gunicorn finishes its requests, the worker its deliveries);
-  ``serve`` exits once both have, 0 when both exited cleanly.
+  ``serve`` exits once both have, 0 when both exited cleanly. SIGINT is
+  passed on as SIGTERM, which means the same to a running worker: a child
+  still starting (Ctrl-C as the API begins to answer, with the worker still
+  loading) has Python's own handlers, and SIGINT's KeyboardInterrupt ended
+  it with exit 1 ("Aborted!"), as if it had failed; SIGTERM ends it cleanly.
+  Gunicorn then stops gracefully, where its SIGINT would be its quick stop:
+  the second Ctrl-C is the quick one (below).
 - A second stopping signal (Ctrl-C again) stops at once: each child's whole
   process group (gunicorn's workers too) is killed, and ``serve`` exits 1
   once they are reaped. Deliveries then in flight are sent again once their
@@ -44,6 +50,9 @@ from types import FrameType
 logger = logging.getLogger(__name__)
 
 STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+PASSED_ON_AS: dict[int, int] = {
+    signal.SIGINT: signal.SIGTERM
+}  # a stopping signal as the children get it
 API_ONLY_SIGNALS = (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1)
 PR_SET_PDEATHSIG = 1
 
@@ -78,7 +87,7 @@ def supervise(children: Sequence[Child], env: Mapping[str, str] | None = None) -
             if tree.killing:  # two signals came while starting: this one too, at once
                 tree.kill(child)
             elif tree.stopping:  # a signal came while starting: pass it on to this one too
-                tree.signal(child, tree.stopping)
+                tree.signal(child, PASSED_ON_AS.get(tree.stopping, tree.stopping))
         return tree.wait()
     finally:
         for sig, handler in previous.items():
@@ -98,7 +107,7 @@ class _Tree:
                 logger.info("serve: received signal %d, stopping the API and the worker", signum)
                 self.stopping = signum
                 for child in self.children:
-                    self.signal(child, signum)
+                    self.signal(child, PASSED_ON_AS.get(signum, signum))
             else:  # asked again while stopping: at once
                 logger.warning(
                     "serve: received signal %d again, killing the API and the worker", signum

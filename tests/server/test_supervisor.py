@@ -59,14 +59,16 @@ def _alive(pid: int) -> bool:
 
 
 @contextmanager
-def _supervising(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, list[int]]]:
+def _supervising(
+    tmp_path: Path, child: str = CHILD
+) -> Iterator[tuple[subprocess.Popen[bytes], Path, list[int]]]:
     """The supervisor in a session of its own; its children's and theirs' pids once ready."""
     log = tmp_path / "supervisor.log"
     repository = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": repository}
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-c", SUPERVISOR, CHILD],
+            [sys.executable, "-c", SUPERVISOR, child],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -85,7 +87,7 @@ def _supervising(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path
         )
         for _, pid, pgid, below in ready:
             assert int(pgid) == int(pid), "a child in a process group of its own"
-            pids += [int(pid), int(below)]
+            pids += {int(pid), int(below)}
         yield process, log, pids
     finally:
         if process.poll() is None:
@@ -102,7 +104,7 @@ def test_a_ctrl_c_reaches_each_child_once_and_a_second_kills_the_whole_tree_at_o
     with _supervising(tmp_path) as (process, log, pids):
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C
         wait_until(
-            lambda: log.read_text().count(f"got signal {signal.SIGINT}") == 2,
+            lambda: log.read_text().count(f"got signal {signal.SIGTERM}") == 2,
             lambda: log.read_text(),
         )
         assert process.poll() is None  # both children still finishing their work
@@ -113,4 +115,27 @@ def test_a_ctrl_c_reaches_each_child_once_and_a_second_kills_the_whole_tree_at_o
         assert "received signal 2 again, killing the API and the worker" in output
         wait_until(lambda: not any(_alive(pid) for pid in pids), "no process left behind")
     # Told by the supervisor alone, once: not by the terminal too, nor by the second Ctrl-C.
-    assert log.read_text().count(f"got signal {signal.SIGINT}") == 2, log.read_text()
+    assert log.read_text().count(f"got signal {signal.SIGTERM}") == 2, log.read_text()
+
+
+STARTING = """
+import os, time
+import click
+
+@click.command()
+def start() -> None:  # a routemaster command before it sets any handler of its own
+    print(f"ready {os.getpid()} {os.getpgid(0)} {os.getpid()}", flush=True)
+    time.sleep(600)
+
+start()
+"""
+
+
+def test_a_ctrl_c_while_the_children_are_still_starting_is_a_clean_stop(tmp_path: Path) -> None:
+    """Passed on as SIGINT, it was click's KeyboardInterrupt in a child still loading:
+    "Aborted!", exit 1, and ``serve`` exited 1 for a Ctrl-C."""
+    with _supervising(tmp_path, STARTING) as (process, log, _):
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C
+        code = process.wait(timeout=30)
+    assert code == 0, log.read_text()
+    assert "Aborted!" not in log.read_text()
