@@ -167,7 +167,23 @@ class JsonErrorsSync(_JsonErrors, SyncWorker):  # type: ignore[misc]
 
 class JsonErrorsThreaded(_JsonErrors, ThreadWorker):  # type: ignore[misc]
     """Gunicorn's gthread worker, answering its own errors in JSON, streams handed off,
-    request lines bounded."""
+    request lines bounded, and stopped quickly once however many signals ask."""
+
+    _quitting = False
+
+    def handle_quit(self, sig: int, frame: Any) -> None:
+        """Gthread's quick stop, entered once.
+
+        A worker sent Ctrl-C by a terminal and SIGQUIT by its master can take
+        the second signal while the first handler holds the thread pool's
+        shutdown lock; entered again, the handler waits on that lock for
+        itself until the master kills it (30 s on). Signal handlers run on the
+        main thread, one inside the other, so a flag is enough.
+        """
+        if self._quitting:
+            return
+        self._quitting = True
+        super().handle_quit(sig, frame)
 
     def accept(self, listener: Any) -> None:
         """As gthread accepts, with the bounded connection."""
