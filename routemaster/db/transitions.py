@@ -8,7 +8,7 @@ configuration's rename, an upgrade) here and nowhere else: each transition is
 one function of this module, which every path to it calls (the API, the
 worker, operator and bulk commands, receivers' upkeep, retention,
 configuration migrations). Writes that only keep a label's due time
-(:mod:`routemaster.db.schedules`) or its lease (the claiming modules,
+(:mod:`routemaster.db.schedules`) or its lease (:mod:`routemaster.db.label_claims`,
 ``db/tasks.py``) are not transitions and live with the queue they serve;
 ``tests/db/test_transitions.py`` checks that no statement elsewhere creates,
 deletes or changes what a label is, or writes history.
