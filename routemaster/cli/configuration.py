@@ -85,10 +85,7 @@ def checked_by_parent(versions: Versions, config: Config) -> str:
     sees it and prepares the database itself.
     """
     return json.dumps(
-        {
-            machine.name: [versions[machine.name], digest_of(describe_machine(machine))]
-            for machine in config.state_machines
-        },
+        {name: [versions[name], digest] for name, digest in _digests(config).items()},
         sort_keys=True,
         separators=(",", ":"),
     )
@@ -103,12 +100,14 @@ def prepared_database(url: str, config: Config, checked: str | None) -> Versions
     """
     if checked is not None:
         given = json.loads(checked)
-        ours = {
-            machine.name: digest_of(describe_machine(machine)) for machine in config.state_machines
-        }
-        if {name: digest for name, (_, digest) in given.items()} == ours:
+        if {name: digest for name, (_, digest) in given.items()} == _digests(config):
             return {name: int(version) for name, (version, _) in given.items()}
     return prepare_database(url, config)
+
+
+def _digests(config: Config) -> dict[str, str]:
+    """Each machine's definition digest, as its stored version records it."""
+    return {machine.name: digest_of(describe_machine(machine)) for machine in config.state_machines}
 
 
 def continuing(config: Config) -> list[str]:
