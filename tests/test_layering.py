@@ -120,7 +120,8 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"config", "db", "logging", "hooks", "http", "machine", "metrics"}
     ),  # the per-process App (and the per-process state it holds: the stream's horizon)
     "auth": frozenset({"db"}),  # API tokens: secrets, the per-process cache, admin
-    "metrics": frozenset({"config", "db", "logging"}),  # Prometheus metrics and label gauges
+    # Prometheus metrics and label gauges (labels per version: the machine page's rule)
+    "metrics": frozenset({"config", "db", "logging", "machine"}),
     # the service: labels, operator commands, tasks, bulk, configuration changes, receivers,
     # subscriptions, searches and the reads the faces need; store + planner + feeds
     "service": frozenset(BELOW_SERVICE),

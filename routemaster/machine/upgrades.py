@@ -120,7 +120,7 @@ def labels_by_version(
 ) -> tuple[tuple[int | None, int], ...]:
     """``total`` live labels by the version they follow: those that keep one (``kept``) by
     theirs, the others by the definition in force (``applied``). Versions with no label are
-    left out."""
+    left out. The machine page's figures and ``/metrics``' ``routemaster_labels_by_version``."""
     by_version: dict[int | None, int] = {version: labels for version, labels in kept.items()}
     rest = total - sum(kept.values())
     if rest > 0:

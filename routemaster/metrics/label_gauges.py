@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from routemaster.config.model import Config
 from routemaster.db.counts import StateCounts
 from routemaster.db.gauges import LabelCounts, gauge_counts
+from routemaster.machine.upgrades import labels_by_version
 
 logger = logging.getLogger(__name__)
 
@@ -83,9 +84,20 @@ class LabelGauges(Collector):
             "(those that keep none: the version in force).",
             labels=["state_machine", "version"],
         )
-        for key, count in sorted(counts.versions.items()):
-            family.add_metric(list(key), count)
+        for machine, version, count in self._by_version(counts):
+            family.add_metric([machine, str(version)], count)
         yield family
+
+    def _by_version(self, counts: LabelCounts) -> Iterator[tuple[str, int, int]]:
+        """Each machine's labels per version they follow, by the machine page's rule; with no
+        version in force, those that keep none name no version and are left out."""
+        for machine, in_force in sorted(self._keeping.items()):
+            total = sum(n for (name, _), n in counts.labels.items() if name == machine)
+            for version, count in labels_by_version(
+                in_force, total, counts.beside.get(machine, {})
+            ):
+                if version is not None:
+                    yield machine, version, count
 
     def counts(self) -> LabelCounts | None:
         """The snapshot, refreshed if stale; ``None`` when there is none and no database."""
@@ -137,6 +149,8 @@ def _read(path: Path) -> tuple[float, LabelCounts | None]:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return 0.0, None
+    if "beside" not in data:  # written by an older release: counted again
+        return 0.0, None
 
     def counts(rows: list[list[Any]]) -> StateCounts:
         return {(machine, state): int(n) for machine, state, n in rows}
@@ -145,8 +159,15 @@ def _read(path: Path) -> tuple[float, LabelCounts | None]:
         labels=counts(data["labels"]),
         due=counts(data["due"]),
         errored=counts(data["errored"]),
-        versions=counts(data.get("versions", [])),
+        beside=_beside(data["beside"]),
     )
+
+
+def _beside(rows: list[list[Any]]) -> dict[str, dict[int, int]]:
+    beside: dict[str, dict[int, int]] = {}
+    for machine, version, n in rows:
+        beside.setdefault(machine, {})[int(version)] = int(n)
+    return beside
 
 
 def _write(path: Path, taken: float, counts: LabelCounts) -> None:
@@ -163,7 +184,11 @@ def _write(path: Path, taken: float, counts: LabelCounts) -> None:
                 "labels": rows(counts.labels),
                 "due": rows(counts.due),
                 "errored": rows(counts.errored),
-                "versions": rows(counts.versions),
+                "beside": [
+                    [machine, version, n]
+                    for machine, by_version in counts.beside.items()
+                    for version, n in by_version.items()
+                ],
             }
         )
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from routemaster.app import App, Settings
 from routemaster.config.model import Config
 from routemaster.metrics import Metrics, outcome
-from routemaster.metrics.label_gauges import LabelGauges
+from routemaster.metrics.label_gauges import SNAPSHOT_FILE, LabelGauges
 from routemaster.web import create_app
 from tests.api.conftest import config
 from tests.api.openapi_check import CheckedClient
@@ -183,11 +184,14 @@ def test_gauges_are_counted_at_most_once_per_interval_across_processes(
         assert fresh.labels == {}
 
 
-def test_labels_by_version_read_off_the_version_in_force(
-    db_engine: sa.Engine, config: Config, clock: list[float]
-) -> None:
-    """A continue machine's labels per version they follow: those on the version in force
-    (and those that keep none, which follow it) are the machine's labels less the others."""
+def _by_version(
+    db_engine: sa.Engine,
+    config: Config,
+    clock: list[float],
+    in_force: dict[str, int],
+    directory: str | None = None,
+) -> dict[tuple[str, str], float]:
+    """``routemaster_labels_by_version`` as collected, the machine ``user`` continuing."""
     machines = tuple(
         dataclasses.replace(machine, upgrade_strategy="continue")
         if machine.name == "user"
@@ -195,7 +199,24 @@ def test_labels_by_version_read_off_the_version_in_force(
         for machine in config.state_machines
     )
     continuing = dataclasses.replace(config, state_machines=machines)
-    for name, version in (("a", "1"), ("b", "2"), ("c", "2"), ("d", "NULL")):
+    gauges = LabelGauges(
+        db_engine,
+        continuing,
+        interval=5,
+        in_force=in_force,
+        directory=directory,
+        clock=lambda: clock[0],
+    )
+    [family] = [f for f in gauges.collect() if f.name == "routemaster_labels_by_version"]
+    return {
+        (sample.labels["state_machine"], sample.labels["version"]): sample.value
+        for sample in family.samples
+    }
+
+
+def _labels_on_versions(db_engine: sa.Engine, versions: dict[str, str]) -> None:
+    """Labels of ``user`` in ``start``, each on its version (``NULL``: keeping none)."""
+    for name, version in versions.items():
         _set(
             db_engine,
             "WITH entry AS (INSERT INTO history (shard_key, state_machine, label, old_state,"
@@ -206,12 +227,70 @@ def test_labels_by_version_read_off_the_version_in_force(
             f" routemaster_label_key('{name}'), routemaster_shard_key('{name}'), {version}"
             " FROM entry",
         )
-    gauges = LabelGauges(
-        db_engine, continuing, interval=5, in_force={"user": 2}, clock=lambda: clock[0]
+
+
+def test_labels_by_version_read_off_the_version_in_force(
+    db_engine: sa.Engine, config: Config, clock: list[float]
+) -> None:
+    """A continue machine's labels per version they follow: those on the version in force
+    (and those that keep none, which follow it) are the machine's labels less the others."""
+    _labels_on_versions(db_engine, {"a": "1", "b": "2", "c": "2", "d": "NULL"})
+    assert _by_version(db_engine, config, clock, {"user": 2}) == {
+        ("user", "1"): 1,
+        ("user", "2"): 3,
+    }
+
+
+def test_labels_by_version_shown_alike_from_the_shared_snapshot(
+    db_engine: sa.Engine, config: Config, clock: list[float], tmp_path: Any
+) -> None:
+    """A worker that shows another's snapshot (multiprocess mode) shows the same series."""
+    _labels_on_versions(db_engine, {"a": "1", "b": "2", "c": "NULL"})
+    counted = _by_version(db_engine, config, clock, {"user": 2}, str(tmp_path))
+    _set(db_engine, "DELETE FROM labels; DELETE FROM history")
+    shown = _by_version(db_engine, config, clock, {"user": 2}, str(tmp_path))
+    assert counted == shown == {("user", "1"): 1, ("user", "2"): 2}
+
+
+def test_a_snapshot_written_before_labels_beside_the_version_in_force_is_counted_again(
+    db_engine: sa.Engine, config: Config, clock: list[float], tmp_path: Any
+) -> None:
+    """A snapshot file of an older release (its labels per version already figured) is not
+    shown: the labels are counted again."""
+    _labels_on_versions(db_engine, {"a": "1", "b": "2"})
+    (tmp_path / SNAPSHOT_FILE).write_text(
+        json.dumps(
+            {
+                "taken": clock[0],
+                "labels": [["user", "start", 9]],
+                "due": [],
+                "errored": [],
+                "versions": [["user", "1", 9]],
+            }
+        )
     )
-    counted = gauges.counts()
-    assert counted is not None
-    assert counted.versions == {("user", "1"): 1, ("user", "2"): 3}
+    shown = _by_version(db_engine, config, clock, {"user": 2}, str(tmp_path))
+    assert shown == {("user", "1"): 1, ("user", "2"): 1}
+
+
+def test_labels_by_version_leaves_out_versions_with_no_label(
+    db_engine: sa.Engine, config: Config, clock: list[float]
+) -> None:
+    """Every label on an older version: the version in force has no series."""
+    _labels_on_versions(db_engine, {"a": "1", "b": "3"})
+    assert _by_version(db_engine, config, clock, {"user": 4}) == {
+        ("user", "1"): 1,
+        ("user", "3"): 1,
+    }
+
+
+def test_labels_by_version_with_no_version_in_force_shows_only_kept_versions(
+    db_engine: sa.Engine, config: Config, clock: list[float]
+) -> None:
+    """No version recorded: the labels that keep one are shown by theirs, the others (which
+    follow no known version) are left out."""
+    _labels_on_versions(db_engine, {"a": "1", "b": "2", "c": "NULL"})
+    assert _by_version(db_engine, config, clock, {}) == {("user", "1"): 1, ("user", "2"): 1}
 
 
 def test_outcomes_of_outbound_calls() -> None:
