@@ -5,6 +5,11 @@ moment its exit condition could hold) and ``due_at`` (when the worker
 evaluates it). ``scheduled_at`` is ``updated_at`` as it was when both were
 computed; rows written since by something that did not compute them are
 listed by the partial index ``labels_unscheduled`` (migration 0012).
+
+These writes say when a label is next looked at, not what it is (transitions:
+``db/transitions.py``) nor which labels are picked (``db/label_claims.py``); an
+evaluation's end clears ``lease_owner`` in the same write, its new due time
+replacing the lease's.
 """
 
 from __future__ import annotations

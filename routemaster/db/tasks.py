@@ -14,6 +14,10 @@ A task id begins with its label's shard key (``"<shard key>.<random>"``,
 and on Citus runs on the label's shard alone. Ids issued before (random
 only: no ``.``) still work, through statements that do not name it (on
 Citus those read every shard).
+
+Each write here is a step in a task's life after its label was picked (an id
+given, the lease renewed, ended or run out, the due time after), so it lives
+here, not with the claims that pick labels; becoming errored is a transition's.
 """
 
 from __future__ import annotations
