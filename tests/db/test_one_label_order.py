@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import datetime
 import threading
+import uuid
 from collections.abc import Callable
 
 import pytest
 import sqlalchemy as sa
 
-from routemaster.db import label_claims, transitions
+from routemaster.db import label_claims, tasks, transitions
 from routemaster.db import labels as store
+from routemaster.db.tasks import Lease
 from tests.citus_cluster import citus_run
 from tests.waiting import wait_until
 
@@ -72,3 +74,51 @@ def test_a_writer_waits_for_the_label_before_it_takes_a_transaction_id(
         assert state == ("Lock", None)
     thread.join(timeout=10)
     assert "error" not in waiter, waiter
+
+
+def _waiting(conn: sa.Connection, pid: object) -> bool:
+    row = conn.exec_driver_sql(
+        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %(pid)s", {"pid": pid}
+    ).one()
+    return row[0] == "Lock"
+
+
+def test_a_task_completion_and_a_patch_of_its_label_wait_for_each_other_in_turn(
+    db_engine: sa.Engine,
+) -> None:
+    """A pull task's completion ends the lease, holding the label, then merges its patch; a
+    PATCH of the label meanwhile waits for the whole completion, and the completion never
+    waits for the PATCH (which would be a deadlock)."""
+    with db_engine.begin() as conn:
+        assert transitions.insert(conn, "m", "pulled", {}, state="pull", now=NOW, due=True)
+        [task] = label_claims.claim_tasks(
+            conn,
+            [("m", "pull", Lease(30, "fixed", 0))],
+            ids=[uuid.uuid4().hex],
+            worker="w",
+            now=NOW,
+        )
+    patcher: dict[str, object] = {}
+
+    def patch() -> None:
+        try:
+            with db_engine.begin() as conn:
+                patcher["pid"] = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+                transitions.merge_metadata(conn, "m", "pulled", {"by": "patch"}, now=NOW)
+        except BaseException as error:
+            patcher["error"] = error
+
+    with db_engine.connect() as completing, completing.begin():
+        assert tasks.take(completing, task.id, outcome="completed", now=NOW) is not None
+        thread = threading.Thread(target=patch)
+        thread.start()
+        wait_until(
+            lambda: "pid" in patcher and _waiting(completing, patcher["pid"]), "the PATCH waiting"
+        )
+        merged = transitions.merge_metadata(completing, "m", "pulled", {"by": "task"}, now=NOW)
+        assert merged is not None
+    thread.join(timeout=10)
+    assert "error" not in patcher, patcher
+    with db_engine.connect() as conn:
+        label = store.get(conn, "m", "pulled")
+    assert label is not None and label.metadata == {"by": "patch"}
