@@ -21,7 +21,8 @@ once the holder has updated the row, takes it before it locks the new version,
 which a newcomer may lock first. So the statement with which a transaction
 first reaches a label (:func:`lock`, the API's merge and delete in
 :mod:`routemaster.db.transitions`, the lock of delivered labels in
-:mod:`routemaster.db.label_claims`) first takes a transaction-scoped advisory
+:mod:`routemaster.db.label_claims`, a pull task's completion in
+:mod:`routemaster.db.tasks`) first takes a transaction-scoped advisory
 lock keyed by the label, ``pg_advisory_xact_lock(hashtext(machine),
 hashtext(name))``, a condition of the statement evaluated before the row lock:
 it takes no transaction id and ends with the transaction (so it holds behind

@@ -80,7 +80,7 @@ def _waiting(conn: sa.Connection, pid: object) -> bool:
     row = conn.exec_driver_sql(
         "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %(pid)s", {"pid": pid}
     ).one()
-    return row[0] == "Lock"
+    return bool(row[0] == "Lock")
 
 
 def test_a_task_completion_and_a_patch_of_its_label_wait_for_each_other_in_turn(
