@@ -373,7 +373,8 @@ def lock_entries(conn: sa.Connection, entries: Sequence[tuple[str, str, int]]) -
         return []
     shards = shard_map(conn)
     if shards is None:
-        return [label_from_row(row) for row in fetch_all(conn, _LOCK_ENTRIES, _entries(entries))]
+        found = fetch_all(conn, _SERIALISED_LOCK_ENTRIES, _entries(entries))
+        return [label_from_row(row) for row in found]
     # On Citus one router statement per shard (routemaster.db.shards), in shard order.
     rows: list[Row] = []
     for group in shards.groups(conn, {shard_key(name) for _, name, _ in entries}, ordered=True):
@@ -680,6 +681,32 @@ _LOCK_ENTRIES = """
          AND labels.name = wanted.name AND labels.entry_id = wanted.entry_id
     WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
       AND NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
+    ORDER BY labels.state_machine, labels.name_key
+    FOR UPDATE OF labels
+    """
+
+# On one server, _LOCK_ENTRIES once the labels' writers are serialised (the advisory lock of
+# routemaster/db/labels.py): every label's, in one order, before any row lock (the first row
+# lock takes the transaction's id).
+_SERIALISED_LOCK_ENTRIES = """
+    SELECT labels.state_machine, labels.name, labels.metadata, labels.state,
+           labels.state_entered_at, labels.entry_id, labels.previous_state, labels.deleted,
+           labels.paused, labels.errored, labels.last_error, labels.attempts, labels.due_at,
+           labels.created_at, labels.updated_at, labels.version
+    FROM labels JOIN unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                            CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+                            CAST(%(entries)s AS bigint[]))
+                     AS wanted(shard_key, sm, key, name, entry_id)
+      ON labels.state_machine = wanted.sm AND labels.name_key = wanted.key
+         AND labels.shard_key = wanted.shard_key
+         AND labels.name = wanted.name AND labels.entry_id = wanted.entry_id
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
+      AND (SELECT count(pg_advisory_xact_lock(hashtext(in_order.sm), hashtext(in_order.name)))
+           FROM (SELECT DISTINCT sm, name
+                 FROM unnest(CAST(%(machines)s AS text[]), CAST(%(names)s AS text[]))
+                      AS w(sm, name)
+                 ORDER BY sm, name OFFSET 0) AS in_order) IS NOT NULL
     ORDER BY labels.state_machine, labels.name_key
     FOR UPDATE OF labels
     """

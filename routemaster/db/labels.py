@@ -10,6 +10,27 @@ move, error, retry, pause, delete, upgrade) is written by
 Every statement naming one label names its ``shard_key`` too
 (:func:`routemaster.db.keys.shard_key`), so on Citus it runs on that label's
 shard alone.
+
+**Writers of one label are serialised before they take a transaction id** (on
+one server). A change's position in the changes stream begins with its
+transaction's id (:mod:`routemaster.db.changes`), so two writes of one label
+come out in the order they were made only if the later writer's id is the
+higher. PostgreSQL gives a transaction its id at its first write, and an
+``UPDATE`` takes it before it waits for the row lock; even ``FOR UPDATE``,
+once the holder has updated the row, takes it before it locks the new version,
+which a newcomer may lock first. So the statement with which a transaction
+first reaches a label (:func:`lock`, the API's merge and delete in
+:mod:`routemaster.db.transitions`, the lock of delivered labels in
+:mod:`routemaster.db.label_claims`, a pull task's completion in
+:mod:`routemaster.db.tasks`) first takes a transaction-scoped advisory
+lock keyed by the label, ``pg_advisory_xact_lock(hashtext(machine),
+hashtext(name))``, a condition of the statement evaluated before the row lock:
+it takes no transaction id and ends with the transaction (so it holds behind
+a pooler in transaction mode; two labels whose keys collide only wait for each
+other). Holders of it follow one another: each takes its id after
+the one before committed, so its id is the higher. On Citus the coordinator
+takes the id only once the worker granted the row lock, and the plain
+statements are used. See "Order within one label" in docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -21,6 +42,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.db.keys import label_key, shard_key
+from routemaster.db.plumbing.database import distributed
 from routemaster.db.statements import Prepared, Row, fetch_all, fetch_one
 
 LabelKey = tuple[str, str]
@@ -142,8 +164,9 @@ def get(conn: sa.Connection, state_machine: str, name: str) -> Label | None:
 
 
 def lock(conn: sa.Connection, state_machine: str, name: str) -> Label | None:
-    """The label, row-locked until the transaction ends."""
-    row = fetch_one(conn, _SELECT_FOR_UPDATE, label_params(state_machine, name))
+    """The label, row-locked until the transaction ends (its writers serialised first)."""
+    statement = _SELECT_FOR_UPDATE if distributed(conn) else _SERIALISED_SELECT_FOR_UPDATE
+    row = fetch_one(conn, statement, label_params(state_machine, name))
     return None if row is None else label_from_row(row)
 
 
@@ -183,6 +206,19 @@ _SELECT_FOR_UPDATE = """
     FOR UPDATE
     """
 
+
+_SERIALISED_SELECT_FOR_UPDATE = """
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version
+    FROM labels
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s
+      AND pg_advisory_xact_lock(hashtext(%(sm)s), hashtext(%(name)s)) IS NOT NULL
+    FOR UPDATE
+    """
+"""On one server, :data:`_SELECT_FOR_UPDATE` once the label's writers are serialised (the
+module's docstring says why)."""
 
 _IS_DELETED = """
     SELECT deleted FROM labels

@@ -31,6 +31,7 @@ import sqlalchemy as sa
 
 from routemaster.db.keys import SHARD_KEYS, label_keys, shard_key
 from routemaster.db.labels import Label, label_from_row
+from routemaster.db.plumbing.database import distributed
 from routemaster.db.statements import Params, Statement, fetch_one, run
 from routemaster.db.transitions import Erring, become_errored
 
@@ -151,7 +152,10 @@ def take(
     Returns the label (its lease ended, still in the action, not due: the
     caller moves it on or says when it is due again) and the task's attempt number.
     """
-    statement, params = _by_id(task_id, _TAKE, _TAKE_UNKEYED)
+    if distributed(conn):
+        statement, params = _by_id(task_id, _TAKE, _TAKE_UNKEYED)
+    else:
+        statement, params = _by_id(task_id, _SERIALISED_TAKE, _SERIALISED_TAKE_UNKEYED)
     row = fetch_one(conn, statement, {**params, "outcome": outcome, "now": now})
     if row is None:
         return None
@@ -322,6 +326,64 @@ _TAKE_UNKEYED = """
                                               THEN %(now)s ELSE labels.scheduled_at END
         WHERE labels.task_id = %(id)s AND labels.lease_owner IS NOT NULL
           AND labels.due_at > %(now)s AND NOT labels.deleted AND NOT labels.errored
+        RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
+                  previous_state, deleted, paused, errored, last_error, attempts, due_at,
+                  created_at, updated_at, version
+    ), ended AS (
+        UPDATE tasks SET ended_at = %(now)s, outcome = %(outcome)s
+        FROM taken WHERE tasks.id = %(id)s
+        RETURNING tasks.attempt
+    )
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version,
+           attempt
+    FROM taken, ended
+    """
+
+# On one server, _TAKE and _TAKE_UNKEYED once the label's writers are serialised (the advisory
+# lock of routemaster/db/labels.py), found by the task id: the lease ends and the caller then
+# merges the patch (which takes that lock too) and moves the label, so a writer holding the
+# lock never waits for this statement's row lock while it waits for the lock.
+_SERIALISED_TAKE = """
+    WITH taken AS (
+        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL,
+                          updated_at = %(now)s,
+                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                              THEN %(now)s ELSE labels.scheduled_at END
+        WHERE labels.shard_key = %(shard_key)s AND labels.task_id = %(id)s
+          AND labels.lease_owner IS NOT NULL AND labels.due_at > %(now)s
+          AND NOT labels.deleted AND NOT labels.errored
+          AND (SELECT count(pg_advisory_xact_lock(hashtext(held.state_machine),
+                                                  hashtext(held.name)))
+               FROM labels AS held
+               WHERE held.shard_key = %(shard_key)s AND held.task_id = %(id)s) IS NOT NULL
+        RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
+                  previous_state, deleted, paused, errored, last_error, attempts, due_at,
+                  created_at, updated_at, version
+    ), ended AS (
+        UPDATE tasks SET ended_at = %(now)s, outcome = %(outcome)s
+        FROM taken WHERE tasks.shard_key = %(shard_key)s AND tasks.id = %(id)s
+        RETURNING tasks.attempt
+    )
+    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+           version,
+           attempt
+    FROM taken, ended
+    """
+
+_SERIALISED_TAKE_UNKEYED = """
+    WITH taken AS (
+        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL,
+                          updated_at = %(now)s,
+                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                              THEN %(now)s ELSE labels.scheduled_at END
+        WHERE labels.task_id = %(id)s AND labels.lease_owner IS NOT NULL
+          AND labels.due_at > %(now)s AND NOT labels.deleted AND NOT labels.errored
+          AND (SELECT count(pg_advisory_xact_lock(hashtext(held.state_machine),
+                                                  hashtext(held.name)))
+               FROM labels AS held WHERE held.task_id = %(id)s) IS NOT NULL
         RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
                   previous_state, deleted, paused, errored, last_error, attempts, due_at,
                   created_at, updated_at, version

@@ -271,7 +271,8 @@ def merge_metadata(
         "scheduled_states": list(scheduled_states),
         "now": now,
     }
-    row = fetch_one(conn, _MERGE_METADATA, params)
+    statement = _MERGE_METADATA if distributed(conn) else _SERIALISED_MERGE_METADATA
+    row = fetch_one(conn, statement, params)
     return None if row is None else label_from_row(row)
 
 
@@ -288,6 +289,25 @@ _MERGE_METADATA = """
               deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
               version
     """
+"""On Citus, the merge: the coordinator takes the transaction id after the worker granted the
+row lock, so the UPDATE may take the lock itself."""
+
+_SERIALISED_MERGE_METADATA = """
+    UPDATE labels SET metadata = routemaster_deep_merge(metadata, CAST(%(patch)s AS jsonb)),
+                      updated_at = %(now)s,
+                      scheduled_at = CASE
+                          WHEN state = ANY(CAST(%(scheduled_states)s AS text[])) THEN scheduled_at
+                          WHEN scheduled_at = updated_at THEN %(now)s
+                          ELSE scheduled_at END
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s AND NOT deleted
+      AND pg_advisory_xact_lock(hashtext(%(sm)s), hashtext(%(name)s)) IS NOT NULL
+    RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
+              deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
+              version
+    """
+"""On one server, the merge once the label's writers are serialised (the advisory lock of
+:mod:`routemaster.db.labels`, which says why)."""
 
 
 # --- move ------------------------------------------------------------------------------------
@@ -721,12 +741,14 @@ def delete_finished(
 
 
 # What every soft delete sets: deleted, metadata cleared, not due, no lease.
+# On one server only, once the label's writers are serialised (routemaster/db/labels.py).
 _DELETE = """
     WITH deleted AS (
         UPDATE labels SET deleted = true, metadata = '{}'::jsonb, due_at = NULL,
                           lease_owner = NULL, updated_at = %(now)s
         WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
-      AND name = %(name)s AND NOT deleted
+          AND name = %(name)s AND NOT deleted
+          AND pg_advisory_xact_lock(hashtext(%(sm)s), hashtext(%(name)s)) IS NOT NULL
         RETURNING state_machine, name, state, version
     )
     INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, reason,

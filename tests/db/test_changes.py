@@ -308,13 +308,6 @@ def test_positions_past_a_power_of_ten_come_out_in_numeric_order(db_engine: sa.E
     assert [change.position.xact for change in recent] == [1000, 999, 100]
 
 
-@pytest.mark.xfail(
-    reason="issue 35, open: on one server a change's position is the writing transaction's id,"
-    " and a writer can take its id before it is granted the label's row lock (a waiter that"
-    " woke, took its id, and found the row locked again by another waiter), so two writes"
-    " to one label can come out in the opposite order; each still arrives once",
-    strict=False,
-)
 def test_two_writers_on_one_label_come_out_in_the_order_they_wrote(db_engine: sa.Engine) -> None:
     changes = race_on_one_label(db_engine, "raced", rounds=40)
     assert [change.position for change in changes] == sorted(c.position for c in changes)
