@@ -48,7 +48,7 @@ from routemaster.server.supervisor import Child, supervise
     "--workers",
     type=click.IntRange(min=1),
     default=None,
-    help="Gunicorn worker processes (default $WEB_CONCURRENCY, else 2 x CPUs, <= 8).",
+    help="Gunicorn worker processes (default $WEB_CONCURRENCY, else 1 per CPU, 2 to 8).",
 )
 @click.option(
     "--threads",
