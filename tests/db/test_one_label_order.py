@@ -12,9 +12,10 @@ from collections.abc import Callable
 import pytest
 import sqlalchemy as sa
 
-from routemaster.db import label_claims, tasks, transitions
+from routemaster.db import bulk, label_claims, tasks, transitions
 from routemaster.db import labels as store
 from routemaster.db.claimed import Claim
+from routemaster.db.search import Search
 from routemaster.db.tasks import Lease
 from tests.citus_cluster import citus_run
 from tests.db.test_statement_text import STATEMENTS
@@ -163,3 +164,36 @@ def test_every_statement_that_serialises_several_labels_takes_their_locks_in_one
     } <= set(several)
     for name, sql in several.items():
         assert SERIALISE_SEVERAL in sql, name
+
+
+def _lock_is_free(conn: sa.Connection, name: str) -> bool:
+    with conn.begin():
+        return bool(
+            conn.exec_driver_sql(
+                "SELECT pg_try_advisory_xact_lock(hashtext('m'), hashtext(%(name)s))",
+                {"name": name},
+            ).scalar_one()
+        )
+
+
+def test_a_bulk_batch_serialises_its_labels_before_it_claims_their_items(
+    db_engine: sa.Engine,
+) -> None:
+    """A batch claims its items (which takes its transaction id) holding its labels' locks
+    already; an item whose label is being written is left for a later batch."""
+    with db_engine.begin() as conn:
+        for name in ("free", "raced", "spare"):
+            assert transitions.insert(conn, "m", name, {}, state="a", now=NOW)
+        bulk.accept_job(conn, Search("m"), command="retry", arguments="{}", reason="bulk", now=NOW)
+    with db_engine.connect() as holder, holder.begin():
+        transitions.merge_metadata(holder, "m", "raced", {"held": True}, now=NOW)  # has an id
+        with db_engine.connect() as batch, batch.begin(), db_engine.connect() as other:
+            claimed = {item.name for item in bulk.claim_items(batch, limit=10)}
+            assert claimed == {"free", "spare"}
+            assert not _lock_is_free(other, "free") and not _lock_is_free(other, "spare")
+    with db_engine.connect() as batch, batch.begin():
+        assert {item.name for item in bulk.claim_items(batch, limit=10)} == {
+            "free",
+            "raced",
+            "spare",
+        }
