@@ -23,7 +23,8 @@ first reaches a label (:func:`lock`, the API's merge and delete in
 :mod:`routemaster.db.transitions`, the lock of delivered labels in
 :mod:`routemaster.db.label_claims`, a pull task's completion in
 :mod:`routemaster.db.tasks`, a retry and a webhook given up on in
-:mod:`routemaster.db.transitions`) first takes a transaction-scoped advisory
+:mod:`routemaster.db.transitions`; a bulk batch's claim in :mod:`routemaster.db.bulk`
+tries it without waiting) first takes a transaction-scoped advisory
 lock keyed by the label, ``pg_advisory_xact_lock(hashtext(machine),
 hashtext(name))``, a condition of the statement evaluated before the row lock:
 it takes no transaction id and ends with the transaction (so it holds behind
