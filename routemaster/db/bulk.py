@@ -20,11 +20,12 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
+from routemaster.db.labels import SERIALISED_AT_MOST
 from routemaster.db.notifications import notify_due
 from routemaster.db.plumbing.database import distributed
 from routemaster.db.search import Search, filter_params, with_condition
 from routemaster.db.shards import one_connection_per_node, shard_map, take
-from routemaster.db.statements import fetch_one, fetch_value, run
+from routemaster.db.statements import fetch_all, fetch_one, fetch_value, run
 
 _INSERT_JOB = """
     INSERT INTO bulk_jobs (state_machine, command, arguments, reason, pause_until, total)
@@ -65,6 +66,32 @@ _CLAIM = """
       AND item.outcome IS NULL AND job.finished_at IS NULL
     ORDER BY item.job_id, item.name_key
     LIMIT %(limit)s
+    FOR UPDATE OF item SKIP LOCKED
+    """
+
+# On one server, the pending items whose labels' writers this transaction serialises (the
+# advisory lock of routemaster/db/labels.py), read without a row lock, so before the
+# transaction's id: among the first twice ``limit`` in claim order (another worker's batch
+# holds the first ones' locks), up to ``limit`` whose lock is free now, tried without waiting.
+_SERIALISE_PENDING = """
+    SELECT pending.job_id, pending.name_key
+    FROM (SELECT item.job_id, item.name_key, job.state_machine, item.name
+          FROM bulk_items AS item JOIN bulk_jobs AS job ON job.id = item.job_id
+          WHERE item.outcome IS NULL AND job.finished_at IS NULL
+          ORDER BY item.job_id, item.name_key
+          LIMIT 2 * %(limit)s OFFSET 0) AS pending
+    WHERE pg_try_advisory_xact_lock(hashtext(pending.state_machine), hashtext(pending.name))
+    LIMIT %(limit)s
+    """
+
+# On one server, _CLAIM of the items whose labels' writers are serialised.
+_CLAIM_SERIALISED = """
+    SELECT item.job_id, item.name_key, item.name
+    FROM bulk_items AS item JOIN bulk_jobs AS job ON job.id = item.job_id
+    WHERE (item.job_id, item.name_key) IN (SELECT * FROM unnest(CAST(%(jobs)s AS bigint[]),
+                                                                CAST(%(keys)s AS bytea[])))
+      AND item.outcome IS NULL AND job.finished_at IS NULL
+    ORDER BY item.job_id, item.name_key
     FOR UPDATE OF item SKIP LOCKED
     """
 
@@ -167,12 +194,23 @@ def get_job(conn: sa.Connection, job: int) -> Job | None:
 def claim_items(conn: sa.Connection, *, limit: int) -> list[Item]:
     """Up to ``limit`` pending items no other transaction holds, locked until this one ends.
 
-    On Citus shard by shard (:mod:`routemaster.db.shards`): the oldest running job's
-    pending items first within each shard, the shards from a random one on.
+    On one server each item's label's writers are serialised first, before the claim takes
+    the transaction's id (the advisory lock of :mod:`routemaster.db.labels`, tried without
+    waiting: an item whose label is being written, or is in another batch, is left for a
+    later batch): docs/architecture.md, "Order within one label". On Citus shard by shard
+    (:mod:`routemaster.db.shards`): the oldest running job's pending items first within each
+    shard, the shards from a random one on.
     """
     if shard_map(conn) is not None:
         one_connection_per_node(conn)  # the batch ends writing bulk_jobs, a reference table
-    return [Item(*row) for row in take(conn, _PENDING_KEYS, _CLAIM, {"limit": limit})]
+        return [Item(*row) for row in take(conn, _PENDING_KEYS, _CLAIM, {"limit": limit})]
+    # One server: the labels' writers serialised before the claim takes the transaction's id.
+    limit = min(limit, SERIALISED_AT_MOST)
+    serialised = fetch_all(conn, _SERIALISE_PENDING, {"limit": limit})
+    if not serialised:
+        return []
+    params = {"jobs": [job for job, _ in serialised], "keys": [key for _, key in serialised]}
+    return [Item(*row) for row in fetch_all(conn, _CLAIM_SERIALISED, params)]
 
 
 def record_outcomes(

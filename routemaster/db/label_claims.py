@@ -44,7 +44,7 @@ import sqlalchemy as sa
 
 from routemaster.db.claimed import Claim
 from routemaster.db.keys import label_key, label_key_arrays, shard_key
-from routemaster.db.labels import Label, label_from_row
+from routemaster.db.labels import SERIALISED_AT_MOST, Label, label_from_row
 from routemaster.db.receivers import Route, route_arrays
 from routemaster.db.shards import Fetch, ShardMap, shard_map, take, take_each
 from routemaster.db.statements import Row, fetch_all, fetch_one, run
@@ -373,7 +373,9 @@ def lock_entries(conn: sa.Connection, entries: Sequence[tuple[str, str, int]]) -
         return []
     shards = shard_map(conn)
     if shards is None:
-        found = fetch_all(conn, _SERIALISED_LOCK_ENTRIES, _entries(entries))
+        serialised = len(entries) <= SERIALISED_AT_MOST
+        statement = _SERIALISED_LOCK_ENTRIES if serialised else _LOCK_ENTRIES
+        found = fetch_all(conn, statement, _entries(entries))
         return [label_from_row(row) for row in found]
     # On Citus one router statement per shard (routemaster.db.shards), in shard order.
     rows: list[Row] = []
@@ -702,11 +704,11 @@ _SERIALISED_LOCK_ENTRIES = """
          AND labels.name = wanted.name AND labels.entry_id = wanted.entry_id
     WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
       AND NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
-      AND (SELECT count(pg_advisory_xact_lock(hashtext(in_order.sm), hashtext(in_order.name)))
-           FROM (SELECT DISTINCT sm, name
+      AND (SELECT count(pg_advisory_xact_lock(in_order.sm_hash, in_order.name_hash))
+           FROM (SELECT DISTINCT hashtext(w.sm) AS sm_hash, hashtext(w.name) AS name_hash
                  FROM unnest(CAST(%(machines)s AS text[]), CAST(%(names)s AS text[]))
                       AS w(sm, name)
-                 ORDER BY sm, name OFFSET 0) AS in_order) IS NOT NULL
+                 ORDER BY sm_hash, name_hash OFFSET 0) AS in_order) IS NOT NULL
     ORDER BY labels.state_machine, labels.name_key
     FOR UPDATE OF labels
     """

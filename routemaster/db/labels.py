@@ -22,7 +22,9 @@ which a newcomer may lock first. So the statement with which a transaction
 first reaches a label (:func:`lock`, the API's merge and delete in
 :mod:`routemaster.db.transitions`, the lock of delivered labels in
 :mod:`routemaster.db.label_claims`, a pull task's completion in
-:mod:`routemaster.db.tasks`) first takes a transaction-scoped advisory
+:mod:`routemaster.db.tasks`, a retry and a webhook given up on in
+:mod:`routemaster.db.transitions`; a bulk batch's claim in :mod:`routemaster.db.bulk`
+tries it without waiting) first takes a transaction-scoped advisory
 lock keyed by the label, ``pg_advisory_xact_lock(hashtext(machine),
 hashtext(name))``, a condition of the statement evaluated before the row lock:
 it takes no transaction id and ends with the transaction (so it holds behind
@@ -219,6 +221,27 @@ _SERIALISED_SELECT_FOR_UPDATE = """
     """
 """On one server, :data:`_SELECT_FOR_UPDATE` once the label's writers are serialised (the
 module's docstring says why)."""
+
+# A statement that reaches several labels first serialises the writers of each (on one
+# server) with one condition, written out the same in each (tests/db/test_one_label_order.py
+# checks it):
+#
+#   (SELECT count(pg_advisory_xact_lock(in_order.sm_hash, in_order.name_hash))
+#    FROM (SELECT DISTINCT hashtext(w.sm) AS sm_hash, hashtext(w.name) AS name_hash
+#          FROM unnest(CAST(%(machines)s AS text[]), CAST(%(names)s AS text[])) AS w(sm, name)
+#          ORDER BY sm_hash, name_hash OFFSET 0) AS in_order) IS NOT NULL
+#
+# Each label's advisory lock, in one order for every such statement (by its two keys, so two
+# labels whose keys collide are one lock in one place), all of them before the statement locks
+# or writes a row, since its first row takes the transaction's id (an uncorrelated subquery,
+# evaluated once). Only in a statement with which a transaction first reaches its labels: one
+# already holding a label's row must not wait for a lock of its writers, who may be waiting for
+# that row.
+
+SERIALISED_AT_MOST = 1_000
+"""The most labels one statement serialises: each advisory lock takes a slot of the server's
+lock table (``max_locks_per_transaction`` per connection, 6,400 by default) until the
+transaction ends; a statement over more labels runs unserialised."""
 
 _IS_DELETED = """
     SELECT deleted FROM labels

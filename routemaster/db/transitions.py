@@ -50,7 +50,14 @@ import sqlalchemy as sa
 from routemaster.db.claimed import Claim
 from routemaster.db.history import Entry, version_for, version_params
 from routemaster.db.keys import label_key, label_key_arrays, label_keys, shard_key, shard_keys
-from routemaster.db.labels import Label, LabelKey, Moves, label_from_row, label_params
+from routemaster.db.labels import (
+    SERIALISED_AT_MOST,
+    Label,
+    LabelKey,
+    Moves,
+    label_from_row,
+    label_params,
+)
 from routemaster.db.notifications import notify_due
 from routemaster.db.plumbing.database import distributed
 from routemaster.db.shards import shard_map, take
@@ -486,7 +493,11 @@ class Erring:
 
 
 def become_errored(
-    conn: sa.Connection, erring: Sequence[Erring], *, now: datetime.datetime
+    conn: sa.Connection,
+    erring: Sequence[Erring],
+    *,
+    now: datetime.datetime,
+    first: bool = False,
 ) -> list[Label]:
     """Error each label still live, in its entry and not errored: the labels it errored.
 
@@ -502,6 +513,11 @@ def become_errored(
     ``forced`` false, the state as both old and new state, the error as ``reason``, so it
     shows in ``/history`` and on the changes streams; the label's ``entry_id`` (its
     idempotency token) is unchanged.
+
+    ``first``: the transaction reaches these labels first here (it holds none of their
+    rows), so on one server their writers are serialised before the rows are locked
+    (the condition in ``db/labels.py``). A sweep that picked and holds the rows
+    passes ``False``.
     """
     if not erring:
         return []
@@ -519,7 +535,9 @@ def become_errored(
     # The labels, then their history rows, in the caller's transaction: on Citus one label's
     # error is two router statements (a CTE feeding history from the UPDATE would commit in
     # two phases); on one server the second statement costs a round trip on a rare path.
-    errored = [label_from_row(row) for row in fetch_all(conn, _ERROR_LABELS, params)]
+    serialised = first and len(erring) <= SERIALISED_AT_MOST and not distributed(conn)
+    statement = _SERIALISED_ERROR_LABELS if serialised else _ERROR_LABELS
+    errored = [label_from_row(row) for row in fetch_all(conn, statement, params)]
     entries = [
         Entry(
             label.state_machine,
@@ -541,9 +559,12 @@ def become_errored(
 
 
 def mark_errored(conn: sa.Connection, claim: Claim, *, error: str, now: datetime.datetime) -> bool:
-    """Give up on the claimed entry: errored until an operator retries it; whether it was."""
+    """Give up on the claimed entry: errored until an operator retries it; whether it was.
+
+    The first write of the caller's transaction (the claim's lease was another's), so the
+    label's writers are serialised first (on one server)."""
     erring = Erring(claim.state_machine, claim.name, claim.entry_id, error)
-    return bool(become_errored(conn, [erring], now=now))
+    return bool(become_errored(conn, [erring], now=now, first=True))
 
 
 # The labels errored, before their history rows (become_errored; the rows' version as
@@ -571,6 +592,36 @@ _ERROR_LABELS = """
               labels.version
     """
 
+# On one server, _ERROR_LABELS once the labels' writers are serialised (become_errored's
+# ``first``).
+_SERIALISED_ERROR_LABELS = """
+    WITH erring AS (
+        SELECT * FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                             CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+                             CAST(%(entry_ids)s AS bigint[]), CAST(%(errors)s AS text[]))
+                      AS e(shard_key, sm, key, name, entry_id, error)
+    )
+    UPDATE labels SET errored = true, due_at = NULL, last_error = erring.error,
+                      lease_owner = NULL, task_id = NULL, updated_at = %(now)s,
+                      scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                          THEN %(now)s ELSE labels.scheduled_at END
+    FROM erring
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND labels.shard_key = erring.shard_key AND labels.state_machine = erring.sm
+      AND labels.name_key = erring.key AND labels.name = erring.name
+      AND labels.entry_id = erring.entry_id AND NOT labels.deleted AND NOT labels.errored
+      AND (SELECT count(pg_advisory_xact_lock(in_order.sm_hash, in_order.name_hash))
+           FROM (SELECT DISTINCT hashtext(w.sm) AS sm_hash, hashtext(w.name) AS name_hash
+                 FROM unnest(CAST(%(machines)s AS text[]), CAST(%(names)s AS text[]))
+                      AS w(sm, name)
+                 ORDER BY sm_hash, name_hash OFFSET 0) AS in_order) IS NOT NULL
+    RETURNING labels.state_machine, labels.name, labels.metadata, labels.state,
+              labels.state_entered_at, labels.entry_id, labels.previous_state,
+              labels.deleted, labels.paused, labels.errored, labels.last_error,
+              labels.attempts, labels.due_at, labels.created_at, labels.updated_at,
+              labels.version
+    """
+
 
 # --- retry -----------------------------------------------------------------------------------
 
@@ -586,7 +637,9 @@ def retry(
     is unchanged: it is still the same entry into the action."""
     if not keys:
         return []
-    rows = fetch_all(conn, _RETRY, {**label_key_arrays(keys), "now": now})
+    serialised = len(keys) <= SERIALISED_AT_MOST and not distributed(conn)
+    statement = _SERIALISED_RETRY if serialised else _RETRY
+    rows = fetch_all(conn, statement, {**label_key_arrays(keys), "now": now})
     retried = [label_from_row(row) for row in rows]
     entries = [
         Entry(
@@ -615,6 +668,31 @@ _RETRY = """
       AND labels.shard_key = retried.shard_key AND labels.state_machine = retried.sm
       AND labels.name_key = retried.key AND labels.name = retried.name
       AND labels.errored AND NOT labels.deleted
+    RETURNING labels.state_machine, labels.name, labels.metadata, labels.state,
+              labels.state_entered_at, labels.entry_id, labels.previous_state, labels.deleted,
+              labels.paused, labels.errored, labels.last_error, labels.attempts, labels.due_at,
+              labels.created_at, labels.updated_at, labels.version
+    """
+
+# On one server, _RETRY once the labels' writers are serialised: every caller reaches the
+# labels first here, or holds their locks already (an operator's retry locked the label).
+_SERIALISED_RETRY = """
+    UPDATE labels SET errored = false, attempts = 0, due_at = %(now)s, lease_owner = NULL,
+                      updated_at = %(now)s,
+                      scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
+                                          THEN %(now)s ELSE labels.scheduled_at END
+    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]))
+         AS retried(shard_key, sm, key, name)
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND labels.shard_key = retried.shard_key AND labels.state_machine = retried.sm
+      AND labels.name_key = retried.key AND labels.name = retried.name
+      AND labels.errored AND NOT labels.deleted
+      AND (SELECT count(pg_advisory_xact_lock(in_order.sm_hash, in_order.name_hash))
+           FROM (SELECT DISTINCT hashtext(w.sm) AS sm_hash, hashtext(w.name) AS name_hash
+                 FROM unnest(CAST(%(machines)s AS text[]), CAST(%(names)s AS text[]))
+                      AS w(sm, name)
+                 ORDER BY sm_hash, name_hash OFFSET 0) AS in_order) IS NOT NULL
     RETURNING labels.state_machine, labels.name, labels.metadata, labels.state,
               labels.state_entered_at, labels.entry_id, labels.previous_state, labels.deleted,
               labels.paused, labels.errored, labels.last_error, labels.attempts, labels.due_at,

@@ -84,7 +84,10 @@ def record_failed_delivery(
     label: errored (gone, or its last attempt), its probe put back where it was in the
     queue (no attempt used), or retried after the backoff (or ``Retry-After``, if longer).
 
-    ``where`` names the label in the log lines.
+    ``where`` names the label in the log lines. An error is written first, before the
+    entry and the receiver's row: it is the transaction's first write, so the label's
+    other writers are serialised before the transaction takes its id (docs/architecture.md,
+    "Order within one label").
     """
     call, error = result.call, result.error
     assert call is not None and error is not None
@@ -101,19 +104,22 @@ def record_failed_delivery(
         reopen_at=now + circuit.cooldown,
         retry_until=None if retry_after is None else now + retry_after,
     )
+    gives_up = result.outcome is Outcome.GONE or (
+        not permit.probe and claim.attempts >= policy.max_attempts
+    )
     with app.db.begin() as conn:
+        if gives_up:  # the label first: its error is the transaction's first write
+            errored = f"{error} (attempt {claim.attempts} of {policy.max_attempts})"
+            logger.warning("errored %s: %s", where, errored)
+            mark_errored(conn, claim, error=errored, now=now)
         deliveries.record(conn, [entry])
         if call.receiver_failed:
             receivers.failed(conn, failure)
         else:  # it answered: the receiver is up, whatever it thought of this label
             receivers.succeeded(conn, [permit.receiver.id], now=now)
-        if result.outcome is Outcome.GONE or (
-            not permit.probe and claim.attempts >= policy.max_attempts
-        ):
-            errored = f"{error} (attempt {claim.attempts} of {policy.max_attempts})"
-            logger.warning("errored %s: %s", where, errored)
-            mark_errored(conn, claim, error=errored, now=now)
-        elif permit.probe:
+        if gives_up:
+            return
+        if permit.probe:
             logger.info("probe of %s failed: %s", permit.receiver.origin, error)
             # back where it was in the queue; a probe used no attempt, so none is given back
             unsent = label_claims.Unsent(claim, permit.was_due, counted=False)

@@ -12,10 +12,13 @@ from collections.abc import Callable
 import pytest
 import sqlalchemy as sa
 
-from routemaster.db import label_claims, tasks, transitions
+from routemaster.db import bulk, label_claims, tasks, transitions
 from routemaster.db import labels as store
+from routemaster.db.claimed import Claim
+from routemaster.db.search import Search
 from routemaster.db.tasks import Lease
 from tests.citus_cluster import citus_run
+from tests.db.test_statement_text import STATEMENTS
 from tests.waiting import wait_until
 
 NOW = datetime.datetime(2026, 11, 28, 6, 0, tzinfo=datetime.UTC)
@@ -35,7 +38,16 @@ WRITERS: dict[str, Write] = {
     "delivered labels": lambda conn, label: label_claims.lock_entries(
         conn, [("m", label.name, label.entry_id), ("m", "other", 1)]
     ),
+    "failed delivery given up": lambda conn, label: transitions.mark_errored(
+        conn, Claim("m", label.name, label.state, {}, label.entry_id, 3), error="gone", now=NOW
+    ),
+    "retry (operator, receiver's errored labels)": lambda conn, label: transitions.retry(
+        conn, [("m", "other"), ("m", label.name)], now=NOW, reason="retried"
+    ),
 }
+
+ERRORED_FIRST = {"retry (operator, receiver's errored labels)"}
+"""Writers of an errored label: the label is errored before it is raced."""
 
 
 @pytest.mark.parametrize("writer", WRITERS)
@@ -45,6 +57,9 @@ def test_a_writer_waits_for_the_label_before_it_takes_a_transaction_id(
     with db_engine.begin() as conn:
         label = transitions.insert(conn, "m", "raced", {}, state="a", now=NOW)
         assert label is not None
+        if writer in ERRORED_FIRST:
+            erring = transitions.Erring("m", "raced", label.entry_id, "failed")
+            assert transitions.become_errored(conn, [erring], now=NOW)
     waiter: dict[str, object] = {}
 
     def write() -> None:
@@ -122,3 +137,63 @@ def test_a_task_completion_and_a_patch_of_its_label_wait_for_each_other_in_turn(
     with db_engine.connect() as conn:
         label = store.get(conn, "m", "pulled")
     assert label is not None and label.metadata == {"by": "patch"}
+
+
+_SERIALISE_SEVERAL = """
+    (SELECT count(pg_advisory_xact_lock(in_order.sm_hash, in_order.name_hash))
+     FROM (SELECT DISTINCT hashtext(w.sm) AS sm_hash, hashtext(w.name) AS name_hash
+           FROM unnest(CAST(%(machines)s AS text[]), CAST(%(names)s AS text[])) AS w(sm, name)
+           ORDER BY sm_hash, name_hash OFFSET 0) AS in_order) IS NOT NULL
+    """
+"""The condition of routemaster/db/labels.py, whitespace aside."""
+SERIALISE_SEVERAL = " ".join(_SERIALISE_SEVERAL.split())
+
+
+def test_every_statement_that_serialises_several_labels_takes_their_locks_in_one_order() -> None:
+    """Two statements taking several labels' locks in different orders could each hold one
+    the other waits for: every one takes them by the labels' two keys, all before its rows."""
+    several = {
+        name: " ".join(sql.split())
+        for name, sql in STATEMENTS
+        if "pg_advisory_xact_lock" in sql and "unnest" in sql.split("pg_advisory_xact_lock")[1]
+    }
+    assert {
+        "label_claims._SERIALISED_LOCK_ENTRIES",
+        "transitions._SERIALISED_ERROR_LABELS",
+        "transitions._SERIALISED_RETRY",
+    } <= set(several)
+    for name, sql in several.items():
+        assert SERIALISE_SEVERAL in sql, name
+
+
+def _lock_is_free(conn: sa.Connection, name: str) -> bool:
+    with conn.begin():
+        return bool(
+            conn.exec_driver_sql(
+                "SELECT pg_try_advisory_xact_lock(hashtext('m'), hashtext(%(name)s))",
+                {"name": name},
+            ).scalar_one()
+        )
+
+
+def test_a_bulk_batch_serialises_its_labels_before_it_claims_their_items(
+    db_engine: sa.Engine,
+) -> None:
+    """A batch claims its items (which takes its transaction id) holding its labels' locks
+    already; an item whose label is being written is left for a later batch."""
+    with db_engine.begin() as conn:
+        for name in ("free", "raced", "spare"):
+            assert transitions.insert(conn, "m", name, {}, state="a", now=NOW)
+        bulk.accept_job(conn, Search("m"), command="retry", arguments="{}", reason="bulk", now=NOW)
+    with db_engine.connect() as holder, holder.begin():
+        transitions.merge_metadata(holder, "m", "raced", {"held": True}, now=NOW)  # has an id
+        with db_engine.connect() as batch, batch.begin(), db_engine.connect() as other:
+            claimed = {item.name for item in bulk.claim_items(batch, limit=10)}
+            assert claimed == {"free", "spare"}
+            assert not _lock_is_free(other, "free") and not _lock_is_free(other, "spare")
+    with db_engine.connect() as batch, batch.begin():
+        assert {item.name for item in bulk.claim_items(batch, limit=10)} == {
+            "free",
+            "raced",
+            "spare",
+        }
