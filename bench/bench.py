@@ -675,7 +675,13 @@ class Suite:
             name = self.tag("p")
             target.bulk_labels("flow", "start", name, 1, stored)
             start = time.perf_counter()
-            conn.request("PATCH", f"/state-machines/flow/labels/{name}-0", body=body)
+            conn.request(
+                "PATCH",
+                f"/state-machines/flow/labels/{name}-0",
+                body=body,
+                # 1.5.0 reads a body only when it is declared JSON
+                headers={"Content-Type": "application/json", **target.auth_headers},
+            )
             response = conn.getresponse()
             answer = response.read()
             elapsed = time.perf_counter() - start
