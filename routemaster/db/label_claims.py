@@ -44,7 +44,7 @@ import sqlalchemy as sa
 
 from routemaster.db.claimed import Claim
 from routemaster.db.keys import label_key, label_key_arrays, shard_key
-from routemaster.db.labels import SERIALISED_AT_MOST, Label, label_from_row
+from routemaster.db.labels import Label, label_from_row, serialises
 from routemaster.db.receivers import Route, route_arrays
 from routemaster.db.shards import Fetch, ShardMap, shard_map, take, take_each
 from routemaster.db.statements import Row, fetch_all, fetch_one, run
@@ -373,8 +373,7 @@ def lock_entries(conn: sa.Connection, entries: Sequence[tuple[str, str, int]]) -
         return []
     shards = shard_map(conn)
     if shards is None:
-        serialised = len(entries) <= SERIALISED_AT_MOST
-        statement = _SERIALISED_LOCK_ENTRIES if serialised else _LOCK_ENTRIES
+        statement = _SERIALISED_LOCK_ENTRIES if serialises(conn, len(entries)) else _LOCK_ENTRIES
         found = fetch_all(conn, statement, _entries(entries))
         return [label_from_row(row) for row in found]
     # On Citus one router statement per shard (routemaster.db.shards), in shard order.

@@ -167,7 +167,7 @@ def get(conn: sa.Connection, state_machine: str, name: str) -> Label | None:
 
 def lock(conn: sa.Connection, state_machine: str, name: str) -> Label | None:
     """The label, row-locked until the transaction ends (its writers serialised first)."""
-    statement = _SELECT_FOR_UPDATE if distributed(conn) else _SERIALISED_SELECT_FOR_UPDATE
+    statement = _SERIALISED_SELECT_FOR_UPDATE if serialises(conn) else _SELECT_FOR_UPDATE
     row = fetch_one(conn, statement, label_params(state_machine, name))
     return None if row is None else label_from_row(row)
 
@@ -242,6 +242,13 @@ SERIALISED_AT_MOST = 1_000
 """The most labels one statement serialises: each advisory lock takes a slot of the server's
 lock table (``max_locks_per_transaction`` per connection, 6,400 by default) until the
 transaction ends; a statement over more labels runs unserialised."""
+
+
+def serialises(conn: sa.Connection, labels: int = 1) -> bool:
+    """Whether a statement reaching ``labels`` labels first serialises their writers: on one
+    server, for at most :data:`SERIALISED_AT_MOST` (the module's docstring says why)."""
+    return labels <= SERIALISED_AT_MOST and not distributed(conn)
+
 
 _IS_DELETED = """
     SELECT deleted FROM labels

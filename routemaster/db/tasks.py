@@ -30,8 +30,7 @@ from typing import Any, cast
 import sqlalchemy as sa
 
 from routemaster.db.keys import SHARD_KEYS, label_keys, shard_key
-from routemaster.db.labels import Label, label_from_row
-from routemaster.db.plumbing.database import distributed
+from routemaster.db.labels import Label, label_from_row, serialises
 from routemaster.db.statements import Params, Statement, fetch_one, run
 from routemaster.db.transitions import Erring, become_errored
 
@@ -152,10 +151,10 @@ def take(
     Returns the label (its lease ended, still in the action, not due: the
     caller moves it on or says when it is due again) and the task's attempt number.
     """
-    if distributed(conn):
-        statement, params = _by_id(task_id, _TAKE, _TAKE_UNKEYED)
-    else:
+    if serialises(conn):
         statement, params = _by_id(task_id, _SERIALISED_TAKE, _SERIALISED_TAKE_UNKEYED)
+    else:
+        statement, params = _by_id(task_id, _TAKE, _TAKE_UNKEYED)
     row = fetch_one(conn, statement, {**params, "outcome": outcome, "now": now})
     if row is None:
         return None

@@ -51,12 +51,12 @@ from routemaster.db.claimed import Claim
 from routemaster.db.history import Entry, version_for, version_params
 from routemaster.db.keys import label_key, label_key_arrays, label_keys, shard_key, shard_keys
 from routemaster.db.labels import (
-    SERIALISED_AT_MOST,
     Label,
     LabelKey,
     Moves,
     label_from_row,
     label_params,
+    serialises,
 )
 from routemaster.db.notifications import notify_due
 from routemaster.db.plumbing.database import distributed
@@ -278,7 +278,7 @@ def merge_metadata(
         "scheduled_states": list(scheduled_states),
         "now": now,
     }
-    statement = _MERGE_METADATA if distributed(conn) else _SERIALISED_MERGE_METADATA
+    statement = _SERIALISED_MERGE_METADATA if serialises(conn) else _MERGE_METADATA
     row = fetch_one(conn, statement, params)
     return None if row is None else label_from_row(row)
 
@@ -535,7 +535,7 @@ def become_errored(
     # The labels, then their history rows, in the caller's transaction: on Citus one label's
     # error is two router statements (a CTE feeding history from the UPDATE would commit in
     # two phases); on one server the second statement costs a round trip on a rare path.
-    serialised = first and len(erring) <= SERIALISED_AT_MOST and not distributed(conn)
+    serialised = first and serialises(conn, len(erring))
     statement = _SERIALISED_ERROR_LABELS if serialised else _ERROR_LABELS
     errored = [label_from_row(row) for row in fetch_all(conn, statement, params)]
     entries = [
@@ -637,8 +637,7 @@ def retry(
     is unchanged: it is still the same entry into the action."""
     if not keys:
         return []
-    serialised = len(keys) <= SERIALISED_AT_MOST and not distributed(conn)
-    statement = _SERIALISED_RETRY if serialised else _RETRY
+    statement = _SERIALISED_RETRY if serialises(conn, len(keys)) else _RETRY
     rows = fetch_all(conn, statement, {**label_key_arrays(keys), "now": now})
     retried = [label_from_row(row) for row in rows]
     entries = [
