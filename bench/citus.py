@@ -36,6 +36,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,13 @@ state_machines:
     states:
       - action: notify
         webhook: "http://127.0.0.1:{port}/ok"
+        next: done
+      - gate: done
+        exit_condition: false
+  pull:
+    states:
+      - action: work
+        worker: {{lease: 5m}}
         next: done
       - gate: done
         exit_condition: false
@@ -161,17 +169,36 @@ def measure(target: Target, args: argparse.Namespace, config: Path) -> dict[str,
     workers = [_postmaster(node, url) for node in target.workers]
     results: dict[str, float] = {}
 
-    def cpu() -> tuple[float, float]:
-        return server_cpu(coordinator), sum(server_cpu(worker) for worker in workers)
+    nodes = [coordinator, *workers]
+    node_names = ["coordinator", *(f"worker {n}" for n in range(1, len(workers) + 1))]
+
+    def cpu() -> list[float]:
+        return [server_cpu(node) for node in nodes]
 
     def phase(name: str, run: Callable[[], tuple[float, int]]) -> None:
         before = cpu()
         per_second, count = run()
         after = cpu()
         results[f"{name}/s"] = per_second
-        results[f"{name}: coordinator CPU ms"] = 1000 * (after[0] - before[0]) / max(count, 1)
+        spent = [1000 * (a - b) / max(count, 1) for a, b in zip(after, before, strict=True)]
+        for node, ms in zip(node_names, spent, strict=True):
+            results[f"{name}: {node} CPU ms"] = ms
         if workers:
-            results[f"{name}: workers' CPU ms"] = 1000 * (after[1] - before[1]) / max(count, 1)
+            results[f"{name}: busiest node CPU ms"] = max(spent)
+
+    def idle() -> None:
+        """CPU per minute on each node with one ``cron`` running and nothing due."""
+        with cron_processes(target.url, config, 1):
+            time.sleep(args.idle_warmup)
+            before, started = cpu(), time.monotonic()
+            time.sleep(args.idle)
+            after, elapsed = cpu(), time.monotonic() - started
+        for node, (a, b) in zip(node_names, zip(after, before, strict=True), strict=True):
+            results[f"idle: {node} CPU s/min"] = 60 * (a - b) / elapsed
+        if workers:
+            results["idle: workers CPU s/min"] = (
+                60 * sum(after[1:]) / elapsed - 60 * sum(before[1:]) / elapsed
+            )
 
     prefix = f"b{uuid.uuid4().hex[:6]}"
     env = {"ROUTEMASTER_DIRECT_DATABASE_URL": target.url}
@@ -208,30 +235,60 @@ def measure(target: Target, args: argparse.Namespace, config: Path) -> dict[str,
         per_client = -(-args.labels // args.clients)
         rate(base, args.clients, None, create_flow, per_client=per_client)
         phase("deliveries", lambda: drain(target.url, config, args.cron))
+
+        def create_pull(session: requests.Session, base: str, client: int, i: int) -> int:
+            url = f"{base}/state-machines/pull/labels/{prefix}-{client}-{i}"
+            return session.post(url, json={"metadata": {}}).status_code
+
+        rate(base, args.clients, None, create_pull, per_client=per_client)
+        phase("pull claim+complete", lambda: pull(base, args.clients))
+    if args.idle:
+        idle()
     engine.dispose()
     return results
 
 
-def drain(url: str, config: Path, processes: int) -> tuple[float, int]:
-    """``processes`` ``routemaster cron`` until no label is left in the action: labels/s, and how
-    many were delivered, from the moment every cron has started (its start-up is not counted)."""
-    engine = create_engine(url)
+@contextmanager
+def cron_processes(url: str, config: Path, processes: int) -> Iterator[None]:
+    """``processes`` ``routemaster cron``, from the moment each has started (its start-up is
+    not counted) until the block ends."""
     env = {**os.environ, "DATABASE_URL": url, "ROUTEMASTER_DIRECT_DATABASE_URL": url}
     logs = [
         Path(f"/tmp/routemaster-bench-citus-{os.getpid()}-cron{n}.log") for n in range(processes)
     ]
     crons = []
-    for index, log in enumerate(logs):
-        with log.open("wb") as output:
-            crons.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "routemaster", "-c", str(config), "cron"],
-                    env={**env, "ROUTEMASTER_WORKER_ID": f"bench-{index}"},
-                    cwd=ROOT,
-                    stdout=output,
-                    stderr=subprocess.STDOUT,
+    try:
+        for index, log in enumerate(logs):
+            with log.open("wb") as output:
+                crons.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "routemaster", "-c", str(config), "cron"],
+                        env={**env, "ROUTEMASTER_WORKER_ID": f"bench-{index}"},
+                        cwd=ROOT,
+                        stdout=output,
+                        stderr=subprocess.STDOUT,
+                    )
                 )
-            )
+        while not all("started" in log.read_text() for log in logs):
+            if any(cron.poll() is not None for cron in crons):
+                raise SystemExit(f"a cron process ended: {[log.read_text() for log in logs]}")
+            time.sleep(0.05)
+        yield
+        if any(cron.poll() is not None for cron in crons):
+            raise SystemExit(f"a cron process ended: {[log.read_text() for log in logs]}")
+    finally:
+        for cron in crons:
+            cron.terminate()
+        for cron in crons:
+            cron.wait(30)
+        for log in logs:
+            log.unlink(missing_ok=True)
+
+
+def drain(url: str, config: Path, processes: int) -> tuple[float, int]:
+    """``processes`` ``routemaster cron`` until no label is left in the action: labels/s, and how
+    many were delivered, from the moment every cron has started."""
+    engine = create_engine(url)
 
     def left() -> int:
         with engine.connect() as conn:
@@ -242,25 +299,41 @@ def drain(url: str, config: Path, processes: int) -> tuple[float, int]:
             )
 
     try:
-        while not all("started" in log.read_text() for log in logs):
-            if any(cron.poll() is not None for cron in crons):
-                raise SystemExit(f"a cron process ended: {[log.read_text() for log in logs]}")
-            time.sleep(0.05)
-        started, waiting = time.monotonic(), left()
-        while left():
-            if any(cron.poll() is not None for cron in crons):
-                raise SystemExit(f"a cron process ended: {[log.read_text() for log in logs]}")
-            time.sleep(0.05)
-        elapsed = time.monotonic() - started
+        with cron_processes(url, config, processes):
+            started, waiting = time.monotonic(), left()
+            while left():
+                time.sleep(0.05)
+            elapsed = time.monotonic() - started
     finally:
-        for cron in crons:
-            cron.terminate()
-        for cron in crons:
-            cron.wait(30)
         engine.dispose()
-        for log in logs:
-            log.unlink(missing_ok=True)
     return waiting / elapsed, waiting
+
+
+def pull(base: str, clients: int) -> tuple[float, int]:
+    """Pull workers (``clients`` threads) claiming one task at a time and completing it, until
+    none is left: tasks/s, and how many were completed."""
+    done = [0] * clients
+
+    def work(client: int) -> None:
+        session = requests.Session()
+        while True:
+            claim = {"worker": f"bench-{client}", "limit": 1}
+            answer = session.post(f"{base}/tasks/claim", json=claim)
+            assert answer.status_code == 200, answer.text
+            tasks = answer.json()["tasks"]
+            if not tasks:
+                break
+            for task in tasks:
+                url = f"{base}/tasks/{task['id']}/complete"
+                status = session.post(url, json={"metadata": {"done": True}}).status_code
+                assert status == 200, status
+                done[client] += 1
+        session.close()
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(work, range(clients)))
+    return sum(done) / (time.monotonic() - started), sum(done)
 
 
 def main() -> None:
@@ -273,6 +346,10 @@ def main() -> None:
     parser.add_argument("--labels", type=int, default=1000, help="labels the cron drains")
     parser.add_argument("--cron", type=int, default=1, help="routemaster cron processes")
     parser.add_argument("--targets", default="plain,citus")
+    parser.add_argument(
+        "--idle", type=float, default=30.0, help="seconds of idle CPU measured (0: none)"
+    )
+    parser.add_argument("--idle-warmup", type=float, default=5.0)
     args = parser.parse_args()
     if not args.coordinator:
         parser.error("--coordinator (or ROUTEMASTER_TEST_CITUS_URL) names no Citus coordinator")
