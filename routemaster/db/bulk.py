@@ -203,7 +203,9 @@ def claim_items(conn: sa.Connection, *, limit: int) -> list[Item]:
     """
     if shard_map(conn) is not None:
         one_connection_per_node(conn)  # the batch ends writing bulk_jobs, a reference table
-        return [Item(*row) for row in take(conn, _PENDING_KEYS, _CLAIM, {"limit": limit})]
+        # quiet: a worker's idle rounds skip it until a bulk command notifies (idle_shards)
+        rows = take(conn, _PENDING_KEYS, _CLAIM, {"limit": limit}, quiet=True)
+        return [Item(*row) for row in rows]
     # One server: the labels' writers serialised before the claim takes the transaction's id.
     limit = min(limit, SERIALISED_AT_MOST)
     serialised = fetch_all(conn, _SERIALISE_PENDING, {"limit": limit})

@@ -69,7 +69,7 @@ def lock_due_gates(
     if limit <= 0 or not gate_states:
         return []
     params = {"now": now, "limit": limit, **_states(gate_states)}
-    rows = take(conn, _DUE_GATE_KEYS, _LOCK_GATES, params)
+    rows = take(conn, _DUE_GATE_KEYS, _LOCK_GATES, params, quiet=True)
     return [label_from_row(row) for row in rows]
 
 
@@ -167,6 +167,7 @@ def claim_deliveries(
         wanted=free,
         groups=None if _unlimited(wanted, free) else by_receiver,
         more=lambda taken: bool(_still_wanted(wanted, taken)),
+        quiet=True,
     )
 
 
@@ -291,7 +292,7 @@ def lock_expired_tasks(
     if not states:
         return []
     params = {"now": now, "limit": limit, **_states(states)}
-    rows = take(conn, _EXPIRED_KEYS, _LOCK_EXPIRED, params)
+    rows = take(conn, _EXPIRED_KEYS, _LOCK_EXPIRED, params, quiet=True)
     return [Held(*row) for row in rows]
 
 
@@ -393,8 +394,23 @@ def _entries(entries: Sequence[tuple[str, str, int]]) -> dict[str, list[Any]]:
 
 
 def next_due_at(conn: sa.Connection) -> datetime.datetime | None:
-    """When the earliest live label falls due (leases expiring included)."""
+    """When the earliest live label falls due (leases expiring included).
+
+    On Citus, while a worker's claims are quiet (:mod:`~routemaster.db.idle_shards`): the
+    earliest due time or end of a pause after they found nothing, read across the shards
+    only when the one kept does not cover them.
+    """
+    shards = shard_map(conn)
+    if shards is not None:
+        quiet, at = shards.idle.next_due(lambda since: _next_due_since(conn, since))
+        if quiet:
+            return at
     row = fetch_one(conn, _NEXT_DUE)
+    return None if row is None else row[0]
+
+
+def _next_due_since(conn: sa.Connection, since: datetime.datetime) -> datetime.datetime | None:
+    row = fetch_one(conn, _NEXT_DUE_SINCE, {"since": since})
     return None if row is None else row[0]
 
 
@@ -404,7 +420,7 @@ def next_due_at(conn: sa.Connection) -> datetime.datetime | None:
 def lock_ended(conn: sa.Connection, *, now: datetime.datetime, limit: int) -> list[Label]:
     """Lock up to ``limit`` paused labels whose pause has ended."""
     params = {"now": now, "limit": limit, "shard_keys": None}
-    rows = take(conn, _ENDED_KEYS, _LOCK_ENDED, params)
+    rows = take(conn, _ENDED_KEYS, _LOCK_ENDED, params, quiet=True)
     return [label_from_row(row) for row in rows]
 
 
@@ -427,7 +443,7 @@ def lock_unscheduled(
         "limit": limit,
         "shard_keys": None,
     }
-    rows = take(conn, _UNSCHEDULED_KEYS, _LOCK_UNSCHEDULED, params)
+    rows = take(conn, _UNSCHEDULED_KEYS, _LOCK_UNSCHEDULED, params, quiet=True)
     return [label_from_row(row) for row in rows]
 
 
@@ -764,6 +780,17 @@ _PUT_BACK = """
 _NEXT_DUE = """
     SELECT min(due_at) FROM labels
     WHERE due_at IS NOT NULL AND NOT deleted AND NOT paused AND NOT errored
+    """
+
+# On Citus, for quiet claims (routemaster.db.idle_shards): the first due time or pause's end
+# after ``since`` (each subquery one read across the shards, from labels_due and
+# labels_paused_until).
+_NEXT_DUE_SINCE = """
+    SELECT LEAST(
+        (SELECT min(due_at) FROM labels
+         WHERE due_at > %(since)s AND NOT deleted AND NOT paused AND NOT errored),
+        (SELECT min(paused_until) FROM labels
+         WHERE paused_until > %(since)s AND paused AND NOT deleted))
     """
 
 # ``shard_keys``: NULL on one server; on Citus every key of one shard (routemaster.db.shards).

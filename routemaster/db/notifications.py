@@ -28,21 +28,24 @@ them at check-in); the busy channels are never listened to there.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import select
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 
+from routemaster.db.plumbing.database import distributed
 from routemaster.db.statements import Params, run, run_on_driver, single_statement
 
 logger = logging.getLogger(__name__)
 
 DUE_CHANNEL = "routemaster_due"
+DUE_LATER_CHANNEL = "routemaster_due_later"
 PROBE_CHANNEL = "routemaster_probe"
 
 CHECK_EVERY = 30.0  # seconds between checks that LISTEN works (and retries while it does not)
@@ -51,7 +54,11 @@ RECONNECT_AFTER = 1.0  # seconds before trying again when a listening connection
 
 _NOTIFY_DUE = "NOTIFY routemaster_due"
 
+_NOTIFY_DUE_LATER = "SELECT pg_notify('routemaster_due_later', %(at)s)"
+
 LISTEN_DUE = "LISTEN routemaster_due"
+
+LISTEN_DUE_LATER = "LISTEN routemaster_due_later"
 
 _LISTEN_PROBE = "LISTEN routemaster_probe"
 
@@ -61,6 +68,20 @@ _PROBE = "SELECT pg_notify('routemaster_probe', %(payload)s)"
 def notify_due(conn: sa.Connection) -> None:
     """Wake listening workers when this transaction commits."""
     run(conn, _NOTIFY_DUE)
+
+
+def notify_due_times(
+    conn: sa.Connection, due_ats: Iterable[datetime.datetime | None], *, now: datetime.datetime
+) -> None:
+    """Wake listening workers if one of ``due_ats`` has come; otherwise, on Citus only, tell
+    them the earliest (``routemaster_due_later``): their quiet claims
+    (:mod:`routemaster.db.idle_shards`) read again at that time. One server sends nothing for
+    a later due time, as before: its workers read the next due time every round."""
+    later = [at for at in due_ats if at is not None]
+    if any(at <= now for at in later):
+        notify_due(conn)
+    elif later and distributed(conn):
+        run(conn, _NOTIFY_DUE_LATER, {"at": min(later).isoformat()})
 
 
 @dataclass(frozen=True)
@@ -273,6 +294,11 @@ def due_listener(
     on_change: Callable[[bool], None] | None = None,
     *,
     what: str = "wake-ups",
+    later: bool = False,
 ) -> Listener:
-    """A :class:`Listener` for ``routemaster_due``: labels becoming due."""
-    return Listener(listen_on, notify_through, [(LISTEN_DUE, {})], what=what, on_change=on_change)
+    """A :class:`Listener` for ``routemaster_due``: labels becoming due; ``later``: also
+    ``routemaster_due_later``, later due times written on Citus (a worker's loop)."""
+    setup: list[tuple[str, Params]] = [(LISTEN_DUE, {})]
+    if later:
+        setup.append((LISTEN_DUE_LATER, {}))
+    return Listener(listen_on, notify_through, setup, what=what, on_change=on_change)

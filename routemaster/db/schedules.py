@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from routemaster.db.keys import label_key, label_key_arrays, shard_key
 from routemaster.db.labels import LabelKey, label_params
-from routemaster.db.notifications import notify_due
+from routemaster.db.notifications import notify_due_times
 from routemaster.db.statements import fetch_all, fetch_one, run
 
 
@@ -51,13 +51,13 @@ def schedule(conn: sa.Connection, schedules: Sequence[Schedule], *, now: datetim
     """Store next checks and due times computed after an update or for a row that had none.
 
     A label leased to a worker (its evaluation in flight) is left alone: it is
-    settled when that evaluation ends. Workers are woken only for labels due
-    already; a later due time is found by their next look at the queue.
+    settled when that evaluation ends. Workers are woken for labels due already;
+    a later due time is found by their next look at the queue (on Citus they are
+    told it: :func:`~routemaster.db.notifications.notify_due_times`).
     """
     if schedules:
         run(conn, _SCHEDULE, _schedule_arrays(schedules))
-        if any(s.due_at is not None and s.due_at <= now for s in schedules):
-            notify_due(conn)
+        notify_due_times(conn, [s.due_at for s in schedules], now=now)
 
 
 def clear_due(conn: sa.Connection, keys: Iterable[LabelKey]) -> None:

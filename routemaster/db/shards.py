@@ -54,6 +54,7 @@ from typing import TypeVar
 
 import sqlalchemy as sa
 
+from routemaster.db.idle_shards import IdleShards
 from routemaster.db.keys import SHARD_KEYS
 from routemaster.db.plumbing.database import distributed
 from routemaster.db.statements import Params, Row, Statement, fetch_all, run
@@ -91,6 +92,7 @@ class ShardMap:
         self._with_work: dict[Statement, tuple[list[int], float]] = {}
         self._lock = threading.Lock()
         self._rng = random.Random()
+        self.idle = IdleShards()
 
     def groups(
         self, conn: sa.Connection, keys: Iterable[int], *, ordered: bool = False
@@ -111,7 +113,7 @@ class ShardMap:
         return self._from_random(groups)
 
     def shards_with_work(
-        self, conn: sa.Connection, find: Statement, params: Params
+        self, conn: sa.Connection, find: Statement, params: Params, *, quiet: bool = False
     ) -> Iterator[list[int]]:
         """Every shard key of each shard that may hold ``find``'s rows, one shard at a time.
 
@@ -119,13 +121,19 @@ class ShardMap:
         :data:`HINT_SECONDS` ago) and no claim has found empty since; then, only if
         the caller asks for more, the shards of ``find``'s keys (a new read across
         the shards), from a random one on. Tell :meth:`answered` how each did.
+        ``quiet``: the read is skipped while :attr:`idle` says it would find nothing.
         """
+        if quiet and self.idle.quiet(find, params.get("now")):
+            return
         shard_of = self._placement(conn)
         visited: list[int] = []  # each shard once: a second visit would take the rows this
         for shard in self._known(find):  # transaction locked there again (its own locks)
             visited.append(shard)
             yield self._keys_of[shard]
-        found = {shard_of[key] for (key,) in fetch_all(conn, find, params)}
+        keys = fetch_all(conn, find, params)
+        if quiet:
+            self.idle.found(find, params.get("now"), rows=len(keys))
+        found = {shard_of[key] for (key,) in keys}
         fresh = self._from_random(sorted(found - set(visited)))
         with self._lock:
             still = set(self._with_work.get(find, ([], 0.0))[0])  # visited, not found empty
@@ -233,8 +241,20 @@ def shard_map(conn: sa.Connection) -> ShardMap | None:
     return made
 
 
+def known_shard_map(engine: sa.Engine) -> ShardMap | None:
+    """The engine's :class:`ShardMap` if one was made (Citus), without a statement."""
+    found = engine.get_execution_options().get(SHARDS_OPTION)
+    return found if isinstance(found, ShardMap) else None
+
+
 def take(
-    conn: sa.Connection, find: Statement, claim: Statement, params: Params, *, limit: str = "limit"
+    conn: sa.Connection,
+    find: Statement,
+    claim: Statement,
+    params: Params,
+    *,
+    limit: str = "limit",
+    quiet: bool = False,
 ) -> list[Row]:
     """Up to ``params[limit]`` rows of the claim ``claim``: on one server one statement, its
     ``%(shard_keys)s`` NULL (every row); on Citus shard by shard (:func:`take_each`), each
@@ -244,7 +264,7 @@ def take(
     def claim_in(fetch: Fetch, shard_keys: list[int] | None, taken: list[Row]) -> list[Row]:
         return fetch(conn, claim, {**params, limit: wanted - len(taken), "shard_keys": shard_keys})
 
-    return take_each(conn, find, params, claim_in, wanted=wanted)
+    return take_each(conn, find, params, claim_in, wanted=wanted, quiet=quiet)
 
 
 def take_each(
@@ -256,6 +276,7 @@ def take_each(
     wanted: int,
     groups: Callable[[ShardMap], Iterable[list[int]]] | None = None,
     more: Callable[[list[_T]], bool] | None = None,
+    quiet: bool = False,
 ) -> list[_T]:
     """Up to ``wanted`` items of ``claim(fetch, shard_keys, taken)``, the one shard-by-shard take.
 
@@ -264,11 +285,18 @@ def take_each(
     runs once (``shard_keys`` NULL, nothing taken). On Citus it runs on each shard
     :meth:`ShardMap.shards_with_work` finds for ``find`` (or ``groups``, when the caller
     chooses the shards) until ``wanted`` are taken or ``more(taken)`` is false.
+    ``quiet``: a claim of a worker's round, whose reads across the shards
+    :mod:`~routemaster.db.idle_shards` may skip while nothing is due.
     """
     shards = shard_map(conn)
     if shards is None:
         return claim(fetch_all, None, [])
-    found = shards.shards_with_work(conn, find, params) if groups is None else groups(shards)
+    if groups is None:
+        found: Iterable[list[int]] = shards.shards_with_work(conn, find, params, quiet=quiet)
+    elif quiet and shards.idle.quiet(find, params.get("now")):
+        return []
+    else:
+        found = groups(shards)
     taken: list[_T] = []
     for group in found:
         asked = wanted - len(taken)

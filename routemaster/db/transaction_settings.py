@@ -7,7 +7,9 @@ a setting made once per connection (the ``options`` startup parameter, a
 ``SET`` or a session ``set_config``) is refused, lost, or applied to another
 process's work. So nothing is set per connection. Every transaction starts
 with :data:`~routemaster.db.statements.PROLOGUE`, which sets the timeout
-with ``SET LOCAL`` (it ends with the transaction).
+with ``SET LOCAL`` (it ends with the transaction); on Citus,
+:data:`~routemaster.db.statements.CITUS_PROLOGUE` also keeps a statement across
+the shards on one connection per worker.
 :mod:`routemaster.db.statements` sends it in front of the first statement
 of each transaction, in the same round trip
 (``SET LOCAL ...; <statement>``), and in front of a single
@@ -37,6 +39,8 @@ class TransactionSettings:
     """The values every transaction of one engine sets (see the module's docstring)."""
 
     statement_timeout_ms: int = 0  # 0: none
+    # On Citus (set once the database is known to be distributed): CITUS_PROLOGUE.
+    one_connection_per_worker: bool = False
 
     @property
     def params(self) -> dict[str, str]:
@@ -46,7 +50,7 @@ class TransactionSettings:
     @property
     def needed(self) -> bool:
         """Whether there is anything to set (a plain engine, as ``plan`` uses, sends nothing)."""
-        return bool(self.statement_timeout_ms)
+        return bool(self.statement_timeout_ms) or self.one_connection_per_worker
 
 
 def settings_of(engine: sa.Engine) -> TransactionSettings:

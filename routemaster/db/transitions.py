@@ -58,7 +58,7 @@ from routemaster.db.labels import (
     label_params,
     serialises,
 )
-from routemaster.db.notifications import notify_due
+from routemaster.db.notifications import notify_due, notify_due_times
 from routemaster.db.plumbing.database import distributed
 from routemaster.db.shards import shard_map, take
 from routemaster.db.statements import Prepared, fetch_all, fetch_one, run, single_statement
@@ -197,8 +197,8 @@ def insert(
             run(conn, _INSERT_FIRST_ENTRY, {**params, "entry_id": row[5]})
     else:
         row = fetch_one(conn, _PREPARED_INSERT, params)
-    if row is not None and due_at is not None and due_at <= now:
-        notify_due(conn)
+    if row is not None:
+        notify_due_times(conn, [due_at], now=now)
     return None if row is None else label_from_row(row)
 
 
@@ -373,8 +373,7 @@ def write_moves(
         finals["f_due_at"].append(move.due_at)
         finals["f_next_check_at"].append(move.next_check_at)
     rows = fetch_all(conn, _MOVE_MANY, {"now": now, **history, **finals})
-    if any(due_at is not None and due_at <= now for due_at in finals["f_due_at"]):
-        notify_due(conn)
+    notify_due_times(conn, finals["f_due_at"], now=now)
     by_key = {(row[0], row[1]): label_from_row(row) for row in rows}
     return [by_key[move.label.key] for move in moves]
 
@@ -407,8 +406,7 @@ def _write_one_label(conn: sa.Connection, move: Moves, *, now: datetime.datetime
         if row is None:
             raise KeyError(label.key)
         written, old = label_from_row(row), new
-    if move.due_at is not None and move.due_at <= now:
-        notify_due(conn)
+    notify_due_times(conn, [move.due_at], now=now)
     return written
 
 

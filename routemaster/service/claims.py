@@ -19,6 +19,7 @@ from routemaster.db import label_claims, occurrences
 from routemaster.db.claimed import Claim as Claim  # for the worker
 from routemaster.db.label_claims import StateKey as StateKey  # for the worker
 from routemaster.db.notifications import Listener, due_listener
+from routemaster.db.shards import known_shard_map
 
 
 def listen_for_due(app: App) -> Listener:
@@ -29,7 +30,23 @@ def listen_for_due(app: App) -> Listener:
         app.direct or app.db,
         app.db,
         on_change=None if metrics is None else metrics.listening("worker"),
+        later=True,
     )
+
+
+def tell_idle_shards(
+    app: App, *, listening: bool, payloads: Sequence[str] = (), busy: bool = False
+) -> None:
+    """On Citus, what the worker's quiet claims (:mod:`routemaster.db.idle_shards`) must know:
+    whether its ``LISTEN`` works, the due notifications it heard, and whether its round found
+    work (its own writes set due times). Nothing on one server; never a statement."""
+    shards = known_shard_map(app.db)
+    if shards is None:
+        return
+    shards.idle.hearing(listening)
+    if busy:
+        shards.idle.wake()
+    shards.idle.heard(payloads)
 
 
 def extend_leases(app: App, held: Sequence[Claim]) -> None:
@@ -46,7 +63,13 @@ def extend_leases(app: App, held: Sequence[Claim]) -> None:
 
 
 def next_due_at(app: App) -> datetime.datetime | None:
-    """When the earliest live label falls due (leases running out included)."""
+    """When the earliest live label falls due (leases running out included); on Citus, while
+    the worker's claims are quiet, the one kept (no statement) when it covers them."""
+    shards = known_shard_map(app.db)
+    if shards is not None:
+        kept, at = shards.idle.kept_next_due()
+        if kept:
+            return at
     with app.db.connect() as conn:
         return label_claims.next_due_at(conn)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from routemaster.app import App
 from routemaster.http.client import BoundedAdapter
-from routemaster.service.claims import listen_for_due, next_due_at
+from routemaster.service.claims import listen_for_due, next_due_at, tell_idle_shards
 from routemaster.service.database import StoreError
 from routemaster.service.versions import load_all_versions, worker_view
 from routemaster.worker.round import Round, Work
@@ -104,18 +104,24 @@ class Worker:
             # Stopping, the loop goes on only to record (and lease) what is still in flight.
             while not self._stopping.is_set() or self._slots.held():
                 try:
+                    tell_idle_shards(self.app, listening=listener.listening)
                     busy = self.work_once(first=first)
                     first = False
+                    tell_idle_shards(self.app, listening=listener.listening, busy=busy)
                     sleep = 0.0 if busy else self._sleep_for()
                     self._outage.up()
                 except StoreError as error:
                     self._outage.down(error)
+                    tell_idle_shards(self.app, listening=False)  # what it knew may be stale
                     busy, sleep = False, self.app.settings.poll_interval
                 except Exception:
                     self.app.hooks.exception("the worker loop failed")
                     raise
                 if not busy:
-                    listener.wait(sleep, [self._slots.wake_fd])
+                    heard = listener.wait(sleep, [self._slots.wake_fd])
+                    tell_idle_shards(
+                        self.app, listening=listener.listening, payloads=heard.payloads
+                    )
                     self._slots.clear_wake()
         finally:
             logger.info("worker %s stopping", self.app.settings.worker_id)

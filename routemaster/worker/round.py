@@ -36,7 +36,7 @@ from routemaster.service.claims import Claim, StateKey, extend_leases
 from routemaster.service.configuration import apply_migrations
 from routemaster.service.database import Kind, StoreError, describe_failure
 from routemaster.service.delivery_claims import Gatekeeper, Permit
-from routemaster.service.label_counts import FOLD_INTERVAL, fold_label_counts
+from routemaster.service.label_counts import FOLD_INTERVAL, FoldPace
 from routemaster.service.retention import prune as prune_retained
 from routemaster.service.scheduling import schedule_unscheduled
 from routemaster.service.tasks import expire_leases, forget_old_tasks
@@ -161,7 +161,7 @@ STEPS: tuple[Step, ...] = (
     Step(
         "folding label counts",
         seconds(FOLD_INTERVAL),
-        lambda work: fold_label_counts(work.app),
+        lambda work: work.fold_pace.fold(work.app),
         draining=True,
         at_once=True,
     ),
@@ -241,6 +241,7 @@ class Work:
     gate: Gatekeeper
     triggers: ClockTriggers
     minutely: Minutely
+    fold_pace: FoldPace
 
     def __init__(
         self,
@@ -265,6 +266,7 @@ class Work:
         self._delivered: list[Claim] = []  # finished by slots, not recorded yet
         self.triggers = ClockTriggers(app, sweep=self.sweep_gate, scheduled=worker_triggers(app))
         self.minutely = Minutely(app, self.sweep)
+        self.fold_pace = FoldPace()
 
     def step(self, name: str, work: Callable[[], _T], failed: _T) -> _T:
         """``work()``, or ``failed`` when its statement failed without the database being away.

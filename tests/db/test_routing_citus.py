@@ -33,7 +33,7 @@ from routemaster.db.plumbing.migrate import (
     REFERENCE_TABLES,
     distribute,
 )
-from routemaster.db.statements import PROLOGUE, fetch_value
+from routemaster.db.statements import CITUS_PROLOGUE, PROLOGUE, fetch_value
 from routemaster.web import create_app
 from tests.api.conftest import CONFIG_PATH
 from tests.citus_cluster import Cluster
@@ -70,7 +70,7 @@ class Recorded:
         sa.event.remove(self._engine, "before_cursor_execute", self._seen)
 
     def _seen(self, conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
-        statement = statement.removeprefix(PROLOGUE)
+        statement = statement.removeprefix(CITUS_PROLOGUE).removeprefix(PROLOGUE)
         tables = {name.lower() for name in _TABLE.findall(statement)}
         if tables & set(DISTRIBUTED_TABLES):
             self.statements.append((statement, params))

@@ -12,7 +12,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from routemaster.db.statements import fetch_value, run_on_driver
-from routemaster.db.transaction_settings import set_statement_timeout
+from routemaster.db.transaction_settings import set_statement_timeout, settings_of
 
 _PING = "SELECT 1"
 
@@ -188,6 +188,8 @@ def distributed(bind: sa.Engine | sa.Connection) -> bool:
         with engine.connect() as conn:
             answer = _labels_distributed(conn)
     engine.update_execution_options(**{_DISTRIBUTED_OPTION: answer})
+    if answer:  # every transaction from now on: statements across shards on one connection
+        settings_of(engine).one_connection_per_worker = True
     return answer
 
 
