@@ -71,9 +71,13 @@ def idle_worker(cluster: Cluster, stub: StubServer, tmp_path: Path) -> tuple[Wor
     app = App(config=load_config([path]), db=cluster.engine)
     workers = Workers(cluster.url, path, tmp_path)
     workers.start()
-    workers.wait_started(timeout=120)
-    wait_until(lambda: "notifications arrive" in "".join(workers.logs()), workers.logs)
-    wait_until(lambda: quiet_for(cluster, QUIET_FOR), workers.logs, timeout=90)
+    try:
+        workers.wait_started(timeout=120)
+        wait_until(lambda: "notifications arrive" in "".join(workers.logs()), workers.logs)
+        wait_until(lambda: quiet_for(cluster, QUIET_FOR), workers.logs, timeout=90)
+    except BaseException:
+        workers.stop_all()
+        raise
     return workers, app
 
 
