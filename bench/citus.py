@@ -18,10 +18,13 @@ kept-alive connections for ``--seconds`` each: creates/s (a new label, into a ga
 (``GET`` of one of them), patches/s (a metadata update, whose first one per label moves it
 through the gate); then the webhook drain: ``--labels`` labels created into an action that
 calls ``bench/receiver.py``, ``--cron`` ``routemaster cron`` processes started, and the time
-until every label has left the action (labels/s). For each phase it also reads the CPU time
-the database servers spent (the coordinator, and the workers together), from their postmasters'
-own and reaped children's times plus the live backends': milliseconds per request, the figure
-that bounds a coordinator (docs/performance.md, "On Citus").
+until every label has left the action (labels/s). Then pull workers: ``--labels`` labels
+created into a ``worker:`` action, claimed one at a time by ``--clients`` threads (``POST /tasks/claim``) and
+completed (``POST /tasks/{id}/complete``) until none is left. Last, ``--idle`` seconds with
+one ``cron`` running and nothing due. For each phase it reads the CPU time each database
+server spent (the coordinator and each worker), from their postmasters' own and reaped
+children's times plus the live backends': milliseconds per operation on each node and on the
+busiest, and CPU seconds per minute when idle (docs/performance.md, "Capacity per node").
 
 Prints a table of both targets and the command that made it.
 """
