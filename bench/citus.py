@@ -19,8 +19,8 @@ kept-alive connections for ``--seconds`` each: creates/s (a new label, into a ga
 through the gate); then the webhook drain: ``--labels`` labels created into an action that
 calls ``bench/receiver.py``, ``--cron`` ``routemaster cron`` processes started, and the time
 until every label has left the action (labels/s). Then pull workers: ``--labels`` labels
-created into a ``worker:`` action, claimed one at a time by ``--clients`` threads (``POST /tasks/claim``) and
-completed (``POST /tasks/{id}/complete``) until none is left. Last, ``--idle`` seconds with
+created into a ``worker:`` action, claimed one at a time by ``--clients`` threads
+(``POST /tasks/claim``) and completed (``POST /tasks/{id}/complete``) until none is left. Last, ``--idle`` seconds with
 one ``cron`` running and nothing due. For each phase it reads the CPU time each database
 server spent (the coordinator and each worker), from their postmasters' own and reaped
 children's times plus the live backends': milliseconds per operation on each node and on the
