@@ -20,11 +20,12 @@ through the gate); then the webhook drain: ``--labels`` labels created into an a
 calls ``bench/receiver.py``, ``--cron`` ``routemaster cron`` processes started, and the time
 until every label has left the action (labels/s). Then pull workers: ``--labels`` labels
 created into a ``worker:`` action, claimed one at a time by ``--clients`` threads
-(``POST /tasks/claim``) and completed (``POST /tasks/{id}/complete``) until none is left. Last, ``--idle`` seconds with
-one ``cron`` running and nothing due. For each phase it reads the CPU time each database
-server spent (the coordinator and each worker), from their postmasters' own and reaped
-children's times plus the live backends': milliseconds per operation on each node and on the
-busiest, and CPU seconds per minute when idle (docs/performance.md, "Capacity per node").
+(``POST /tasks/claim``) and completed (``POST /tasks/{id}/complete``) until none is
+left. Last, ``--idle`` seconds with one ``cron`` running and nothing due. For each
+phase it reads the CPU time each database server spent (the coordinator and each worker),
+from their postmasters' own and reaped children's times plus the live backends':
+milliseconds per operation on each node and on the busiest, and CPU seconds per minute
+when idle (docs/performance.md, "Capacity per node").
 
 Prints a table of both targets and the command that made it.
 """
