@@ -229,24 +229,27 @@ def measure(target: Target, args: argparse.Namespace, config: Path) -> dict[str,
         def timed(request: Callable[..., int]) -> Callable[[], tuple[float, int]]:
             return lambda: rate(base, args.clients, args.seconds, request)
 
-        for name, request in (("creates", create), ("reads", read), ("patches", patch)):
-            phase(name, timed(request))
+        if "requests" in args.only:
+            for name, request in (("creates", create), ("reads", read), ("patches", patch)):
+                phase(name, timed(request))
 
         def create_flow(session: requests.Session, base: str, client: int, i: int) -> int:
             url = f"{base}/state-machines/flow/labels/{prefix}-{client}-{i}"
             return session.post(url, json={"metadata": {}}).status_code
 
         per_client = -(-args.labels // args.clients)
-        rate(base, args.clients, None, create_flow, per_client=per_client)
-        phase("deliveries", lambda: drain(target.url, config, args.cron))
+        if "deliveries" in args.only:
+            rate(base, args.clients, None, create_flow, per_client=per_client)
+            phase("deliveries", lambda: drain(target.url, config, args.cron))
 
         def create_pull(session: requests.Session, base: str, client: int, i: int) -> int:
             url = f"{base}/state-machines/pull/labels/{prefix}-{client}-{i}"
             return session.post(url, json={"metadata": {}}).status_code
 
-        rate(base, args.clients, None, create_pull, per_client=per_client)
-        phase("pull claim+complete", lambda: pull(base, args.clients))
-    if args.idle:
+        if "pull" in args.only:
+            rate(base, args.clients, None, create_pull, per_client=per_client)
+            phase("pull claim+complete", lambda: pull(base, args.clients))
+    if args.idle and "idle" in args.only:
         idle()
     engine.dispose()
     return results
@@ -354,6 +357,12 @@ def main() -> None:
         "--idle", type=float, default=30.0, help="seconds of idle CPU measured (0: none)"
     )
     parser.add_argument("--idle-warmup", type=float, default=5.0)
+    parser.add_argument(
+        "--only",
+        type=lambda text: set(text.split(",")),
+        default={"requests", "deliveries", "pull", "idle"},
+        help="phases to run, of requests,deliveries,pull,idle (default: all)",
+    )
     args = parser.parse_args()
     if not args.coordinator:
         parser.error("--coordinator (or ROUTEMASTER_TEST_CITUS_URL) names no Citus coordinator")
