@@ -20,7 +20,7 @@ BENCH = REPOSITORY / "bench"
 
 def _imported(path: Path) -> set[str]:
     """The top-level names of the absolute imports in one file, nested ones included."""
-    names = set()
+    names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names.update(alias.name.partition(".")[0] for alias in node.names)
@@ -44,7 +44,7 @@ def test_the_bench_extra_declares_what_bench_imports() -> None:
     }
     local = {path.stem for path in BENCH.glob("*.py")} | {"routemaster", "tests"}
     providers = packages_distributions()
-    undeclared = {}
+    undeclared: dict[str, object] = {}
     for path in sorted(BENCH.glob("*.py")):
         for name in _imported(path) - set(sys.stdlib_module_names) - local:
             given_by = {_distribution(dist) for dist in providers.get(name, [])}
