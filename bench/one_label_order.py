@@ -84,7 +84,7 @@ def main() -> None:
         upgrade(engine)
         names = [f"l{i}" for i in range(args.labels)]
         for name in names:
-            with transitions.writing(engine) as conn:
+            with engine.begin() as conn:
                 transitions.insert(conn, "m", name, {}, state="a", now=NOW)
         runs: dict[tuple[str, str], list[tuple[float, float]]] = {}
         with engine.connect() as conn:
