@@ -32,6 +32,7 @@ from routemaster.config.model import NoNext, StateMachine
 from routemaster.db import bulk, receivers, retention_progress, table_statistics, transitions
 from routemaster.db import retention as store
 from routemaster.service.label_counts import fold_label_counts
+from routemaster.service.transactions import writing
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ def _batches(app: App, batch: Callable[[sa.Connection], int]) -> int:
     """Run ``batch`` in its own transaction, as leader, until it does less than a full batch."""
     total = 0
     for _ in range(MAX_BATCHES):
-        with app.db.begin() as conn:
+        with writing(app) as conn:
             if not store.lead(conn):
                 raise _NotLeader()
             done = batch(conn)

@@ -40,6 +40,7 @@ from routemaster.machine.schedule import (
     next_check,
     schedule_gate,
 )
+from routemaster.service.transactions import read, reading, writing
 from routemaster.service.versions import definitions_of, machine_for, worker_view
 
 Arrival = tuple[datetime.datetime | None, datetime.datetime | None]
@@ -131,7 +132,7 @@ def explain_next_check(app: App, machine: StateMachine, label: Label) -> NextChe
     state = _state(_governing(app, machine, label), label.state)
     if not isinstance(state, Gate) or label.deleted:
         return None
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         stored = schedules.next_check_of(conn, label.key)
     if stored is None:  # none yet, none possible, or a gate evaluated only on updates
         return next_check(state, plan_input_of(label), after=app.now())
@@ -146,7 +147,7 @@ def next_moves(
     On a ``continue`` machine, the gates of older versions' labels too.
     """
     gates = scheduled_states_of_versions(app, machine)
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         return [
             (gate, schedules.next_moves(conn, machine.name, gate, limit=limit)) for gate in gates
         ]
@@ -168,7 +169,7 @@ def schedule_unscheduled(app: App, *, limit: int) -> int:
         for machine in worker_view(app).state_machines
         for state in machine.states
     ]
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         rows = label_claims.lock_unscheduled(conn, states, limit=limit)
         schedules.schedule(conn, [_backfilled(app, label) for label in rows], now=app.now())
     if rows:
@@ -176,9 +177,7 @@ def schedule_unscheduled(app: App, *, limit: int) -> int:
     return len(rows)
 
 
-def count_unscheduled(app: App) -> int:
-    with app.db.connect() as conn:
-        return schedules.count_unscheduled(conn)
+count_unscheduled = read(schedules.count_unscheduled)
 
 
 def store_after_update(conn: sa.Connection, app: App, machine: StateMachine, label: Label) -> None:
