@@ -130,16 +130,20 @@ class Worker:
             running = book.busy
         logger.info("draining: %d running, up to %.0f s for them to finish", running, self.grace)
         deadline = time.monotonic() + self.grace
-        while not book.wait_for(lambda: book.busy == 0, TURN):
+        while not book.wait_for(lambda: book.busy == 0, min(TURN, self.grace)):
             if self._stopping.is_set():
                 return False
             if time.monotonic() >= deadline:
                 break
+        while claimer.is_alive():  # a claim in flight: what it brings is released
+            claimer.join(TURN)
+            if self._stopping.is_set():
+                return False
         service = self._service()
         try:
             for held in book.running():
                 logger.warning(
-                    "%s/%s still running after %.0f s: released (its result will be dropped)",
+                    "%s/%s still running after %g s: released (its result will be dropped)",
                     held.task.state_machine,
                     held.task.label,
                     self.grace,
@@ -147,10 +151,6 @@ class Worker:
                 self._finish_lease(service, held.task, service.release)
         finally:
             service.close()
-        while claimer.is_alive():  # a claim in flight: what it brings is released
-            claimer.join(TURN)
-            if self._stopping.is_set():
-                return False
         while not book.wait_for(lambda: not book.held, TURN):
             if self._stopping.is_set():
                 return False
