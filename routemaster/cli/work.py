@@ -83,8 +83,8 @@ def work(
     The function takes a task (id, label, state_machine, state, metadata, attempt,
     idempotency_token) and returns a dict merged into the label's metadata, or raises
     routemaster.client.Fail("why", retry=False) to error the label. Exits 0 after a
-    clean drain, 1 when stopped at once by a second signal, 2 when the service refuses
-    the claims.
+    clean drain; 1 when stopped at once by a second signal, or when the service refuses
+    the claims (no such pull action, a token without the `work` scope).
     """
     worker = Worker(
         url,

@@ -55,6 +55,15 @@ def states(base: str, names: list[str]) -> Counter[str]:
     return Counter(label(base, name)["state"] for name in names)
 
 
+def done(base: str, names: list[str]) -> int:
+    """How many of ``names`` are in ``done`` (0 while the service cannot say)."""
+    with requests.Session() as session:
+        found = [session.get(f"{base}/state-machines/jobs/labels/{n}", timeout=10) for n in names]
+    if any(response.status_code != 200 for response in found):
+        return 0
+    return sum(response.json()["state"] == "done" for response in found)
+
+
 def tasks_of(base: str, name: str) -> list[dict[str, Any]]:
     response = requests.get(f"{base}/state-machines/jobs/labels/{name}/tasks", timeout=10)
     assert response.status_code == 200, response.text
