@@ -38,6 +38,7 @@ Handler = Callable[[Task], dict[str, Any] | None]
 
 BATCH = 100  # the service's most per claim and per batch completion
 SEND_MARGIN = 5.0  # seconds after its lease ran out (by our clock) that an outcome is still sent
+GATHER = 0.005  # seconds a claim waits for more slots to free up, at most
 SENDER_AFTER = 0.05  # seconds a claim is in flight before the sender sends what it could carry
 TURN = 0.5  # seconds between looks of the waiting threads at their stop signals
 
@@ -102,9 +103,9 @@ class Worker:
             raise RuntimeError("no handler: decorate one with @worker.task")
         restore = self._catch_signals()
         helpers = [
-            self._thread(self._claim, "claimer"),
-            self._thread(self._send, "sender"),
-            self._thread(self._keep_leases, "heartbeats"),
+            self._thread(self._supervised(self._claim, "claimer"), "claimer"),
+            self._thread(self._supervised(self._send, "sender"), "sender"),
+            self._thread(self._supervised(self._keep_leases, "heartbeat"), "heartbeats"),
         ]
         logger.info(
             "worker %s: claiming from %s (%s) with %d slots",
@@ -167,6 +168,9 @@ class Worker:
                     continue
                 if self._draining.is_set():
                     break
+                # Slots free up one by one: a moment's wait lets a claim (and the completions
+                # it carries) cover the handlers finishing together, not one at a time.
+                book.wait_for(lambda: book.busy == 0 or self._draining.is_set(), GATHER)
                 with book.lock:
                     limit = min(book.free, BATCH)
                     self._claiming_since = time.monotonic()
@@ -365,6 +369,23 @@ class Worker:
 
     def _service(self) -> Service:
         return Service(self.url, self.token, self._stopping)
+
+    def _supervised(self, loop: Callable[[], None], name: str) -> Callable[[], None]:
+        """``loop``, started again a second after an error nobody foresaw (a bug, a proxy's
+        odd answer): a helper thread that died would leave the worker idle or its leases
+        unkept, silently."""
+
+        def run() -> None:
+            while True:
+                try:
+                    loop()
+                    return
+                except Exception:
+                    logger.exception("the %s thread failed; starting it again in 1 s", name)
+                    if self._finished.wait(1.0):
+                        return
+
+        return run
 
     def _thread(self, target: Callable[[], None], name: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=f"routemaster-{name}", daemon=True)

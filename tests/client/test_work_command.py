@@ -4,6 +4,7 @@ signal stops it at once."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -100,3 +101,40 @@ def test_a_refused_claim_is_a_clear_error(server: str, tmp_path: Path) -> None:
     output, _ = process.communicate(timeout=30)
     assert process.returncode == 1, output.decode()
     assert b"no pull action" in output
+
+
+def test_the_client_example_in_the_guide_works_as_written(server: str, tmp_path: Path) -> None:
+    guide = (REPOSITORY / "docs" / "pull-workers.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", guide, flags=re.DOTALL)
+    [example] = [block for block in blocks if "from routemaster.client import" in block]
+    program = tmp_path / "transcoder.py"
+    program.write_text(
+        example.replace("http://routemaster:2017", server)
+        .replace('"videos"', '"jobs"')
+        .replace('"transcode"', '"work"')
+    )
+    environment = {key: value for key, value in os.environ.items() if key != "ROUTEMASTER_TOKEN"}
+    process = subprocess.Popen(
+        [sys.executable, str(program)],
+        cwd=tmp_path,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        create(server, ["cat.mp4"])
+        create(server, ["broken.mp4"], {"codec": "unknown"})
+        wait_until(lambda: label(server, "cat.mp4")["state"] == "done", "done", timeout=20)
+        wait_until(lambda: label(server, "broken.mp4")["errored"], "errored", timeout=20)
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, output.decode()
+    token = tasks_of(server, "cat.mp4")[0]["idempotency_token"]
+    assert label(server, "cat.mp4")["metadata"] == {
+        "transcoded": True,
+        "output": f"/videos/{token}.mp4",
+    }
+    assert "unknown codec" in label(server, "broken.mp4")["last_error"]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import sqlalchemy as sa
 
 from routemaster.client import Fail, Task, Worker
@@ -143,3 +144,34 @@ def test_fail_without_retry_errors_the_label_with_its_message_and_other_errors_r
     assert "out of stock" in found["last_error"]
     assert attempts == [1, 2]
     assert [t["outcome"] for t in tasks_of(server, "order")] == ["failed", "failed"]
+
+
+def test_a_lost_lease_drops_the_handlers_result_without_raising_into_it(
+    tmp_path: Path, database_url: str, db_engine: sa.Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    with serving(machine_file(tmp_path, lease="3s"), database_url) as base:
+        worker = Worker(base, state_machine="jobs", state="work", concurrency=1, wait=1)
+        calls: list[Task] = []
+        saw_it_lost: list[bool] = []
+
+        @worker.task
+        def handle(task: Task) -> dict[str, Any]:
+            calls.append(task)
+            wait_until(lambda: task.lease_lost, "the next heartbeat refused", timeout=20)
+            saw_it_lost.append(True)
+            return {"late": True}
+
+        with running(worker):
+            create(base, ["moved"])
+            wait_until(lambda: calls, "the handler started")
+            moved = requests.post(
+                f"{base}/state-machines/jobs/labels/moved/move",
+                json={"state": "done", "reason": "an operator"},
+                timeout=10,
+            )
+            assert moved.status_code == 200, moved.text
+            wait_until(lambda: saw_it_lost, "the handler seeing its lease lost", timeout=20)
+            wait_until(lambda: "result is dropped" in caplog.text, "the drop logged")
+        assert len(calls) == 1  # called once, never again for that claim
+        assert label(base, "moved")["metadata"] == {}  # the late result never landed
+        assert label(base, "moved")["state"] == "done"
