@@ -12,10 +12,15 @@ says (a task's lease, the worker's life).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import http.client
+import json
 import logging
 import random
+import socket
 import threading
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +36,86 @@ FIRST_DELAY = 0.1  # seconds before the first retry
 MAX_DELAY = 5.0  # seconds between retries at most
 TIMEOUT = 10.0  # seconds for every call but a waiting claim
 WAIT_MARGIN = 10.0  # a waiting claim's timeout is its wait plus this
+
+
+class Unanswered(Exception):
+    """No answer: the connection was refused, reset or timed out (or the claim cancelled)."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An answer: its status and its JSON body (``{"message": ...}`` if it was not JSON)."""
+
+    status: int
+    body: dict[str, Any]
+    path: str
+
+    @property
+    def problem(self) -> str:
+        return f"{self.status} {self.body.get('message', '')}".strip()
+
+
+class ClaimConnection:
+    """The connection claims go on, apart from the session's pool, so that a worker shutting
+    down can half-close it (:meth:`cancel`): the service then answers a waiting claim at once
+    and claims nothing more for it, while an answer already on its way can still be read."""
+
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        parts = urllib.parse.urlsplit(url)
+        self._secure = parts.scheme == "https"
+        self._host = parts.hostname or "localhost"
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+        self._headers = {**headers, "Content-Type": "application/json"}
+        self._lock = threading.Lock()
+        self._connection: http.client.HTTPConnection | None = None
+        self._cancelled = False
+
+    def post(self, path: str, body: dict[str, Any], timeout: float) -> Reply:
+        with self._lock:
+            if self._cancelled:
+                raise Unanswered("the claim was cancelled")
+            if self._connection is None:
+                kind = http.client.HTTPSConnection if self._secure else http.client.HTTPConnection
+                self._connection = kind(self._host, self._port, timeout=timeout)
+            connection = self._connection
+            connection.timeout = timeout
+            if connection.sock is not None:
+                connection.sock.settimeout(timeout)
+        try:
+            connection.request(
+                "POST", self._prefix + path, body=json.dumps(body), headers=self._headers
+            )
+            response = connection.getresponse()
+            data = response.read()
+        except (OSError, http.client.HTTPException) as error:
+            self._drop(connection)
+            raise Unanswered(f"{type(error).__name__}: {error}") from None
+        if response.will_close:
+            self._drop(connection)
+        return Reply(response.status, _json(data), path)
+
+    def cancel(self) -> None:
+        """No more claims; the one in flight, if any, half-closed (its answer still read)."""
+        with self._lock:
+            self._cancelled = True
+            connection = self._connection
+        sock = connection.sock if connection is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        with self._lock:
+            connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+    def _drop(self, connection: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if self._connection is connection:
+                self._connection = None
+        connection.close()
 
 
 class Refused(Exception):
@@ -60,29 +145,33 @@ def backoff(attempt: int, rng: random.Random) -> float:
 
 class Service:
     """One thread's connection to the service (a ``requests.Session`` is not shared between
-    threads). ``stopping`` cuts every backoff short when the worker must stop at once."""
+    threads), and its own connection for claims. ``stopping`` cuts every backoff short when
+    the worker must stop at once."""
 
     def __init__(self, url: str, token: str | None, stopping: threading.Event) -> None:
         self.url = url.rstrip("/")
         self.stopping = stopping
-        self.session = requests.Session()
-        self.session.headers["User-Agent"] = f"routemaster-client/{__version__}"
+        headers = {"User-Agent": f"routemaster-client/{__version__}"}
         if token:
-            self.session.headers["Authorization"] = f"Bearer {token}"
+            headers["Authorization"] = f"Bearer {token}"
+        self.session = requests.Session()
+        self.session.headers.update(headers)
+        self.claims = ClaimConnection(self.url, headers)
         self._rng = random.Random()
 
     def close(self) -> None:
         self.session.close()
+        self.claims.close()
 
     def claim(
         self, claim: dict[str, Any], keep_trying: Callable[[], bool]
     ) -> list[dict[str, Any]] | None:
         """``POST /tasks/claim``: the tasks claimed (maybe none); ``None`` when given up."""
         timeout = float(claim.get("wait", 0)) + WAIT_MARGIN
-        response = self._post("/tasks/claim", claim, timeout, keep_trying)
-        if response is None:
+        reply = self._post("/tasks/claim", claim, timeout, keep_trying, claiming=True)
+        if reply is None:
             return None
-        tasks: list[dict[str, Any]] = _refused_unless_ok(response)["tasks"]
+        tasks: list[dict[str, Any]] = _refused_unless_ok(reply)["tasks"]
         return tasks
 
     def complete(
@@ -97,10 +186,12 @@ class Service:
         if claim is not None:
             body["claim"] = claim
         timeout = float((claim or {}).get("wait", 0)) + WAIT_MARGIN
-        response = self._post("/tasks/complete", body, timeout, keep_trying)
-        if response is None:
+        reply = self._post(
+            "/tasks/complete", body, timeout, keep_trying, claiming=claim is not None
+        )
+        if reply is None:
             return None
-        answer = _refused_unless_ok(response)
+        answer = _refused_unless_ok(reply)
         done = [Answer(entry["id"], entry["status"] == 200, entry) for entry in answer["completed"]]
         return done, answer["tasks"]
 
@@ -127,38 +218,45 @@ class Service:
         """``POST /tasks/{id}/heartbeat`` tried once: the answer, or why there was none (the
         caller retries on its own schedule, so that one lease's trouble holds up no other)."""
         try:
-            response = self.session.post(
-                f"{self.url}/tasks/{task_id}/heartbeat", json={}, timeout=TIMEOUT
-            )
-        except requests.RequestException as error:
-            return f"{type(error).__name__}: {error}"
-        if response.status_code in TRANSIENT:
-            return _problem(response)
-        return _task_answer(task_id, response)
+            reply = self._exchange(f"/tasks/{task_id}/heartbeat", {}, TIMEOUT)
+        except Unanswered as error:
+            return str(error)
+        if reply.status in TRANSIENT:
+            return reply.problem
+        return _task_answer(task_id, reply)
 
     def _task_call(
         self, task_id: str, verb: str, body: dict[str, Any], keep_trying: Callable[[], bool]
     ) -> Answer | None:
-        response = self._post(f"/tasks/{task_id}/{verb}", body, TIMEOUT, keep_trying)
-        return None if response is None else _task_answer(task_id, response)
+        reply = self._post(f"/tasks/{task_id}/{verb}", body, TIMEOUT, keep_trying)
+        return None if reply is None else _task_answer(task_id, reply)
 
     def _post(
-        self, path: str, body: dict[str, Any], timeout: float, keep_trying: Callable[[], bool]
-    ) -> requests.Response | None:
+        self,
+        path: str,
+        body: dict[str, Any],
+        timeout: float,
+        keep_trying: Callable[[], bool],
+        *,
+        claiming: bool = False,
+    ) -> Reply | None:
         """The first answer that is not transient; ``None`` once ``keep_trying()`` is false or
         the worker stops at once."""
         attempt = 0
         while True:
             try:
-                response = self.session.post(self.url + path, json=body, timeout=timeout)
-            except requests.RequestException as error:
-                problem = f"{type(error).__name__}: {error}"
+                if claiming:
+                    reply = self.claims.post(path, body, timeout)
+                else:
+                    reply = self._exchange(path, body, timeout)
+            except Unanswered as error:
+                problem = str(error)
             else:
-                if response.status_code not in TRANSIENT:
-                    return response
-                problem = _problem(response)
+                if reply.status not in TRANSIENT:
+                    return reply
+                problem = reply.problem
             if self.stopping.is_set() or not keep_trying():
-                logger.warning("POST %s: %s; given up", _shown(path), problem)
+                logger.info("POST %s: %s; given up", _shown(path), problem)
                 return None
             delay = backoff(attempt, self._rng)
             level = logging.WARNING if attempt % 10 == 0 else logging.DEBUG
@@ -167,6 +265,13 @@ class Service:
             if self.stopping.wait(delay):
                 return None
 
+    def _exchange(self, path: str, body: dict[str, Any], timeout: float) -> Reply:
+        try:
+            response = self.session.post(self.url + path, json=body, timeout=timeout)
+        except requests.RequestException as error:
+            raise Unanswered(f"{type(error).__name__}: {error}") from None
+        return Reply(response.status_code, _json(response.content), path)
+
 
 def _shown(path: str) -> str:
     """The path without a task id: ids are secrets for their lease's lifetime."""
@@ -174,26 +279,25 @@ def _shown(path: str) -> str:
     return "/tasks/{id}/" + parts[-1] if len(parts) == 4 else path
 
 
-def _problem(response: requests.Response) -> str:
+def _json(data: bytes) -> dict[str, Any]:
     try:
-        message = response.json().get("message", "")
+        body = json.loads(data)
     except ValueError:
-        message = response.text[:200]
-    return f"{response.status_code} {message}".strip()
+        return {"message": data[:200].decode("utf-8", "replace")}
+    return body if isinstance(body, dict) else {"message": str(body)[:200]}
 
 
-def _refused_unless_ok(response: requests.Response) -> dict[str, Any]:
-    if response.status_code != 200:
-        raise Refused(f"{response.request.path_url}: {_problem(response)}")
-    body: dict[str, Any] = response.json()
-    return body
+def _refused_unless_ok(reply: Reply) -> dict[str, Any]:
+    if reply.status != 200:
+        raise Refused(f"{_shown(reply.path)}: {reply.problem}")
+    return reply.body
 
 
-def _task_answer(task_id: str, response: requests.Response) -> Answer:
+def _task_answer(task_id: str, reply: Reply) -> Answer:
     """200: done; 409 (``lease_lost``) or 404 (never issued): the lease is not ours."""
-    if response.status_code in (200, 404, 409):
-        return Answer(task_id, response.status_code == 200, response.json())
-    raise Refused(f"/tasks/{{id}}: {_problem(response)}")
+    if reply.status in (200, 404, 409):
+        return Answer(task_id, reply.status == 200, reply.body)
+    raise Refused(f"{_shown(reply.path)}: {reply.problem}")
 
 
 def expiry_in(expires_at: datetime.datetime) -> float:

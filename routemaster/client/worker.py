@@ -9,9 +9,10 @@ up to 100 and failures one by one; a *heartbeat* thread keeps every lease
 (:mod:`routemaster.client.heartbeats`); each task runs on a thread of its own.
 
 Drain (SIGTERM, SIGINT or :meth:`Worker.stop`): no more claims; running
-handlers get ``grace`` seconds; the tasks whose handlers still run then are
-released (their results will be dropped); the outcomes queued are sent; a
-claim in flight is waited for and what it brings released. A second signal
+handlers get ``grace`` seconds; a claim waiting on the service is cancelled
+(its connection half-closed, :class:`~routemaster.client.service.ClaimConnection`)
+and what it brings released; the tasks whose handlers still run after the
+grace are released (their results will be dropped); the outcomes queued are sent. A second signal
 stops at once, leaving the leases to run out.
 """
 
@@ -29,7 +30,7 @@ from typing import Any
 
 from routemaster.client.book import Book, Held
 from routemaster.client.heartbeats import keep_leases
-from routemaster.client.service import Answer, Refused, Service
+from routemaster.client.service import Answer, ClaimConnection, Refused, Service
 from routemaster.client.task import Completion, Fail, Failure, Outcome, Task
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class Worker:
 
     ``token`` is read from ``ROUTEMASTER_TOKEN`` when not given; ``name`` (shown in the
     service's explanations) defaults to ``HOST-PID``; ``wait`` is how long a claim waits on
-    the service for work (a drain waits for the claim in flight, so at most that long).
+    the service for work.
     """
 
     def __init__(
@@ -81,6 +82,7 @@ class Worker:
         self._finished = threading.Event()  # the drain is over: the helper threads end
         self._refused: Refused | None = None
         self._claiming_since: float | None = None  # when the claimer's request began
+        self._claims: ClaimConnection | None = None  # the claimer's, to cancel on a drain
 
     def task(self, handler: Handler) -> Handler:
         """Decorator: ``handler(task)`` does the work; its dict is merged into the metadata."""
@@ -129,6 +131,9 @@ class Worker:
         book = self._book
         with book.lock:
             running = book.busy
+            claims = self._claims
+        if claims is not None:
+            claims.cancel()  # a claim waiting on the service is answered now
         logger.info("draining: %d running, up to %.0f s for them to finish", running, self.grace)
         deadline = time.monotonic() + self.grace
         while not book.wait_for(lambda: book.busy == 0, min(TURN, self.grace)):
@@ -162,6 +167,10 @@ class Worker:
         """Claim for the free slots, sending the completions queued by then along."""
         book = self._book
         service = self._service()
+        with book.lock:
+            self._claims = service.claims
+        if self._draining.is_set():
+            service.claims.cancel()
         try:
             while not self._draining.is_set():
                 if not book.wait_for(lambda: book.free > 0 or self._draining.is_set(), TURN):
