@@ -12,6 +12,7 @@ from collections.abc import Callable
 from routemaster.app import App
 from routemaster.db import label_counts
 from routemaster.db.horizon import Horizon
+from routemaster.service.transactions import writing
 
 FOLD_INTERVAL = 2.0
 """Seconds between two folds of a worker: reads add at most what changed since (plus what a
@@ -28,7 +29,7 @@ def fold_label_counts(app: App) -> int:
 
 def _fold(app: App) -> tuple[int, bool]:
     """The rows folded, and whether the database is distributed (Citus)."""
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         distributed = app.horizon.distributed(conn)
         below = app.horizon.confirmed(conn) if distributed else Horizon.coordinator(conn)
         return label_counts.fold(conn, below), distributed
