@@ -101,7 +101,9 @@ PROLOGUE = "SET LOCAL statement_timeout = %(routemaster_statement_timeout)s; "
 :mod:`routemaster.db.transaction_settings`): a utility statement, no row to answer, so a read
 costs the serving process about as much as with no prologue at all."""
 
-CITUS_PROLOGUE = PROLOGUE + "SET LOCAL citus.max_adaptive_executor_pool_size = 1; "
+_ONE_CONNECTION_PER_WORKER = "SET LOCAL citus.max_adaptive_executor_pool_size = 1; "
+
+CITUS_PROLOGUE = PROLOGUE + _ONE_CONNECTION_PER_WORKER
 """:data:`PROLOGUE` on Citus: a statement across the shards goes over one connection per
 worker, the one the coordinator's session keeps between transactions. Left to itself Citus
 opens more connections for it (up to 16 per worker) and closes all but one when the
@@ -235,6 +237,8 @@ def _prologue_for(conn: sa.Connection, driver: Any) -> tuple[str, dict[str, str]
         begins = driver.info.transaction_status == _IDLE
     if not begins:
         return None
+    if not settings.statement_timeout_ms:  # Citus without a timeout: the server's own stands
+        return _ONE_CONNECTION_PER_WORKER, {}
     prologue = CITUS_PROLOGUE if settings.one_connection_per_worker else PROLOGUE
     return prologue, cast(dict[str, str], settings.params)
 

@@ -71,6 +71,7 @@ class Recorded:
 
     def _seen(self, conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
         statement = statement.removeprefix(CITUS_PROLOGUE).removeprefix(PROLOGUE)
+        statement = statement.removeprefix(CITUS_PROLOGUE.removeprefix(PROLOGUE))
         tables = {name.lower() for name in _TABLE.findall(statement)}
         if tables & set(DISTRIBUTED_TABLES):
             self.statements.append((statement, params))
