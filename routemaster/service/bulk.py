@@ -30,7 +30,7 @@ from routemaster.app import App
 from routemaster.config.model import StateMachine
 from routemaster.db import bulk as jobs
 from routemaster.db import labels as store
-from routemaster.db import table_statistics, transitions
+from routemaster.db import transitions
 from routemaster.db.labels import Label
 from routemaster.db.search import Search, not_on_version, search_count, search_page
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
@@ -40,6 +40,7 @@ from routemaster.service.operations import move_locked, pause_locked, retry_lock
 from routemaster.service.refusals import InvalidOperation, Malformed
 from routemaster.service.scheduling import plan_input_of, store_after_update
 from routemaster.service.search import listing_search
+from routemaster.service.table_statistics import after_writing
 from routemaster.service.transactions import read, reading, writing
 
 COMMANDS = ("retry", "pause", "resume", "move", "delete", "upgrade")
@@ -169,8 +170,7 @@ def run_batch(app: App, *, limit: int) -> int:
             raise
         handled = _batch(app, limit, careful=True)
     if handled:  # a job over a million labels works through them batch by batch
-        written = {"labels": handled, "history": handled}
-        table_statistics.refresh(app.db, written, direct=app.direct)
+        after_writing(app, {"labels": handled, "history": handled})
     return handled
 
 

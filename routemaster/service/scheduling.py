@@ -28,7 +28,7 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.model import Action, Gate, StateMachine
-from routemaster.db import label_claims, schedules, table_statistics
+from routemaster.db import label_claims, schedules
 from routemaster.db.labels import Label
 from routemaster.db.schedules import Schedule
 from routemaster.exit_conditions.next_check import NextCheck
@@ -40,6 +40,7 @@ from routemaster.machine.schedule import (
     next_check,
     schedule_gate,
 )
+from routemaster.service.table_statistics import after_writing
 from routemaster.service.transactions import read, reading, writing
 from routemaster.service.versions import definitions_of, machine_for, worker_view
 
@@ -173,7 +174,7 @@ def schedule_unscheduled(app: App, *, limit: int) -> int:
         rows = label_claims.lock_unscheduled(conn, states, limit=limit)
         schedules.schedule(conn, [_backfilled(app, label) for label in rows], now=app.now())
     if rows:
-        table_statistics.refresh(app.db, {"labels": len(rows)}, direct=app.direct)
+        after_writing(app, {"labels": len(rows)})
     return len(rows)
 
 
