@@ -135,7 +135,8 @@ def compute_next_checks(url: str, config: Config, versions: Versions) -> int:
     try:
         load_all_versions(app)
         while True:
-            done = schedule_unscheduled(app, limit=NEXT_CHECK_BATCH)
+            # the statistics once, at the end, not every tenth of the table on the way
+            done = schedule_unscheduled(app, limit=NEXT_CHECK_BATCH, analyze=False)
             total += done
             if done < NEXT_CHECK_BATCH:
                 break

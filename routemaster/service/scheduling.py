@@ -154,7 +154,7 @@ def next_moves(
         ]
 
 
-def schedule_unscheduled(app: App, *, limit: int) -> int:
+def schedule_unscheduled(app: App, *, limit: int, analyze: bool = True) -> int:
     """Compute the schedule of up to ``limit`` rows written without one; how many.
 
     Only states this configuration knows are taken, with the states of the
@@ -163,7 +163,8 @@ def schedule_unscheduled(app: App, *, limit: int) -> int:
     already owed (an older process marked the label due) is kept if it is sooner.
     A backlog of such rows (written by SQL, or left by an upgrade) leaves the
     planner's statistics untrue as it is worked off: they are gathered again
-    when they are (:mod:`routemaster.db.table_statistics`).
+    when they are (:mod:`routemaster.db.table_statistics`), unless ``analyze``
+    is false (a caller that works the whole backlog off analyses once, at its end).
     """
     states = [
         (machine.name, state.name)
@@ -173,7 +174,7 @@ def schedule_unscheduled(app: App, *, limit: int) -> int:
     with writing(app) as conn:
         rows = label_claims.lock_unscheduled(conn, states, limit=limit)
         schedules.schedule(conn, [_backfilled(app, label) for label in rows], now=app.now())
-    if rows:
+    if rows and analyze:
         after_writing(app, {"labels": len(rows)})
     return len(rows)
 
