@@ -1,0 +1,370 @@
+"""Flows (SPEC G2): labels queued per key, keys served in order of virtual start, the cap
+kept exact by counting a key's holders under its row's lock.
+
+The rows (migration 0020):
+
+- a label due in a flow's action is **queued** by :func:`enqueue`: its flow, its key (the
+  JSON text of the key path's value, ``null`` when missing) and the moment it became due
+  go to ``flow``, ``flow_key``, ``flow_due_at``, and ``due_at`` becomes NULL. Queued, it
+  is out of ``labels_due`` and ``labels_claimable`` (no other claim reads it again) and in
+  ``labels_flow_queue``: its key's queue, FIFO. A queued label is one whose
+  ``flow_due_at`` is set while ``due_at`` is NULL and it is in one of its flow's states; a
+  row left in the index by a label that moved on is cleared when its key's queue is read;
+- ``flow_keys``: per (flow, key) its virtual start ``vstart``, its weight and whether it
+  may have queued labels (``active``); ``flow_keys_ready`` orders a flow's active keys by
+  ``vstart``, so a claim reads the keys it serves and not the others;
+- ``flows``: per flow its virtual time, the start of the last label served: a key that
+  becomes active again starts no earlier (no credit banked while idle).
+
+The cap: a label **holds** a slot while it is leased in one of its flow's states (a call in
+flight, a 202 task, a pull task; ``lease_owner`` set and the lease not run out). A claim
+locks the key's row (``FOR UPDATE SKIP LOCKED``), then counts the holders
+(``labels_flow_holding``, at most the cap's worth of rows) in a later statement, which
+therefore sees every lease committed by a claim that held the row before; and it writes
+its own leases before it commits. Two claims of one key are thereby serialised, so no
+instant has more holders than the cap. Ends of holding need no bookkeeping: a lease that
+ends (moved on, failed, released, run out) is simply not counted.
+
+Keys are deactivated only under their row's lock, after a later statement found their
+queue empty; :func:`enqueue` activates them by an upsert that waits for that lock, so a
+label queued concurrently is never left behind an inactive key.
+
+Every statement here runs on one server. On Citus ``flows`` and ``flow_keys`` are local
+tables of the coordinator (never joined with ``labels`` in one statement).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from routemaster.db.statements import Row, fetch_all, fetch_one, run
+
+StateKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class FlowRoute:
+    """What the store needs of one flow: its name, the states it claims from now (and all of
+    its states, for the holders), its key and weight paths (without ``metadata``)."""
+
+    name: str
+    states: Sequence[StateKey]  # where labels are queued and claimed from by this claim
+    all_states: Sequence[StateKey]  # where holders count (every action naming the flow)
+    key: Sequence[str]
+    weight: Sequence[str] | None
+    concurrency: int | None
+    pulled: bool = False  # a pull action: run-out leases are the expiry sweep's, not ours
+
+
+@dataclass(frozen=True)
+class FlowKey:
+    key: str
+    vstart: float
+    weight: float
+
+
+@dataclass(frozen=True)
+class Head:
+    """A queued label at the head of its key's queue, locked."""
+
+    key: str
+    state_machine: str
+    name_key: bytes
+    shard_key: int
+    queued_at: datetime.datetime
+
+
+def enqueue(conn: sa.Connection, flow: FlowRoute, *, now: datetime.datetime, limit: int) -> int:
+    """Queue up to ``limit`` labels due in ``flow.states`` under their keys, oldest first, and
+    activate those keys; how many were queued.
+
+    A key that becomes active starts at the flow's virtual time (or later, if it was
+    served further ahead before): it banks no credit for being idle.
+    """
+    params = {
+        "flow": flow.name,
+        **_state_arrays(flow.states),
+        "key_path": list(flow.key),
+        "weight_path": list(flow.weight) if flow.weight is not None else None,
+        "now": now,
+        "limit": limit,
+        "unleased": flow.pulled,
+    }
+    rows = fetch_all(conn, _ENQUEUE, params)
+    if not rows:
+        return 0
+    weights: dict[str, float] = {}
+    for key, weight in rows:
+        weights[key] = max(weight, weights.get(key, 1.0))
+    keys = sorted(weights)  # upserts lock the key rows in one order
+    run(conn, _ENSURE_FLOW, {"flow": flow.name})
+    run(
+        conn,
+        _ACTIVATE,
+        {"flow": flow.name, "keys": keys, "weights": [weights[key] for key in keys]},
+    )
+    return len(rows)
+
+
+def lock_keys(
+    conn: sa.Connection, flow: str, *, after: tuple[float, str] | None, limit: int
+) -> list[FlowKey]:
+    """Lock up to ``limit`` active keys of ``flow`` in order of virtual start, after
+    ``after`` (skipping keys another claim is serving)."""
+    low_v, low_key = after if after is not None else (float("-inf"), "")
+    params = {"flow": flow, "low_v": low_v, "low_key": low_key, "limit": limit}
+    return [FlowKey(*row) for row in fetch_all(conn, _LOCK_KEYS, params)]
+
+
+def virtual_time(conn: sa.Connection, flow: str) -> float:
+    row = fetch_one(conn, _VIRTUAL_TIME, {"flow": flow})
+    return 0.0 if row is None else float(row[0])
+
+
+def holding(
+    conn: sa.Connection, flow: FlowRoute, keys: Sequence[str], *, now: datetime.datetime
+) -> dict[str, int]:
+    """How many labels of each of ``keys`` hold a slot of ``flow`` now."""
+    if not keys:
+        return {}
+    params = {"flow": flow.name, "keys": list(keys), "now": now, **_state_arrays(flow.all_states)}
+    return {key: int(count) for key, count in fetch_all(conn, _HOLDING, params)}
+
+
+def heads(conn: sa.Connection, flow: FlowRoute, rooms: dict[str, int]) -> dict[str, list[Head]]:
+    """Lock up to ``rooms[key]`` queued labels of each key, oldest first, in ``flow.states``
+    (those in the flow's other states stay for the claims of their receivers).
+
+    Rows the index still holds for labels that moved on are cleared on the way (and not
+    returned), so each costs one read once.
+    """
+    keys = [key for key, room in rooms.items() if room > 0]
+    if not keys:
+        return {}
+    params = {
+        "flow": flow.name,
+        "keys": keys,
+        "rooms": [rooms[key] for key in keys],
+        **_state_arrays(flow.all_states),
+    }
+    here = set(flow.states)
+    found: dict[str, list[Head]] = {}
+    stale: list[Row] = []
+    for row in fetch_all(conn, _HEADS, params):
+        key, state_machine, name_key, shard_key, queued_at, live, state = row
+        if not live:
+            stale.append(row)
+            continue
+        if (state_machine, state) not in here:  # queued for another receiver's action
+            continue
+        found.setdefault(key, []).append(
+            Head(key, state_machine, bytes(name_key), shard_key, queued_at)
+        )
+    if stale:
+        run(
+            conn,
+            _CLEAR_STALE,
+            {
+                "shard_keys": [row[3] for row in stale],
+                "machines": [row[1] for row in stale],
+                "name_keys": [bytes(row[2]) for row in stale],
+            },
+        )
+    return found
+
+
+def lease_heads(
+    conn: sa.Connection,
+    chosen: Sequence[Head],
+    *,
+    lease_until: datetime.datetime,
+    worker_id: str,
+    counted: bool,
+) -> list[Row]:
+    """Lease the chosen heads for calls: (state_machine, name, state, metadata, entry_id,
+    attempts, was_due, last_error, version), in the order chosen."""
+    if not chosen:
+        return []
+    params = {
+        "shard_keys": [head.shard_key for head in chosen],
+        "machines": [head.state_machine for head in chosen],
+        "name_keys": [head.name_key for head in chosen],
+        "queued": [head.queued_at for head in chosen],
+        "lease_until": lease_until,
+        "me": worker_id,
+        "counted": int(counted),
+    }
+    return fetch_all(conn, _LEASE_HEADS, params)
+
+
+def settle_keys(
+    conn: sa.Connection,
+    flow: str,
+    *,
+    vstarts: dict[str, float],
+    maybe_empty: Sequence[str],
+    vtime: float | None,
+) -> None:
+    """Write the served keys' new virtual starts and the flow's virtual time; deactivate
+    those of ``maybe_empty`` (locked by this claim) whose queue a fresh read finds empty."""
+    if vstarts:
+        keys = sorted(vstarts)
+        run(
+            conn,
+            _SET_VSTARTS,
+            {"flow": flow, "keys": keys, "vstarts": [vstarts[key] for key in keys]},
+        )
+    if vtime is not None:
+        run(conn, _SET_VTIME, {"flow": flow, "vtime": vtime})
+    if maybe_empty:
+        params = {"flow": flow, "keys": sorted(maybe_empty)}
+        queued = {key for (key,) in fetch_all(conn, _STILL_QUEUED, params)}
+        empty = [key for key in sorted(maybe_empty) if key not in queued]
+        if empty:
+            run(conn, _DEACTIVATE, {"flow": flow, "keys": empty})
+
+
+def _state_arrays(states: Sequence[StateKey]) -> dict[str, Any]:
+    return {"machines": [sm for sm, _ in states], "states": [state for _, state in states]}
+
+
+# Due labels of the flow's states (each state's own scan of labels_claimable, oldest first),
+# queued: due_at moves to flow_due_at, the key and weight are read from the metadata. A pull
+# action's run-out leases are left to the expiry sweep (it counts the failed attempt first).
+_ENQUEUE = """
+    WITH routes AS (
+        SELECT * FROM unnest(CAST(%(machines)s AS text[]), CAST(%(states)s AS text[]))
+                 AS r(sm, state)
+    ), due AS (
+        SELECT picked.* FROM routes CROSS JOIN LATERAL (
+            SELECT shard_key, state_machine, name_key FROM labels
+            WHERE state_machine = routes.sm AND state = routes.state AND due_at IS NOT NULL
+              AND (state, due_at) <= (routes.state, %(now)s)
+              AND NOT deleted AND NOT paused AND NOT errored
+              AND (NOT %(unleased)s OR lease_owner IS NULL)
+            ORDER BY due_at
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS picked
+    )
+    UPDATE labels
+    SET flow = %(flow)s,
+        flow_key = COALESCE(CAST(labels.metadata #> CAST(%(key_path)s AS text[]) AS text),
+                            'null'),
+        flow_due_at = labels.due_at, due_at = NULL, lease_owner = NULL
+    FROM due
+    WHERE labels.shard_key = due.shard_key AND labels.state_machine = due.state_machine
+      AND labels.name_key = due.name_key
+    RETURNING labels.flow_key,
+              CASE WHEN jsonb_typeof(labels.metadata #> CAST(%(weight_path)s AS text[]))
+                        = 'number'
+                   THEN GREATEST(1, CAST(CAST(labels.metadata #> CAST(%(weight_path)s AS text[])
+                                              AS text) AS double precision))
+                   ELSE 1 END
+    """
+
+_ENSURE_FLOW = "INSERT INTO flows (name) VALUES (%(flow)s) ON CONFLICT (name) DO NOTHING"
+
+# A key that was idle starts at the flow's virtual time (no credit for idling); an active
+# key keeps its place. Waits for a claim holding the key's row (it may be deactivating it).
+_ACTIVATE = """
+    INSERT INTO flow_keys (flow, key, vstart, weight, active)
+    SELECT %(flow)s, k.key, (SELECT vtime FROM flows WHERE name = %(flow)s), k.weight, true
+    FROM unnest(CAST(%(keys)s AS text[]), CAST(%(weights)s AS double precision[]))
+         AS k(key, weight)
+    ON CONFLICT (flow, key) DO UPDATE
+    SET weight = excluded.weight, active = true,
+        vstart = CASE WHEN flow_keys.active THEN flow_keys.vstart
+                      ELSE GREATEST(flow_keys.vstart, excluded.vstart) END
+    """
+
+# The next active keys in order of virtual start (index flow_keys_ready), locked.
+_LOCK_KEYS = """
+    SELECT key, vstart, weight FROM flow_keys
+    WHERE flow = %(flow)s AND active AND (vstart, key) > (%(low_v)s, %(low_key)s)
+    ORDER BY vstart, key
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+    """
+
+_VIRTUAL_TIME = "SELECT vtime FROM flows WHERE name = %(flow)s"
+
+# The labels holding a slot of each key: leased in one of the flow's states, the lease not
+# run out (index labels_flow_holding).
+_HOLDING = """
+    SELECT flow_key, count(*) FROM labels
+    WHERE flow = %(flow)s AND flow_key = ANY(CAST(%(keys)s AS text[]))
+      AND lease_owner IS NOT NULL AND due_at > %(now)s AND NOT deleted AND NOT errored
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
+    GROUP BY flow_key
+    """
+
+# Each key's oldest queued labels (labels_flow_queue), locked; ``live`` false for a row left
+# by a label no longer queued there (it moved on, or is due again another way).
+_HEADS = """
+    SELECT picked.* FROM unnest(CAST(%(keys)s AS text[]), CAST(%(rooms)s AS integer[]))
+                         AS k(key, room)
+    CROSS JOIN LATERAL (
+        SELECT labels.flow_key, labels.state_machine, labels.name_key, labels.shard_key,
+               labels.flow_due_at,
+               labels.due_at IS NULL
+               AND (labels.state_machine, labels.state) IN (
+                   SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                        CAST(%(states)s AS text[]))) AS live,
+               labels.state
+        FROM labels
+        WHERE labels.flow = %(flow)s AND labels.flow_key = k.key
+          AND labels.flow_due_at IS NOT NULL
+          AND NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
+        ORDER BY labels.flow_due_at
+        LIMIT k.room
+        FOR UPDATE SKIP LOCKED
+    ) AS picked
+    """
+
+_CLEAR_STALE = """
+    UPDATE labels SET flow_due_at = NULL
+    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                CAST(%(name_keys)s AS bytea[])) AS s(shard_key, sm, name_key)
+    WHERE labels.shard_key = s.shard_key AND labels.state_machine = s.sm
+      AND labels.name_key = s.name_key
+    """
+
+_LEASE_HEADS = """
+    UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s, flow_due_at = NULL,
+                      attempts = labels.attempts + %(counted)s
+    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                CAST(%(name_keys)s AS bytea[]), CAST(%(queued)s AS timestamptz[]))
+         WITH ORDINALITY AS h(shard_key, sm, name_key, queued_at, n)
+    WHERE labels.shard_key = h.shard_key AND labels.state_machine = h.sm
+      AND labels.name_key = h.name_key
+    RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
+              labels.entry_id, labels.attempts, h.queued_at, labels.last_error, labels.version,
+              h.n
+    """
+
+_SET_VSTARTS = """
+    UPDATE flow_keys SET vstart = v.vstart
+    FROM unnest(CAST(%(keys)s AS text[]), CAST(%(vstarts)s AS double precision[]))
+         AS v(key, vstart)
+    WHERE flow_keys.flow = %(flow)s AND flow_keys.key = v.key
+    """
+
+_SET_VTIME = "UPDATE flows SET vtime = GREATEST(vtime, %(vtime)s) WHERE name = %(flow)s"
+
+_STILL_QUEUED = """
+    SELECT DISTINCT flow_key FROM labels
+    WHERE flow = %(flow)s AND flow_key = ANY(CAST(%(keys)s AS text[]))
+      AND flow_due_at IS NOT NULL AND NOT deleted AND NOT paused AND NOT errored
+    """
+
+_DEACTIVATE = """
+    UPDATE flow_keys SET active = false
+    WHERE flow = %(flow)s AND key = ANY(CAST(%(keys)s AS text[]))
+    """
