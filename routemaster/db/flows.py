@@ -43,6 +43,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.db.statements import Row, fetch_all, fetch_one, run
+from routemaster.db.tasks import Lease, Task
 
 StateKey = tuple[str, str]
 
@@ -74,6 +75,7 @@ class Head:
 
     key: str
     state_machine: str
+    state: str
     name_key: bytes
     shard_key: int
     queued_at: datetime.datetime
@@ -163,7 +165,7 @@ def heads(conn: sa.Connection, flow: FlowRoute, rooms: dict[str, int]) -> dict[s
         if (state_machine, state) not in here:  # queued for another receiver's action
             continue
         found.setdefault(key, []).append(
-            Head(key, state_machine, bytes(name_key), shard_key, queued_at)
+            Head(key, state_machine, state, bytes(name_key), shard_key, queued_at)
         )
     if stale:
         run(
@@ -200,6 +202,34 @@ def lease_heads(
         "counted": int(counted),
     }
     return fetch_all(conn, _LEASE_HEADS, params)
+
+
+def lease_tasks(
+    conn: sa.Connection,
+    chosen: Sequence[tuple[Head, str, Lease]],
+    *,
+    worker: str,
+    now: datetime.datetime,
+) -> list[Task]:
+    """Lease the chosen heads of pull actions as tasks, (head, id, lease) each, recorded in
+    ``tasks`` as a pull claim's are (:mod:`routemaster.db.label_claims`), in that order."""
+    if not chosen:
+        return []
+    params = {
+        "shard_keys": [head.shard_key for head, _, _ in chosen],
+        "machines": [head.state_machine for head, _, _ in chosen],
+        "name_keys": [head.name_key for head, _, _ in chosen],
+        "ids": [ident for _, ident, _ in chosen],
+        "leases": [lease.seconds for _, _, lease in chosen],
+        # computed here, as the pull claim does (Citus refuses timestamptz + interval of a
+        # column in an UPDATE)
+        "lease_untils": [now + datetime.timedelta(seconds=lease.seconds) for _, _, lease in chosen],
+        "sources": [lease.source for _, _, lease in chosen],
+        "samples": [lease.samples for _, _, lease in chosen],
+        "worker": worker,
+        "now": now,
+    }
+    return [Task(*row) for row in fetch_all(conn, _LEASE_TASKS, params)]
 
 
 def settle_keys(
@@ -347,6 +377,40 @@ _LEASE_HEADS = """
     RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
               labels.entry_id, labels.attempts, h.queued_at, labels.last_error, labels.version,
               h.n
+    """
+
+_LEASE_TASKS = """
+    WITH chosen AS (
+        SELECT * FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                             CAST(%(name_keys)s AS bytea[]), CAST(%(ids)s AS text[]),
+                             CAST(%(leases)s AS double precision[]),
+                             CAST(%(lease_untils)s AS timestamptz[]),
+                             CAST(%(sources)s AS text[]), CAST(%(samples)s AS integer[]))
+                      WITH ORDINALITY
+                      AS c(shard_key, sm, name_key, id, lease, lease_until, lease_source,
+                           lease_samples, n)
+    ), claimed AS (
+        UPDATE labels SET due_at = chosen.lease_until, lease_owner = %(worker)s,
+                          flow_due_at = NULL,
+                          task_id = CAST(labels.shard_key AS text) || '.' || chosen.id,
+                          attempts = labels.attempts + 1
+        FROM chosen
+        WHERE labels.shard_key = chosen.shard_key AND labels.state_machine = chosen.sm
+          AND labels.name_key = chosen.name_key
+        RETURNING labels.task_id, labels.state_machine, labels.name, labels.state,
+                  labels.metadata, labels.attempts, labels.entry_id, labels.due_at,
+                  chosen.lease, chosen.lease_source, chosen.lease_samples, chosen.n,
+                  labels.shard_key
+    ), issued AS (
+        INSERT INTO tasks (id, shard_key, state_machine, label, state, entry_id, attempt, worker,
+                           lease, claimed_at, lease_source, lease_samples)
+        SELECT task_id, shard_key, state_machine, name, state, entry_id, attempts, %(worker)s,
+               lease * interval '1 second', %(now)s, lease_source, lease_samples
+        FROM claimed
+    )
+    SELECT task_id AS id, state_machine, name AS label, state, metadata, attempts AS attempt,
+           entry_id, due_at AS lease_expires_at
+    FROM claimed ORDER BY n
     """
 
 _SET_VSTARTS = """

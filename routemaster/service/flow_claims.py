@@ -30,6 +30,7 @@ from routemaster.config.model import Action, Config
 from routemaster.db import flows
 from routemaster.db.claimed import Claim
 from routemaster.db.flows import FlowRoute, Head
+from routemaster.db.tasks import LeasedState, Task
 from routemaster.machine.fair_share import KeyQueue, serve
 
 ENQUEUE_BATCH = 2000  # labels queued per flow and claim (each is queued once)
@@ -164,6 +165,34 @@ def pick(conn: sa.Connection, flow: FlowRoute, slots: int, *, now: datetime.date
 
 def _room(concurrency: int | None, holding: int, slots: int) -> int:
     return slots if concurrency is None else min(slots, concurrency - holding)
+
+
+def claim_flow_tasks(
+    conn: sa.Connection,
+    by_state: dict[StateKey, FlowRoute],
+    leased: Sequence[LeasedState],
+    ids: Sequence[str],
+    *,
+    worker: str,
+    now: datetime.datetime,
+) -> list[Task]:
+    """Pull tasks from the flows of ``leased`` states, up to ``len(ids)``, fairly by key
+    and under each key's cap; the ids not used are the caller's to use elsewhere."""
+    lease_of = {(sm, state): lease for sm, state, lease in leased}
+    tasks: list[Task] = []
+    for flow in group_flows(by_state, list(lease_of)):
+        left = len(ids) - len(tasks)
+        if left <= 0:
+            break
+        flows.enqueue(conn, flow, now=now, limit=ENQUEUE_BATCH)
+        picked = pick(conn, flow, left, now=now)
+        fresh = ids[len(tasks) : len(tasks) + len(picked.heads)]
+        chosen = [
+            (head, ident, lease_of[(head.state_machine, head.state)])
+            for head, ident in zip(picked.heads, fresh, strict=True)
+        ]
+        tasks += flows.lease_tasks(conn, chosen, worker=worker, now=now)
+    return tasks
 
 
 def flows_of(

@@ -48,6 +48,7 @@ from routemaster.service.labels import (
     get_label,
     settle_batch,
 )
+from routemaster.service.flow_claims import claim_flow_tasks, flow_states
 from routemaster.service.leases import LeaseBook
 from routemaster.service.versions import machine_for
 
@@ -116,8 +117,15 @@ def claim_tasks(
         if expire:
             _expire(conn, app, states, now, rng)
         leased = (leases or LeaseBook()).leases(conn, app.config, states, now=now)
-        claimed = label_claims.claim_tasks(
-            conn, leased, ids=[new_task_id() for _ in range(limit)], worker=worker, now=now
+        ids = [new_task_id() for _ in range(limit)]
+        by_flow = flow_states(app.config)
+        claimed = claim_flow_tasks(conn, by_flow, leased, ids, worker=worker, now=now)
+        claimed += label_claims.claim_tasks(
+            conn,
+            [item for item in leased if (item[0], item[1]) not in by_flow],
+            ids=ids[len(claimed) :],
+            worker=worker,
+            now=now,
         )
     for task in claimed:
         _event(app, task.state_machine, task.state, task.label, "claimed")
