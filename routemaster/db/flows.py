@@ -42,6 +42,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from routemaster.db.labels import label_params
 from routemaster.db.statements import Row, fetch_all, fetch_one, run
 from routemaster.db.tasks import Lease, Task
 
@@ -431,4 +432,126 @@ _STILL_QUEUED = """
 _DEACTIVATE = """
     UPDATE flow_keys SET active = false
     WHERE flow = %(flow)s AND key = ANY(CAST(%(keys)s AS text[]))
+    """
+
+
+# --- reads: a label's place, the flows' and keys' counts ---------------------------------
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A label queued in a flow: its flow, key (JSON text) and since when."""
+
+    flow: str
+    key: str
+    since: datetime.datetime
+
+
+def queued(conn: sa.Connection, state_machine: str, name: str) -> Queued | None:
+    """Where the label waits in a flow's queue (None: it is not queued)."""
+    row = fetch_one(conn, _QUEUED, label_params(state_machine, name))
+    return None if row is None else Queued(*row)
+
+
+def requeue(conn: sa.Connection, state_machine: str, name: str) -> bool:
+    """A queued label resumed after a pause: due again at the moment it was queued, so the
+    next claim queues it (and activates its key, which may have gone idle meanwhile)."""
+    return run(conn, _REQUEUE, label_params(state_machine, name)) > 0
+
+
+def holding_of(
+    conn: sa.Connection,
+    flow: str,
+    states: Sequence[StateKey],
+    key: str,
+    *,
+    now: datetime.datetime,
+) -> int:
+    route = FlowRoute(flow, states, states, (), None, None)
+    return holding(conn, route, [key], now=now).get(key, 0)
+
+
+@dataclass(frozen=True)
+class FlowCounts:
+    name: str
+    keys_waiting: int
+    labels_waiting: int
+    holding: int
+
+
+def flow_counts(
+    conn: sa.Connection, flows: Sequence[tuple[str, Sequence[StateKey]]], *, now: datetime.datetime
+) -> list[FlowCounts]:
+    """Per flow (name, its states): keys and labels waiting in its queues, labels holding."""
+    found = []
+    for name, states in flows:
+        params = {"flow": name, "now": now, **_state_arrays(states)}
+        keys, labels = fetch_one(conn, _WAITING, params) or (0, 0)
+        held = fetch_one(conn, _HOLDING_ALL, params)
+        found.append(FlowCounts(name, int(keys), int(labels), int(held[0]) if held else 0))
+    return found
+
+
+@dataclass(frozen=True)
+class KeyCounts:
+    key: str  # JSON text
+    waiting: int
+    holding: int
+
+
+def busiest_keys(
+    conn: sa.Connection,
+    flow: str,
+    states: Sequence[StateKey],
+    *,
+    limit: int,
+    now: datetime.datetime,
+) -> list[KeyCounts]:
+    """The keys of ``flow`` with the most labels waiting, most first (ties by key)."""
+    params = {"flow": flow, "limit": limit, "now": now, **_state_arrays(states)}
+    rows = fetch_all(conn, _BUSIEST, params)
+    held = holding(
+        conn, FlowRoute(flow, states, states, (), None, None), [r[0] for r in rows], now=now
+    )
+    return [KeyCounts(key, int(waiting), held.get(key, 0)) for key, waiting in rows]
+
+
+_QUEUED = """
+    SELECT flow, flow_key, flow_due_at FROM labels
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s AND flow_due_at IS NOT NULL AND due_at IS NULL
+    """
+
+_REQUEUE = """
+    UPDATE labels SET due_at = flow_due_at, flow_due_at = NULL
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
+      AND name = %(name)s AND flow_due_at IS NOT NULL AND due_at IS NULL AND NOT paused
+    """
+
+# Counted from labels_flow_queue (what waits) and labels_flow_holding: reads, never claims.
+_WAITING = """
+    SELECT count(DISTINCT flow_key), count(*) FROM labels
+    WHERE flow = %(flow)s AND flow_due_at IS NOT NULL AND due_at IS NULL
+      AND NOT deleted AND NOT paused AND NOT errored
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
+    """
+
+_HOLDING_ALL = """
+    SELECT count(*) FROM labels
+    WHERE flow = %(flow)s AND lease_owner IS NOT NULL AND due_at > %(now)s
+      AND NOT deleted AND NOT errored
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
+    """
+
+_BUSIEST = """
+    SELECT flow_key, count(*) AS waiting FROM labels
+    WHERE flow = %(flow)s AND flow_due_at IS NOT NULL AND due_at IS NULL
+      AND NOT deleted AND NOT paused AND NOT errored
+      AND (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
+    GROUP BY flow_key
+    ORDER BY waiting DESC, flow_key
+    LIMIT %(limit)s
     """

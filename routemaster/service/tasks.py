@@ -41,6 +41,7 @@ from routemaster.db.tasks import Expiry
 from routemaster.db.tasks import PullState as PullState  # for the faces
 from routemaster.db.tasks import Task as Task  # for the faces
 from routemaster.machine.retry import backoff
+from routemaster.service.flow_claims import claim_flow_tasks, flow_states
 from routemaster.service.labels import (
     advance_locked,
     advance_with_feeds,
@@ -48,7 +49,6 @@ from routemaster.service.labels import (
     get_label,
     settle_batch,
 )
-from routemaster.service.flow_claims import claim_flow_tasks, flow_states
 from routemaster.service.leases import LeaseBook
 from routemaster.service.versions import machine_for
 

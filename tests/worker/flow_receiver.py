@@ -47,7 +47,7 @@ def flow_receiver(delay: float = 0.05) -> Iterator[FlowReceiver]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
             key = receiver.key_of(body)
             with receiver.lock:
