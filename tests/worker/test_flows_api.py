@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from routemaster import service
+from routemaster.metrics import Metrics
 from tests.waiting import wait_until
 from tests.worker.conftest import MakeApp, running
 from tests.worker.flow_receiver import flow_receiver
@@ -20,7 +21,8 @@ def test_waiting_labels_say_what_they_wait_for(make_app: MakeApp) -> None:
             "key: metadata.customer, concurrency: 1, name: pay",
             receiver="max_in_flight: 8",
         )
-        app = make_app(config, delivery_concurrency=8)
+        app = make_app(config, delivery_concurrency=8, label_gauges_interval=0)
+        app.metrics = Metrics()
         machine = app.config.get_machine("m")
         for name, customer in [
             ("a1", "acme"),
@@ -39,8 +41,11 @@ def test_waiting_labels_say_what_they_wait_for(make_app: MakeApp) -> None:
             explained = client.get("/state-machines/m/labels/a3/explain").get_json()
             calling = client.get("/state-machines/m/labels/b1/explain").get_json()
             top = client.get("/flows/pay/keys?limit=1").get_json()["keys"]
+            scraped = client.get("/metrics").get_data(as_text=True)
             missing = client.get("/flows/nope/keys")
             bad = client.get("/flows/pay/keys?limit=0")
+    assert 'routemaster_flow_waiting{flow="pay"} 2.0' in scraped
+    assert 'routemaster_flow_holding{flow="pay"} 3.0' in scraped
     assert flows == [
         {"name": "pay", "concurrency": 1, "keys_waiting": 1, "labels_waiting": 2, "holding": 3}
     ]
