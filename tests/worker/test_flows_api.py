@@ -42,8 +42,11 @@ def test_waiting_labels_say_what_they_wait_for(make_app: MakeApp) -> None:
             calling = client.get("/state-machines/m/labels/b1/explain").get_json()
             top = client.get("/flows/pay/keys?limit=1").get_json()["keys"]
             scraped = client.get("/metrics").get_data(as_text=True)
+            page = client.get("/console/flows").get_data(as_text=True)
             missing = client.get("/flows/nope/keys")
             bad = client.get("/flows/pay/keys?limit=0")
+    assert "<code>&#34;acme&#34;</code>" in page or '<code>"acme"</code>' in page  # busiest key
+    assert "2 labels waiting over 1 keys" in page
     assert 'routemaster_flow_waiting{flow="pay"} 2.0' in scraped
     assert 'routemaster_flow_holding{flow="pay"} 3.0' in scraped
     assert flows == [
