@@ -59,7 +59,7 @@ _UPGRADE = [
         PRIMARY KEY (flow, key)
     )
     """,
-    "CREATE INDEX flow_keys_ready ON flow_keys (flow, vstart) WHERE active",
+    "CREATE INDEX flow_keys_ready ON flow_keys (flow, vstart, key) WHERE active",
 ]
 
 _DOWNGRADE = [

@@ -510,5 +510,6 @@ sa.Index(
     "flow_keys_ready",
     flow_keys.c.flow,
     flow_keys.c.vstart,
+    flow_keys.c.key,
     postgresql_where=flow_keys.c.active,
 )
