@@ -96,7 +96,7 @@ def receiver(delay: float, calls: Calls) -> Iterator[int]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             at = time.monotonic()
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             label = self.path.rsplit("/", 1)[-1]
@@ -259,9 +259,10 @@ def cost(url: str, keys: int, slots: int = 10, rounds: int = 50) -> None:
             times.append(time.perf_counter() - t)
             transaction.rollback()
         assert len(taken.claims) == slots
+    millis = [x * 1000 for x in times]
     print(
         f"{keys} active keys, {len(rows)} queued labels: one round for {slots} slots:"
-        f" median {statistics.median(times) * 1000:.2f} ms, p90 {percentile([x * 1000 for x in times], 90):.2f} ms"
+        f" median {statistics.median(millis):.2f} ms, p90 {percentile(millis, 90):.2f} ms"
     )
 
 
