@@ -29,8 +29,9 @@ Keys are deactivated only under their row's lock, after a later statement found 
 queue empty; :func:`enqueue` activates them by an upsert that waits for that lock, so a
 label queued concurrently is never left behind an inactive key.
 
-Every statement here runs on one server. On Citus ``flows`` and ``flow_keys`` are local
-tables of the coordinator (never joined with ``labels`` in one statement).
+On Citus ``flows`` and ``flow_keys`` are local tables of the coordinator (never joined with
+``labels`` in one statement), and the statements that lock labels run shard by shard
+(:mod:`routemaster.db.shards`), their ``%(shard_keys)s`` NULL on one server.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.db.labels import label_params
+from routemaster.db.shards import shard_map, take
 from routemaster.db.statements import Row, fetch_all, fetch_one, run
 from routemaster.db.tasks import Lease, Task
 
@@ -97,8 +99,9 @@ def enqueue(conn: sa.Connection, flow: FlowRoute, *, now: datetime.datetime, lim
         "now": now,
         "limit": limit,
         "unleased": flow.pulled,
+        "shard_keys": None,
     }
-    rows = fetch_all(conn, _ENQUEUE, params)
+    rows = take(conn, _ENQUEUE_KEYS, _ENQUEUE, params)
     if not rows:
         return 0
     weights: dict[str, float] = {}
@@ -158,7 +161,7 @@ def heads(conn: sa.Connection, flow: FlowRoute, rooms: dict[str, int]) -> dict[s
     here = set(flow.states)
     found: dict[str, list[Head]] = {}
     stale: list[Row] = []
-    for row in fetch_all(conn, _HEADS, params):
+    for row in _head_rows(conn, params, rooms):
         key, state_machine, name_key, shard_key, queued_at, live, state = row
         if not live:
             stale.append(row)
@@ -179,6 +182,28 @@ def heads(conn: sa.Connection, flow: FlowRoute, rooms: dict[str, int]) -> dict[s
             },
         )
     return found
+
+
+def _head_rows(conn: sa.Connection, params: dict[str, Any], rooms: dict[str, int]) -> list[Row]:
+    """The heads' rows: one statement on one server; on Citus the statement on every shard
+    holding a queued label of those keys (row locks hold within one shard), the rows then
+    merged per key in due order and cut to each key's room (FIFO across shards)."""
+    shards = shard_map(conn)
+    if shards is None:
+        return fetch_all(conn, _HEADS, {**params, "shard_keys": None})
+    find = {**params, "limit": sum(rooms.values())}
+    keys = {int(key) for (key,) in fetch_all(conn, _HEAD_KEYS, find)}
+    rows: list[Row] = []
+    for group in shards.whole_shards(conn, keys):
+        rows += shards.fetch_all(conn, _HEADS, {**params, "shard_keys": group})
+    rows.sort(key=lambda row: row[4])
+    taken: dict[str, int] = {}
+    kept = []
+    for row in rows:
+        if taken.get(row[0], 0) < rooms.get(row[0], 0):
+            taken[row[0]] = taken.get(row[0], 0) + 1
+            kept.append(row)
+    return kept
 
 
 def lease_heads(
@@ -230,7 +255,20 @@ def lease_tasks(
         "worker": worker,
         "now": now,
     }
-    return [Task(*row) for row in fetch_all(conn, _LEASE_TASKS, params)]
+    shards = shard_map(conn)
+    if shards is None:
+        return [Task(*row) for row in fetch_all(conn, _LEASE_TASKS, params)]
+    # On Citus the statement (an UPDATE and an INSERT) runs shard by shard, as a pull claim's.
+    tasks: list[Task] = []
+    for group in shards.groups(conn, {head.shard_key for head, _, _ in chosen}, ordered=True):
+        some = [i for i, (head, _, _) in enumerate(chosen) if head.shard_key in set(group)]
+        part = {
+            name: ([value[i] for i in some] if isinstance(value, list) else value)
+            for name, value in params.items()
+        }
+        tasks += [Task(*row) for row in shards.fetch_all(conn, _LEASE_TASKS, part)]
+    order = {ident: n for n, (_, ident, _) in enumerate(chosen)}
+    return sorted(tasks, key=lambda task: order[task.id.split(".", 1)[1]])
 
 
 def settle_keys(
@@ -274,7 +312,9 @@ _ENQUEUE = """
     ), due AS (
         SELECT picked.* FROM routes CROSS JOIN LATERAL (
             SELECT shard_key, state_machine, name_key FROM labels
-            WHERE state_machine = routes.sm AND state = routes.state AND due_at IS NOT NULL
+            WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+                   OR shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+              AND state_machine = routes.sm AND state = routes.state AND due_at IS NOT NULL
               AND (state, due_at) <= (routes.state, %(now)s)
               AND NOT deleted AND NOT paused AND NOT errored
               AND (NOT %(unleased)s OR lease_owner IS NULL)
@@ -289,7 +329,9 @@ _ENQUEUE = """
                             'null'),
         flow_due_at = labels.due_at, due_at = NULL, lease_owner = NULL
     FROM due
-    WHERE labels.shard_key = due.shard_key AND labels.state_machine = due.state_machine
+    WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+           OR labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+      AND labels.shard_key = due.shard_key AND labels.state_machine = due.state_machine
       AND labels.name_key = due.name_key
     RETURNING labels.flow_key,
               CASE WHEN jsonb_typeof(labels.metadata #> CAST(%(weight_path)s AS text[]))
@@ -297,6 +339,18 @@ _ENQUEUE = """
                    THEN GREATEST(1, CAST(CAST(labels.metadata #> CAST(%(weight_path)s AS text[])
                                               AS text) AS double precision))
                    ELSE 1 END
+    """
+
+# On Citus (routemaster.db.shards): the shard keys of the oldest such labels, read without a
+# lock across the shards (which shards to visit).
+_ENQUEUE_KEYS = """
+    SELECT shard_key FROM labels
+    WHERE (state_machine, state) IN (SELECT * FROM unnest(CAST(%(machines)s AS text[]),
+                                                          CAST(%(states)s AS text[])))
+      AND due_at <= %(now)s AND NOT deleted AND NOT paused AND NOT errored
+      AND (NOT %(unleased)s OR lease_owner IS NULL)
+    ORDER BY due_at
+    LIMIT %(limit)s
     """
 
 _ENSURE_FLOW = "INSERT INTO flows (name) VALUES (%(flow)s) ON CONFLICT (name) DO NOTHING"
@@ -350,7 +404,9 @@ _HEADS = """
                                         CAST(%(states)s AS text[]))) AS live,
                labels.state
         FROM labels
-        WHERE labels.flow = %(flow)s AND labels.flow_key = k.key
+        WHERE (CAST(%(shard_keys)s AS integer[]) IS NULL
+               OR labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[])))
+          AND labels.flow = %(flow)s AND labels.flow_key = k.key
           AND labels.flow_due_at IS NOT NULL
           AND NOT labels.deleted AND NOT labels.paused AND NOT labels.errored
         ORDER BY labels.flow_due_at
@@ -359,11 +415,21 @@ _HEADS = """
     ) AS picked
     """
 
+# On Citus: the shard keys of the oldest queued labels of those keys, read without a lock.
+_HEAD_KEYS = """
+    SELECT shard_key FROM labels
+    WHERE flow = %(flow)s AND flow_key = ANY(CAST(%(keys)s AS text[]))
+      AND flow_due_at IS NOT NULL AND NOT deleted AND NOT paused AND NOT errored
+    ORDER BY flow_due_at
+    LIMIT %(limit)s
+    """
+
 _CLEAR_STALE = """
     UPDATE labels SET flow_due_at = NULL
     FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
                 CAST(%(name_keys)s AS bytea[])) AS s(shard_key, sm, name_key)
-    WHERE labels.shard_key = s.shard_key AND labels.state_machine = s.sm
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND labels.shard_key = s.shard_key AND labels.state_machine = s.sm
       AND labels.name_key = s.name_key
     """
 
@@ -373,7 +439,8 @@ _LEASE_HEADS = """
     FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
                 CAST(%(name_keys)s AS bytea[]), CAST(%(queued)s AS timestamptz[]))
          WITH ORDINALITY AS h(shard_key, sm, name_key, queued_at, n)
-    WHERE labels.shard_key = h.shard_key AND labels.state_machine = h.sm
+    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND labels.shard_key = h.shard_key AND labels.state_machine = h.sm
       AND labels.name_key = h.name_key
     RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
               labels.entry_id, labels.attempts, h.queued_at, labels.last_error, labels.version,
@@ -396,7 +463,8 @@ _LEASE_TASKS = """
                           task_id = CAST(labels.shard_key AS text) || '.' || chosen.id,
                           attempts = labels.attempts + 1
         FROM chosen
-        WHERE labels.shard_key = chosen.shard_key AND labels.state_machine = chosen.sm
+        WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+          AND labels.shard_key = chosen.shard_key AND labels.state_machine = chosen.sm
           AND labels.name_key = chosen.name_key
         RETURNING labels.task_id, labels.state_machine, labels.name, labels.state,
                   labels.metadata, labels.attempts, labels.entry_id, labels.due_at,
