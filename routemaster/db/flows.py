@@ -44,7 +44,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.db.labels import label_params
-from routemaster.db.shards import shard_map, take
+from routemaster.db.shards import shard_map
 from routemaster.db.statements import Row, fetch_all, fetch_one, run
 from routemaster.db.tasks import Lease, Task
 
@@ -101,7 +101,7 @@ def enqueue(conn: sa.Connection, flow: FlowRoute, *, now: datetime.datetime, lim
         "unleased": flow.pulled,
         "shard_keys": None,
     }
-    rows = take(conn, _ENQUEUE_KEYS, _ENQUEUE, params)
+    rows = _enqueue_rows(conn, params, limit)
     if not rows:
         return 0
     weights: dict[str, float] = {}
@@ -115,6 +115,23 @@ def enqueue(conn: sa.Connection, flow: FlowRoute, *, now: datetime.datetime, lim
         {"flow": flow.name, "keys": keys, "weights": [weights[key] for key in keys]},
     )
     return len(rows)
+
+
+def _enqueue_rows(conn: sa.Connection, params: dict[str, Any], limit: int) -> list[Row]:
+    """Queue: one statement on one server; on Citus the statement on each shard a fresh read
+    across the shards finds due labels on (no shards remembered from an earlier round, so a
+    newly due label waits for no other shard's backlog), each asked for what is left."""
+    shards = shard_map(conn)
+    if shards is None:
+        return fetch_all(conn, _ENQUEUE, params)
+    keys = {int(key) for (key,) in fetch_all(conn, _ENQUEUE_KEYS, params)}
+    rows: list[Row] = []
+    for group in shards.whole_shards(conn, keys):
+        left = limit - len(rows)
+        if left <= 0:
+            break
+        rows += shards.fetch_all(conn, _ENQUEUE, {**params, "limit": left, "shard_keys": group})
+    return rows
 
 
 def lock_keys(
@@ -191,8 +208,10 @@ def _head_rows(conn: sa.Connection, params: dict[str, Any], rooms: dict[str, int
     shards = shard_map(conn)
     if shards is None:
         return fetch_all(conn, _HEADS, {**params, "shard_keys": None})
-    find = {**params, "limit": sum(rooms.values())}
-    keys = {int(key) for (key,) in fetch_all(conn, _HEAD_KEYS, find)}
+    keys: set[int] = set()
+    for key in params["keys"]:  # each key's own oldest: one key's backlog hides no other's
+        find = {"flow": params["flow"], "key": key, "limit": rooms[key]}
+        keys.update(int(found) for (found,) in fetch_all(conn, _HEAD_KEYS, find))
     rows: list[Row] = []
     for group in shards.whole_shards(conn, keys):
         rows += shards.fetch_all(conn, _HEADS, {**params, "shard_keys": group})
@@ -415,10 +434,10 @@ _HEADS = """
     ) AS picked
     """
 
-# On Citus: the shard keys of the oldest queued labels of those keys, read without a lock.
+# On Citus: the shard keys of the oldest queued labels of one key, read without a lock.
 _HEAD_KEYS = """
     SELECT shard_key FROM labels
-    WHERE flow = %(flow)s AND flow_key = ANY(CAST(%(keys)s AS text[]))
+    WHERE flow = %(flow)s AND flow_key = %(key)s
       AND flow_due_at IS NOT NULL AND NOT deleted AND NOT paused AND NOT errored
     ORDER BY flow_due_at
     LIMIT %(limit)s
