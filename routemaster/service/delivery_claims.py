@@ -177,11 +177,15 @@ class Gatekeeper:
                 if want is not None:
                     wanted.append(want)
             from_flows = self._claim_flows(conn, wanted, routes, free, now, lease_until)
-            wanted = _still_wanted(wanted, from_flows)
+            plain = [route for route in routes if (route[1], route[2]) not in self._flow_states]
             claimed = from_flows + label_claims.claim_deliveries(
                 conn,
-                wanted,
-                [route for route in routes if (route[1], route[2]) not in self._flow_states],
+                # the receivers with other actions, for what the flows left them
+                _still_wanted(
+                    [want for want in wanted if any(r[0] == want.receiver for r in plain)],
+                    from_flows,
+                ),
+                plain,
                 free=free - len(from_flows),
                 now=now,
                 lease_until=lease_until,
