@@ -298,8 +298,8 @@ def settle_keys(
     maybe_empty: Sequence[str],
     vtime: float | None,
 ) -> None:
-    """Write the served keys' new virtual starts and the flow's virtual time; deactivate
-    those of ``maybe_empty`` (locked by this claim) whose queue a fresh read finds empty."""
+    """Write the served keys' new virtual starts and the flow's virtual time; forget those
+    of ``maybe_empty`` (locked by this claim) whose queue a fresh read finds empty."""
     if vstarts:
         keys = sorted(vstarts)
         run(
@@ -516,9 +516,11 @@ _STILL_QUEUED = """
       AND flow_due_at IS NOT NULL AND NOT deleted AND NOT paused AND NOT errored
     """
 
+# An idle key is forgotten: the table holds the keys with queued labels (and those being
+# queued), so it never grows with the keys ever seen. What it forgets is at most one call's
+# lead (a key served just before it went idle starts again at the virtual time).
 _DEACTIVATE = """
-    UPDATE flow_keys SET active = false
-    WHERE flow = %(flow)s AND key = ANY(CAST(%(keys)s AS text[]))
+    DELETE FROM flow_keys WHERE flow = %(flow)s AND key = ANY(CAST(%(keys)s AS text[]))
     """
 
 
