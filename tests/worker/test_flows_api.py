@@ -73,3 +73,44 @@ def test_an_unnamed_flow_is_named_after_its_action(make_app: MakeApp) -> None:
         app = make_app(flow_config(receiver.url(), "key: metadata.customer"))
         flows = client_of(app).get("/flows").get_json()["flows"]
     assert [flow["name"] for flow in flows] == ["m.notify"]
+
+
+def test_a_label_paused_while_waiting_gets_its_turn_once_resumed(make_app: MakeApp) -> None:
+    """Paused in its key's queue, the key goes idle and is forgotten; resumed, the label is
+    queued again and called."""
+    with flow_receiver(delay=0.3) as receiver:
+        config = flow_config(receiver.url(), "key: metadata.customer, concurrency: 1")
+        app = make_app(config, delivery_concurrency=4)
+        machine = app.config.get_machine("m")
+        for name in ("first", "second"):
+            service.create_label(app, machine, name, {"customer": "acme"})
+        client = client_of(app)
+        with running(app):
+            wait_until(lambda: len(receiver.started) == 1, "the first called", timeout=20)
+            wait_until(
+                lambda: (
+                    client.get("/state-machines/m/labels/second/explain").get_json()["waiting_for"]
+                    is not None
+                ),
+                "the second queued behind it",
+                timeout=20,
+            )
+            assert client.post("/state-machines/m/labels/second/pause", json={}).status_code == 200
+            wait_until(
+                lambda: service.get_label(app, machine, "first").state == "done",
+                "the first delivered",
+                timeout=20,
+            )
+            wait_until(
+                lambda: client.get("/flows").get_json()["flows"][0]["holding"] == 0,
+                "nothing holding",
+                timeout=20,
+            )
+            assert len(receiver.started) == 1  # paused: never called
+            assert client.post("/state-machines/m/labels/second/resume", json={}).status_code == 200
+            wait_until(
+                lambda: service.get_label(app, machine, "second").state == "done",
+                "the second delivered after its resume",
+                timeout=20,
+            )
+    assert [label for _, _, label in sorted(receiver.started)] == ["first", "second"]
