@@ -11,6 +11,7 @@ from routemaster.app import App
 from routemaster.config.model import Action, Config, Flow
 from routemaster.db import flows as store
 from routemaster.db.labels import Label
+from routemaster.service.transactions import reading
 
 StateKey = tuple[str, str]
 
@@ -38,7 +39,7 @@ def waiting_for(app: App, flow: Flow, label: Label) -> dict[str, Any] | None:
     """``explain``'s ``waiting_for``: the key the label waits for, its holders and cap."""
     info = configured_flows(app.config).get(flow.name)
     states = info.states if info is not None else [(label.state_machine, label.state)]
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         queued = store.queued(conn, label.state_machine, label.name)
         if queued is None or queued.flow != flow.name:
             return None
@@ -55,7 +56,7 @@ def waiting_for(app: App, flow: Flow, label: Label) -> dict[str, Any] | None:
 def flow_list(app: App) -> list[dict[str, Any]]:
     """``GET /flows``: per flow, the keys and labels waiting and the labels holding slots."""
     flows = configured_flows(app.config)
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         counts = store.flow_counts(
             conn, [(info.name, info.states) for info in flows.values()], now=app.now()
         )
@@ -76,7 +77,7 @@ def busiest_keys(app: App, name: str, *, limit: int) -> list[dict[str, Any]] | N
     info = configured_flows(app.config).get(name)
     if info is None:
         return None
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         keys = store.busiest_keys(conn, name, info.states, limit=limit, now=app.now())
     return [
         {"key": json.loads(key.key), "waiting": key.waiting, "holding": key.holding} for key in keys
