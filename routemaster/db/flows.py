@@ -144,11 +144,6 @@ def lock_keys(
     return [FlowKey(*row) for row in fetch_all(conn, _LOCK_KEYS, params)]
 
 
-def virtual_time(conn: sa.Connection, flow: str) -> float:
-    row = fetch_one(conn, _VIRTUAL_TIME, {"flow": flow})
-    return 0.0 if row is None else float(row[0])
-
-
 def holding(
     conn: sa.Connection, flow: FlowRoute, keys: Sequence[str], *, now: datetime.datetime
 ) -> dict[str, int]:
@@ -395,8 +390,6 @@ _LOCK_KEYS = """
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
     """
-
-_VIRTUAL_TIME = "SELECT vtime FROM flows WHERE name = %(flow)s"
 
 # The labels holding a slot of each key: leased in one of the flow's states, the lease not
 # run out (index labels_flow_holding).
