@@ -15,11 +15,12 @@ from typing import Any
 from routemaster.app import App
 from routemaster.config import describe_machine
 from routemaster.config.graph import worker_settings
-from routemaster.config.model import Action, StateMachine
+from routemaster.config.model import Action, Spawn, StateMachine
 from routemaster.db.labels import Label
 from routemaster.exit_conditions import FeedUnavailable
 from routemaster.machine import choose_next_state
 from routemaster.machine.triggers import what_evaluates
+from routemaster.service import children as children_service
 from routemaster.service import deliveries
 from routemaster.service import tasks as task_service
 from routemaster.service.labels import label_context
@@ -58,6 +59,10 @@ def explanation_of(app: App, machine: StateMachine, found: Label) -> dict[str, A
     body["next"] = described[state.name].get("next")
     if isinstance(state, Action):
         body.update(_action_explanation(app, state, found))
+        return body
+    if isinstance(state, Spawn):
+        body["kind"] = "spawn"
+        body.update(children_service.explain(app, found, state))
         return body
     body["triggers"] = described[state.name].get("triggers", [])
     check = explain_next_check(app, machine, found)
