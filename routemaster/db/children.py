@@ -178,7 +178,8 @@ def create(
 ) -> int:
     """Create ``children`` of ``parent`` in ``machine``'s ``state``, each with its first
     history entry and its ``children`` row, in one statement; how many were created (a name
-    taken already, by an earlier run of the same batch or otherwise, is left as it is)."""
+    taken already, by an earlier run of the same batch or otherwise, is left as it is). A
+    ``children`` row left by a label since purged (retention) is taken over."""
     if not children:
         return 0
     params = {
@@ -225,6 +226,11 @@ _CREATE = """
            %(parent_name)s, %(parent_key)s, %(parent_shard_key)s, items.position, %(depth)s
     FROM created
     JOIN items ON items.name_key = created.name_key AND items.shard_key = created.shard_key
+    ON CONFLICT (state_machine, name_key, shard_key) DO UPDATE
+        SET parent_machine = excluded.parent_machine, parent_name = excluded.parent_name,
+            parent_key = excluded.parent_key, parent_shard_key = excluded.parent_shard_key,
+            position = excluded.position, depth = excluded.depth,
+            created_at = excluded.created_at
     RETURNING shard_key
     """
 
