@@ -85,10 +85,31 @@ _NEXT = obj(
     optional=("state", "path", "default", "destinations"),
 )
 
+_SPAWN_SETTINGS = obj(
+    {
+        "machine": {**TEXT, "description": "The machine the children are labels of."},
+        "for_each": {**TEXT, "description": "The metadata list: one child per element."},
+        "wait": {
+            "anyOf": [{"enum": ["all"]}, obj({"at_least": INTEGER})],
+            "description": "What the parent waits for (wait: any is at_least 1).",
+        },
+        "on_exit": {"enum": ["keep", "delete"]},
+    }
+)
+
+_CHILDREN_COUNTS = obj(
+    {
+        "total": INTEGER,
+        "succeeded": INTEGER,
+        "failed": INTEGER,
+        "running": INTEGER,
+    }
+)
+
 _MACHINE_STATE = obj(
     {
         "name": TEXT,
-        "kind": {"enum": ["gate", "action"]},
+        "kind": {"enum": ["gate", "action", "spawn"]},
         "exit_condition": {"type": ["string", "null"]},
         "triggers": array(ref("Trigger")),
         "webhook": {"type": ["string", "null"]},
@@ -100,7 +121,13 @@ _MACHINE_STATE = obj(
         "end": BOOLEAN,
         "labels": {**INTEGER, "description": "Live labels in this state now."},
         "errored": {**INTEGER, "description": "How many of them are errored."},
-    }
+        "outcome": {
+            "enum": ["succeeded", "failed"],
+            "description": "A child entering this state has finished so.",
+        },
+        "spawn": _SPAWN_SETTINGS,
+    },
+    optional=("outcome", "spawn"),
 )
 
 _VERSION_NUMBER: Schema = {
@@ -226,6 +253,33 @@ SCHEMAS: dict[str, Schema] = {
             "last_error": {"type": ["string", "null"]},
             # the machine version the label follows: its own on a continue machine
             "version": {"type": ["integer", "null"]},
+            "parent": {
+                **obj({"state_machine": TEXT, "label": TEXT}),
+                "description": "The label whose spawn state created this one (a child only).",
+            },
+        },
+        optional=("parent",),
+    ),
+    "Children": obj(
+        {
+            "children": array(
+                obj(
+                    {
+                        "state_machine": TEXT,
+                        "label": TEXT,
+                        "state": TEXT,
+                        "outcome": {
+                            "enum": ["succeeded", "failed", None],
+                            "description": "null: the child is still running.",
+                        },
+                        "metadata": {"type": "object"},
+                    }
+                )
+            ),
+            "next": {
+                "type": ["string", "null"],
+                "description": "The next page (in the order the children were spawned), or null.",
+            },
         }
     ),
     "History": obj(
@@ -269,7 +323,24 @@ SCHEMAS: dict[str, Schema] = {
                 "type": ["string", "null"],
                 "description": "The clause that sets next_check_at.",
             },
-            "kind": {"enum": ["gate", "action", None]},
+            "kind": {"enum": ["gate", "action", "spawn", None]},
+            "spawn": {
+                **obj(
+                    {
+                        **_SPAWN_SETTINGS["properties"],
+                        "spawned": {**INTEGER, "description": "Children created so far."},
+                        "to_spawn": {
+                            "type": ["integer", "null"],
+                            "description": "Children to create in all (null: not started).",
+                        },
+                    }
+                ),
+            },
+            "children": {**_CHILDREN_COUNTS, "description": "A waiting parent's children now."},
+            "wait_met": {
+                **BOOLEAN,
+                "description": "Whether the parent's wait is over (it leaves within a second).",
+            },
             "message": TEXT,
             "next": ref("Next"),
             "webhook": TEXT,
@@ -320,6 +391,9 @@ SCHEMAS: dict[str, Schema] = {
             "exit_condition",
             "next_state_if_held",
             "next_state_error",
+            "spawn",
+            "children",
+            "wait_met",
         ),
     ),
     "LabelCount": obj({"count": {**INTEGER, "description": "Live labels matching the filters."}}),

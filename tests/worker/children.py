@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from routemaster.app import App
 from routemaster.db.statements import fetch_all
 
@@ -52,6 +54,6 @@ state_machines:
 """
 
 
-def rows(app: App, sql: str, **params: object) -> list[tuple[object, ...]]:
+def rows(app: App, sql: str, **params: object) -> list[tuple[Any, ...]]:
     with app.db.connect() as conn:
         return [tuple(row) for row in fetch_all(conn, sql, params)]
