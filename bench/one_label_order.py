@@ -36,8 +36,8 @@ from routemaster.db.statements import fetch_one
 NOW = datetime.datetime(2026, 11, 28, tzinfo=datetime.UTC)
 VARIANTS = {
     "merge": {
-        "plain": transitions._MERGE_METADATA,
-        "serialised": transitions._SERIALISED_MERGE_METADATA,
+        "plain": transitions.creation._MERGE_METADATA,
+        "serialised": transitions.creation._SERIALISED_MERGE_METADATA,
     },
     "lock+move": {
         "plain": labels._SELECT_FOR_UPDATE,

@@ -156,7 +156,16 @@ def test_when_one_process_ends_all_stop_and_it_says_which(
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_everything_and_says_the_service_stopped(run_env: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "inherited",
+    [signal.SIG_DFL, signal.SIG_IGN],
+    ids=["from a terminal", "from a supervisor that ignores SIGINT"],
+)
+def test_ctrl_c_stops_everything_and_says_the_service_stopped(
+    run_env: dict[str, str], inherited: signal.Handlers
+) -> None:
+    """Whatever SIGINT disposition the script inherits (set here, not left to how the test
+    run was started: a CI job started with ``&`` from a non-interactive shell ignores it)."""
     process = subprocess.Popen(
         [str(RUN)],
         cwd=REPOSITORY,
@@ -165,6 +174,7 @@ def test_ctrl_c_stops_everything_and_says_the_service_stopped(run_env: dict[str,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, inherited),
     )
     try:
         output = _Output(process)

@@ -43,32 +43,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from routemaster.db.catalogue import ONE_LABEL, RETURNED, serialised
 from routemaster.db.keys import label_key, shard_key
 from routemaster.db.plumbing.database import distributed
 from routemaster.db.statements import Prepared, Row, fetch_all, fetch_one
 
 LabelKey = tuple[str, str]
 """(state machine, label name)."""
-
-LABEL_COLUMNS = (
-    "state_machine",
-    "name",
-    "metadata",
-    "state",
-    "state_entered_at",
-    "entry_id",
-    "previous_state",
-    "deleted",
-    "paused",
-    "errored",
-    "last_error",
-    "attempts",
-    "due_at",
-    "created_at",
-    "updated_at",
-    "version",
-)
-"""A label row's columns, in the order every statement that returns labels lists them."""
 
 
 @dataclass(frozen=True)
@@ -189,54 +170,24 @@ def history(conn: sa.Connection, state_machine: str, name: str) -> list[HistoryE
 # full name.
 
 
-_SELECT = """
-    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
-           version
+_SELECT = f"""
+    SELECT {RETURNED}
     FROM labels
     WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
       AND name = %(name)s
     """
 
-_SELECT_FOR_UPDATE = """
-    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
-           version
+_SELECT_FOR_UPDATE = f"""
+    SELECT {RETURNED}
     FROM labels
     WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
       AND name = %(name)s
     FOR UPDATE
     """
 
-
-_SERIALISED_SELECT_FOR_UPDATE = """
-    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
-           version
-    FROM labels
-    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
-      AND name = %(name)s
-      AND pg_advisory_xact_lock(hashtext(%(sm)s), hashtext(%(name)s)) IS NOT NULL
-    FOR UPDATE
-    """
+_SERIALISED_SELECT_FOR_UPDATE = serialised(_SELECT_FOR_UPDATE, ONE_LABEL)
 """On one server, :data:`_SELECT_FOR_UPDATE` once the label's writers are serialised (the
 module's docstring says why)."""
-
-# A statement that reaches several labels first serialises the writers of each (on one
-# server) with one condition, written out the same in each (tests/db/test_one_label_order.py
-# checks it):
-#
-#   (SELECT count(pg_advisory_xact_lock(in_order.sm_hash, in_order.name_hash))
-#    FROM (SELECT DISTINCT hashtext(w.sm) AS sm_hash, hashtext(w.name) AS name_hash
-#          FROM unnest(CAST(%(machines)s AS text[]), CAST(%(names)s AS text[])) AS w(sm, name)
-#          ORDER BY sm_hash, name_hash OFFSET 0) AS in_order) IS NOT NULL
-#
-# Each label's advisory lock, in one order for every such statement (by its two keys, so two
-# labels whose keys collide are one lock in one place), all of them before the statement locks
-# or writes a row, since its first row takes the transaction's id (an uncorrelated subquery,
-# evaluated once). Only in a statement with which a transaction first reaches its labels: one
-# already holding a label's row must not wait for a lock of its writers, who may be waiting for
-# that row.
 
 SERIALISED_AT_MOST = 1_000
 """The most labels one statement serialises: each advisory lock takes a slot of the server's

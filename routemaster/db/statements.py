@@ -2,12 +2,16 @@
 
 **Written** as a module-level constant holding the complete SQL, with the
 driver's named parameters (``%(name)s``; a literal ``%`` is written ``%%``),
-in the module of the rows it reads or writes. A statement that varies is a
-few complete constants, one per variant, never fragments put together.
-The one exception is a search: its condition is compiled at request time
-(:mod:`routemaster.db.search` says how its templates keep one slot for it).
-A statement that returns labels lists their columns in
-:data:`~routemaster.db.labels.LABEL_COLUMNS` order (``tests/db`` checks).
+in the module of the rows it reads or writes, one constant per operation.
+What many statements say alike (a label's columns, the claimable predicate)
+is a named piece of :mod:`routemaster.db.catalogue`, put in at import time;
+a variant is a flag inside the one statement when the plan is the same, or
+derived from its base by one named rule when it is not, never a hand copy
+(the catalogue says how; ``tests/db/test_catalogue.py`` prints each whole).
+Nothing is assembled at run time but a search's condition, compiled at
+request time (:mod:`routemaster.db.search` says how its templates keep one
+slot for it). A statement that returns labels lists their columns in
+:data:`~routemaster.db.catalogue.LABEL_COLUMNS` order (``tests/db`` checks).
 
 **Run** by :func:`fetch_one`, :func:`fetch_all`, :func:`fetch_value` or
 :func:`run` on a pooled ``sqlalchemy.Connection``, inside whatever

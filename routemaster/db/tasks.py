@@ -29,9 +29,10 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 
+from routemaster.db.catalogue import RETURNED, TASK_HOLDER, serialised
 from routemaster.db.keys import SHARD_KEYS, label_keys, shard_key
 from routemaster.db.labels import Label, label_from_row, serialises
-from routemaster.db.statements import Params, Statement, fetch_one, run
+from routemaster.db.statements import fetch_one, run
 from routemaster.db.transitions import Erring, become_errored
 
 PullState = tuple[str, str]
@@ -126,24 +127,20 @@ def shard_key_of_task(task_id: str) -> int | None:
     return found if found < SHARD_KEYS else None
 
 
-def _by_id(task_id: str, with_key: Statement, without_key: Statement) -> tuple[Statement, Params]:
-    """The statement for ``task_id`` (naming its shard key when it has one) and its parameters."""
-    bucket = shard_key_of_task(task_id)
-    if bucket is None:
-        return without_key, {"id": task_id}
-    return with_key, {"id": task_id, "shard_key": bucket}
+def _task_params(task_id: str) -> dict[str, Any]:
+    """A task id's parameters: the id, and the shard key it begins with (None if none)."""
+    return {"id": task_id, "shard_key": shard_key_of_task(task_id)}
 
 
 def heartbeat(
     conn: sa.Connection, task_id: str, *, now: datetime.datetime
 ) -> datetime.datetime | None:
     """Extend the lease by its length from now; ``None`` when the id holds no live lease."""
-    statement, params = _by_id(task_id, _HEARTBEAT, _HEARTBEAT_UNKEYED)
-    row = fetch_one(conn, statement, {**params, "now": now})
+    row = fetch_one(conn, _HEARTBEAT, {**_task_params(task_id), "now": now})
     return None if row is None else cast(datetime.datetime, row[0])
 
 
-def take(
+def end_task(
     conn: sa.Connection, task_id: str, *, outcome: str, now: datetime.datetime
 ) -> tuple[Label, int] | None:
     """End the live lease ``task_id`` and lock its label; ``None`` when it holds none.
@@ -151,11 +148,8 @@ def take(
     Returns the label (its lease ended, still in the action, not due: the
     caller moves it on or says when it is due again) and the task's attempt number.
     """
-    if serialises(conn):
-        statement, params = _by_id(task_id, _SERIALISED_TAKE, _SERIALISED_TAKE_UNKEYED)
-    else:
-        statement, params = _by_id(task_id, _TAKE, _TAKE_UNKEYED)
-    row = fetch_one(conn, statement, {**params, "outcome": outcome, "now": now})
+    statement = _SERIALISED_END_TASK if serialises(conn) else _END_TASK
+    row = fetch_one(conn, statement, {**_task_params(task_id), "outcome": outcome, "now": now})
     if row is None:
         return None
     *columns, attempt = row
@@ -164,8 +158,7 @@ def take(
 
 def issued(conn: sa.Connection, task_id: str) -> bool:
     """Whether ``task_id`` was ever issued."""
-    statement, params = _by_id(task_id, _ISSUED, _ISSUED_UNKEYED)
-    return fetch_one(conn, statement, params) is not None
+    return fetch_one(conn, _ISSUED, _task_params(task_id)) is not None
 
 
 def set_due(
@@ -177,7 +170,7 @@ def set_due(
     error: str | None = None,
     attempts: int | None = None,
 ) -> Label:
-    """After ``take``: when the label is next due, its last error and attempt count."""
+    """After :func:`end_task`: when the label is next due, its last error and attempt count."""
     row = fetch_one(
         conn,
         _SET_DUE,
@@ -197,7 +190,7 @@ def set_due(
 
 
 def give_up(conn: sa.Connection, label: Label, *, error: str, now: datetime.datetime) -> Label:
-    """After ``take``: the label errored with ``error`` (routemaster.db.transitions)."""
+    """After :func:`end_task`: the label errored with ``error`` (routemaster.db.transitions)."""
     [errored] = become_errored(
         conn, [Erring(label.state_machine, label.name, label.entry_id, error)], now=now
     )
@@ -238,8 +231,7 @@ def open_callback(
 
 def hold_for_callback(conn: sa.Connection, task_id: str, *, until: datetime.datetime) -> bool:
     """After a 202: keep the label leased until ``until`` for the receiver to finish the task."""
-    statement, params = _by_id(task_id, _HOLD_FOR_CALLBACK, _HOLD_FOR_CALLBACK_UNKEYED)
-    return run(conn, statement, {**params, "until": until}) == 1
+    return run(conn, _HOLD_FOR_CALLBACK, {**_task_params(task_id), "until": until}) == 1
 
 
 # Run-out leases: every task ended; labels due again rescheduled here, those to be errored
@@ -267,152 +259,65 @@ _EXPIRE = """
 # A live lease, which every call made with a task id checks in its one statement:
 # labels.task_id = %(id)s, still leased (every move and operator command clears
 # lease_owner), not run out (due_at > %(now)s), and the label neither deleted nor errored.
-# Each has a twin for ids issued before 0017, which do not begin with their shard key.
+# Each names the id's shard key, a flag that is NULL for an id issued before 0017 (which
+# does not begin with it): PostgreSQL folds the condition away before planning, and on Citus
+# a keyed statement runs on its shard alone.
+_LABEL_OF_TASK = "(CAST(%(shard_key)s AS integer) IS NULL OR labels.shard_key = %(shard_key)s)"
+_TASK_OF_KEY = "(CAST(%(shard_key)s AS integer) IS NULL OR tasks.shard_key = %(shard_key)s)"
 
 # The new lease end is computed in UTC (timestamp + interval): timestamptz + interval is only
 # STABLE (it depends on the time zone), which Citus refuses with a column in an UPDATE. A
 # lease is a number of seconds, so the two agree.
-_HEARTBEAT = """
+_HEARTBEAT = f"""
     UPDATE labels SET due_at = timezone('UTC', timezone('UTC', CAST(%(now)s AS timestamptz))
                                                + tasks.lease)
     FROM tasks
-    WHERE tasks.shard_key = %(shard_key)s AND tasks.id = %(id)s
-      AND labels.shard_key = %(shard_key)s AND labels.task_id = %(id)s
+    WHERE {_TASK_OF_KEY} AND tasks.id = %(id)s
+      AND {_LABEL_OF_TASK} AND labels.task_id = %(id)s
       AND labels.lease_owner IS NOT NULL AND labels.due_at > %(now)s
       AND NOT labels.deleted AND NOT labels.errored
     RETURNING labels.due_at
     """
 
-_HEARTBEAT_UNKEYED = """
-    UPDATE labels SET due_at = %(now)s + tasks.lease
-    FROM tasks
-    WHERE tasks.id = %(id)s
-      AND labels.task_id = %(id)s AND labels.lease_owner IS NOT NULL
-      AND labels.due_at > %(now)s AND NOT labels.deleted AND NOT labels.errored
-    RETURNING labels.due_at
-    """
-
 # The label is returned with its lease ended, followed by the task's attempt number.
-_TAKE = """
+# ``shard_key``: the id's (NULL for an id issued before 0017, which does not begin with it).
+_END_TASK = f"""
     WITH taken AS (
         UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL,
                           updated_at = %(now)s,
                           scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
                                               THEN %(now)s ELSE labels.scheduled_at END
-        WHERE labels.shard_key = %(shard_key)s AND labels.task_id = %(id)s
+        WHERE {_LABEL_OF_TASK} AND labels.task_id = %(id)s
           AND labels.lease_owner IS NOT NULL AND labels.due_at > %(now)s
           AND NOT labels.deleted AND NOT labels.errored
-        RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
-                  previous_state, deleted, paused, errored, last_error, attempts, due_at,
-                  created_at, updated_at, version
+        RETURNING {RETURNED}
     ), ended AS (
         UPDATE tasks SET ended_at = %(now)s, outcome = %(outcome)s
-        FROM taken WHERE tasks.shard_key = %(shard_key)s AND tasks.id = %(id)s
+        FROM taken WHERE {_TASK_OF_KEY} AND tasks.id = %(id)s
         RETURNING tasks.attempt
     )
-    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
-           version,
+    SELECT {RETURNED},
            attempt
     FROM taken, ended
     """
 
-_TAKE_UNKEYED = """
-    WITH taken AS (
-        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL,
-                          updated_at = %(now)s,
-                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
-                                              THEN %(now)s ELSE labels.scheduled_at END
-        WHERE labels.task_id = %(id)s AND labels.lease_owner IS NOT NULL
-          AND labels.due_at > %(now)s AND NOT labels.deleted AND NOT labels.errored
-        RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
-                  previous_state, deleted, paused, errored, last_error, attempts, due_at,
-                  created_at, updated_at, version
-    ), ended AS (
-        UPDATE tasks SET ended_at = %(now)s, outcome = %(outcome)s
-        FROM taken WHERE tasks.id = %(id)s
-        RETURNING tasks.attempt
-    )
-    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
-           version,
-           attempt
-    FROM taken, ended
-    """
+# On one server, _END_TASK once the label's writers are serialised (the advisory lock of
+# routemaster/db/labels.py), found by the task id: the lease ends and the caller then merges
+# the patch (which takes that lock too) and moves the label, so a writer holding the lock
+# never waits for this statement's row lock while it waits for the lock.
+_SERIALISED_END_TASK = serialised(_END_TASK, TASK_HOLDER)
 
-# On one server, _TAKE and _TAKE_UNKEYED once the label's writers are serialised (the advisory
-# lock of routemaster/db/labels.py), found by the task id: the lease ends and the caller then
-# merges the patch (which takes that lock too) and moves the label, so a writer holding the
-# lock never waits for this statement's row lock while it waits for the lock.
-_SERIALISED_TAKE = """
-    WITH taken AS (
-        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL,
-                          updated_at = %(now)s,
-                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
-                                              THEN %(now)s ELSE labels.scheduled_at END
-        WHERE labels.shard_key = %(shard_key)s AND labels.task_id = %(id)s
-          AND labels.lease_owner IS NOT NULL AND labels.due_at > %(now)s
-          AND NOT labels.deleted AND NOT labels.errored
-          AND (SELECT count(pg_advisory_xact_lock(hashtext(held.state_machine),
-                                                  hashtext(held.name)))
-               FROM labels AS held
-               WHERE held.shard_key = %(shard_key)s AND held.task_id = %(id)s) IS NOT NULL
-        RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
-                  previous_state, deleted, paused, errored, last_error, attempts, due_at,
-                  created_at, updated_at, version
-    ), ended AS (
-        UPDATE tasks SET ended_at = %(now)s, outcome = %(outcome)s
-        FROM taken WHERE tasks.shard_key = %(shard_key)s AND tasks.id = %(id)s
-        RETURNING tasks.attempt
-    )
-    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
-           version,
-           attempt
-    FROM taken, ended
-    """
-
-_SERIALISED_TAKE_UNKEYED = """
-    WITH taken AS (
-        UPDATE labels SET lease_owner = NULL, task_id = NULL, due_at = NULL,
-                          updated_at = %(now)s,
-                          scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
-                                              THEN %(now)s ELSE labels.scheduled_at END
-        WHERE labels.task_id = %(id)s AND labels.lease_owner IS NOT NULL
-          AND labels.due_at > %(now)s AND NOT labels.deleted AND NOT labels.errored
-          AND (SELECT count(pg_advisory_xact_lock(hashtext(held.state_machine),
-                                                  hashtext(held.name)))
-               FROM labels AS held WHERE held.task_id = %(id)s) IS NOT NULL
-        RETURNING state_machine, name, metadata, state, state_entered_at, entry_id,
-                  previous_state, deleted, paused, errored, last_error, attempts, due_at,
-                  created_at, updated_at, version
-    ), ended AS (
-        UPDATE tasks SET ended_at = %(now)s, outcome = %(outcome)s
-        FROM taken WHERE tasks.id = %(id)s
-        RETURNING tasks.attempt
-    )
-    SELECT state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-           deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
-           version,
-           attempt
-    FROM taken, ended
-    """
-
-_ISSUED = "SELECT 1 FROM tasks WHERE shard_key = %(shard_key)s AND id = %(id)s"
-
-_ISSUED_UNKEYED = "SELECT 1 FROM tasks WHERE id = %(id)s"
+_ISSUED = f"SELECT 1 FROM tasks WHERE {_TASK_OF_KEY} AND id = %(id)s"
 
 # Becoming errored instead: routemaster.db.transitions (give_up).
-_SET_DUE = """
+_SET_DUE = f"""
     UPDATE labels SET due_at = %(due_at)s, last_error = %(error)s, attempts = %(attempts)s,
                       updated_at = %(now)s,
                       scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
                                           THEN %(now)s ELSE labels.scheduled_at END
     WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND name_key = %(key)s
       AND name = %(name)s
-    RETURNING state_machine, name, metadata, state, state_entered_at, entry_id, previous_state,
-              deleted, paused, errored, last_error, attempts, due_at, created_at, updated_at,
-              version
+    RETURNING {RETURNED}
     """
 
 _OPEN_CALLBACK = """
@@ -430,13 +335,8 @@ _OPEN_CALLBACK = """
     FROM opened
     """
 
-_HOLD_FOR_CALLBACK = """
+_HOLD_FOR_CALLBACK = f"""
     UPDATE labels SET due_at = %(until)s
-    WHERE shard_key = %(shard_key)s AND task_id = %(id)s AND lease_owner IS NOT NULL
+    WHERE {_LABEL_OF_TASK} AND task_id = %(id)s AND lease_owner IS NOT NULL
       AND NOT deleted AND NOT errored
-    """
-
-_HOLD_FOR_CALLBACK_UNKEYED = """
-    UPDATE labels SET due_at = %(until)s
-    WHERE task_id = %(id)s AND lease_owner IS NOT NULL AND NOT deleted AND NOT errored
     """

@@ -50,8 +50,8 @@ class MachinePlan:
     states: tuple[StateChange, ...]
     stranded: tuple[tuple[str, int], ...] = ()  # (state, labels)
     feeds_changed: bool = False
-    # a ``continue`` machine's live labels on versions other than the last applied one, oldest
-    # first: (version, labels)
+    # a ``continue`` machine's live labels by the version they follow, oldest first: (version,
+    # labels); those on the last applied version (or keeping none) by :func:`labels_by_version`
     versions: tuple[tuple[int | None, int], ...] = ()
 
 
@@ -71,6 +71,7 @@ def plan_config(
     counts: Mapping[str, Mapping[str, int | None]],
     version_counts: Mapping[str, Mapping[int, int]] | None = None,
     at_home: Mapping[str, Mapping[str, int]] | None = None,
+    totals: Mapping[str, int] | None = None,
 ) -> ConfigPlan:
     """The plan of ``config`` against ``applied`` (machine -> (version, definition)).
 
@@ -78,18 +79,25 @@ def plan_config(
     the state holds labels that were not counted); ``version_counts``: a ``continue``
     machine's live labels per version they keep, other than the last applied one;
     ``at_home``: per machine and state, labels whose own version has that state (they are
-    never stranded: a ``continue`` machine's labels finish under their version).
+    never stranded: a ``continue`` machine's labels finish under their version);
+    ``totals``: a ``continue`` machine's live labels, all versions together (the last
+    applied version's are these less ``version_counts``', by :func:`labels_by_version`).
     """
     version_counts = version_counts or {}
     at_home = at_home or {}
+    totals = totals or {}
     machines = [
         dataclasses.replace(
             _unstrand(
                 plan_machine(machine, applied.get(machine.name), counts.get(machine.name, {})),
                 at_home.get(machine.name, {}) if machine.continues else {},
             ),
-            versions=tuple(sorted(version_counts.get(machine.name, {}).items()))
-            if machine.continues
+            versions=labels_by_version(
+                applied[machine.name][0],
+                totals.get(machine.name, 0),
+                version_counts.get(machine.name, {}),
+            )
+            if machine.continues and machine.name in applied
             else (),
         )
         for machine in config.state_machines
@@ -293,7 +301,7 @@ def plan_as_text(plan: ConfigPlan) -> list[str]:
             lines.append("  feeds changed")
         if machine.versions:
             listed = ", ".join(f"{version}: {labels}" for version, labels in machine.versions)
-            lines.append(f"  labels on other versions: {listed}")
+            lines.append(f"  labels by version: {listed}")
         for state in machine.states:
             if state.change == "unchanged" and machine.status != "new":
                 continue

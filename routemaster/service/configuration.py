@@ -26,8 +26,8 @@ from routemaster.app import App
 from routemaster.config.graph import describe_machine
 from routemaster.config.model import Migration, NoNext, StateMachine
 from routemaster.db import config_migrations as store
+from routemaster.db import label_counts, occupied_states, transitions, versions
 from routemaster.db import labels as db_labels
-from routemaster.db import occupied_states, transitions, versions
 from routemaster.db.versions import MachineVersion as MachineVersion  # for the faces
 from routemaster.machine.upgrades import ConfigPlan, plan_config, plan_machine
 from routemaster.service.labels import finish_in_request
@@ -55,9 +55,11 @@ def current_plan(app: App) -> ConfigPlan:
     as changing (added, removed, renamed, moved, changed) and every state of
     a machine never applied or no longer configured. An unchanged state that
     holds labels is shown without a count (``None``). ``versions``: a
-    ``continue`` machine's labels on versions other than the last applied
-    one. Which states hold labels comes from an index, one probe per state,
-    so the cost follows the states that change, not the labels stored.
+    ``continue`` machine's labels per version they follow: those on other
+    versions than the last applied one read by their index, the last applied
+    one's the machine's kept total less them. Which states hold labels comes
+    from an index, one probe per state, so the cost follows the states that
+    change, not the labels stored.
     """
     return _plan(app, _changing_states, older_versions=True)
 
@@ -92,13 +94,27 @@ def _plan(app: App, which: StatesToCount, *, older_versions: bool) -> ConfigPlan
             for state in counted:
                 by_version[name, state] = occupied_states.in_state(conn, name, state)
                 counts[name][state] = sum(by_version[name, state].values())
-        older = {
-            name: occupied_states.other_versions(conn, name, applied[name][0])
+        continuing = [
+            name
             for name, machine in configured.items()
             if older_versions and machine.continues and name in applied
+        ]
+        older = {
+            name: occupied_states.other_versions(conn, name, applied[name][0])
+            for name in continuing
         }
+        totals = {name: _live_labels(conn, name, held.get(name, [])) for name in continuing}
         at_home = _labels_at_home(conn, app, by_version) if applied else {}
-    return plan_config(app.config, applied, counts, older, at_home)
+    return plan_config(app.config, applied, counts, older, at_home, totals)
+
+
+def _live_labels(conn: sa.Connection, machine: str, states: list[str]) -> int:
+    """One machine's live labels: the kept counts, or (``plan`` before ``migrate`` has kept
+    any) a count of each state that holds labels."""
+    kept = label_counts.kept_in_machine(conn, machine) if label_counts.has_table(conn) else None
+    if kept is None:
+        return sum(sum(occupied_states.in_state(conn, machine, s).values()) for s in states)
+    return sum(kept.values())
 
 
 def _changing_states(

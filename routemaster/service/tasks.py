@@ -338,7 +338,7 @@ def open_callback_task(
 
 
 def _take(conn: sa.Connection, task_id: str, outcome: str, now: datetime.datetime) -> Label:
-    taken = task_store.take(conn, task_id, outcome=outcome, now=now)
+    taken = task_store.end_task(conn, task_id, outcome=outcome, now=now)
     if taken is None:
         raise _refusal(conn, task_id)
     return taken[0]

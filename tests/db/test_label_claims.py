@@ -15,9 +15,14 @@ from routemaster.db import labels as store
 from routemaster.db.label_claims import Wanted
 from routemaster.db.statements import fetch_one
 from routemaster.db.tasks import Lease
+from tests.db.test_statement_text import STATEMENTS
 
 NOW = datetime.datetime.now(datetime.UTC)
 UNCLAIMABLE = 3000
+# The statements of routemaster.db.label_claims, by name.
+LABEL_CLAIMS = {
+    name.split(".")[1]: sql for name, sql in STATEMENTS if name.startswith("label_claims.")
+}
 
 # Labels straight into a gate, a webhook action and a pull action, all overdue.
 _FILL = """
@@ -100,8 +105,7 @@ SWEEPS = ["_LOCK_ENDED", "_LOCK_UNSCHEDULED", "_STALE"]
 def test_every_claim_of_due_labels_is_checked() -> None:
     picking = {
         name
-        for name, value in vars(label_claims).items()
-        if name.startswith("_") and name.isupper() and isinstance(value, str)
+        for name, value in LABEL_CLAIMS.items()
         if "SKIP LOCKED" in value or "due_at <=" in value
     }
     assert picking == set(CLAIMS_OF_DUE_LABELS + CLAIMS_OF_LEASED_LABELS + SWEEPS) - {"_NEXT_DUE"}
@@ -122,7 +126,7 @@ def test_each_claim_names_the_claimable_indexes_predicate(index: str, name: str)
     predicate = _predicate(index)
     assert predicate.startswith("due_at IS NOT NULL AND ")
     claimable = predicate.removeprefix("due_at IS NOT NULL AND ")
-    statement = " ".join(getattr(label_claims, name).replace("labels.", "").split())
+    statement = " ".join(LABEL_CLAIMS[name].replace("labels.", "").split())
     assert claimable in statement, f"{name} lacks {claimable!r}"
 
 

@@ -24,6 +24,7 @@ from routemaster.db.keys import (
 )
 from routemaster.db.listings import label_page
 from routemaster.db.statements import fetch_all
+from tests.db.test_statement_text import STATEMENTS
 
 NOW = datetime.datetime(2026, 11, 23, 12, 0, tzinfo=datetime.UTC)
 RANDOM = random.Random(2017)
@@ -239,6 +240,9 @@ def many_labels(db_engine: sa.Engine) -> Iterator[sa.Engine]:
     yield db_engine
 
 
+SQL = dict(STATEMENTS)
+
+
 def plan(conn: sa.Connection, sql: str, params: dict[str, Any]) -> str:
     return "\n".join(row[0] for row in fetch_all(conn, "EXPLAIN " + sql, params))
 
@@ -265,16 +269,13 @@ def test_lookups_by_name_use_the_primary_key(many_labels: sa.Engine, statement: 
     }
     params.update(patch="{}", now=NOW, paused=False, scheduled_states=["a"], until=None, v=1)
     params.update(running=None, continuing=False)
-    module, name = statement.split(".")
     with many_labels.connect() as conn:
-        explained = plan(
-            conn, getattr({"labels": store, "transitions": transitions}[module], name), params
-        )
+        explained = plan(conn, SQL[statement], params)
     assert "labels_pkey" in explained and "Seq Scan" not in explained, explained
 
 
 def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
-    from routemaster.db import label_claims, schedules
+    from routemaster.db import schedules
 
     one = {
         "sm": "m",
@@ -314,18 +315,18 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
         history = plan(conn, store._HISTORY, one)
         assert "history_by_label" in history and "Seq Scan" not in history, history
         for explained in (
-            plan(conn, label_claims._LOCK_ENTRIES, arrays),
+            plan(conn, SQL["label_claims._LOCK_ENTRIES"], arrays),
             plan(conn, schedules._CLEAR_DUE, arrays),
-            plan(conn, transitions._MOVE_ONE, {**one, **move}),
-            plan(conn, transitions._MOVE_MANY, batch),
+            plan(conn, SQL["transitions._MOVE_ONE"], {**one, **move}),
+            plan(conn, SQL["transitions._MOVE_MANY"], batch),
             plan(conn, schedules._SETTLE_UNMOVED, {**arrays, **computed}),
             plan(conn, schedules._SCHEDULE, {**arrays, **computed}),
             *(
                 plan(conn, query, {**one, **arrays, **worker})
                 for query in (
-                    label_claims._LEASE,
-                    label_claims._EXTEND_LEASES,
-                    label_claims._RECORD_RETRY,
+                    SQL["label_claims._LEASE"],
+                    SQL["label_claims._EXTEND_LEASES"],
+                    SQL["label_claims._RECORD_RETRY"],
                 )
             ),
         ):
@@ -333,12 +334,12 @@ def test_history_and_batches_use_indexes(many_labels: sa.Engine) -> None:
             assert "Seq Scan on labels" not in explained, explained
         # A retry names its labels by primary key; with few errored labels PostgreSQL may
         # walk the errored ones (the partial index labels_errored) instead: an index either way.
-        retry = plan(conn, transitions._RETRY, {**arrays, "now": NOW})
+        retry = plan(conn, SQL["transitions._RETRY"], {**arrays, "now": NOW})
         assert "labels_pkey" in retry or "labels_errored" in retry, retry
         assert "Seq Scan on labels" not in retry, retry
         unscheduled = plan(
             conn,
-            label_claims._LOCK_UNSCHEDULED,
+            SQL["label_claims._LOCK_UNSCHEDULED"],
             {"machines": ["m"], "states": ["a"], "limit": 500, "shard_keys": None},
         )
         assert "labels_unscheduled" in unscheduled, unscheduled

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from routemaster.db import bulk, label_claims, tasks, transitions
 from routemaster.db import labels as store
+from routemaster.db.catalogue import EACH_LABEL
 from routemaster.db.claimed import Claim
 from routemaster.db.search import Search
 from routemaster.db.tasks import Lease
@@ -124,7 +125,7 @@ def test_a_task_completion_and_a_patch_of_its_label_wait_for_each_other_in_turn(
             patcher["error"] = error
 
     with db_engine.connect() as completing, completing.begin():
-        assert tasks.take(completing, task.id, outcome="completed", now=NOW) is not None
+        assert tasks.end_task(completing, task.id, outcome="completed", now=NOW) is not None
         thread = threading.Thread(target=patch)
         thread.start()
         wait_until(
@@ -139,14 +140,8 @@ def test_a_task_completion_and_a_patch_of_its_label_wait_for_each_other_in_turn(
     assert label is not None and label.metadata == {"by": "patch"}
 
 
-_SERIALISE_SEVERAL = """
-    (SELECT count(pg_advisory_xact_lock(in_order.sm_hash, in_order.name_hash))
-     FROM (SELECT DISTINCT hashtext(w.sm) AS sm_hash, hashtext(w.name) AS name_hash
-           FROM unnest(CAST(%(machines)s AS text[]), CAST(%(names)s AS text[])) AS w(sm, name)
-           ORDER BY sm_hash, name_hash OFFSET 0) AS in_order) IS NOT NULL
-    """
-"""The condition of routemaster/db/labels.py, whitespace aside."""
-SERIALISE_SEVERAL = " ".join(_SERIALISE_SEVERAL.split())
+SERIALISE_SEVERAL = " ".join(EACH_LABEL.split())
+"""The condition of routemaster/db/catalogue.py, whitespace aside."""
 
 
 def test_every_statement_that_serialises_several_labels_takes_their_locks_in_one_order() -> None:

@@ -360,7 +360,34 @@ def test_plan_json_counts_labels_on_older_versions(
     planned = CliRunner().invoke(cli, ["-c", str(deployment.path), "plan", "--json"], env=env)
     assert planned.exit_code == 0, planned.output
     body = {machine["name"]: machine for machine in json.loads(planned.stdout)["state_machines"]}
-    # the labels on versions other than the last applied one (2): version 1's
-    assert body["m"]["versions"] == [{"version": 1, "labels": 2}]
+    # by the version they follow, the last applied one (2) included
+    assert body["m"]["versions"] == [{"version": 1, "labels": 2}, {"version": 2, "labels": 1}]
     assert body["plain"]["versions"] == []  # every label follows the definition in force
     assert body["m"]["stranded"] == []  # version 1's labels sit in states version 1 has
+
+
+GATE_CHANGED = GATES_V1.replace(
+    "exit_condition: metadata.go\n", "exit_condition: metadata.go = 2\n"
+)
+
+
+def test_plan_before_a_deploy_counts_the_labels_on_the_version_in_force(
+    deployment: Deployment, database_url: str
+) -> None:
+    """An operator reads the plan of v2 before deploying it: the labels v1 runs are there."""
+    old = deployment.start(GATES_V1)
+    for name in ("u1", "u2", "u3"):
+        service.create_label(old, old.config.get_machine("m"), name, {})
+    path = deployment.tmp_path / "v2.yaml"
+    path.write_text(GATE_CHANGED)
+    env = {"DATABASE_URL": database_url, "DB_HOST": None, "DB_NAME": None}
+
+    planned = CliRunner().invoke(cli, ["-c", str(path), "plan", "--json"], env=env)
+    assert planned.exit_code == 0, planned.output
+    (machine, _) = json.loads(planned.stdout)["state_machines"]
+    assert (machine["name"], machine["status"], machine["applied_version"]) == ("m", "changed", 1)
+    waiting = next(state for state in machine["states"] if state["name"] == "waiting")
+    assert (waiting["change"], waiting["labels"]) == ("changed", 3)
+    assert machine["versions"] == [{"version": 1, "labels": 3}]  # as its states count them
+    text = CliRunner().invoke(cli, ["-c", str(path), "plan"], env=env)
+    assert "  labels by version: 1: 3" in text.stdout
