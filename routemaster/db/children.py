@@ -148,7 +148,8 @@ _RECORD_SPAWNED = """
 def child_rows(
     parent: LabelKey, machine: str, children: Sequence[NewChild], depth: int
 ) -> dict[str, Any]:
-    """The arrays the statement creating ``children`` unnests (see ``transitions``)."""
+    """The arrays the statement creating ``children`` unnests
+    (:func:`routemaster.db.transitions.create_children`)."""
     names = [child.name for child in children]
     return {
         **_parent_params(parent),
@@ -162,77 +163,6 @@ def child_rows(
         "due_ats": [child.due_at for child in children],
         "next_check_ats": [child.next_check_at for child in children],
     }
-
-
-def create(
-    conn: sa.Connection,
-    parent: LabelKey,
-    machine: str,
-    children: Sequence[NewChild],
-    *,
-    state: str,
-    depth: int,
-    version: int | None,
-    history_version: int | None,
-    now: datetime.datetime,
-) -> int:
-    """Create ``children`` of ``parent`` in ``machine``'s ``state``, each with its first
-    history entry and its ``children`` row, in one statement; how many were created (a name
-    taken already, by an earlier run of the same batch or otherwise, is left as it is). A
-    ``children`` row left by a label since purged (retention) is taken over."""
-    if not children:
-        return 0
-    params = {
-        **child_rows(parent, machine, children, depth),
-        "state": state,
-        "now": now,
-        "version": version,
-        "history_version": history_version,
-    }
-    created = len(fetch_all(conn, _CREATE, params))
-    if any(child.due_at is not None and child.due_at <= now for child in children):
-        notify_due(conn)
-    return created
-
-
-_CREATE = """
-    WITH items AS (
-        SELECT * FROM unnest(CAST(%(names)s AS text[]), CAST(%(keys)s AS bytea[]),
-                             CAST(%(shard_keys)s AS integer[]), CAST(%(metadata)s AS jsonb[]),
-                             CAST(%(positions)s AS integer[]),
-                             CAST(%(due_ats)s AS timestamp with time zone[]),
-                             CAST(%(next_check_ats)s AS timestamp with time zone[]))
-            AS item (name, name_key, shard_key, metadata, position, due_at, next_check_at)
-    ), created AS (
-        INSERT INTO labels (shard_key, state_machine, name, name_key, metadata, state,
-                            state_entered_at, entry_id, due_at, next_check_at, created_at,
-                            updated_at, scheduled_at, version)
-        SELECT shard_key, %(sm)s, name, name_key, metadata, %(state)s, %(now)s,
-               nextval(pg_get_serial_sequence('history', 'id')), due_at, next_check_at,
-               %(now)s, %(now)s, %(now)s, %(version)s
-        FROM items
-        ON CONFLICT (state_machine, name_key, shard_key) DO NOTHING
-        RETURNING shard_key, name, name_key, entry_id
-    ), entries AS (
-        INSERT INTO history (id, shard_key, state_machine, label, old_state, new_state, created,
-                             version, xact_id)
-        SELECT entry_id, shard_key, %(sm)s, name, NULL, %(state)s, %(now)s,
-               %(history_version)s, pg_current_xact_id()
-        FROM created
-    )
-    INSERT INTO children (shard_key, state_machine, name, name_key, parent_machine,
-                          parent_name, parent_key, parent_shard_key, position, depth)
-    SELECT created.shard_key, %(sm)s, created.name, created.name_key, %(parent_sm)s,
-           %(parent_name)s, %(parent_key)s, %(parent_shard_key)s, items.position, %(depth)s
-    FROM created
-    JOIN items ON items.name_key = created.name_key AND items.shard_key = created.shard_key
-    ON CONFLICT (state_machine, name_key, shard_key) DO UPDATE
-        SET parent_machine = excluded.parent_machine, parent_name = excluded.parent_name,
-            parent_key = excluded.parent_key, parent_shard_key = excluded.parent_shard_key,
-            position = excluded.position, depth = excluded.depth,
-            created_at = excluded.created_at
-    RETURNING shard_key
-    """
 
 
 # --- counting -------------------------------------------------------------------------------

@@ -200,7 +200,7 @@ def _spawn_batch(
         for position in range(progress.spawned, min(upto, len(items)))
     ]
     version = app.versions.in_force.get(child.name) if child.keeps_versions else None
-    created = store.create(
+    created = transitions.create_children(
         conn,
         parent.key,
         child.name,

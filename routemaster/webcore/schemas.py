@@ -85,27 +85,6 @@ _NEXT = obj(
     optional=("state", "path", "default", "destinations"),
 )
 
-_SPAWN_SETTINGS = obj(
-    {
-        "machine": {**TEXT, "description": "The machine the children are labels of."},
-        "for_each": {**TEXT, "description": "The metadata list: one child per element."},
-        "wait": {
-            "anyOf": [{"enum": ["all"]}, obj({"at_least": INTEGER})],
-            "description": "What the parent waits for (wait: any is at_least 1).",
-        },
-        "on_exit": {"enum": ["keep", "delete"]},
-    }
-)
-
-_CHILDREN_COUNTS = obj(
-    {
-        "total": INTEGER,
-        "succeeded": INTEGER,
-        "failed": INTEGER,
-        "running": INTEGER,
-    }
-)
-
 _MACHINE_STATE = obj(
     {
         "name": TEXT,
@@ -125,7 +104,7 @@ _MACHINE_STATE = obj(
             "enum": ["succeeded", "failed"],
             "description": "A child entering this state has finished so.",
         },
-        "spawn": _SPAWN_SETTINGS,
+        "spawn": ref("SpawnSettings"),
     },
     optional=("outcome", "spawn"),
 )
@@ -253,34 +232,9 @@ SCHEMAS: dict[str, Schema] = {
             "last_error": {"type": ["string", "null"]},
             # the machine version the label follows: its own on a continue machine
             "version": {"type": ["integer", "null"]},
-            "parent": {
-                **obj({"state_machine": TEXT, "label": TEXT}),
-                "description": "The label whose spawn state created this one (a child only).",
-            },
+            "parent": ref("Parent"),
         },
         optional=("parent",),
-    ),
-    "Children": obj(
-        {
-            "children": array(
-                obj(
-                    {
-                        "state_machine": TEXT,
-                        "label": TEXT,
-                        "state": TEXT,
-                        "outcome": {
-                            "enum": ["succeeded", "failed", None],
-                            "description": "null: the child is still running.",
-                        },
-                        "metadata": {"type": "object"},
-                    }
-                )
-            ),
-            "next": {
-                "type": ["string", "null"],
-                "description": "The next page (in the order the children were spawned), or null.",
-            },
-        }
     ),
     "History": obj(
         {
@@ -324,23 +278,9 @@ SCHEMAS: dict[str, Schema] = {
                 "description": "The clause that sets next_check_at.",
             },
             "kind": {"enum": ["gate", "action", "spawn", None]},
-            "spawn": {
-                **obj(
-                    {
-                        **_SPAWN_SETTINGS["properties"],
-                        "spawned": {**INTEGER, "description": "Children created so far."},
-                        "to_spawn": {
-                            "type": ["integer", "null"],
-                            "description": "Children to create in all (null: not started).",
-                        },
-                    }
-                ),
-            },
-            "children": {**_CHILDREN_COUNTS, "description": "A waiting parent's children now."},
-            "wait_met": {
-                **BOOLEAN,
-                "description": "Whether the parent's wait is over (it leaves within a second).",
-            },
+            "spawn": ref("SpawnProgress"),
+            "children": {**ref("ChildrenCounts"), "description": "A waiting parent's children."},
+            "wait_met": ref("WaitMet"),
             "message": TEXT,
             "next": ref("Next"),
             "webhook": TEXT,
