@@ -97,3 +97,19 @@ def test_a_waiting_parent_explains_its_counts(spawning: tuple[App, FlaskClient])
     assert explained["children"] == {"total": 2, "succeeded": 1, "failed": 0, "running": 1}
     assert explained["spawn"]["spawned"] == 2
     assert explained["wait_met"] is False
+
+
+def test_the_console_shows_a_waiting_parents_children(spawning: tuple[App, FlaskClient]) -> None:
+    app, client = spawning
+    _spawned(app, client, ["a", "b", "c"])
+    client.patch(f"{ITEM}/o1%2F0", json={"metadata": {"ok": True}})
+    client.delete(f"{ITEM}/o1%2F1")
+    page = client.get("/console/machines/order/labels/o1")
+    assert page.status_code == 200
+    text = " ".join(page.get_data(as_text=True).split())
+    assert "one <strong>item</strong> child per element of <code>metadata.items</code>" in text
+    assert (
+        'Children: <strong>3</strong> in all, <span class="held">1 succeeded</span>,'
+        ' <span class="failed">1 failed</span>, 1 running.'
+    ) in text
+    assert 'href="/state-machines/order/labels/o1/children"' in text
