@@ -7,17 +7,20 @@ the transaction that creates them; ``child_wakes`` is where a finishing
 child leaves word for its parent, in the child's own transaction and on
 the child's own shard, so that the child never writes its parent's row.
 
-A child's outcome is read from its own label row, never copied: the
-parent counts its children by joining ``children`` with ``labels`` (the
-same shard key on both sides, so on Citus each shard joins its own rows),
-which makes the counts exactly what the children's committed states say.
+A child's outcome is recorded on its ``children`` row by the transaction
+that finishes it (entering a state marked ``outcome``, or a deletion), once:
+the first finish counts, so no child is ever counted twice. The parent
+counts its children from that column alone (an index-only scan of
+``children_outcomes``); a finish no writer recorded (a process of an older
+release) is found from the children's own rows when the parent counts
+(:func:`unrecorded`) and recorded then.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +65,7 @@ class ChildRow:
     state_machine: str
     name: str
     state: str
-    deleted: bool
+    outcome: str | None  # None: running
     metadata: dict[str, Any]
     position: int
 
@@ -168,23 +171,39 @@ def child_rows(
 # --- counting -------------------------------------------------------------------------------
 
 
-def states_of_children(
-    conn: sa.Connection, parent: LabelKey, machine: str
-) -> list[tuple[str, bool, int]]:
-    """How many of the parent's children of ``machine`` are in each (state, deleted)."""
+def counts(conn: sa.Connection, parent: LabelKey, machine: str) -> dict[str | None, int]:
+    """How many of the parent's children of ``machine`` have each outcome (``None``: running),
+    from ``children`` alone (an index-only scan of ``children_outcomes``)."""
     rows = fetch_all(conn, _COUNT, {**_parent_params(parent), "sm": machine})
-    return [(str(state), bool(deleted), int(count)) for state, deleted, count in rows]
+    return {None if outcome is None else str(outcome): int(count) for outcome, count in rows}
 
 
 _COUNT = """
-    SELECT labels.state, labels.deleted, count(*)
+    SELECT outcome, count(*) FROM children
+    WHERE parent_machine = %(parent_sm)s AND parent_key = %(parent_key)s
+      AND state_machine = %(sm)s
+    GROUP BY outcome
+    """
+
+
+def unrecorded(
+    conn: sa.Connection, parent: LabelKey, machine: str, *, limit: int
+) -> list[tuple[str, str, bool]]:
+    """Up to ``limit`` of the parent's running children as their own rows stand: (name,
+    state, deleted); for finishes no writer recorded (a process of an older release)."""
+    rows = fetch_all(conn, _UNRECORDED, {**_parent_params(parent), "sm": machine, "limit": limit})
+    return [(str(name), str(state), bool(deleted)) for name, state, deleted in rows]
+
+
+_UNRECORDED = """
+    SELECT labels.name, labels.state, labels.deleted
     FROM children
     JOIN labels ON labels.state_machine = children.state_machine
                AND labels.name_key = children.name_key
                AND labels.shard_key = children.shard_key
     WHERE children.parent_machine = %(parent_sm)s AND children.parent_key = %(parent_key)s
-      AND children.state_machine = %(sm)s
-    GROUP BY labels.state, labels.deleted
+      AND children.state_machine = %(sm)s AND children.outcome IS NULL
+    LIMIT %(limit)s
     """
 
 
@@ -196,29 +215,21 @@ def page(
     after: int,
     limit: int,
     outcome: str | None,
-    succeeded: Sequence[str],
-    failed: Sequence[str],
 ) -> list[ChildRow]:
-    """The parent's children after position ``after``, in order, ``outcome`` ones only
-    (``running``: neither), given the child machine's ``succeeded`` and ``failed`` states."""
-    rows = fetch_all(
-        conn,
-        _PAGE,
-        {
-            **_parent_params(parent),
-            "sm": machine,
-            "after": after,
-            "limit": limit,
-            "outcome": outcome,
-            "succeeded": list(succeeded),
-            "failed": list(failed),
-        },
-    )
-    return [ChildRow(*row) for row in rows]
+    """The parent's children after position ``after``, in order; ``outcome``: only those that
+    came to it (``running``: those that have not finished)."""
+    params = {
+        **_parent_params(parent),
+        "sm": machine,
+        "after": after,
+        "limit": limit,
+        "outcome": outcome,
+    }
+    return [ChildRow(*row) for row in fetch_all(conn, _PAGE, params)]
 
 
 _PAGE = """
-    SELECT labels.state_machine, labels.name, labels.state, labels.deleted, labels.metadata,
+    SELECT labels.state_machine, labels.name, labels.state, children.outcome, labels.metadata,
            children.position
     FROM children
     JOIN labels ON labels.state_machine = children.state_machine
@@ -227,29 +238,18 @@ _PAGE = """
     WHERE children.parent_machine = %(parent_sm)s AND children.parent_key = %(parent_key)s
       AND children.state_machine = %(sm)s AND children.position > %(after)s
       AND (CAST(%(outcome)s AS text) IS NULL
-           OR (%(outcome)s = 'succeeded' AND NOT labels.deleted
-               AND labels.state = ANY(CAST(%(succeeded)s AS text[])))
-           OR (%(outcome)s = 'failed'
-               AND (labels.deleted OR labels.state = ANY(CAST(%(failed)s AS text[]))))
-           OR (%(outcome)s = 'running' AND NOT labels.deleted
-               AND NOT labels.state = ANY(CAST(%(succeeded)s AS text[]))
-               AND NOT labels.state = ANY(CAST(%(failed)s AS text[]))))
+           OR children.outcome = %(outcome)s
+           OR (%(outcome)s = 'running' AND children.outcome IS NULL))
     ORDER BY children.position
     LIMIT %(limit)s
     """
 
 
-def running(
-    conn: sa.Connection, parent: LabelKey, machine: str, finished: Sequence[str], *, limit: int
-) -> list[str]:
-    """Names of up to ``limit`` of the parent's children of ``machine`` still running: not
-    deleted, in none of the ``finished`` states."""
-    rows = fetch_all(
-        conn,
-        _RUNNING,
-        {**_parent_params(parent), "sm": machine, "finished": list(finished), "limit": limit},
-    )
-    return [str(row[0]) for row in rows]
+def running(conn: sa.Connection, parent: LabelKey, machine: str, *, limit: int) -> list[str]:
+    """Names of up to ``limit`` of the parent's children of ``machine`` still running (no
+    outcome, not deleted)."""
+    params = {**_parent_params(parent), "sm": machine, "limit": limit}
+    return [str(row[0]) for row in fetch_all(conn, _RUNNING, params)]
 
 
 _RUNNING = """
@@ -259,9 +259,7 @@ _RUNNING = """
                AND labels.name_key = children.name_key
                AND labels.shard_key = children.shard_key
     WHERE children.parent_machine = %(parent_sm)s AND children.parent_key = %(parent_key)s
-      AND children.state_machine = %(sm)s AND NOT labels.deleted
-      AND NOT labels.state = ANY(CAST(%(finished)s AS text[]))
-    ORDER BY children.position
+      AND children.state_machine = %(sm)s AND children.outcome IS NULL AND NOT labels.deleted
     LIMIT %(limit)s
     """
 
@@ -282,25 +280,82 @@ _PARENT = """
 # --- waking parents -------------------------------------------------------------------------
 
 
-def leave_word(conn: sa.Connection, finished: Iterable[LabelKey]) -> None:
-    """Children that finished in ``conn``'s transaction: word for their parents, beside each
-    child (a label no spawn created leaves none), and a ``NOTIFY`` for the workers."""
-    arrays = label_key_arrays(finished)
-    if not arrays["names"] or not run(conn, _LEAVE_WORD, arrays):
+def finish(conn: sa.Connection, finished: Sequence[tuple[LabelKey, str]]) -> None:
+    """Children that came to an outcome in ``conn``'s transaction, each (child, outcome): the
+    outcome recorded on the child's ``children`` row (once: the first finish counts), word
+    left for its parent beside it, and a ``NOTIFY`` for the workers. Nothing is written to a
+    parent's row; a label no spawn created has no row, and nothing is written for it."""
+    if not finished:
         return
+    params = {
+        **label_key_arrays(key for key, _ in finished),
+        "outcomes": [outcome for _, outcome in finished],
+    }
+    rows = fetch_all(conn, _FINISH, params)
+    if not rows:
+        return
+    run(
+        conn,
+        _LEAVE_WORD,
+        {
+            "shard_keys": [row[0] for row in rows],
+            "parent_machines": [row[1] for row in rows],
+            "parent_names": [row[2] for row in rows],
+            "parent_keys": [row[3] for row in rows],
+            "parent_shard_keys": [row[4] for row in rows],
+        },
+    )
     notify_due(conn)
 
+
+_FINISH = """
+    UPDATE children SET outcome = finished.outcome
+    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
+                CAST(%(shard_keys)s AS integer[]), CAST(%(outcomes)s AS text[]))
+         AS finished (state_machine, name_key, shard_key, outcome)
+    WHERE children.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND children.state_machine = finished.state_machine
+      AND children.name_key = finished.name_key AND children.shard_key = finished.shard_key
+      AND children.outcome IS NULL
+    RETURNING children.shard_key, children.parent_machine, children.parent_name,
+              children.parent_key, children.parent_shard_key
+    """
 
 _LEAVE_WORD = """
     INSERT INTO child_wakes (shard_key, parent_machine, parent_name, parent_key,
                              parent_shard_key)
-    SELECT children.shard_key, children.parent_machine, children.parent_name,
-           children.parent_key, children.parent_shard_key
-    FROM children
-    WHERE (children.state_machine, children.name_key, children.shard_key) IN (
-        SELECT * FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
-                             CAST(%(shard_keys)s AS integer[])))
+    SELECT * FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(parent_machines)s AS text[]),
+                         CAST(%(parent_names)s AS text[]), CAST(%(parent_keys)s AS bytea[]),
+                         CAST(%(parent_shard_keys)s AS integer[]))
     ON CONFLICT DO NOTHING
+    """
+
+
+def record_outcomes(conn: sa.Connection, machine: str, outcomes: Sequence[tuple[str, str]]) -> None:
+    """Outcomes a parent's count found on its children's own rows that no writer recorded
+    (``unrecorded``): recorded now, in the parent's transaction (once, as :func:`finish`)."""
+    if not outcomes:
+        return
+    names = [name for name, _ in outcomes]
+    run(
+        conn,
+        _RECORD_OUTCOMES,
+        {
+            **label_key_arrays((machine, name) for name in names),
+            "outcomes": [outcome for _, outcome in outcomes],
+        },
+    )
+
+
+_RECORD_OUTCOMES = """
+    UPDATE children SET outcome = found.outcome
+    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
+                CAST(%(shard_keys)s AS integer[]), CAST(%(outcomes)s AS text[]))
+         AS found (state_machine, name_key, shard_key, outcome)
+    WHERE children.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND children.state_machine = found.state_machine
+      AND children.name_key = found.name_key AND children.shard_key = found.shard_key
+      AND children.outcome IS NULL
     """
 
 

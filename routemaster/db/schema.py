@@ -487,11 +487,20 @@ children = sa.Table(
     sa.Column(
         "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
     ),
+    # "succeeded" or "failed" once the child has finished (the first finish counts)
+    sa.Column("outcome", sa.Text, nullable=True),
     sa.PrimaryKeyConstraint("state_machine", "name_key", "shard_key"),
 )
 
 sa.Index(
     "children_of_parent", children.c.parent_machine, children.c.parent_key, children.c.position
+)
+sa.Index(
+    "children_outcomes",
+    children.c.parent_machine,
+    children.c.parent_key,
+    children.c.state_machine,
+    children.c.outcome,
 )
 
 spawns = sa.Table(

@@ -3,8 +3,9 @@
 Every writer of moves (:func:`routemaster.service.labels.write`) and of deletions calls
 :func:`note_finished` or :func:`note_deleted` in the transaction that moves or deletes
 the label: a child of a spawn that enters a state marked ``outcome``, or is deleted,
-leaves a row beside itself (:func:`routemaster.db.children.leave_word`), never a write
-to its parent's row, so on Citus its commit stays on its own shard.
+records its outcome and leaves word for its parent beside itself
+(:func:`routemaster.db.children.finish`), never a write to its parent's row, so on Citus
+its commit stays on its own shard.
 """
 
 from __future__ import annotations
@@ -48,28 +49,30 @@ def outcome_states(machine: StateMachine) -> tuple[list[str], list[str]]:
 
 
 def note_finished(conn: sa.Connection, config: Config, moves: Sequence[Moves]) -> None:
-    """Children among ``moves`` that entered an ``outcome`` state: word for their parents,
-    in ``conn``'s transaction, beside each child (nothing is written to a parent's row)."""
+    """Children among ``moves`` that entered a state with an ``outcome``: recorded, with word
+    for their parents, in ``conn``'s transaction, beside each child (nothing is written to a
+    parent's row)."""
     machines = child_machines(config)
     if not machines:
         return
-    finished = [
-        move.label.key
-        for move in moves
-        if move.label.state_machine in machines and move.states
-        for machine in [machine_named(config, move.label.state_machine)]
-        if machine is not None and outcome_of(machine, move.states[-1]) is not None
-    ]
-    if finished:
-        store.leave_word(conn, finished)
+    finished = []
+    for move in moves:
+        machine = machine_named(config, move.label.state_machine)
+        if machine is None or machine.name not in machines:
+            continue
+        outcome = next(
+            (found for state in move.states if (found := outcome_of(machine, state))), None
+        )
+        if outcome is not None:
+            finished.append((move.label.key, outcome))
+    store.finish(conn, finished)
 
 
 def note_deleted(conn: sa.Connection, config: Config, deleted: Iterable[LabelKey]) -> None:
-    """Children among ``deleted`` (each counts as failed): word for their parents."""
+    """Children among ``deleted``: failed (unless they had finished already), with word for
+    their parents."""
     machines = child_machines(config)
-    keys = [key for key in deleted if key[0] in machines]
-    if keys:
-        store.leave_word(conn, keys)
+    store.finish(conn, [(key, "failed") for key in deleted if key[0] in machines])
 
 
 def machine_named(config: Config, name: str) -> StateMachine | None:

@@ -45,7 +45,6 @@ from routemaster.service.child_words import (
     machine_named,
     note_deleted,
     outcome_of,
-    outcome_states,
     spawn_states,
     state_named,
 )
@@ -69,6 +68,10 @@ SPAWNS_PER_ROUND = 20
 """Parents (a batch of children each, or a decision) a worker's round takes at most."""
 
 RECHECK = datetime.timedelta(seconds=30)
+"""How often a waiting parent is counted again with no word from a child."""
+
+RECORDED_AT_MOST = 1_000
+"""Running children a parent's count looks at on their own rows (finishes not recorded)."""
 """How often a waiting parent is counted again with no word from a child."""
 
 StateKey = tuple[str, str]
@@ -123,7 +126,7 @@ def _advance(conn: sa.Connection, app: App, parent: Label) -> None:
     if progress.spawned < progress.total:
         _spawn_batch(conn, app, parent, spawn, progress, now)
         return
-    counts = count(conn, app, parent.key, spawn)
+    counts = count(conn, app, parent.key, spawn, recording=True)
     plan = plan_moves(
         machine,
         dataclasses.replace(plan_input_of(parent), children=counts),
@@ -239,21 +242,35 @@ def _new_child(
     return store.NewChild(name, position, metadata, due_at, next_check_at)
 
 
-def count(conn: sa.Connection, app: App, parent: LabelKey, spawn: Spawn) -> dict[str, int]:
+def count(
+    conn: sa.Connection, app: App, parent: LabelKey, spawn: Spawn, *, recording: bool = False
+) -> dict[str, int]:
     """``children.total``, ``succeeded``, ``failed`` and ``running`` of ``parent`` in ``spawn``,
-    as the children's committed rows say."""
-    child = machine_named(app.config, spawn.machine)
-    succeeded_states, failed_states = outcome_states(child) if child else ([], [])
-    counts = {"total": 0, "succeeded": 0, "failed": 0, "running": 0}
-    for state, deleted, number in store.states_of_children(conn, parent, spawn.machine):
-        counts["total"] += number
-        if deleted or state in failed_states:
-            counts["failed"] += number
-        elif state in succeeded_states:
-            counts["succeeded"] += number
-        else:
-            counts["running"] += number
-    return counts
+    as their recorded outcomes say. ``recording`` (the parent's evaluation, holding its
+    row): when at most :data:`RECORDED_AT_MOST` are running, finishes no writer recorded
+    are looked for on their own rows and recorded first."""
+    found = store.counts(conn, parent, spawn.machine)
+    running = found.get(None, 0)
+    if recording and 0 < running <= RECORDED_AT_MOST:
+        child = machine_named(app.config, spawn.machine)
+        unrecorded = store.unrecorded(conn, parent, spawn.machine, limit=RECORDED_AT_MOST)
+        outcomes = [
+            (name, outcome)
+            for name, state, deleted in unrecorded
+            for outcome in ["failed" if deleted else outcome_of(child, state) if child else None]
+            if outcome is not None
+        ]
+        if outcomes:
+            store.record_outcomes(conn, spawn.machine, outcomes)
+            found = store.counts(conn, parent, spawn.machine)
+    succeeded, failed = found.get("succeeded", 0), found.get("failed", 0)
+    running = found.get(None, 0)
+    return {
+        "total": succeeded + failed + running,
+        "succeeded": succeeded,
+        "failed": failed,
+        "running": running,
+    }
 
 
 # --- parents that left ----------------------------------------------------------------------
@@ -280,11 +297,7 @@ def _close_batch(app: App, parent: LabelKey, state: str, entry_id: int) -> bool:
     now = app.now()
     with app.db.begin() as conn:
         if isinstance(spawn, Spawn) and spawn.on_exit_delete:
-            child = machine_named(app.config, spawn.machine)
-            succeeded, failed = outcome_states(child) if child else ([], [])
-            names = store.running(
-                conn, parent, spawn.machine, succeeded + failed, limit=SPAWN_BATCH // 10
-            )
+            names = store.running(conn, parent, spawn.machine, limit=SPAWN_BATCH // 10)
             reason = f"on_exit: delete: {parent[0]}/{parent[1]} left {state}"
             for name in names:
                 _delete_forced(conn, app, (spawn.machine, name), reason, now)
@@ -343,7 +356,6 @@ def list_children(
         for child_machine in _spawned_machines(app.config, machine):
             if len(found) >= limit:
                 break
-            succeeded, failed = outcome_states(child_machine)
             rows = store.page(
                 conn,
                 label.key,
@@ -351,17 +363,10 @@ def list_children(
                 after=after,
                 limit=limit - len(found),
                 outcome=outcome,
-                succeeded=succeeded,
-                failed=failed,
             )
             found.extend(
                 Child(
-                    row.state_machine,
-                    row.name,
-                    row.state,
-                    "failed" if row.deleted else outcome_of(child_machine, row.state),
-                    row.metadata,
-                    row.position,
+                    row.state_machine, row.name, row.state, row.outcome, row.metadata, row.position
                 )
                 for row in rows
             )

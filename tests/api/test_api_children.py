@@ -113,3 +113,19 @@ def test_the_console_shows_a_waiting_parents_children(spawning: tuple[App, Flask
         ' <span class="failed">1 failed</span>, 1 running.'
     ) in text
     assert 'href="/state-machines/order/labels/o1/children"' in text
+
+
+def test_a_finish_no_writer_recorded_is_found_when_the_parent_counts(
+    spawning: tuple[App, FlaskClient], db_engine: sa.Engine
+) -> None:
+    app, client = spawning
+    _spawned(app, client, ["a", "b"])
+    client.patch(f"{ITEM}/o1%2F0", json={"metadata": {"ok": True}})
+    with db_engine.begin() as conn:  # as a process of an older release would move it
+        conn.execute(sa.text("UPDATE labels SET state = 'picked' WHERE name = 'o1/1'"))
+        conn.execute(sa.text("UPDATE labels SET due_at = now() WHERE name = 'o1'"))
+    while run_spawns(app, limit=10):
+        pass
+    assert body(client.get(f"{ORDER}/o1"))["state"] == "done"
+    listed = body(client.get(f"{ORDER}/o1/children"))
+    assert [c["outcome"] for c in listed["children"]] == ["succeeded", "succeeded"]

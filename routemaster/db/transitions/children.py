@@ -87,7 +87,7 @@ _CREATE = """
     ON CONFLICT (state_machine, name_key, shard_key) DO UPDATE
         SET parent_machine = excluded.parent_machine, parent_name = excluded.parent_name,
             parent_key = excluded.parent_key, parent_shard_key = excluded.parent_shard_key,
-            position = excluded.position, depth = excluded.depth,
+            position = excluded.position, depth = excluded.depth, outcome = NULL,
             created_at = excluded.created_at
     RETURNING shard_key
     """
