@@ -1,9 +1,11 @@
 """Child labels at scale (issue 44, SPEC G3): a parent with 100,000 items, one ``cron``.
 
-    .venv/bin/python bench/children.py [--items 100000] [--small 20]
+    .venv/bin/python bench/children.py [--items 100000] [--small 20] [--in-place]
 
-In a scratch database on ``DATABASE_URL``'s server (a Citus coordinator too:
-``routemaster migrate`` distributes the tables there):
+In a scratch database on ``DATABASE_URL``'s server, or with ``--in-place`` in
+``DATABASE_URL``'s database itself (on Citus: a database whose coordinator lists
+the workers, such as the one ``cluster.sh start`` prints; ``routemaster migrate``
+distributes the tables there, and the benchmark's labels stay):
 
 1. A parent is created (through the service, as the API does) in a spawn
    state whose list has ``--items`` elements; one ``routemaster cron`` spawns
@@ -111,7 +113,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--small", type=int, default=20)
+    parser.add_argument(
+        "--in-place",
+        action="store_true",
+        help="use DATABASE_URL's database itself (a Citus cluster's, whose nodes it lists)",
+    )
     args = parser.parse_args()
+    if args.in_place:
+        print(json.dumps(run(os.environ["DATABASE_URL"], args), indent=2))
+        return
     scratch = ScratchDatabase(f"bench_children_{os.getpid()}")
     try:
         report = run(scratch.url, args)
