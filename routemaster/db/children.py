@@ -294,17 +294,25 @@ def finish(conn: sa.Connection, finished: Sequence[tuple[LabelKey, str]]) -> Non
     rows = fetch_all(conn, _FINISH, params)
     if not rows:
         return
-    run(
-        conn,
-        _LEAVE_WORD,
-        {
+    if len(rows) == 1:  # one child: a router insert on its shard (Citus: one-phase commit)
+        shard, machine, name, key, parent_shard = rows[0]
+        word = {
+            "shard_key": shard,
+            "parent_machine": machine,
+            "parent_name": name,
+            "parent_key": key,
+            "parent_shard_key": parent_shard,
+        }
+        run(conn, _LEAVE_ONE_WORD, word)
+    else:
+        words = {
             "shard_keys": [row[0] for row in rows],
             "parent_machines": [row[1] for row in rows],
             "parent_names": [row[2] for row in rows],
             "parent_keys": [row[3] for row in rows],
             "parent_shard_keys": [row[4] for row in rows],
-        },
-    )
+        }
+        run(conn, _LEAVE_WORD, words)
     notify_due(conn)
 
 
@@ -329,6 +337,17 @@ _LEAVE_WORD = """
                          CAST(%(parent_shard_keys)s AS integer[]))
     ON CONFLICT DO NOTHING
     """
+
+
+_LEAVE_ONE_WORD = """
+    INSERT INTO child_wakes (shard_key, parent_machine, parent_name, parent_key,
+                             parent_shard_key)
+    VALUES (%(shard_key)s, %(parent_machine)s, %(parent_name)s, %(parent_key)s,
+            %(parent_shard_key)s)
+    ON CONFLICT DO NOTHING
+    """
+"""One child's word: :data:`_LEAVE_WORD` for one row, as a router statement on Citus (an
+``INSERT ... SELECT`` is pulled to the coordinator and copied over another connection)."""
 
 
 def record_outcomes(conn: sa.Connection, machine: str, outcomes: Sequence[tuple[str, str]]) -> None:
