@@ -31,7 +31,7 @@ _COLOCATED = sa.text(
 
 def test_the_tables_of_children_are_colocated_with_labels(citus_cluster: Cluster) -> None:
     with citus_cluster.engine.connect() as conn:
-        groups = dict(conn.execute(_COLOCATED).all())
+        groups: dict[str, int] = dict(conn.execute(_COLOCATED).tuples().all())
     assert set(groups) == {"labels", "children", "spawns", "child_wakes"}
     assert len(set(groups.values())) == 1
 
