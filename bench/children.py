@@ -75,7 +75,10 @@ ROW_SIZE = """
     SELECT pg_column_size(labels.*) FROM labels
     WHERE state_machine = 'order' AND name = %(name)s
 """
-SPAWNED = "SELECT spawned, total FROM spawns"
+SPAWNED = """
+    SELECT spawned, total FROM spawns
+    WHERE state_machine = 'order' AND name_key = convert_to(%(name)s, 'UTF8')
+"""
 STATE = "SELECT state FROM labels WHERE state_machine = 'order' AND name = %(name)s"
 FINISH_ALL_BUT = """
     UPDATE labels SET state = 'picked'
@@ -159,37 +162,38 @@ def run(url: str, args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(3)  # the worker is up and idle
         # 1. Spawning.
         created = time.monotonic()
-        service.create_label(app, order, "big", {"items": list(range(args.items))})
-        report["parent_row_bytes_before"] = _value(engine, ROW_SIZE, name="big")[0]
+        big = f"big{os.getpid()}"  # a name of this run's own (--in-place keeps older runs')
+        service.create_label(app, order, big, {"items": list(range(args.items))})
+        report["parent_row_bytes_before"] = _value(engine, ROW_SIZE, name=big)[0]
 
         def spawned() -> bool:
-            row = _value(engine, SPAWNED)
+            row = _value(engine, SPAWNED, name=big)
             return row is not None and row[0] == row[1] == args.items
 
         _wait(spawned, timeout=3600, every=0.05)
         seconds = time.monotonic() - created
         report["spawn_seconds"] = round(seconds, 2)
         report["spawn_rate_per_second"] = round(args.items / seconds)
-        report["parent_row_bytes_after"] = _value(engine, ROW_SIZE, name="big")[0]
+        report["parent_row_bytes_after"] = _value(engine, ROW_SIZE, name=big)[0]
         # 2. The decision after the last of 100,000 children.
         with engine.begin() as conn:
-            conn.exec_driver_sql(FINISH_ALL_BUT, {"last": "big/0", "prefix": "big/"})
-            conn.exec_driver_sql(RECORD_ALL_BUT, {"last": "big/0", "parent": "big"})
+            conn.exec_driver_sql(FINISH_ALL_BUT, {"last": f"{big}/0", "prefix": f"{big}/"})
+            conn.exec_driver_sql(RECORD_ALL_BUT, {"last": f"{big}/0", "parent": big})
             conn.exec_driver_sql("ANALYZE children")
         started = time.monotonic()
         with engine.connect() as conn:
-            conn.exec_driver_sql(COUNT, {"name": "big"}).all()
+            conn.exec_driver_sql(COUNT, {"name": big}).all()
         report["count_100k_ms"] = round((time.monotonic() - started) * 1000, 1)
         time.sleep(1)
-        assert _value(engine, STATE, name="big")[0] == "pick"
-        service.update_metadata(app, item, "big/0", {"ok": True})
-        latency = _wait(lambda: _value(engine, STATE, name="big")[0] == "done", timeout=120)
+        assert _value(engine, STATE, name=big)[0] == "pick"
+        service.update_metadata(app, item, f"{big}/0", {"ok": True})
+        latency = _wait(lambda: _value(engine, STATE, name=big)[0] == "done", timeout=120)
         report["decision_after_last_child_ms"] = round(latency * 1000, 1)
-        report["parent_row_bytes_decided"] = _value(engine, ROW_SIZE, name="big")[0]
+        report["parent_row_bytes_decided"] = _value(engine, ROW_SIZE, name=big)[0]
         # 3. Small parents: the decision latency, many times.
         latencies = []
         for index in range(args.small):
-            name = f"small{index}"
+            name = f"small{os.getpid()}-{index}"
             service.create_label(app, order, name, {"items": list(range(10))})
             _wait(lambda name=name: _children(engine, name) == 10, timeout=60)
             for child in range(9):
