@@ -31,7 +31,7 @@ _COLOCATED = sa.text(
 
 def test_the_tables_of_children_are_colocated_with_labels(citus_cluster: Cluster) -> None:
     with citus_cluster.engine.connect() as conn:
-        groups: dict[str, int] = dict(conn.execute(_COLOCATED).tuples().all())
+        groups = {str(table): int(group) for table, group in conn.execute(_COLOCATED)}
     assert set(groups) == {"labels", "children", "spawns", "child_wakes"}
     assert len(set(groups.values())) == 1
 
