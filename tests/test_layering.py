@@ -127,8 +127,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     # loop, slots, clock: calls the service, and makes the calls its slots send itself
     "worker": frozenset(BELOW_SERVICE - {"db"} | {"service"}),
     "server": frozenset({"hubs", "logging"}),  # gunicorn: application, workers, hand-off
+    # the pull workers' client: speaks HTTP to the service, imports nothing of the server side
+    "client": frozenset({"__init__"}),
     "cli": frozenset(
-        BELOW_SERVICE | {"__init__", "service", "api", "web", "worker", "auth", "metrics", "server"}
+        BELOW_SERVICE
+        | {"__init__", "service", "api", "web", "worker", "auth", "metrics", "server", "client"}
     ),  # one module per command group; builds every process
     "__main__": frozenset({"cli"}),
 }
@@ -429,3 +432,20 @@ def test_relative_and_from_imports_are_resolved() -> None:
 def test_cycles_are_found() -> None:
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+# --- the store's plumbing knows no domain module of the store ---------------------------
+
+# What the plumbing (engines, migrations, the embedded server) may use of the store: how
+# statements are run and the per-transaction settings. Nothing about labels, counts or history.
+PLUMBING_MAY_IMPORT = {"routemaster.db.statements", "routemaster.db.transaction_settings"}
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if m.startswith("routemaster.db.plumbing")])
+def test_the_plumbing_imports_no_domain_module_of_the_store(module: str) -> None:
+    store = {
+        name
+        for name in _module_imports(MODULES[module])
+        if name.startswith("routemaster.db") and not name.startswith("routemaster.db.plumbing")
+    }
+    assert store <= PLUMBING_MAY_IMPORT, f"{module} imports {sorted(store - PLUMBING_MAY_IMPORT)}"

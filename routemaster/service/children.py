@@ -51,6 +51,7 @@ from routemaster.service.child_words import (
 from routemaster.service.labels import log_transition, moves_for, write
 from routemaster.service.refusals import LabelNotFound, Malformed
 from routemaster.service.scheduling import arrival, plan_input_of
+from routemaster.service.transactions import reading, writing
 from routemaster.service.versions import machine_for
 
 logger = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ def wake_parents(app: App, *, limit: int) -> int:
     states = spawn_states(app.config)
     if not states:
         return 0
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         return store.wake_parents(conn, states, limit=limit, now=app.now())
 
 
@@ -100,7 +101,7 @@ def run_spawns(app: App, *, limit: int) -> int:
         return 0
     done = 0
     for _ in range(limit):
-        with app.db.begin() as conn:
+        with writing(app) as conn:
             due = label_claims.lock_due_gates(conn, states, limit=1, now=app.now())
             if not due:
                 break
@@ -282,7 +283,7 @@ def close_left(app: App, *, limit: int) -> int:
     progress row goes. How many parents were dealt with."""
     if not spawn_states(app.config):
         return 0
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         left = store.left(conn, limit=limit)
     for parent, state, entry_id in left:
         while not _close_batch(app, parent, state, entry_id):
@@ -295,7 +296,7 @@ def _close_batch(app: App, parent: LabelKey, state: str, entry_id: int) -> bool:
     machine = machine_named(app.config, parent[0])
     spawn = state_named(machine, state) if machine is not None else None
     now = app.now()
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         if isinstance(spawn, Spawn) and spawn.on_exit_delete:
             names = store.running(conn, parent, spawn.machine, limit=SPAWN_BATCH // 10)
             reason = f"on_exit: delete: {parent[0]}/{parent[1]} left {state}"
@@ -348,7 +349,7 @@ def list_children(
     ``after``; ``outcome``: only those succeeded, failed, or still running."""
     if outcome is not None and outcome not in OUTCOME_FILTERS:
         raise Malformed(f"outcome must be one of {', '.join(OUTCOME_FILTERS)}, got {outcome!r}")
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         label = label_store.get(conn, machine.name, name)
         if label is None:
             raise LabelNotFound(name)
@@ -382,7 +383,7 @@ def _spawned_machines(config: Config, machine: StateMachine) -> list[StateMachin
 
 def explain(app: App, label: Label, spawn: Spawn) -> dict[str, Any]:
     """A waiting parent's part of an explanation: its spawn settings and children counted."""
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         progress = store.progress(conn, label.key)
         counts = count(conn, app, label.key, spawn)
     spawning = progress is not None and progress.entry_id == label.entry_id
@@ -407,6 +408,6 @@ def parent_of(app: App, key: LabelKey) -> dict[str, str] | None:
     """``{"state_machine", "label"}`` of the label that spawned ``key``, if one did."""
     if key[0] not in child_machines(app.config):
         return None
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         parent = store.parent_of(conn, key)
     return None if parent is None else {"state_machine": parent[0], "label": parent[1]}
