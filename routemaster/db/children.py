@@ -419,7 +419,8 @@ _TAKE_WAKES = """
 
 _WAKE = """
     UPDATE labels SET due_at = %(now)s
-    WHERE (state_machine, name_key, shard_key) IN (
+    WHERE shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
+      AND (state_machine, name_key, shard_key) IN (
             SELECT * FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
                                  CAST(%(shard_keys)s AS integer[])))
       AND (state_machine, state) IN (
