@@ -279,16 +279,20 @@ def count(
 
 def close_left(app: App, *, limit: int) -> int:
     """The worker's step: parents that left a spawn state. With ``on_exit: delete`` their
-    children still running are deleted, forced, a batch per transaction; then the parent's
-    progress row goes. How many parents were dealt with."""
+    children still running are deleted, forced, a batch per transaction (at most ``limit``
+    batches a run: a parent with more is taken up again at the next run); then the
+    parent's progress row goes. How many batches were done."""
     if not spawn_states(app.config):
         return 0
     with reading(app) as conn:
         left = store.left(conn, limit=limit)
+    done = 0
     for parent, state, entry_id in left:
-        while not _close_batch(app, parent, state, entry_id):
-            pass
-    return len(left)
+        while done < limit:
+            done += 1
+            if _close_batch(app, parent, state, entry_id):
+                break
+    return done
 
 
 def _close_batch(app: App, parent: LabelKey, state: str, entry_id: int) -> bool:
