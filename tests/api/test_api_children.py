@@ -10,12 +10,14 @@ import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
-from routemaster.app import App
+from routemaster.app import App, Settings
 from routemaster.config import load_config
+from routemaster.metrics import Metrics
 from routemaster.service.children import run_spawns
 from routemaster.web import create_app
 from tests.api.helpers import body
 from tests.api.openapi_check import CheckedClient
+from tests.metrics.test_metrics import scrape, value
 from tests.worker.children import config
 
 ORDER = "/state-machines/order/labels"
@@ -129,3 +131,35 @@ def test_a_finish_no_writer_recorded_is_found_when_the_parent_counts(
     assert body(client.get(f"{ORDER}/o1"))["state"] == "done"
     listed = body(client.get(f"{ORDER}/o1/children"))
     assert [c["outcome"] for c in listed["children"]] == ["succeeded", "succeeded"]
+
+
+def test_metrics_count_the_children_spawned_and_the_decisions(
+    tmp_path: Path, db_engine: sa.Engine
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(config())
+    metrics = Metrics()
+    app = App(
+        config=load_config([path]),
+        db=db_engine,
+        settings=Settings(label_gauges_interval=0),
+        metrics=metrics,
+        loggers=(metrics.observer(),),
+    )
+    client = create_app(app).test_client()
+    _spawned(app, client, [])
+    _spawned_as(app, client, "o2", ["a", "b", "c"])
+    samples = scrape(client)
+    spawned = value(
+        samples, "routemaster_children_spawned_total", state_machine="order", state="pick"
+    )
+    decided = value(
+        samples, "routemaster_spawn_decisions_total", state_machine="order", state="pick"
+    )
+    assert (spawned, decided) == (3, 1)
+
+
+def _spawned_as(app: App, client: FlaskClient, name: str, items: list[object]) -> None:
+    assert client.post(f"{ORDER}/{name}", json={"metadata": {"items": items}}).status_code == 201
+    while run_spawns(app, limit=10):
+        pass
