@@ -28,7 +28,6 @@ from routemaster.db import (
     counts,
     label_claims,
     schedules,
-    task_completions,
     task_records,
     transitions,
 )
@@ -197,7 +196,7 @@ def complete_many(
         first.setdefault(task_id, patch)
     with writing(app) as conn:
         taken = transitions.complete_tasks(conn, list(first.items()), now=now)
-        issued = task_completions.issued_among(conn, [i for i in first if i not in taken])
+        issued = task_records.issued_among(conn, [i for i in first if i not in taken])
         settled = settle_batch(conn, app, list(taken.values()), now=now)
         schedules.settle_unmoved(conn, settled.unmoved)
         for label in settled.waiting:
