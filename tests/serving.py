@@ -61,14 +61,17 @@ def serve_process(
     with_worker: bool = False,
     layers: Sequence[Path] = (),
     log: Path | None = None,
+    port: int | None = None,
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """``serve`` until the block ends, once it answers; yields the process and the base URL.
+
+    On ``port`` when given (a restart on the same address), else on a free one.
 
     Without ``with_worker``, ``serve --no-worker``: the API alone, so labels stay where
     the API leaves them. With it, ``serve`` as a 1.x deployment runs it: the API and its worker.
     Its output goes to ``log`` when given.
     """
-    port = free_port()
+    port = port or free_port()
     environment = {key: value for key, value in os.environ.items() if not key.startswith("DB_")}
     environment.update(session_environment(database_url))
     environment.update(env or {})

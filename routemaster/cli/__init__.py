@@ -19,6 +19,7 @@ from routemaster.cli.options import Options
 from routemaster.cli.plan import plan
 from routemaster.cli.serve import serve
 from routemaster.cli.tokens import token
+from routemaster.cli.work import work
 
 
 @click.group()
@@ -41,7 +42,7 @@ def cli(ctx: click.Context, config_paths: tuple[str, ...]) -> None:
     )
 
 
-for command in (serve, cron, validate, plan, migrate, db, token):
+for command in (serve, cron, validate, plan, migrate, db, token, work):
     cli.add_command(command)
 
 

@@ -16,6 +16,13 @@ once; the waiter thread writes the JSON body and closes the connection
 (the head has no ``Content-Length``: ``Connection: close`` ends the body).
 Under any other WSGI server the response body is a generator that waits for
 the answer in the server's thread.
+
+A client that no longer wants its claim (a worker shutting down) closes its
+side of the connection, or only its writing half (``shutdown(SHUT_WR)``),
+so that it can still read the answer: the thread sees it at its next
+wake-up (within ``poll_interval``), claims nothing for it, and answers
+``{"tasks": []}``. A claim answered just before the client hung up brings
+its tasks to a half-closed client, which releases them.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import contextlib
 import json
 import logging
 import os
+import select
 import socket
 import threading
 import time
@@ -93,6 +101,26 @@ class PendingClaim:
                 return
         self._send(sock, head, self._answer)
 
+    def hung_up(self) -> bool:
+        """Whether the client has closed its side of the connection: it no longer wants this
+        claim (a worker shutting down half-closes it), so nothing may be claimed for it. Only
+        once its socket is handed over; a read that would end is the sign."""
+        with self._lock:
+            attached = self._socket
+        if attached is None:
+            return False
+        sock = attached[0]
+        try:
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            if not poller.poll(0):
+                return False
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except (OSError, ValueError):
+            return True
+
     def answer(self, tasks: list[Task]) -> None:
         """The waiter's thread: the claim is over, with these tasks (maybe none)."""
         with self._lock:
@@ -102,6 +130,10 @@ class PendingClaim:
         self._answered.set()
         if attached is not None:
             self._send(*attached, self._answer)
+
+    @property
+    def answered(self) -> bool:
+        return self._answered.is_set()
 
     def body(self) -> Iterator[bytes]:
         """The response body when no socket is handed over: waits in the server's thread."""
@@ -227,6 +259,10 @@ class ClaimWaiter:
                     self._running = False  # under the lock: the next add starts a new thread
                     return
             try:
+                for claim in pending:
+                    if claim.hung_up():
+                        self._finish(claim, [])
+                pending = [claim for claim in pending if claim.answered is False]
                 if pending:
                     self._claim_for(pending)
             except Exception:
@@ -242,6 +278,9 @@ class ClaimWaiter:
     def _claim_for(self, pending: list[PendingClaim]) -> None:
         empty: set[tuple[str, str]] = set()
         for claim in pending:
+            if claim.hung_up():  # answered now, with nothing claimed for it
+                self._finish(claim, [])
+                continue
             if claim.keys <= empty:
                 continue
             tasks = self.claims.claim(

@@ -30,7 +30,7 @@ from routemaster.app import App
 from routemaster.config.model import StateMachine
 from routemaster.db import bulk as jobs
 from routemaster.db import labels as store
-from routemaster.db import transitions
+from routemaster.db import table_statistics, transitions
 from routemaster.db.labels import Label
 from routemaster.db.search import Search, not_on_version, search_count, search_page
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
@@ -163,11 +163,15 @@ def run_batch(app: App, *, limit: int) -> int:
     label, so that label alone is counted failed.
     """
     try:
-        return _batch(app, limit, careful=False)
+        handled = _batch(app, limit, careful=False)
     except sa.exc.DBAPIError as error:
         if error.connection_invalidated:
             raise
-        return _batch(app, limit, careful=True)
+        handled = _batch(app, limit, careful=True)
+    if handled:  # a job over a million labels works through them batch by batch
+        written = {"labels": handled, "history": handled}
+        table_statistics.refresh(app.db, written, direct=app.direct)
+    return handled
 
 
 def _batch(app: App, limit: int, *, careful: bool) -> int:

@@ -15,10 +15,11 @@ from typing import Any
 from routemaster.app import App
 from routemaster.config import describe_machine
 from routemaster.config.graph import worker_settings
-from routemaster.config.model import Action, StateMachine
+from routemaster.config.model import Action, NoNext, StateMachine
 from routemaster.db import deliveries, pauses, task_records
 from routemaster.db.labels import Label
 from routemaster.exit_conditions import FeedUnavailable
+from routemaster.exit_conditions.values import format_duration
 from routemaster.machine import choose_next_state
 from routemaster.machine.triggers import what_evaluates
 from routemaster.service.labels import label_context
@@ -75,7 +76,9 @@ def explanation_of(app: App, machine: StateMachine, found: Label) -> dict[str, A
             body["next_state_if_held"] = choose_next_state(state.next_states, context)
         except FeedUnavailable as error:
             body["next_state_error"] = str(error)
-    if explanation.result and not (found.paused or found.errored) and found.due_at is None:
+    if isinstance(state.next_states, NoNext):
+        body["message"] = _end_state_message(machine)
+    elif explanation.result and not (found.paused or found.errored) and found.due_at is None:
         events = what_evaluates(state)
         body["message"] = "The exit condition holds, but no evaluation is scheduled: " + (
             f"the label moves on when {events} evaluates the gate."
@@ -84,6 +87,16 @@ def explanation_of(app: App, machine: StateMachine, found: Label) -> dict[str, A
             "so only an operator's move takes it on."
         )
     return body
+
+
+def _end_state_message(machine: StateMachine) -> str:
+    """A gate without ``next`` is where labels finish: no metadata or time will move them."""
+    finished = machine.retention.finished
+    return "An end state: the label has finished here and stays; no metadata, time or trigger " + (
+        "moves it on, only an operator's move."
+        if finished is None
+        else f"moves it on. Retention deletes it {format_duration(finished)} after it entered."
+    )
 
 
 def _action_explanation(app: App, action: Action, label: Label) -> dict[str, Any]:

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.model import Action, Gate, StateMachine
-from routemaster.db import label_claims, schedules
+from routemaster.db import label_claims, schedules, table_statistics
 from routemaster.db.labels import Label
 from routemaster.db.schedules import Schedule
 from routemaster.exit_conditions.next_check import NextCheck
@@ -160,6 +160,9 @@ def schedule_unscheduled(app: App, *, limit: int) -> int:
     older versions a ``continue`` machine's labels follow (a newer
     configuration's state is left to the processes running it). A due time
     already owed (an older process marked the label due) is kept if it is sooner.
+    A backlog of such rows (written by SQL, or left by an upgrade) leaves the
+    planner's statistics untrue as it is worked off: they are gathered again
+    when they are (:mod:`routemaster.db.table_statistics`).
     """
     states = [
         (machine.name, state.name)
@@ -169,6 +172,8 @@ def schedule_unscheduled(app: App, *, limit: int) -> int:
     with writing(app) as conn:
         rows = label_claims.lock_unscheduled(conn, states, limit=limit)
         schedules.schedule(conn, [_backfilled(app, label) for label in rows], now=app.now())
+    if rows:
+        table_statistics.refresh(app.db, {"labels": len(rows)}, direct=app.direct)
     return len(rows)
 
 

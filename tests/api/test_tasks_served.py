@@ -120,6 +120,23 @@ def test_a_waiting_claim_with_nothing_to_do_answers_empty(server: str) -> None:
     assert 1 <= time.monotonic() - started < 6
 
 
+def test_a_claim_whose_client_hangs_up_is_answered_at_once_and_claims_nothing(
+    server: str,
+) -> None:
+    before = claims_answered(server)
+    sock = open_claim(server, wait=30)
+    wait_until(lambda: claims_answered(server) > before, "the claim waiting")
+    sock.shutdown(socket.SHUT_WR)  # a worker shutting down: it wants nothing more
+    started = time.monotonic()
+    status, _, body = read_answer(sock)
+    assert (status, body) == ("HTTP/1.1 200 OK", {"tasks": []})
+    assert time.monotonic() - started < 10
+    created = requests.post(f"{server}/state-machines/jobs/labels/later", json={"metadata": {}})
+    assert created.status_code == 201
+    tasks = requests.get(f"{server}/state-machines/jobs/labels/later/tasks", timeout=5).json()
+    assert tasks == {"tasks": []}  # nothing was claimed for the client that left
+
+
 def consumer_from_the_guide() -> str:
     guide = (REPOSITORY / "docs" / "pull-workers.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", guide, flags=re.DOTALL)

@@ -1,0 +1,99 @@
+"""The client through a database outage of the service (503s) and a restart of the service
+(connections refused): every task handled once, none lost."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+import sqlalchemy as sa
+
+from routemaster.client import Task, Worker
+from tests.api.tcp_proxy import TcpProxy
+from tests.client.support import Recorder, create, done, leased, machine_file, running
+from tests.serving import free_port, serve_process, serving
+from tests.waiting import wait_until
+
+NAMES = [f"job-{n}" for n in range(40)]
+
+
+def recording_worker(base: str, recorder: Recorder) -> Worker:
+    worker = Worker(base, state_machine="jobs", state="work", concurrency=4, wait=2)
+
+    @worker.task
+    def handle(task: Task) -> dict[str, Any]:
+        recorder.started(task)
+        time.sleep(0.05)
+        recorder.done(task)
+        return {"handled": True}
+
+    return worker
+
+
+def root_status(base: str) -> int:
+    try:
+        return requests.get(base + "/", timeout=5).status_code
+    except requests.RequestException:
+        return 0
+
+
+def test_the_client_rides_out_a_database_outage_of_the_service(
+    tmp_path: Path, database_url: str, db_engine: sa.Engine
+) -> None:
+    url = sa.engine.make_url(database_url)
+    proxy = TcpProxy((url.host or "127.0.0.1", url.port or 5432))
+    proxy.start()
+    proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    recorder = Recorder()
+    try:
+        with serving(
+            machine_file(tmp_path),
+            proxied,
+            env={"ROUTEMASTER_DIRECT_DATABASE_URL": proxied},
+        ) as base:
+            worker = recording_worker(base, recorder)
+            with running(worker):
+                create(base, NAMES)
+                wait_until(lambda: len(recorder.finished) >= 8, "some tasks handled")
+                proxy.stop()  # the database is gone: the service answers 503
+                wait_until(lambda: root_status(base) == 503, "the service saying 503")
+                # a result finished during the outage waits to be sent
+                wait_until(lambda: worker._book.outcomes, "a result held back by the outage")
+                proxy.start()
+                wait_until(
+                    lambda: done(base, NAMES) == len(NAMES),
+                    "every label done after the outage",
+                    timeout=60,
+                )
+            assert leased(base, NAMES) == []
+    finally:
+        proxy.stop()
+    assert recorder.per_label() == {name: 1 for name in NAMES}
+    assert {task.attempt for task in recorder.calls} == {1}  # no lease ran out
+
+
+def test_the_client_rides_out_a_restart_of_the_service(
+    tmp_path: Path, database_url: str, db_engine: sa.Engine
+) -> None:
+    config = machine_file(tmp_path)
+    port = free_port()
+    recorder = Recorder()
+    worker = recording_worker(f"http://127.0.0.1:{port}", recorder)
+    with running(worker):
+        with serve_process(config, database_url, port=port) as (_, base):
+            create(base, NAMES)
+            wait_until(lambda: len(recorder.finished) >= 8, "some tasks handled")
+        # that serve is stopped (SIGTERM): connections are refused until the next one answers
+        assert root_status(base) == 0
+        handled_before = len(recorder.finished)
+        with serve_process(config, database_url, port=port) as (_, again):
+            wait_until(
+                lambda: done(again, NAMES) == len(NAMES),
+                "every label done after the restart",
+                timeout=60,
+            )
+            assert leased(again, NAMES) == []
+    assert handled_before < len(NAMES)
+    assert recorder.per_label() == {name: 1 for name in NAMES}
