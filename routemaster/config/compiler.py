@@ -10,6 +10,7 @@ import dataclasses
 import datetime
 from typing import Any
 
+from routemaster.config.flows import compile_flow
 from routemaster.config.formats import parse_duration, parse_time_of_day, split_path
 from routemaster.config.model import (
     Action,
@@ -82,7 +83,7 @@ def _machine(
     return StateMachine(
         name=name,
         states=tuple(
-            _state(state, (*path, index), retry, checked)
+            _state(name, state, (*path, index), retry, checked)
             for index, state in enumerate(machine["states"])
         ),
         feeds=tuple(Feed(feed["name"], feed["url"]) for feed in machine.get("feeds", [])),
@@ -105,7 +106,9 @@ def _machine(
     )
 
 
-def _state(state: dict[str, Any], path: ConfigPath, retry: RetryPolicy, checked: Checked) -> State:
+def _state(
+    machine: str, state: dict[str, Any], path: ConfigPath, retry: RetryPolicy, checked: Checked
+) -> State:
     next_states = _next(state.get("next"))
     if "gate" in state:
         return Gate(
@@ -123,6 +126,7 @@ def _state(state: dict[str, Any], path: ConfigPath, retry: RetryPolicy, checked:
         retry=_retry(state.get("retry"), retry),
         worker=_worker(worker) if worker is not None else None,
         async_timeout=_duration(async_timeout) if async_timeout is not None else None,
+        flow=compile_flow(machine, state["action"], state["flow"]) if "flow" in state else None,
     )
 
 

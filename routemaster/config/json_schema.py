@@ -79,6 +79,34 @@ _LEASE: Schema = {
         },
     },
 }
+_METADATA_PATH: Schema = {
+    "type": "string",
+    "pattern": r"^metadata(\.[A-Za-z0-9_][A-Za-z0-9_-]*)+$",
+    "x-messages": {
+        "type": "expected a metadata path such as metadata.customer.id",
+        "pattern": "expected a metadata path such as metadata.customer.id",
+    },
+}
+_FLOW = _object(
+    {
+        "key": _METADATA_PATH,
+        "concurrency": {
+            "type": "integer",
+            "minimum": 1,
+            "x-messages": {
+                "type": "expected a whole number of labels, at least 1",
+                "minimum": "concurrency must be at least 1",
+            },
+        },
+        "weight": _METADATA_PATH,
+        "name": {
+            "type": "string",
+            "pattern": r"^[A-Za-z0-9_.-]+$",
+            "x-messages": {"pattern": "a flow's name is letters, digits, '_', '.' and '-'"},
+        },
+    },
+    required=("key",),
+)
 _TRIGGER = _tagged(
     "a trigger: one of metadata, interval, time or event",
     {
@@ -156,6 +184,7 @@ _STATE = _tagged(
                     {"lease": _LEASE, "at_most_once": {"type": "boolean"}}, required=("lease",)
                 ),
                 "async_timeout": _DURATION,
+                "flow": _FLOW,
                 "next": _NEXT,
                 "retry": _RETRY,
             },

@@ -154,6 +154,17 @@ class PullWorker:
 
 
 @dataclass(frozen=True)
+class Flow:
+    """``flow:`` of an action (SPEC G2): labels queue per key, served in turn by weight,
+    at most ``concurrency`` of one key holding a slot at once (None: no cap)."""
+
+    name: str  # actions naming the same flow share its per-key counts; default SM.STATE
+    key: tuple[str, ...]  # metadata path (without "metadata"); missing: the null key
+    concurrency: int | None = None
+    weight: tuple[str, ...] | None = None  # metadata path to a number >= 1 (default 1)
+
+
+@dataclass(frozen=True)
 class Action:
     name: str
     webhook: str | None  # may contain <label> and <state_machine>; None for a pull action
@@ -162,6 +173,7 @@ class Action:
     worker: PullWorker | None = None  # set instead of ``webhook``: claimed through /tasks
     # with a webhook: a 202 answer makes the delivery a task the receiver completes later
     async_timeout: datetime.timedelta | None = None
+    flow: Flow | None = None  # per-key concurrency and fair claiming (SPEC G2)
 
     @property
     def pulled(self) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from routemaster.config.actions import action_problems
+from routemaster.config.flows import flow_problems
 from routemaster.config.formats import (
     CONTEXT_NEXT_ROOTS,
     parse_duration,
@@ -60,6 +61,7 @@ def semantic_problems(document: Any, source: SourceMap, environ: Mapping[str, st
     plugins = document.get("plugins") if isinstance(document, dict) else None
     if isinstance(plugins, dict):
         checker.logging_plugins(plugins.get("logging"))
+    checked.problems.extend(flow_problems(machines, source))
     for path, problem in subscription_problems(document):
         checker.report(path, problem)
     for path, problem in retention_problems(document):

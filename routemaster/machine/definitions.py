@@ -151,6 +151,8 @@ def _state(state: Mapping[str, Any], machine: StateMachine, actions: Mapping[str
             PullWorker(datetime.timedelta(seconds=worker["lease"])) if worker is not None else None
         ),
         async_timeout=current.async_timeout if current is not None and webhook else None,
+        # the flow in force: one flow's per-key counts span every version's labels
+        flow=current.flow if current is not None else None,
     )
 
 

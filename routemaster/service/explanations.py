@@ -22,6 +22,7 @@ from routemaster.exit_conditions import FeedUnavailable
 from routemaster.exit_conditions.values import format_duration
 from routemaster.machine import choose_next_state
 from routemaster.machine.triggers import what_evaluates
+from routemaster.service import flows as flow_service
 from routemaster.service.labels import label_context
 from routemaster.service.scheduling import explain_next_check
 from routemaster.service.transactions import reading
@@ -111,6 +112,8 @@ def _action_explanation(app: App, action: Action, label: Label) -> dict[str, Any
         body["worker"] = worker_settings(action.worker)
     if action.async_timeout is not None:
         body["async_timeout"] = int(action.async_timeout.total_seconds())
+    if action.flow is not None:
+        body["waiting_for"] = flow_service.waiting_for(app, action.flow, label)
     with reading(app) as conn:
         held = task_records.current(conn, *label.key, now=app.now())
     body["task"] = (

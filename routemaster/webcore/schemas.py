@@ -290,6 +290,11 @@ SCHEMAS: dict[str, Schema] = {
                 ],
                 "description": "The task holding the label now (pull workers, 202 callbacks).",
             },
+            "waiting_for": {
+                "anyOf": [ref("WaitingFor"), {"type": "null"}],
+                "description": "In an action with a flow: the key the label waits its turn "
+                "for, without using attempts (null: not waiting in the flow).",
+            },
             "triggers": array(ref("Trigger")),
             "exit_condition": obj(
                 {
@@ -316,6 +321,7 @@ SCHEMAS: dict[str, Schema] = {
             "worker",
             "async_timeout",
             "task",
+            "waiting_for",
             "triggers",
             "exit_condition",
             "next_state_if_held",
