@@ -22,6 +22,7 @@ from routemaster import console
 from routemaster.api import (
     bulk,
     changes,
+    children,
     deliveries,
     explanations,
     flows,
@@ -100,6 +101,7 @@ def create_app(app: App) -> flask.Flask:
         machines.blueprint,
         versions.blueprint,
         labels.blueprint,
+        children.blueprint,
         explanations.blueprint,
         operations.blueprint,
         deliveries.blueprint,

@@ -23,7 +23,6 @@ from routemaster.config.model import Config
 from routemaster.db.history import stamp_versions
 from routemaster.db.plumbing.database import create_engine
 from routemaster.db.search_indexes import ensure_search_index
-from routemaster.db.table_statistics import refresh
 from routemaster.db.versions import digest_of
 from routemaster.machine.definitions import LoadedVersions
 from routemaster.machine.upgrades import stranded_message
@@ -34,6 +33,7 @@ from routemaster.service.configuration import (
     record_configuration,
 )
 from routemaster.service.scheduling import schedule_unscheduled
+from routemaster.service.table_statistics import after_writing
 from routemaster.service.versions import load_all_versions
 
 Versions = dict[str, int]
@@ -135,14 +135,15 @@ def compute_next_checks(url: str, config: Config, versions: Versions) -> int:
     try:
         load_all_versions(app)
         while True:
-            done = schedule_unscheduled(app, limit=NEXT_CHECK_BATCH)
+            # the statistics once, at the end, not every tenth of the table on the way
+            done = schedule_unscheduled(app, limit=NEXT_CHECK_BATCH, analyze=False)
             total += done
             if done < NEXT_CHECK_BATCH:
                 break
             if total % (20 * NEXT_CHECK_BATCH) == 0:
                 click.echo(f"Computed the next checks of {total} labels...", err=True)
         # that many rows rewritten: the planner's statistics describe them as they are now
-        refresh(engine, {"labels": total})
+        after_writing(app, {"labels": total})
     except sa.exc.SQLAlchemyError as error:
         raise unreachable(url, error) from None
     finally:

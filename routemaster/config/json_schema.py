@@ -161,8 +161,32 @@ _NEXT: Schema = {
         ],
     },
 }
+_OUTCOME: Schema = {
+    "enum": ["succeeded", "failed"],
+    "x-messages": {"enum": "expected succeeded or failed"},
+}
+_WAIT: Schema = {
+    "if": {"type": "object"},
+    "then": _object(
+        {
+            "at_least": {
+                "type": "integer",
+                "minimum": 1,
+                "x-messages": {
+                    "minimum": "at_least must be 1 or more",
+                    "type": "expected a whole number of children, 1 or more",
+                },
+            }
+        },
+        required=("at_least",),
+    ),
+    "else": {
+        "enum": ["all", "any"],
+        "x-messages": {"enum": "expected all, any or {at_least: N}"},
+    },
+}
 _STATE = _tagged(
-    "a state: a mapping with a 'gate' or an 'action' key",
+    "a state: a mapping with a 'gate', an 'action' or a 'spawn' key",
     {
         "gate": _object(
             {
@@ -173,6 +197,7 @@ _STATE = _tagged(
                     "x-messages": {"type": "expected a condition (text), true or false"},
                 },
                 "next": _NEXT,
+                "outcome": _OUTCOME,
             },
             required=("gate", "exit_condition"),
         ),
@@ -187,8 +212,24 @@ _STATE = _tagged(
                 "flow": _FLOW,
                 "next": _NEXT,
                 "retry": _RETRY,
+                "outcome": _OUTCOME,
             },
             required=("action",),
+        ),
+        "spawn": _object(
+            {
+                "spawn": _TEXT,
+                "machine": _NAME,
+                "for_each": _TEXT,
+                "wait": _WAIT,
+                "on_exit": {
+                    "enum": ["keep", "delete"],
+                    "x-messages": {"enum": "expected keep or delete"},
+                },
+                "next": _NEXT,
+                "outcome": _OUTCOME,
+            },
+            required=("spawn", "machine", "for_each"),
         ),
     },
 )

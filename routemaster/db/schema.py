@@ -513,3 +513,65 @@ sa.Index(
     flow_keys.c.key,
     postgresql_where=flow_keys.c.active,
 )
+
+# Child labels (migration 0021, SPEC G3): who spawned each child (beside the child), each
+# parent's progress (beside the parent), and the wake-ups a finishing child leaves.
+children = sa.Table(
+    "children",
+    metadata,
+    sa.Column("shard_key", sa.Integer, nullable=False),
+    sa.Column("state_machine", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("name_key", postgresql.BYTEA, nullable=False),
+    sa.Column("parent_machine", sa.Text, nullable=False),
+    sa.Column("parent_name", sa.Text, nullable=False),
+    sa.Column("parent_key", postgresql.BYTEA, nullable=False),
+    sa.Column("parent_shard_key", sa.Integer, nullable=False),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("depth", sa.Integer, nullable=False),
+    sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    # "succeeded" or "failed" once the child has finished (the first finish counts)
+    sa.Column("outcome", sa.Text, nullable=True),
+    sa.PrimaryKeyConstraint("state_machine", "name_key", "shard_key"),
+)
+
+sa.Index(
+    "children_of_parent", children.c.parent_machine, children.c.parent_key, children.c.position
+)
+sa.Index(
+    "children_outcomes",
+    children.c.parent_machine,
+    children.c.parent_key,
+    children.c.state_machine,
+    children.c.outcome,
+)
+
+spawns = sa.Table(
+    "spawns",
+    metadata,
+    sa.Column("shard_key", sa.Integer, nullable=False),
+    sa.Column("state_machine", sa.Text, nullable=False),
+    sa.Column("name_key", postgresql.BYTEA, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("entry_id", sa.BigInteger, nullable=False),
+    sa.Column("total", sa.Integer, nullable=False),
+    sa.Column("spawned", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("depth", sa.Integer, nullable=False),
+    sa.PrimaryKeyConstraint("state_machine", "name_key", "shard_key"),
+)
+
+child_wakes = sa.Table(
+    "child_wakes",
+    metadata,
+    sa.Column("shard_key", sa.Integer, nullable=False),
+    sa.Column("parent_machine", sa.Text, nullable=False),
+    sa.Column("parent_name", sa.Text, nullable=False),
+    sa.Column("parent_key", postgresql.BYTEA, nullable=False),
+    sa.Column("parent_shard_key", sa.Integer, nullable=False),
+    sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.PrimaryKeyConstraint("parent_machine", "parent_key", "parent_shard_key", "shard_key"),
+)

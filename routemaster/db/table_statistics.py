@@ -10,8 +10,9 @@ many rows").
 
 So whatever writes many rows at once (``migrate -c`` scheduling labels
 written without a next check, the worker's backfill of the same, bulk
-commands, retention) calls :func:`refresh` afterwards, with the rows it
-wrote per table. A table is analysed when that write alone reached
+commands, retention) asks afterwards, through
+:func:`routemaster.service.table_statistics.after_writing`, with the rows it
+wrote per table. A table is analysed (:func:`stale`) when that write alone reached
 :data:`ANALYZE_AFTER` rows, or when the server's own count of rows changed
 since the table's last ``ANALYZE`` (by anyone: ``pg_stat_get_mod_since_analyze``)
 is past the point at which autovacuum would analyse it: this catches a
@@ -24,13 +25,11 @@ After a write, ``ANALYZE (SKIP_LOCKED)``: a table another process is
 analysing, vacuuming or indexing concurrently is skipped rather than waited
 for (the other one keeps the statistics, or the next write's check does). It samples a fixed
 number of rows (300 per unit of ``default_statistics_target``), so its cost
-does not grow with the table. It runs in autocommit, on the direct connection
-when there is one (Citus sends it on to every shard).
+does not grow with the table. It runs in autocommit, as a statement of its own
+(Citus sends it on to every shard).
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
 
 import sqlalchemy as sa
 
@@ -48,6 +47,9 @@ _ANALYZE_LABELS_WAITING = "ANALYZE labels"
 
 _ANALYZE = {"labels": _ANALYZE_LABELS, "history": _ANALYZE_HISTORY}
 
+TABLES = frozenset(_ANALYZE)
+"""The tables whose statistics writes of many rows keep true."""
+
 # Whether the rows changed since the table's last ANALYZE, as the server counts them (each
 # backend's counts arrive within about a second of its commit), are past autovacuum's own
 # trigger: its threshold plus its scale factor times the rows the planner believes there are.
@@ -61,28 +63,18 @@ _STALE = """
     """
 
 
+def stale(conn: sa.Connection, table: str, written: int) -> bool:
+    """Whether ``table``'s statistics are untrue after a write of ``written`` rows to it: the
+    write alone reached :data:`ANALYZE_AFTER`, or the server counts more changes since its
+    last ``ANALYZE`` than autovacuum waits for."""
+    return written >= ANALYZE_AFTER or bool(fetch_value(conn, _STALE, {"table": table}))
+
+
 def analyze(conn: sa.Connection, table: str, *, wait: bool = False) -> None:
-    """``ANALYZE`` one of the tables kept here (``labels``, ``history``); with ``wait``
-    (``labels`` only) even while another process holds it."""
+    """``ANALYZE`` one of the tables kept here (:data:`TABLES`), skipping it if another process
+    holds it; with ``wait`` (``labels`` only) even while one does."""
     if wait:
         assert table == "labels", table
         run(conn, _ANALYZE_LABELS_WAITING)
     else:
         run(conn, _ANALYZE[table])
-
-
-def refresh(
-    engine: sa.Engine, written: Mapping[str, int], *, direct: sa.Engine | None = None
-) -> list[str]:
-    """After a write of ``written`` rows per table: analyse those whose statistics it left
-    untrue (module docstring); the tables analysed."""
-    analysed: list[str] = []
-    tables = [table for table, rows in written.items() if rows > 0 and table in _ANALYZE]
-    if not tables:
-        return analysed
-    with (direct or engine).connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        for table in tables:
-            if written[table] >= ANALYZE_AFTER or fetch_value(conn, _STALE, {"table": table}):
-                analyze(conn, table)
-                analysed.append(table)
-    return analysed

@@ -30,16 +30,18 @@ from routemaster.app import App
 from routemaster.config.model import StateMachine
 from routemaster.db import bulk as jobs
 from routemaster.db import labels as store
-from routemaster.db import table_statistics, transitions
+from routemaster.db import transitions
 from routemaster.db.labels import Label
 from routemaster.db.search import Search, not_on_version, search_count, search_page
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
 from routemaster.machine.planning import context_for
+from routemaster.service.child_words import note_deleted
 from routemaster.service.labels import log_transition
 from routemaster.service.operations import move_locked, pause_locked, retry_locked
 from routemaster.service.refusals import InvalidOperation, Malformed
 from routemaster.service.scheduling import plan_input_of, store_after_update
 from routemaster.service.search import listing_search
+from routemaster.service.table_statistics import after_writing
 from routemaster.service.transactions import read, reading, writing
 
 COMMANDS = ("retry", "pause", "resume", "move", "delete", "upgrade")
@@ -169,8 +171,7 @@ def run_batch(app: App, *, limit: int) -> int:
             raise
         handled = _batch(app, limit, careful=True)
     if handled:  # a job over a million labels works through them batch by batch
-        written = {"labels": handled, "history": handled}
-        table_statistics.refresh(app.db, written, direct=app.direct)
+        after_writing(app, {"labels": handled, "history": handled})
     return handled
 
 
@@ -278,6 +279,7 @@ class _JobRunner:
         elif command == "delete":
             transitions.record_forced(conn, label, now=now, reason=reason)
             old_state = transitions.soft_delete(conn, machine.name, label.name, now=now)
+            note_deleted(conn, self.app.config, [label.key])  # a child counts as failed
             log_transition(self.app, machine.name, label.name, old_state, None, forced=True)
         else:
             raise InvalidOperation(f"unknown bulk command {command!r}")

@@ -29,9 +29,10 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.model import NoNext, StateMachine
-from routemaster.db import bulk, receivers, retention_progress, table_statistics, transitions
+from routemaster.db import bulk, receivers, retention_progress, transitions
 from routemaster.db import retention as store
 from routemaster.service.label_counts import fold_label_counts
+from routemaster.service.table_statistics import after_writing
 from routemaster.service.transactions import writing
 
 logger = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ def prune(app: App, *, now: datetime.datetime | None = None) -> RunReport:
         "labels": rows.get("labels_finished", 0) + rows.get("labels", 0),
         "history": rows.get("labels_finished", 0) + rows.get("history", 0),
     }
-    table_statistics.refresh(app.db, written, direct=app.direct)
+    after_writing(app, written)
     if any(report.rows.values()):
         logger.info("retention pruned %s", ", ".join(f"{n} {t}" for t, n in report.rows.items()))
     return report

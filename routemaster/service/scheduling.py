@@ -27,8 +27,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.app import App
-from routemaster.config.model import Action, Gate, StateMachine
-from routemaster.db import label_claims, schedules, table_statistics
+from routemaster.config.model import Action, Gate, Spawn, State, StateMachine
+from routemaster.db import label_claims, schedules
 from routemaster.db.labels import Label
 from routemaster.db.schedules import Schedule
 from routemaster.exit_conditions.next_check import NextCheck
@@ -40,6 +40,7 @@ from routemaster.machine.schedule import (
     next_check,
     schedule_gate,
 )
+from routemaster.service.table_statistics import after_writing
 from routemaster.service.transactions import read, reading, writing
 from routemaster.service.versions import definitions_of, machine_for, worker_view
 
@@ -64,8 +65,8 @@ def arrival(
     on. Any other gate: never by itself (only updates evaluate it).
     """
     entered = machine.get_state(state)
-    if isinstance(entered, Action):
-        return now, None
+    if isinstance(entered, Action | Spawn):
+        return now, None  # a spawn: the worker spawns the children at once
     if not is_scheduled(entered):
         return None, None
     assert isinstance(entered, Gate)
@@ -153,7 +154,7 @@ def next_moves(
         ]
 
 
-def schedule_unscheduled(app: App, *, limit: int) -> int:
+def schedule_unscheduled(app: App, *, limit: int, analyze: bool = True) -> int:
     """Compute the schedule of up to ``limit`` rows written without one; how many.
 
     Only states this configuration knows are taken, with the states of the
@@ -162,7 +163,8 @@ def schedule_unscheduled(app: App, *, limit: int) -> int:
     already owed (an older process marked the label due) is kept if it is sooner.
     A backlog of such rows (written by SQL, or left by an upgrade) leaves the
     planner's statistics untrue as it is worked off: they are gathered again
-    when they are (:mod:`routemaster.db.table_statistics`).
+    when they are (:mod:`routemaster.db.table_statistics`), unless ``analyze``
+    is false (a caller that works the whole backlog off analyses once, at its end).
     """
     states = [
         (machine.name, state.name)
@@ -172,8 +174,8 @@ def schedule_unscheduled(app: App, *, limit: int) -> int:
     with writing(app) as conn:
         rows = label_claims.lock_unscheduled(conn, states, limit=limit)
         schedules.schedule(conn, [_backfilled(app, label) for label in rows], now=app.now())
-    if rows:
-        table_statistics.refresh(app.db, {"labels": len(rows)}, direct=app.direct)
+    if rows and analyze:
+        after_writing(app, {"labels": len(rows)})
     return len(rows)
 
 
@@ -225,7 +227,7 @@ def _governing(app: App, machine: StateMachine, label: Label) -> StateMachine:
     return machine_for(app, label) or machine
 
 
-def _state(machine: StateMachine, name: str) -> Action | Gate | None:
+def _state(machine: StateMachine, name: str) -> State | None:
     try:
         return machine.get_state(name)
     except KeyError:

@@ -44,6 +44,7 @@ from werkzeug.exceptions import BadRequest
 from werkzeug.routing import IntegerConverter
 
 from routemaster.webcore.bodies import NO_BODY, json_body
+from routemaster.webcore.child_schemas import CHILD_SCHEMAS
 from routemaster.webcore.endpoints import Endpoint, Query, declared
 from routemaster.webcore.flow_schemas import FLOW_SCHEMAS
 from routemaster.webcore.schema_checks import Check, compile_check
@@ -61,6 +62,7 @@ COMPONENTS: Mapping[str, Schema] = {
     **OUTBOUND_SCHEMAS,
     **TASK_SCHEMAS,
     **FLOW_SCHEMAS,
+    **CHILD_SCHEMAS,
 }
 """Every schema the OpenAPI document has, by name."""
 

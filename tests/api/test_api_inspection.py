@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
 from routemaster.api import labels as label_endpoints
+from routemaster.app import App
+from routemaster.config import load_config
+from routemaster.web import create_app
 from tests.api.helpers import body
 
 LABELS = "/state-machines/user/labels"
@@ -218,3 +223,28 @@ def test_labels_can_be_searched_by_name_prefix(client: FlaskClient) -> None:
     rest = body(client.get(in_start["next"]))
     assert [entry["name"] for entry in rest["labels"]] == ["apple"]
     assert body(client.get(f"{LABELS}?prefix=%25"))["labels"] == []  # no LIKE wildcards
+
+
+def test_explain_says_when_retention_removes_a_finished_label(
+    db_engine: sa.Engine, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "state_machines:\n"
+        "  done_soon:\n"
+        "    retention: {finished: 90d}\n"
+        "    states:\n"
+        "      - gate: done\n"
+        "        exit_condition: false\n"
+    )
+    app = App(config=load_config([config]), db=db_engine)
+    try:
+        client = create_app(app).test_client()
+        client.post("/state-machines/done_soon/labels/x", json={"metadata": {}})
+        described = body(client.get("/state-machines/done_soon/labels/x/explain"))
+    finally:
+        app.http.close()
+    assert described["message"] == (
+        "An end state: the label has finished here and stays; no metadata, time or trigger "
+        "moves it on. Retention deletes it 90d after it entered."
+    )

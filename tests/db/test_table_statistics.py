@@ -19,6 +19,7 @@ from routemaster.cli import cli
 from routemaster.config import load_config
 from routemaster.db import table_statistics
 from routemaster.service.scheduling import schedule_unscheduled
+from routemaster.service.table_statistics import after_writing
 
 LABELS = 20_000
 
@@ -115,10 +116,15 @@ def test_the_workers_backfill_in_small_batches_leaves_the_statistics_true(
 
 
 def test_a_few_rows_are_left_to_autovacuum_and_many_are_analysed_at_once(
-    db_engine: sa.Engine,
+    db_engine: sa.Engine, tmp_path: Path
 ) -> None:
-    with db_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.exec_driver_sql("ANALYZE labels")
-    assert table_statistics.refresh(db_engine, {"labels": 10, "history": 0}) == []
-    many = {"labels": table_statistics.ANALYZE_AFTER, "history": 0}
-    assert table_statistics.refresh(db_engine, many) == ["labels"]
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG)
+    app = App(config=load_config([config]), db=db_engine)
+    try:
+        with db_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql("ANALYZE labels")
+        assert after_writing(app, {"labels": 10, "history": 0}) == []
+        assert after_writing(app, {"labels": table_statistics.ANALYZE_AFTER}) == ["labels"]
+    finally:
+        app.http.close()
