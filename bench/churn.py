@@ -46,7 +46,7 @@ from scratch import ScratchDatabase
 from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.db.plumbing.database import create_engine
-from routemaster.db.plumbing.migrate import upgrade
+from routemaster.db.upgrade import upgrade
 from routemaster.service.retention import prune
 from routemaster.web import create_app
 

@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 from pooler import rate  # noqa: E402
 
 from routemaster.db.plumbing.database import create_engine, normalise_url  # noqa: E402
-from routemaster.db.plumbing.migrate import upgrade  # noqa: E402
+from routemaster.db.upgrade import upgrade  # noqa: E402
 from tests.citus_cluster import (  # noqa: E402
     Cluster,
     Node,

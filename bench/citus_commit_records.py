@@ -24,7 +24,7 @@ from routemaster.app import App
 from routemaster.config import load_config
 from routemaster.db import labels, transitions
 from routemaster.db.plumbing.database import create_engine
-from routemaster.db.plumbing.migrate import upgrade
+from routemaster.db.upgrade import upgrade
 from routemaster.web import create_app
 
 CONFIG = """

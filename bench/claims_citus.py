@@ -31,8 +31,8 @@ import sqlalchemy as sa
 from routemaster.db import label_claims
 from routemaster.db.label_claims import Wanted
 from routemaster.db.plumbing.database import create_engine, normalise_url
-from routemaster.db.plumbing.migrate import upgrade
 from routemaster.db.tasks import Lease
+from routemaster.db.upgrade import upgrade
 from tests.citus_cluster import fresh_cluster_database
 
 _FILL = """

@@ -139,7 +139,7 @@ def main() -> None:
     import sqlalchemy as sa
 
     from routemaster.db.plumbing.database import normalise_url
-    from routemaster.db.plumbing.migrate import upgrade
+    from routemaster.db.upgrade import upgrade
 
     url = normalise_url(os.environ["DATABASE_URL"])
     engine = sa.create_engine(url)

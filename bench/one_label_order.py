@@ -30,8 +30,8 @@ import sqlalchemy as sa
 from routemaster.db import labels, transitions
 from routemaster.db.labels import Moves, label_from_row, label_params
 from routemaster.db.plumbing.database import create_engine
-from routemaster.db.plumbing.migrate import upgrade
 from routemaster.db.statements import fetch_one
+from routemaster.db.upgrade import upgrade
 
 NOW = datetime.datetime(2026, 11, 28, tzinfo=datetime.UTC)
 VARIANTS = {
@@ -84,7 +84,7 @@ def main() -> None:
         upgrade(engine)
         names = [f"l{i}" for i in range(args.labels)]
         for name in names:
-            with transitions.writing(engine) as conn:
+            with engine.begin() as conn:
                 transitions.insert(conn, "m", name, {}, state="a", now=NOW)
         runs: dict[tuple[str, str], list[tuple[float, float]]] = {}
         with engine.connect() as conn:

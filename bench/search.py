@@ -45,8 +45,8 @@ from scratch import ScratchDatabase
 from routemaster.app import App, Settings
 from routemaster.config import load_config
 from routemaster.db.plumbing.database import create_engine
-from routemaster.db.plumbing.migrate import upgrade
 from routemaster.db.search_indexes import ensure_search_index
+from routemaster.db.upgrade import upgrade
 from routemaster.service.bulk import run_batch
 from routemaster.web import create_app
 

@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 from scratch import ScratchDatabase  # noqa: E402
 
 from routemaster.db.plumbing.database import create_engine  # noqa: E402
-from routemaster.db.plumbing.migrate import upgrade  # noqa: E402
+from routemaster.db.upgrade import upgrade  # noqa: E402
 
 CONFIG = """
 subscriptions:

@@ -38,7 +38,7 @@ def main() -> None:
     from routemaster.auth.admin import create_token
     from routemaster.config import load_config
     from routemaster.db.plumbing.database import create_engine
-    from routemaster.db.plumbing.migrate import upgrade
+    from routemaster.db.upgrade import upgrade
     from routemaster.web import create_app
 
     configs = [BENCH_DIR / "bench.yaml"]

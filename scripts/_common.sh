@@ -52,7 +52,19 @@ ensure_installed() {
     fi
     echo "Installing routemaster and its dependencies into $("$PYTHON" -c 'import sys; print(sys.prefix)') (first run only)..." >&2
     local pip=("$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore)
-    (cd "$ROOT" && "${pip[@]}" -e '.[dev,embedded]' && "${pip[@]}" --no-deps -r "$PLUGIN_REQUIREMENTS")
+    # A job of its own process group (set -m), waited for with SIGTERM and SIGINT trapped, so
+    # that stopping the script stops pip and whatever pip started (a build backend), rather
+    # than the script dying alone in its wait and leaving them to run on.
+    set -m
+    (cd "$ROOT" && "${pip[@]}" -e '.[dev,embedded]' && "${pip[@]}" --no-deps -r "$PLUGIN_REQUIREMENTS") &
+    INSTALL_JOB=$!
+    set +m
+    trap 'kill -TERM -- "-$INSTALL_JOB" 2>/dev/null; exit 143' TERM
+    trap 'kill -TERM -- "-$INSTALL_JOB" 2>/dev/null; exit 130' INT
+    local status=0
+    wait "$INSTALL_JOB" || status=$?
+    trap - TERM INT
+    [ "$status" = 0 ] || exit "$status"
     echo "$want" > "$stamp"
 }
 

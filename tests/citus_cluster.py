@@ -45,7 +45,7 @@ import sqlalchemy as sa
 from routemaster.db.horizon import Horizon
 from routemaster.db.keys import SHARD_KEYS, shard_key
 from routemaster.db.plumbing.database import create_engine, normalise_url
-from routemaster.db.plumbing.migrate import upgrade
+from routemaster.db.upgrade import upgrade
 from tests.waiting import wait_until
 
 CITUS_URL = "ROUTEMASTER_TEST_CITUS_URL"

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from routemaster.db.plumbing.database import create_engine, normalise_url
-from routemaster.db.plumbing.migrate import upgrade
+from routemaster.db.upgrade import upgrade
 from tests.citus_cluster import Cluster, citus_run, fresh_cluster_database
 from tests.pooler import pooled_run, running_pgbouncer
 from tests.stub_server import StubServer, running_stub

@@ -432,3 +432,20 @@ def test_relative_and_from_imports_are_resolved() -> None:
 def test_cycles_are_found() -> None:
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+# --- the store's plumbing knows no domain module of the store ---------------------------
+
+# What the plumbing (engines, migrations, the embedded server) may use of the store: how
+# statements are run and the per-transaction settings. Nothing about labels, counts or history.
+PLUMBING_MAY_IMPORT = {"routemaster.db.statements", "routemaster.db.transaction_settings"}
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if m.startswith("routemaster.db.plumbing")])
+def test_the_plumbing_imports_no_domain_module_of_the_store(module: str) -> None:
+    store = {
+        name
+        for name in _module_imports(MODULES[module])
+        if name.startswith("routemaster.db") and not name.startswith("routemaster.db.plumbing")
+    }
+    assert store <= PLUMBING_MAY_IMPORT, f"{module} imports {sorted(store - PLUMBING_MAY_IMPORT)}"

@@ -6,6 +6,7 @@ on free ports, with a config that talks to its own demo receiver.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.serving import free_port
+from tests.waiting import wait_until
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 RUN = REPOSITORY / "scripts" / "run"
@@ -255,3 +257,73 @@ def test_scripts_make_their_own_virtualenv_instead_of_installing_into_the_system
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [str(tmp_path / ".venv" / "bin" / "python"), "True"]
+
+
+# Stands for the Python the scripts install into: ``-m pip`` is an install that takes its time
+# and has a child of its own (as pip's build backends are), both pids written down; anything
+# else runs the real Python.
+_SLOW_PIP = """#!{python}
+import os, subprocess, sys, time
+if sys.argv[1:3] == ["-m", "pip"]:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(os.environ["PIP_PIDS"], "a") as pids:
+        pids.write(f"{{os.getpid()}} {{child.pid}}\\n")
+    time.sleep(600)
+os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+"""
+
+
+def test_sigterm_during_the_first_install_stops_the_install_too(tmp_path: Path) -> None:
+    """A supervisor stops ``./scripts/run`` while it installs: pip does not run on alone."""
+    checkout = tmp_path / "checkout"  # a first run: no install stamp yet
+    (checkout / "scripts").mkdir(parents=True)
+    (checkout / "tests").mkdir()
+    for path in ("scripts/run", "scripts/_common.sh", "setup.py", "pyproject.toml"):
+        (checkout / path).symlink_to(REPOSITORY / path)
+    (checkout / "tests" / "published-plugins.txt").symlink_to(
+        REPOSITORY / "tests" / "published-plugins.txt"
+    )
+    python = tmp_path / "python"
+    python.write_text(_SLOW_PIP.format(python=sys.executable))
+    python.chmod(0o755)
+    pids = tmp_path / "pip.pids"
+    log = tmp_path / "run.log"
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("DB_", "ROUTEMASTER_")) and key not in {"DATABASE_URL"}
+    }
+    env.update(PYTHON=str(python), PIP_PIDS=str(pids))
+    started: list[int] = []
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            [str(checkout / "scripts" / "run")],
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL),
+        )
+    try:
+        wait_until(
+            lambda: pids.exists() and pids.read_text().endswith("\n"), "pip started", timeout=60
+        )
+        started = [int(pid) for pid in pids.read_text().split()]
+        os.kill(process.pid, signal.SIGTERM)  # the script alone, as a supervisor does
+        process.wait(timeout=60)
+        assert "Installing routemaster" in log.read_text()
+        assert process.returncode == 143, log.read_text()
+        wait_until(lambda: not any(_alive(pid) for pid in started), "pip and its child stopped")
+    finally:
+        for pid in [process.pid, *started]:  # whatever is left, whichever group it is in
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"

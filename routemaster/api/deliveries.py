@@ -14,8 +14,8 @@ import flask
 from routemaster import service
 from routemaster.api.labels import LABEL
 from routemaster.auth import READ
-from routemaster.service import deliveries as log
-from routemaster.service.deliveries import Delivery, DeliveryFilter
+from routemaster.service import reads
+from routemaster.service.reads import Delivery, DeliveryFilter
 from routemaster.webcore.endpoints import Query, Reply, endpoint
 from routemaster.webcore.extension import machine_or_404, routemaster_app
 from routemaster.webcore.paging import Page, next_link, page_of
@@ -62,7 +62,9 @@ def label_deliveries(sm: str, label: str) -> flask.Response:
     args = checked_query()
     service.get_label(app, machine, label)  # 404 for a name never created
     limit, before = _paging(args)
-    page = page_of(lambda n: log.of_label(app, machine.name, label, limit=n, before=before), limit)
+    page = page_of(
+        lambda n: reads.deliveries_of_label(app, machine.name, label, limit=n, before=before), limit
+    )
     return _page(page, limit, link("state-machines", machine.name, "labels", label, "deliveries"))
 
 
@@ -92,7 +94,7 @@ def all_deliveries() -> flask.Response:
         until=parse_time(args.get("until")),
     )
     limit, before = _paging(args)
-    page = page_of(lambda n: log.matching(app, where, limit=n, before=before), limit)
+    page = page_of(lambda n: reads.matching_deliveries(app, where, limit=n, before=before), limit)
     names = ("kind", "outcome", "receiver", "since", "until")
     return _page(page, limit, "/deliveries", {name: args[name] for name in names if name in args})
 

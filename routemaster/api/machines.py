@@ -8,7 +8,7 @@ import flask
 
 from routemaster.auth import READ
 from routemaster.config import describe_machine
-from routemaster.service.counts import StateCount, state_counts
+from routemaster.service.reads import StateCount, state_counts
 from routemaster.webcore.endpoints import Reply, endpoint
 from routemaster.webcore.extension import machine_or_404, routemaster_app
 from routemaster.webcore.paths import link

@@ -23,6 +23,7 @@ from routemaster.config.model import Config
 from routemaster.db.history import stamp_versions
 from routemaster.db.plumbing.database import create_engine
 from routemaster.db.search_indexes import ensure_search_index
+from routemaster.db.table_statistics import refresh
 from routemaster.db.versions import digest_of
 from routemaster.machine.definitions import LoadedVersions
 from routemaster.machine.upgrades import stranded_message
@@ -140,6 +141,8 @@ def compute_next_checks(url: str, config: Config, versions: Versions) -> int:
                 break
             if total % (20 * NEXT_CHECK_BATCH) == 0:
                 click.echo(f"Computed the next checks of {total} labels...", err=True)
+        # that many rows rewritten: the planner's statistics describe them as they are now
+        refresh(engine, {"labels": total})
     except sa.exc.SQLAlchemyError as error:
         raise unreachable(url, error) from None
     finally:

@@ -18,7 +18,7 @@ from routemaster.db.plumbing.database import (
     safe_url,
     url_from_environment,
 )
-from routemaster.db.plumbing.migrate import upgrade
+from routemaster.db.upgrade import upgrade
 from routemaster.logging import BaseLogger, PluginError, load_plugins, wants_json
 
 

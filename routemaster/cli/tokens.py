@@ -25,7 +25,7 @@ from routemaster.cli.environment import database_url
 from routemaster.cli.options import direct_engine
 from routemaster.db.errors import describe_failure
 from routemaster.db.plumbing.database import create_engine, safe_url
-from routemaster.db.plumbing.migrate import upgrade
+from routemaster.db.upgrade import upgrade
 
 CONFIRM_WITHIN = 10.0  # seconds to wait for running API processes to confirm a change
 

@@ -18,7 +18,7 @@ from routemaster.config.model import Action, StateMachine
 from routemaster.console import access
 from routemaster.console.graph_layout import layout, trigger_text
 from routemaster.machine.definitions import version_of_label
-from routemaster.service import deliveries, receivers
+from routemaster.service import reads, receivers
 from routemaster.service.bulk import COMMANDS as BULK_COMMANDS
 from routemaster.service.explanations import explanation_of
 from routemaster.service.refusals import Malformed, Missing
@@ -299,7 +299,7 @@ def operate(sm: str, label: str, command: str) -> Response:
 )
 def receivers_page() -> str:
     app = routemaster_app()
-    failures = deliveries.recent_failures(app, limit=20)
+    failures = reads.recent_failures(app, limit=20)
     return render_page(
         "receivers.html",
         receivers=receivers_json(app),

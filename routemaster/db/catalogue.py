@@ -125,3 +125,20 @@ def serialised(statement: str, lock: str) -> str:
     first, *rest = lock.split("\n")
     added = [" " * indent + "AND " + first] + [" " * (indent + 4) + line for line in rest]
     return "\n".join(lines[:end] + added + lines[end:])
+
+
+# --- labels named by key arrays ------------------------------------------------------------
+
+NAMED_KEYS = """CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
+                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[])"""
+"""The arrays naming labels (:func:`routemaster.db.keys.label_key_arrays`), to ``unnest``."""
+
+
+def named_by(alias: str) -> str:
+    """Labels named by the rows ``alias`` of an ``unnest`` of :data:`NAMED_KEYS`: found by
+    primary key and checked by full name, and on Citus on their shards alone."""
+    return (
+        "labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))\n"
+        f"      AND labels.shard_key = {alias}.shard_key AND labels.state_machine = {alias}.sm\n"
+        f"      AND labels.name_key = {alias}.key AND labels.name = {alias}.name"
+    )

@@ -21,6 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from routemaster.db.catalogue import NAMED_KEYS, named_by
 from routemaster.db.keys import label_key, label_key_arrays, shard_key
 from routemaster.db.labels import LabelKey, label_params
 from routemaster.db.notifications import notify_due
@@ -134,14 +135,11 @@ def _schedule_arrays(schedules: Sequence[Schedule]) -> dict[str, Any]:
     }
 
 
-_CLEAR_DUE = """
+_CLEAR_DUE = f"""
     UPDATE labels SET due_at = NULL, attempts = 0, last_error = NULL, lease_owner = NULL
-    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
-                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]))
+    FROM unnest({NAMED_KEYS})
          AS done(shard_key, sm, key, name)
-    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-      AND labels.shard_key = done.shard_key AND labels.state_machine = done.sm
-      AND labels.name_key = done.key AND labels.name = done.name
+    WHERE {named_by("done")}
     """
 
 _MARK_DUE = """
@@ -159,19 +157,15 @@ _EVALUATION_FAILED = """
 
 # Evaluated without moving: the new schedule, and a clean slate of attempts; rows that
 # already hold all of it are not written (no new row version, no WAL).
-_SETTLE_UNMOVED = """
+_SETTLE_UNMOVED = f"""
     UPDATE labels SET next_check_at = done.next_check_at, due_at = done.due_at,
                       scheduled_at = labels.updated_at,
                       attempts = 0, last_error = NULL, lease_owner = NULL
-    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
-                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+    FROM unnest({NAMED_KEYS},
                 CAST(%(entries)s AS bigint[]), CAST(%(next_checks)s AS timestamptz[]),
                 CAST(%(dues)s AS timestamptz[]))
          AS done(shard_key, sm, key, name, entry_id, next_check_at, due_at)
-    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-      AND labels.shard_key = done.shard_key
-      AND labels.state_machine = done.sm AND labels.name_key = done.key
-      AND labels.name = done.name AND labels.entry_id = done.entry_id
+    WHERE {named_by("done")} AND labels.entry_id = done.entry_id
       AND (labels.next_check_at IS DISTINCT FROM done.next_check_at
            OR labels.due_at IS DISTINCT FROM done.due_at
            OR labels.scheduled_at IS DISTINCT FROM labels.updated_at
@@ -179,18 +173,14 @@ _SETTLE_UNMOVED = """
            OR labels.lease_owner IS NOT NULL)
     """
 
-_SCHEDULE = """
+_SCHEDULE = f"""
     UPDATE labels SET next_check_at = computed.next_check_at, due_at = computed.due_at,
                       scheduled_at = labels.updated_at
-    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
-                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+    FROM unnest({NAMED_KEYS},
                 CAST(%(entries)s AS bigint[]), CAST(%(next_checks)s AS timestamptz[]),
                 CAST(%(dues)s AS timestamptz[]))
          AS computed(shard_key, sm, key, name, entry_id, next_check_at, due_at)
-    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-      AND labels.shard_key = computed.shard_key
-      AND labels.state_machine = computed.sm AND labels.name_key = computed.key
-      AND labels.name = computed.name AND labels.entry_id = computed.entry_id
+    WHERE {named_by("computed")} AND labels.entry_id = computed.entry_id
       AND labels.lease_owner IS NULL
     """
 

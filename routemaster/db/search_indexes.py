@@ -16,7 +16,7 @@ built again. Each path also gets extended statistics on the expression
 (``CREATE STATISTICS``): the planner ignores a partial index's expression
 statistics, and without any it guesses (a page of a rare value then walked a
 million labels in name order instead of using the index); ``ANALYZE labels``
-gathers them at once.
+gathers them at once (:func:`routemaster.db.table_statistics.analyze`).
 
 The machine name and the path are ordinary ``%(name)s`` parameters: the
 driver writes them into the statement as quoted literals (it formats every
@@ -38,13 +38,12 @@ import sqlalchemy as sa
 
 from routemaster.db.lock_rows import exclusive
 from routemaster.db.statements import fetch_one, fetch_value, run
+from routemaster.db.table_statistics import analyze
 
 SEARCH_INDEX_LEASE = "search indexes"
 """The lease row that serialises index builds across processes."""
 
 _NAME = re.compile(r"labels_search_[0-9a-f]{24}(_values)?")
-
-_ANALYZE = "ANALYZE labels"
 
 _VALIDITY = """
     SELECT index.indisvalid FROM pg_index AS index
@@ -100,7 +99,7 @@ def ensure_search_index(
             run(conn, _named(_CREATE_INDEX, name), params)
             built = True
         if built:
-            run(conn, _ANALYZE)
+            analyze(conn, "labels", wait=True)
         return built
 
 

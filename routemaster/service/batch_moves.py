@@ -23,6 +23,7 @@ from routemaster.db.deliveries import Delivery
 from routemaster.db.label_claims import StateKey
 from routemaster.db.labels import Label
 from routemaster.service.labels import Settled, settle_batch
+from routemaster.service.transactions import writing
 from routemaster.service.versions import machine_for
 
 Answered = Callable[[set[str], datetime.datetime], list[str]]
@@ -37,7 +38,7 @@ def evaluate_due_gates(
     """Evaluate up to ``limit`` due gate labels: how many, and those leased to read feeds."""
     now = app.now()
     try:
-        with app.db.begin() as conn:
+        with writing(app) as conn:
             due = label_claims.lock_due_gates(conn, gate_states, limit=limit, now=now)
             settled = settle_batch(conn, app, due, now=now)
             schedules.settle_unmoved(conn, settled.unmoved)
@@ -50,7 +51,7 @@ def evaluate_due_gates(
         # One bad label must not stall the batch: lease them all, evaluate each on its own.
         logger.exception("batch evaluation failed; evaluating one label at a time")
         app.hooks.exception("batch evaluation failed; evaluating one label at a time")
-        with app.db.begin() as conn:
+        with writing(app) as conn:
             due = label_claims.lock_due_gates(conn, gate_states, limit=limit, now=now)
             return len(due), _lease(conn, app, due)
 
@@ -64,7 +65,7 @@ def complete_deliveries(
     """:func:`move_delivered` in a transaction of its own."""
     if not delivered:
         return []
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         return move_delivered(conn, app, delivered, entries, answered)
 
 
@@ -93,7 +94,7 @@ def move_delivered(
 
 def evaluation_failed(app: App, claim: Claim, error: Exception) -> None:
     """A slot's evaluation of ``claim`` raised ``error``: the label is tried again later."""
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         schedules.record_evaluation_failure(
             conn,
             claim.key,

@@ -45,6 +45,7 @@ from routemaster.db.subscriptions import Subscription
 from routemaster.http.subscription_batches import batch_body, batch_request
 from routemaster.http.webhooks import DeliveryResult, Outcome, deliver
 from routemaster.machine.retry import backoff
+from routemaster.service.transactions import reading, writing
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ MAX_BATCHES_PER_CLAIM = 50  # full batches sent in a row under one claim before 
 
 def look(app: App, now: datetime.datetime) -> sending.Look:
     """One cheap read of the stream and the subscriptions: is there news, what falls due."""
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         return sending.look(conn, now=now, horizon=app.horizon)
 
 
@@ -67,7 +68,7 @@ def claim_subscriptions(
     """Lease up to ``limit`` subscriptions that may have a batch to send (``news``: the stream
     grew, so any subscription may; else only those whose time came)."""
     lease = datetime.timedelta(seconds=app.settings.subscription_lease)
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         return sending.claim_subscriptions(
             conn, token=token, now=now, lease_until=now + lease, news=news, limit=limit
         )
@@ -75,7 +76,7 @@ def claim_subscriptions(
 
 def give_back(app: App, claimed: Sequence[Subscription], token: str) -> None:
     """Claimed but not sent (the worker stops): due at once, for another worker."""
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         names = [subscription.name for subscription in claimed]
         sending.give_back(conn, names, token, now=app.now())
 
@@ -173,7 +174,7 @@ class BatchSender:
         except _Stopping:
             unsent = True
         finally:
-            with self.app.db.begin() as conn:
+            with writing(self.app) as conn:
                 if unsent:
                     sending.give_back(conn, [subscription.name], token, now=self.app.now())
                 else:
@@ -186,7 +187,7 @@ class BatchSender:
             self._wait(subscription, self.app.now() + SECRET_RECHECK, error=missing)
             return None
         if subscription.batch_id is not None:
-            with self.app.db.connect() as conn:
+            with reading(self.app) as conn:
                 body = sending.batch_body(conn, subscription.name, subscription.batch_id)
             if body is None:  # superseded meanwhile (cursor reset, deleted)
                 return None
@@ -228,11 +229,11 @@ class BatchSender:
 
     def _cut(self, subscription: Subscription) -> tuple[str, bytes, int, Position] | None:
         """Read the pending events; store and return a batch if one is due, else wait."""
-        with self.app.db.connect() as conn:
+        with reading(self.app) as conn:
             pending = self.pending(conn, subscription)
         now = self.app.now()
         if pending.gap is not None:  # behind retention: move on, and count what was skipped
-            with self.app.db.begin() as conn:
+            with writing(self.app) as conn:
                 lost = sending.fall_behind(conn, subscription, pending.gap)
                 self._wait_in(conn, subscription, now)
             logger.warning(
@@ -243,7 +244,7 @@ class BatchSender:
             )
             return None
         if not pending.changes:
-            with self.app.db.begin() as conn:
+            with writing(self.app) as conn:
                 if pending.reached > subscription.acknowledged:
                     sending.skip_to(conn, subscription, pending.reached)
                 self._wait_in(conn, subscription, now + IDLE_RECHECK)
@@ -256,7 +257,7 @@ class BatchSender:
         batch_id = f"msg_{uuid.uuid4().hex}"
         body = batch_body(subscription.name, events)
         last = pending.changes[-1].position
-        with self.app.db.begin() as conn:
+        with writing(self.app) as conn:
             stored = sending.cut_batch(
                 conn,
                 subscription,
@@ -323,7 +324,7 @@ class BatchSender:
         )
         delivered = result.outcome is Outcome.DELIVERED
         now = self.app.now()
-        with self.app.db.begin() as conn:
+        with writing(self.app) as conn:
             self.seam.record(conn, subscription, permit, result)
             if delivered:
                 current = sending.acknowledge(conn, subscription.name, batch_id, at=now)
@@ -359,7 +360,7 @@ class BatchSender:
     def _wait(
         self, subscription: Subscription, due_at: datetime.datetime, *, error: str | None = None
     ) -> None:
-        with self.app.db.begin() as conn:
+        with writing(self.app) as conn:
             self._wait_in(conn, subscription, due_at, error=error)
 
     def _wait_in(

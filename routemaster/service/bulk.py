@@ -30,7 +30,7 @@ from routemaster.app import App
 from routemaster.config.model import StateMachine
 from routemaster.db import bulk as jobs
 from routemaster.db import labels as store
-from routemaster.db import transitions
+from routemaster.db import table_statistics, transitions
 from routemaster.db.labels import Label
 from routemaster.db.search import Search, not_on_version, search_count, search_page
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
@@ -40,6 +40,7 @@ from routemaster.service.operations import move_locked, pause_locked, retry_lock
 from routemaster.service.refusals import InvalidOperation, Malformed
 from routemaster.service.scheduling import plan_input_of, store_after_update
 from routemaster.service.search import listing_search
+from routemaster.service.transactions import read, reading, writing
 
 COMMANDS = ("retry", "pause", "resume", "move", "delete", "upgrade")
 FILTERS = ("where", "state", "errored", "prefix")
@@ -136,7 +137,7 @@ def accept(app: App, search: Search, command: BulkCommand, *, expect: int) -> tu
     Raises :class:`CountMismatch` (and records nothing) unless exactly
     ``expect`` labels match.
     """
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         job, count = jobs.accept_job(
             conn,
             search,
@@ -151,9 +152,7 @@ def accept(app: App, search: Search, command: BulkCommand, *, expect: int) -> tu
     return job, count
 
 
-def get_job(app: App, job: int) -> jobs.Job | None:
-    with app.db.connect() as conn:
-        return jobs.get_job(conn, job)
+get_job = read(jobs.get_job)
 
 
 def run_batch(app: App, *, limit: int) -> int:
@@ -164,17 +163,21 @@ def run_batch(app: App, *, limit: int) -> int:
     label, so that label alone is counted failed.
     """
     try:
-        return _batch(app, limit, careful=False)
+        handled = _batch(app, limit, careful=False)
     except sa.exc.DBAPIError as error:
         if error.connection_invalidated:
             raise
-        return _batch(app, limit, careful=True)
+        handled = _batch(app, limit, careful=True)
+    if handled:  # a job over a million labels works through them batch by batch
+        written = {"labels": handled, "history": handled}
+        table_statistics.refresh(app.db, written, direct=app.direct)
+    return handled
 
 
 def _batch(app: App, limit: int, *, careful: bool) -> int:
     now = app.now()
     handled: Counter[tuple[str, str, str]] = Counter()
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         items = jobs.claim_items(conn, limit=limit)
         by_job: dict[int, list[jobs.Item]] = {}
         for item in items:
@@ -335,6 +338,6 @@ SAMPLE_SIZE = 20
 
 def dry_run(app: App, search: Search) -> dict[str, Any]:
     """How many labels match now, and the first few of them."""
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         sample = [name for name, _ in search_page(conn, search, after="", limit=SAMPLE_SIZE)]
         return {"count": search_count(conn, search), "sample": sample}

@@ -11,7 +11,6 @@ transaction of its own.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Sequence
 
 from routemaster.app import App
@@ -19,6 +18,7 @@ from routemaster.db import label_claims, occurrences
 from routemaster.db.claimed import Claim as Claim  # for the worker
 from routemaster.db.label_claims import StateKey as StateKey  # for the worker
 from routemaster.db.notifications import Listener, due_listener
+from routemaster.service.transactions import read, write, writing
 
 
 def listen_for_due(app: App) -> Listener:
@@ -36,7 +36,7 @@ def extend_leases(app: App, held: Sequence[Claim]) -> None:
     """Keep every claim in ``held`` leased for one more lease from now."""
     if not held:
         return
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         label_claims.extend_leases(
             conn,
             held,
@@ -45,19 +45,13 @@ def extend_leases(app: App, held: Sequence[Claim]) -> None:
         )
 
 
-def next_due_at(app: App) -> datetime.datetime | None:
-    """When the earliest live label falls due (leases running out included)."""
-    with app.db.connect() as conn:
-        return label_claims.next_due_at(conn)
+next_due_at = read(label_claims.next_due_at)
+"""When the earliest live label falls due (leases running out included)."""
 
 
-def record_occurrence(app: App, trigger: str, occurrence: datetime.datetime) -> bool:
-    """Whether this call is the first, across all workers, to handle the occurrence."""
-    with app.db.begin() as conn:
-        return occurrences.record_occurrence(conn, trigger, occurrence)
+record_occurrence = write(occurrences.record_occurrence)
+"""Whether this call is the first, across all workers, to handle the occurrence."""
 
 
-def forget_occurrences(app: App, before: datetime.datetime) -> None:
-    """Occurrences before ``before`` can never be computed again: their rows only take space."""
-    with app.db.begin() as conn:
-        occurrences.forget_occurrences(conn, before)
+forget_occurrences = write(occurrences.forget_occurrences)
+"""Occurrences before ``before`` can never be computed again: their rows only take space."""

@@ -33,6 +33,7 @@ from routemaster.machine.upgrades import ConfigPlan, plan_config, plan_machine
 from routemaster.service.labels import finish_in_request
 from routemaster.service.operations import force_move, move_locked
 from routemaster.service.refusals import LabelDeleted, LabelNotFound
+from routemaster.service.transactions import read, reading, writing
 from routemaster.service.versions import MAX_VERSIONS
 
 logger = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ StatesToCount = Callable[[StateMachine | None, Applied | None, list[str]], list[
 
 def _plan(app: App, which: StatesToCount, *, older_versions: bool) -> ConfigPlan:
     configured = {machine.name: machine for machine in app.config.state_machines}
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         applied: dict[str, Applied] = {
             name: (found.version, found.definition)
             for name, found in versions.last_applied(conn).items()
@@ -177,7 +178,7 @@ def record_configuration(app: App) -> Recorded:
         plan = stranding_plan(app)
         if plan.strands_labels:
             raise LabelsStranded(plan)
-        with app.db.begin() as conn:
+        with writing(app) as conn:
             recorded = {
                 machine.name: versions.record_version(conn, machine.name, describe_machine(machine))
                 for machine in app.config.state_machines
@@ -218,7 +219,7 @@ def _abort_machine(app: App, machine: StateMachine, to: str, recorded: Recorded,
     ends = [state.name for state in machine.states if isinstance(state.next_states, NoNext)]
     aborted = 0
     while True:
-        with app.db.connect() as conn:
+        with reading(app) as conn:
             found = versions.labels_to_abort(
                 conn,
                 machine.name,
@@ -250,7 +251,7 @@ def _abort(
     shown = old if old is not None else previous
     reason = f"aborted: version {shown if shown is not None else 'none'} -> {new}"
     now = app.now()
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         label = db_labels.lock(conn, machine.name, name)
         if label is None or label.deleted or label.version != old:
             return 0
@@ -281,7 +282,7 @@ def _migrate_machine(app: App, machine: StateMachine, batch: int) -> int:
     for migration in machine.migrations:
         while True:
             if migration.kind == "rename":
-                with app.db.begin() as conn:
+                with writing(app) as conn:
                     found = done = transitions.rename_batch(
                         conn,
                         machine.name,
@@ -293,7 +294,7 @@ def _migrate_machine(app: App, machine: StateMachine, batch: int) -> int:
                         version=version,
                     )
             else:
-                with app.db.connect() as conn:
+                with reading(app) as conn:
                     names = store.names_in_state(
                         conn,
                         machine.name,
@@ -332,7 +333,5 @@ def _move(app: App, machine: StateMachine, name: str, migration: Migration) -> i
     return 1
 
 
-def versions_of(app: App, machine: str, *, after: int, limit: int) -> list[MachineVersion]:
-    """The machine's versions numbered above ``after``, oldest first, at most ``limit``."""
-    with app.db.connect() as conn:
-        return versions.versions_of(conn, machine, after=after, limit=limit)
+versions_of = read(versions.versions_of)
+"""The machine's versions numbered above ``after``, oldest first, at most ``limit``."""

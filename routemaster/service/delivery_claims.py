@@ -34,6 +34,7 @@ from routemaster.db.deliveries import Delivery
 from routemaster.db.label_claims import ReceiverClaim, StateKey, Wanted
 from routemaster.db.receivers import ReceiverRow
 from routemaster.service.batch_moves import move_delivered
+from routemaster.service.transactions import writing
 
 RATE_TOLERANCE = 0.1  # seconds of calls a rate lets go at once (at least one call)
 RATE_BATCH = 0.05  # seconds of calls worth waking up for when a rate holds work back
@@ -132,7 +133,7 @@ class Gatekeeper:
         now = self.app.now()
         lease_until = now + self.app.settings.lease
         worker_id = self.app.settings.worker_id
-        with self.app.db.begin() as conn:
+        with writing(self.app) as conn:
             waiting = move_delivered(
                 conn,
                 self.app,
@@ -203,7 +204,7 @@ class Gatekeeper:
         limited = {r.id: 0 for r in self._calling if r.policy.max_in_flight}
         now = self.app.now()
         worker_id = self.app.settings.worker_id
-        with self.app.db.begin() as conn:
+        with writing(self.app) as conn:
             shared.others_in_flight(conn, limited, worker_id=worker_id, now=now, expires_at=now)
 
     def _wanted(

@@ -28,6 +28,7 @@ from routemaster.http.webhooks import DeliveryResult, Outcome
 from routemaster.machine.retry import backoff
 from routemaster.service.batch_moves import write_answered
 from routemaster.service.delivery_claims import Permit
+from routemaster.service.transactions import writing
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def observe(app: App, delivery: Delivery) -> None:
 def error_unanswered(app: App, claim: Claim, error: str) -> None:
     """Error a label whose callback never came: an errored history entry and event, as any
     errored webhook."""
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         mark_errored(conn, claim, error=error, now=app.now())
 
 
@@ -64,7 +65,7 @@ def hold_for_callback(
 ) -> None:
     """A 202 that became a task: hold the label for ``timeout``, and write the call's entry."""
     now = app.now()
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         task_store.hold_for_callback(conn, task_id, until=now + timeout)
         write_answered(conn, [entry], now=now)
 
@@ -107,7 +108,7 @@ def record_failed_delivery(
     gives_up = result.outcome is Outcome.GONE or (
         not permit.probe and claim.attempts >= policy.max_attempts
     )
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         if gives_up:  # the label first: its error is the transaction's first write
             errored = f"{error} (attempt {claim.attempts} of {policy.max_attempts})"
             logger.warning("errored %s: %s", where, errored)

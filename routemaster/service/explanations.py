@@ -4,7 +4,7 @@ It picks the version that governs the label, evaluates its gate now (the
 feed calls it makes are in the delivery log, as every outbound call is),
 and words the reasons; nothing here moves or changes the label. The answer
 is shaped as the ``Explanation`` schema, with times as ``datetime`` and the
-recent calls as :class:`~routemaster.service.deliveries.Delivery` rows: the
+recent calls as :class:`~routemaster.service.reads.Delivery` rows: the
 web core renders both (:func:`routemaster.webcore.responses.explanation_json`).
 """
 
@@ -15,15 +15,16 @@ from typing import Any
 from routemaster.app import App
 from routemaster.config import describe_machine
 from routemaster.config.graph import worker_settings
-from routemaster.config.model import Action, StateMachine
+from routemaster.config.model import Action, NoNext, StateMachine
+from routemaster.db import deliveries, pauses, task_records
 from routemaster.db.labels import Label
 from routemaster.exit_conditions import FeedUnavailable
+from routemaster.exit_conditions.values import format_duration
 from routemaster.machine import choose_next_state
 from routemaster.machine.triggers import what_evaluates
-from routemaster.service import deliveries
-from routemaster.service import tasks as task_service
 from routemaster.service.labels import label_context
 from routemaster.service.scheduling import explain_next_check
+from routemaster.service.transactions import reading
 from routemaster.service.versions import machine_for
 
 RECENT_CALLS = 3
@@ -31,6 +32,9 @@ RECENT_CALLS = 3
 
 def explanation_of(app: App, machine: StateMachine, found: Label) -> dict[str, Any]:
     """Why the label is where it is: for the API and the console."""
+    with reading(app) as conn:
+        recent = deliveries.of_label(conn, machine.name, found.name, limit=RECENT_CALLS)
+        resumes = pauses.paused_until(conn, *found.key) if found.paused else None
     body: dict[str, Any] = {
         "state": found.state,
         "state_entered_at": found.state_entered_at,
@@ -42,10 +46,10 @@ def explanation_of(app: App, machine: StateMachine, found: Label) -> dict[str, A
         "due_at": found.due_at,
         "next_check_at": None,
         "next_check_reason": None,
-        "recent_deliveries": deliveries.of_label(app, machine.name, found.name, limit=RECENT_CALLS),
+        "recent_deliveries": recent,
     }
     if found.paused:
-        body["paused_until"] = task_service.paused_until(app, found)
+        body["paused_until"] = resumes
     machine = machine_for(app, found) or machine  # its own version's, on a continue machine
     try:
         state = machine.get_state(found.state)
@@ -72,7 +76,9 @@ def explanation_of(app: App, machine: StateMachine, found: Label) -> dict[str, A
             body["next_state_if_held"] = choose_next_state(state.next_states, context)
         except FeedUnavailable as error:
             body["next_state_error"] = str(error)
-    if explanation.result and not (found.paused or found.errored) and found.due_at is None:
+    if isinstance(state.next_states, NoNext):
+        body["message"] = _end_state_message(machine)
+    elif explanation.result and not (found.paused or found.errored) and found.due_at is None:
         events = what_evaluates(state)
         body["message"] = "The exit condition holds, but no evaluation is scheduled: " + (
             f"the label moves on when {events} evaluates the gate."
@@ -81,6 +87,16 @@ def explanation_of(app: App, machine: StateMachine, found: Label) -> dict[str, A
             "so only an operator's move takes it on."
         )
     return body
+
+
+def _end_state_message(machine: StateMachine) -> str:
+    """A gate without ``next`` is where labels finish: no metadata or time will move them."""
+    finished = machine.retention.finished
+    return "An end state: the label has finished here and stays; no metadata, time or trigger " + (
+        "moves it on, only an operator's move."
+        if finished is None
+        else f"moves it on. Retention deletes it {format_duration(finished)} after it entered."
+    )
 
 
 def _action_explanation(app: App, action: Action, label: Label) -> dict[str, Any]:
@@ -95,7 +111,8 @@ def _action_explanation(app: App, action: Action, label: Label) -> dict[str, Any
         body["worker"] = worker_settings(action.worker)
     if action.async_timeout is not None:
         body["async_timeout"] = int(action.async_timeout.total_seconds())
-    held = task_service.current_task(app, label)
+    with reading(app) as conn:
+        held = task_records.current(conn, *label.key, now=app.now())
     body["task"] = (
         None
         if held is None

@@ -11,6 +11,7 @@ from routemaster.db import deliveries
 from routemaster.exit_conditions import FeedUnavailable
 from routemaster.http.calls import Call
 from routemaster.http.feeds import fetch_feed
+from routemaster.service.transactions import writing
 
 
 class FeedFetcher:
@@ -75,7 +76,7 @@ class FeedFetcher:
                 label=self._label,
                 state=self._state,
             )
-            with self._app.db.begin() as conn:
+            with writing(self._app) as conn:
                 deliveries.record(conn, [entry])
             if self._app.metrics is not None:
                 self._app.metrics.observe_call(entry)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from routemaster.app import App
 from routemaster.db import label_counts
 from routemaster.db.horizon import Horizon
+from routemaster.service.transactions import writing
 
 FOLD_INTERVAL = 2.0
 """Seconds between two folds of a worker: reads add at most what changed since (plus what a
@@ -17,7 +18,7 @@ transaction still open holds back)."""
 
 def fold_label_counts(app: App) -> int:
     """Fold the history that is final into the kept counts; the rows folded."""
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         if app.horizon.distributed(conn):
             below = app.horizon.confirmed(conn)
         else:

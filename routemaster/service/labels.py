@@ -23,7 +23,6 @@ from routemaster.db import labels as store
 from routemaster.db import schedules, transitions
 from routemaster.db.labels import HistoryEntry, Label, LabelKey, Moves
 from routemaster.db.schedules import Schedule
-from routemaster.db.statements import single_statement
 from routemaster.exit_conditions import Context
 from routemaster.machine import Plan, evaluates_on_entry, plan_moves, update_fires
 from routemaster.machine.planning import FeedReader, context_for, no_feeds
@@ -36,6 +35,7 @@ from routemaster.service.scheduling import (
     scheduled_states_of_versions,
     store_after_update,
 )
+from routemaster.service.transactions import one_label_write, one_statement, writing
 from routemaster.service.versions import machine_for
 
 
@@ -68,12 +68,12 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
 
     if not isinstance(initial, Action) and not evaluates_on_entry(initial):
         # The insert is all there is to do: one statement, its own transaction (two on Citus).
-        with transitions.writing(app.db) as conn:
+        with one_label_write(app) as conn:
             created = insert(conn)
         if created is None:
             raise LabelExists(name)
         return created
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         label = insert(conn)
         if label is None:
             raise LabelExists(name)
@@ -84,7 +84,7 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
 
 
 def get_label(app: App, machine: StateMachine, name: str) -> Label:
-    with single_statement(app.db) as conn:
+    with one_statement(app) as conn:
         label = store.get(conn, machine.name, name)
     if label is None:
         raise LabelNotFound(name)
@@ -102,7 +102,7 @@ def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str,
     now = app.now()
     # Gates evaluated at moments in any version a label of the machine may follow (SPEC E4).
     scheduled = scheduled_states_of_versions(app, machine)
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         label = _merged(conn, machine, name, patch, scheduled, now=now)
         # The definition that governs it: its own version's, on a continue machine. A state it
         # lacks (a newer one's, in a rolling deploy), or a version not found: not evaluated.
@@ -161,14 +161,14 @@ def _merged(
 
 def delete_label(app: App, machine: StateMachine, name: str) -> None:
     """Soft-delete: clear metadata, record it in history, keep the name taken."""
-    with transitions.writing(app.db) as conn:
+    with one_label_write(app) as conn:
         old_state = transitions.soft_delete(conn, machine.name, name, now=app.now())
     if old_state is not None:
         log_transition(app, machine.name, name, old_state, None, forced=False)
 
 
 def history(app: App, machine: StateMachine, name: str) -> list[HistoryEntry]:
-    with single_statement(app.db) as conn:
+    with one_statement(app) as conn:
         return store.history(conn, machine.name, name)
 
 
@@ -236,7 +236,7 @@ def advance_with_feeds(app: App, key: LabelKey, entry_id: int, *, timeout: float
     was deleted, paused or errored. A feed that fails leaves the label where
     the plan stopped, due again after ``evaluation_retry_delay``.
     """
-    with single_statement(app.db) as conn:
+    with one_statement(app) as conn:
         snapshot = store.get(conn, *key)
     if snapshot is None or not snapshot.live or snapshot.entry_id != entry_id:
         return None
@@ -246,7 +246,7 @@ def advance_with_feeds(app: App, key: LabelKey, entry_id: int, *, timeout: float
     now = app.now()
     fetcher = FeedFetcher(app, machine, key[1], state=snapshot.state, timeout=timeout)
     plan = _plan(app, machine, snapshot, now, fetcher.read)
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         label = store.lock(conn, *key)
         if label is None or not label.live or label.entry_id != entry_id:
             return None

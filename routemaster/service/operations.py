@@ -19,6 +19,7 @@ from routemaster.machine import Plan, evaluates_on_entry
 from routemaster.service.labels import advance_locked, finish_in_request, write
 from routemaster.service.refusals import InvalidOperation, LabelDeleted, LabelNotFound, Malformed
 from routemaster.service.scheduling import arrival
+from routemaster.service.transactions import writing
 from routemaster.service.versions import machine_for
 
 
@@ -28,7 +29,7 @@ def retry_label(app: App, machine: StateMachine, name: str, *, reason: str | Non
     The idempotency token stays the same: it is still the same entry into the action.
     """
     now = app.now()
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         return retry_locked(conn, _locked_live_label(conn, machine, name), now=now, reason=reason)
 
 
@@ -65,7 +66,7 @@ def set_label_paused(
     With ``until``, the worker resumes it by itself then (pausing again
     changes or removes the end).
     """
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         label = _locked_live_label(conn, machine, name)
         return pause_locked(conn, label, paused, now=app.now(), reason=reason, until=until)
 
@@ -92,7 +93,7 @@ def pause_locked(
 def resume_ended_pauses(app: App, *, limit: int = 100) -> int:
     """Resume the labels whose pause with ``until`` has ended; how many."""
     now = app.now()
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         ended = label_claims.lock_ended(conn, now=now, limit=limit)
         for label in ended:
             transitions.pause(conn, label, False, now=now, reason="resumed: the pause ended")
@@ -116,7 +117,7 @@ def force_move(
     configuration migration applied twice moves nothing twice).
     """
     now = app.now()
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         label = _locked_live_label(conn, machine, name)
         if only_from is not None and label.state != only_from:
             return label

@@ -30,6 +30,7 @@ from routemaster.db.deliveries import Delivery
 from routemaster.http.calls import Call
 from routemaster.service.delivery_claims import next_rate_at, rate_allows
 from routemaster.service.delivery_outcomes import observe
+from routemaster.service.transactions import writing
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def acquire(app: App, url: str) -> Allowed | datetime.datetime:
     now = app.now()
     later = now + datetime.timedelta(seconds=app.settings.poll_interval)
     lease_until = now + app.settings.lease
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         receivers.ensure(conn, [(receiver.id, receiver.origin)])
         [row] = receivers.some(conn, [receiver.id], lock=True)
         if row.paused:

@@ -15,6 +15,7 @@ from routemaster.config.receiver_rules import policy_for
 from routemaster.db import receiver_labels, receivers
 from routemaster.db.receivers import ReceiverRow
 from routemaster.service.refusals import Missing
+from routemaster.service.transactions import reading, writing
 
 __all__ = [
     "Receiver",
@@ -34,7 +35,7 @@ def receiver_statuses(app: App) -> list[ReceiverStatus]:
     """Every receiver the configuration reaches, and any other with a row, by id."""
     configured = configured_receivers(app.config)
     now = app.now()
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         rows = {row.id: row for row in receivers.all_receivers(conn)}
         routes = [
             (receiver.id, machine, state)
@@ -51,7 +52,7 @@ def receiver_statuses(app: App) -> list[ReceiverStatus]:
 def set_receiver_paused(app: App, ident: str, *, paused: bool) -> Receiver:
     """Pause or resume a receiver (:class:`Missing` if unknown)."""
     known = known_receiver(app, ident)
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         receivers.ensure(conn, [(known.id, known.origin)])
         receivers.set_receiver_paused(conn, known.id, paused=paused)
     return known
@@ -67,7 +68,7 @@ def retry_errored(
     reason: str,
 ) -> int:
     """Make due again the labels that became errored against ``known`` in [since, until)."""
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         return receiver_labels.retry_errored(
             conn, known.action_states, since=since, until=until, now=now, reason=reason
         )
@@ -78,7 +79,7 @@ def known_receiver(app: App, ident: str) -> Receiver:
     configured = configured_receivers(app.config)
     if ident in configured:
         return configured[ident]
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         rows = receivers.some(conn, [ident])
     if not rows:
         raise Missing(f"No receiver {ident!r} (GET /receivers lists them).")

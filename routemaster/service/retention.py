@@ -29,9 +29,10 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.model import NoNext, StateMachine
-from routemaster.db import bulk, receivers, retention_progress, transitions
+from routemaster.db import bulk, receivers, retention_progress, table_statistics, transitions
 from routemaster.db import retention as store
 from routemaster.service.label_counts import fold_label_counts
+from routemaster.service.transactions import writing
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,12 @@ def prune(app: App, *, now: datetime.datetime | None = None) -> RunReport:
         _receiver_slots(app, now, report)
     except _NotLeader:
         report.led = False
+    rows = report.rows
+    written = {
+        "labels": rows.get("labels_finished", 0) + rows.get("labels", 0),
+        "history": rows.get("labels_finished", 0) + rows.get("history", 0),
+    }
+    table_statistics.refresh(app.db, written, direct=app.direct)
     if any(report.rows.values()):
         logger.info("retention pruned %s", ", ".join(f"{n} {t}" for t, n in report.rows.items()))
     return report
@@ -143,7 +150,7 @@ def _batches(app: App, batch: Callable[[sa.Connection], int]) -> int:
     """Run ``batch`` in its own transaction, as leader, until it does less than a full batch."""
     total = 0
     for _ in range(MAX_BATCHES):
-        with app.db.begin() as conn:
+        with writing(app) as conn:
             if not store.lead(conn):
                 raise _NotLeader()
             done = batch(conn)

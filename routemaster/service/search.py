@@ -17,6 +17,7 @@ from routemaster.db.listings import label_page
 from routemaster.db.search import Search, not_on_version, search_count, search_page
 from routemaster.search import ConditionSyntaxError, compile_search
 from routemaster.service.refusals import Malformed
+from routemaster.service.transactions import read, reading
 
 __all__ = [
     "Listing",
@@ -52,14 +53,10 @@ def listing_search(
     )
 
 
-def count_matches(app: App, search: Search) -> int:
-    with app.db.connect() as conn:
-        return search_count(conn, search)
+count_matches = read(search_count)
 
 
-def page_of_matches(app: App, search: Search, *, after: str, limit: int) -> list[tuple[str, str]]:
-    with app.db.connect() as conn:
-        return search_page(conn, search, after=after, limit=limit)
+page_of_matches = read(search_page)
 
 
 @dataclass(frozen=True)
@@ -79,15 +76,16 @@ class Listing:
         if self.expression:
             return page_of_matches(self.app, self.search, after=after, limit=limit)
         search = self.search
-        return label_page(
-            self.app.db,
-            search.machine,
-            after=after,
-            limit=limit,
-            state=search.state,
-            errored=search.errored,
-            prefix=search.prefix,
-        )
+        with reading(self.app) as conn:
+            return label_page(
+                conn,
+                search.machine,
+                after=after,
+                limit=limit,
+                state=search.state,
+                errored=search.errored,
+                prefix=search.prefix,
+            )
 
     def count(self) -> int:
         return count_matches(self.app, self.search)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import sqlalchemy as sa
-
 from routemaster.app import App
 from routemaster.config.model import StateMachine
 from routemaster.db import changes, counts
@@ -20,6 +18,7 @@ from routemaster.db.counts import StateCount
 from routemaster.db.labels import HistoryEntry, Label
 from routemaster.db.listings import label_page
 from routemaster.machine.upgrades import labels_by_version
+from routemaster.service.transactions import one_snapshot, read
 
 __all__ = [
     "Change",
@@ -33,16 +32,14 @@ __all__ = [
 ]
 
 
-def present(app: App) -> Position:
-    """Where a stream started now begins: after every change committed so far."""
-    with app.db.connect() as conn:
-        return changes.present(conn)
+present = read(changes.present)
+"""Where a stream started now begins: after every change committed so far."""
 
 
 def machines_counted(app: App) -> tuple[Snapshot, list[tuple[StateMachine, dict[str, StateCount]]]]:
     """Every machine with its label counts per state, in one snapshot."""
     machines = []
-    with _snapshot_connection(app) as conn:
+    with one_snapshot(app) as conn:
         seen = changes.snapshot(conn)
         for machine in app.config.state_machines:
             machines.append((machine, counts.in_machine(conn, machine.name)))
@@ -65,7 +62,7 @@ def machine_overview(
     app: App, machine: StateMachine, *, recent: int, errored: int
 ) -> MachineOverview:
     """Counts per state, the latest ``recent`` changes and the first ``errored`` errored labels."""
-    with _snapshot_connection(app) as conn:
+    with one_snapshot(app) as conn:
         per_state = counts.in_machine(conn, machine.name)
         in_force = app.versions.in_force.get(machine.name)
         # The labels on the version in force are the rest: only the others are read.
@@ -85,13 +82,8 @@ def label_and_history(
     app: App, machine: StateMachine, name: str
 ) -> tuple[Snapshot, Label | None, list[HistoryEntry]]:
     """The label (deleted ones too; ``None`` if never created) and its history, in one snapshot."""
-    with _snapshot_connection(app) as conn:
+    with one_snapshot(app) as conn:
         seen = changes.snapshot(conn)
         found = store.get(conn, machine.name, name)
         history = store.history(conn, machine.name, name) if found else []
     return seen, found, history
-
-
-def _snapshot_connection(app: App) -> sa.Connection:
-    """A connection whose statements all read one snapshot (REPEATABLE READ)."""
-    return app.db.connect().execution_options(isolation_level="REPEATABLE READ")

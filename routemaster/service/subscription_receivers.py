@@ -33,6 +33,7 @@ from routemaster.db.subscriptions import Subscription
 from routemaster.http.webhooks import DeliveryResult
 from routemaster.service.batch_sending import Hold, ReceiverSeam
 from routemaster.service.receiver_calls import Allowed, acquire, record_call
+from routemaster.service.transactions import writing
 
 FULL_RECHECK = datetime.timedelta(milliseconds=50)  # max_in_flight reached: ask again
 
@@ -107,7 +108,7 @@ class SubscriptionReceivers(ReceiverSeam):
         """Write this sender's count in flight to ``ident``; the other workers' calls there."""
         now = self.app.now()
         lease = now + datetime.timedelta(seconds=self.app.settings.subscription_lease)
-        with self.app.db.begin() as conn:
+        with writing(self.app) as conn:
             others = shared.others_in_flight(
                 conn, {ident: mine}, worker_id=self.slot_owner, now=now, expires_at=lease
             )

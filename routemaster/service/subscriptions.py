@@ -17,6 +17,7 @@ from routemaster.db import subscriptions as store
 from routemaster.db.changes import Position, present
 from routemaster.db.subscriptions import Lag, Subscription, SubscriptionSettings
 from routemaster.http.guard import AddressPolicy, url_problem
+from routemaster.service.transactions import reading, write, writing
 
 __all__ = [
     "ForbiddenDestination",
@@ -63,12 +64,12 @@ class Invalid(Exception):
 
 
 def all_subscriptions(app: App) -> list[Shown]:
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         return [_with_lag(app, conn, found) for found in store.all_subscriptions(conn)]
 
 
 def get_subscription(app: App, name: str) -> Shown | None:
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         found = store.get_subscription(conn, name)
         return None if found is None else _with_lag(app, conn, found)
 
@@ -77,21 +78,19 @@ def put_subscription(
     app: App, name: str, settings: SubscriptionSettings, *, after: Position | None
 ) -> tuple[Shown, bool]:
     """Create or replace (keeping its cursor unless ``after`` moves it); true when created."""
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         if after is not None:
             _check_position(conn, after)
         subscription, created = store.put_subscription(conn, name, settings, after=after)
         return _with_lag(app, conn, subscription), created
 
 
-def delete_subscription(app: App, name: str) -> bool:
-    with app.db.begin() as conn:
-        return store.delete_subscription(conn, name)
+delete_subscription = write(store.delete_subscription)
 
 
 def set_cursor(app: App, name: str, after: Position) -> Shown | None:
     """Replay from ``after`` (superseding the batch in flight); ``None``: no such subscription."""
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         _check_position(conn, after)
         found = store.set_cursor(conn, name, after)
         return None if found is None else _with_lag(app, conn, found)

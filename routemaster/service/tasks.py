@@ -26,7 +26,6 @@ from routemaster.config.model import Action, Config
 from routemaster.db import (
     counts,
     label_claims,
-    pauses,
     schedules,
     task_completions,
     task_records,
@@ -36,7 +35,6 @@ from routemaster.db import labels as store
 from routemaster.db import tasks as task_store
 from routemaster.db.labels import Label
 from routemaster.db.notifications import notify_due
-from routemaster.db.task_records import PastTask, TaskInfo
 from routemaster.db.tasks import Expiry
 from routemaster.db.tasks import PullState as PullState  # for the faces
 from routemaster.db.tasks import Task as Task  # for the faces
@@ -49,6 +47,7 @@ from routemaster.service.labels import (
     settle_batch,
 )
 from routemaster.service.leases import LeaseBook
+from routemaster.service.transactions import read, reading, writing
 from routemaster.service.versions import machine_for
 
 EXPIRE_BATCH = 100
@@ -112,7 +111,7 @@ def claim_tasks(
     durations ``leases`` kept if given.
     """
     now = app.now()
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         if expire:
             _expire(conn, app, states, now, rng)
         leased = (leases or LeaseBook()).leases(conn, app.config, states, now=now)
@@ -129,13 +128,13 @@ def expire_leases(app: App, rng: random.Random) -> int:
     states = pull_states(app.config)
     if not states:
         return 0
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         return _expire(conn, app, states, app.now(), rng)
 
 
 def forget_old_tasks(app: App, *, limit: int = 10_000) -> int:
     """Delete tasks older than ``task_retention`` (never a label's current one); how many."""
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         return task_records.forget_before(
             conn, app.now() - app.settings.task_retention, limit=limit
         )
@@ -143,7 +142,7 @@ def forget_old_tasks(app: App, *, limit: int = 10_000) -> int:
 
 def heartbeat(app: App, task_id: str) -> datetime.datetime:
     """Extend the task's lease by its length from now; the new expiry."""
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         expires = task_store.heartbeat(conn, task_id, now=app.now())
         if expires is None:
             raise _refusal(conn, task_id)
@@ -153,7 +152,7 @@ def heartbeat(app: App, task_id: str) -> datetime.datetime:
 def complete(app: App, task_id: str, patch: dict[str, Any] | None) -> Label:
     """Merge ``patch`` into the metadata and move the label on, as a delivered webhook does."""
     now = app.now()
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         label = _take(conn, task_id, "completed", now)
         action_state = label.state
         machine = app.config.get_machine(label.state_machine)
@@ -195,7 +194,7 @@ def complete_many(
     first: dict[str, dict[str, Any] | None] = {}
     for task_id, patch in completions:
         first.setdefault(task_id, patch)
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         taken = transitions.complete_tasks(conn, list(first.items()), now=now)
         issued = task_completions.issued_among(conn, [i for i in first if i not in taken])
         settled = settle_batch(conn, app, list(taken.values()), now=now)
@@ -278,7 +277,7 @@ def fail(
     the action's last attempt.
     """
     now = app.now()
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         label = _take(conn, task_id, "failed", now)
         policy = _action(app, label).retry
         if not retry or label.attempts >= policy.max_attempts:
@@ -300,7 +299,7 @@ def fail(
 def release(app: App, task_id: str) -> Label:
     """Give the label back: due again at once, the attempt not counted."""
     now = app.now()
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         label = _take(conn, task_id, "released", now)
         label = task_store.set_due(
             conn,
@@ -324,7 +323,7 @@ def open_callback_task(
     ``None`` if ``holder`` no longer holds the label in that entry.
     """
     task_id = task_store.labelled_task_id(key[1], new_task_id())
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         opened = task_store.open_callback(
             conn,
             key,
@@ -398,25 +397,11 @@ def _event(app: App, state_machine: str, state: str, label: str, event: str) -> 
     app.hooks.task_event(state_machine=state_machine, state=state, label=label, event=event)
 
 
-def current_task(app: App, label: Label) -> TaskInfo | None:
-    """The task holding ``label`` now, if a pull worker holds it."""
-    with app.db.connect() as conn:
-        return task_records.current(conn, label.state_machine, label.name, now=app.now())
-
-
-def paused_until(app: App, label: Label) -> datetime.datetime | None:
-    """When a paused label resumes by itself (``None``: when an operator resumes it)."""
-    with app.db.connect() as conn:
-        return pauses.paused_until(conn, label.state_machine, label.name)
-
-
-def tasks_of_label(app: App, label: Label, *, limit: int) -> list[PastTask]:
-    """The label's latest tasks, oldest first."""
-    with app.db.connect() as conn:
-        return task_records.of_label(conn, label.state_machine, label.name, limit=limit)
+tasks_of_label = read(task_records.of_label)
+"""A label's latest tasks (machine, name), oldest first."""
 
 
 def tasks_in_flight(app: App) -> dict[tuple[str, str], int]:
     """Tasks holding labels now, per (state machine, action state)."""
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         return counts.tasks_in_flight_per_state(conn, now=app.now())

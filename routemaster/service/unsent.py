@@ -20,6 +20,7 @@ from routemaster.db.claimed import Claim
 from routemaster.db.label_claims import Unsent
 from routemaster.db.notifications import notify_due
 from routemaster.service.delivery_claims import Permit
+from routemaster.service.transactions import writing
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ def put_back(
     ]
     unsent.extend(Unsent(claim, now, counted=True) for claim in gates)
     probed = sorted({permit.receiver.id for _, permit in deliveries if permit.probe})
-    with app.db.begin() as conn:
+    with writing(app) as conn:
         count = label_claims.put_back(conn, unsent, worker_id=app.settings.worker_id)
         for receiver in probed:
             receivers.no_probe(conn, receiver, now=now)

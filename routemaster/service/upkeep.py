@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from routemaster.app import App
 from routemaster.config.origins import Receiver
 from routemaster.db import deliveries, receiver_labels, receivers
+from routemaster.service.transactions import reading, writing
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ def prune_deliveries(app: App) -> int:
     cutoff = app.now() - app.settings.delivery_retention
     total = 0
     for _ in range(PRUNE_BATCHES):
-        with app.db.begin() as conn:
+        with writing(app) as conn:
             deleted = deliveries.prune(conn, cutoff=cutoff, batch=PRUNE_BATCH)
         total += deleted
         if deleted < PRUNE_BATCH:
@@ -42,7 +43,7 @@ def give_up_on_open_receivers(app: App, known: Mapping[str, Receiver]) -> int:
     ``known``: the receivers the worker calls, by id.
     """
     now = app.now()
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         rows = receivers.some(conn, [r.id for r in known.values() if r.action_states])
     total = 0
     for row in rows:
@@ -54,7 +55,7 @@ def give_up_on_open_receivers(app: App, known: Mapping[str, Receiver]) -> int:
             f"receiver {receiver.origin} unavailable (circuit {row.circuit}) for longer than "
             f"give_up_after ({give_up_after}); last error: {row.last_error}"
         )
-        with app.db.begin() as conn:
+        with writing(app) as conn:
             count = receiver_labels.give_up(
                 conn,
                 receiver.action_states,

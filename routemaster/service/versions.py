@@ -26,6 +26,7 @@ from routemaster.machine.definitions import (
     definition_for,
     needs_loading,
 )
+from routemaster.service.transactions import reading
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def load_versions(app: App, keys: Iterable[VersionKey]) -> None:
     wanted = [key for key in keys if key not in app.versions.compiled]
     if not wanted:
         return
-    with app.db.connect() as conn:
+    with reading(app) as conn:
         found = [store.version_of(conn, machine, version) for machine, version in wanted]
     _remember(app, [row for row in found if row is not None])
 
@@ -63,7 +64,7 @@ def load_all_versions(app: App) -> LoadedVersions:
     """Every recorded version of the ``continue`` machines, compiled (at a process's start)."""
     continuing = [machine.name for machine in app.config.state_machines if machine.continues]
     if continuing:
-        with app.db.connect() as conn:
+        with reading(app) as conn:
             rows = [
                 row
                 for name in continuing

@@ -17,7 +17,7 @@ from flask import Response
 from routemaster.app import App
 from routemaster.service import Label, receivers
 from routemaster.service import tasks as task_service
-from routemaster.service.deliveries import Delivery
+from routemaster.service.reads import Delivery
 from routemaster.service.receivers import Receiver, ReceiverRow
 from routemaster.service.subscriptions import Shown
 
@@ -76,7 +76,7 @@ def delivery_json(delivery: Delivery) -> dict[str, Any]:
 
 def past_tasks(app: App, label: Label, *, limit: int) -> list[dict[str, Any]]:
     """The label's latest tasks, oldest first, without their ids."""
-    found = task_service.tasks_of_label(app, label, limit=limit)
+    found = task_service.tasks_of_label(app, *label.key, limit=limit)
     return [
         {
             "state": task.state,

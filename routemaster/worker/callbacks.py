@@ -19,8 +19,8 @@ from routemaster.app import App
 from routemaster.config.model import Action
 from routemaster.http.webhooks import DeliveryResult, Outcome, WebhookRequest
 from routemaster.service.claims import Claim
-from routemaster.service.deliveries import Delivery
 from routemaster.service.delivery_outcomes import error_unanswered, hold_for_callback, observe
+from routemaster.service.reads import Delivery
 from routemaster.service.tasks import open_callback_task
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Sequence
 
 from routemaster.service.claims import Claim
-from routemaster.service.deliveries import Delivery
+from routemaster.service.reads import Delivery
 
 Delivered = tuple[Claim, Delivery]
 

@@ -155,6 +155,12 @@ def test_explain_a_label_in_an_end_gate_goes_nowhere(client: FlaskClient) -> Non
     described = body(client.get(f"{LABELS}/ends/explain"))
     assert described["state"] == "done"
     assert described["next_state_if_held"] is None
+    # finished, not waiting for metadata that could change something
+    assert described["next_check_at"] is None
+    assert described["message"] == (
+        "An end state: the label has finished here and stays; no metadata, time or trigger "
+        "moves it on, only an operator's move."
+    )
 
 
 def test_explain_a_gate_clause_by_clause(client: FlaskClient) -> None:

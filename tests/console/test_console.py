@@ -97,6 +97,19 @@ def test_label_page_shows_metadata_history_and_why_it_waits(client: FlaskClient)
     assert _page(client, "/console/machines/user/labels/nobody", 404)
 
 
+def test_a_label_in_an_end_state_is_shown_as_finished(client: FlaskClient) -> None:
+    client.post(f"{LABELS}/fin", json={"metadata": {"route": "fast"}})
+    client.patch(f"{LABELS}/fin", json={"metadata": {"ready": True}})  # start -> done
+    text = _text(_page(client, "/console/machines/user/labels/fin"))
+    assert "An end state: the label has finished here and stays" in text
+    assert "Next check: none: an end state, nothing moves the label on" in text
+    assert "until the metadata changes" not in text
+    # a gate that waits for its metadata still says so
+    client.post(f"{LABELS}/waits", json={"metadata": {}})
+    waiting = _text(_page(client, "/console/machines/user/labels/waits"))
+    assert "none: it cannot hold until the metadata changes" in waiting
+
+
 def test_operator_buttons_need_the_pages_csrf_token(client: FlaskClient) -> None:
     client.post(f"{LABELS}/ann", json={"metadata": {}})
     html = _page(client, "/console/machines/user/labels/ann")

@@ -29,7 +29,7 @@ OTHER = {"a": "b", "b": "a"}
 
 def race_on_one_label(engine: sa.Engine, name: str, *, rounds: int) -> list[Change]:
     """Both writers' moves of ``name`` (machine ``m``), every change of it in stream order."""
-    with transitions.writing(engine) as conn:
+    with engine.begin() as conn:
         assert transitions.insert(conn, "m", name, {}, state="a", now=NOW) is not None
     failures: list[BaseException] = []
     start = threading.Barrier(2)

@@ -13,7 +13,7 @@ from routemaster.db import counts, label_counts, retention, transitions
 from routemaster.db import labels as store
 from routemaster.db.horizon import Horizon
 from routemaster.db.labels import Moves
-from routemaster.db.plumbing.migrate import keep_counts
+from routemaster.db.upgrade import keep_counts
 from tests.db.test_statement_text import STATEMENTS
 
 NOW = datetime.datetime(2026, 11, 28, 5, 0, tzinfo=datetime.UTC)

@@ -15,7 +15,7 @@ from routemaster.db import label_counts, transitions
 from routemaster.db import labels as store
 from routemaster.db.horizon import Horizon
 from routemaster.db.labels import Moves
-from routemaster.db.plumbing.migrate import keep_counts
+from routemaster.db.upgrade import keep_counts
 from tests.citus_cluster import Cluster, second_worker_held
 from tests.waiting import wait_until
 

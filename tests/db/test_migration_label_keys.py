@@ -14,7 +14,8 @@ from routemaster.db import labels as store
 from routemaster.db import transitions
 from routemaster.db.listings import label_page
 from routemaster.db.plumbing.database import create_engine
-from routemaster.db.plumbing.migrate import alembic_config, upgrade
+from routemaster.db.plumbing.migrate import alembic_config
+from routemaster.db.upgrade import upgrade
 
 NOW = datetime.datetime(2026, 11, 23, 12, 0, tzinfo=datetime.UTC)
 NAMES = ["alice", "a/b", "café %", "é" * 1024, "文" * 900, "x" * 1024]

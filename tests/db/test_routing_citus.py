@@ -251,3 +251,29 @@ def test_a_single_label_write_commits_in_one_phase(citus_engine: sa.Engine, case
     with citus_engine.connect() as conn:
         added = set(conn.execute(_COMMIT_RECORDS).scalars()) - records
     assert not added, f"{case}: committed in two phases ({sorted(added)})"
+
+
+def test_a_call_made_with_a_task_id_runs_on_the_label_shard_alone(
+    citus_engine: sa.Engine,
+) -> None:
+    """A task id begins with its label's shard key, which each statement made with it names
+    as a flag (NULL for an id issued before 0017): Citus routes the keyed statement to one
+    shard, as it did the keyed twins it replaced."""
+    from routemaster.db import label_claims, tasks
+    from tests.db.test_statement_text import STATEMENTS
+
+    with citus_engine.begin() as conn:
+        assert transitions.insert(conn, "m", "pulled", {}, state="pull", now=NOW, due=True)
+    with citus_engine.begin() as conn:
+        [task] = label_claims.claim_tasks(
+            conn, [("m", "pull", tasks.Lease(30, "fixed", 0))], ids=["t1"], worker="w", now=NOW
+        )
+    assert task.id.startswith(f"{shard_key('pulled')}.")
+    workers = _workers(citus_engine)
+    params = {"id": task.id, "shard_key": shard_key("pulled"), "now": NOW, "until": NOW}
+    sql = dict(STATEMENTS)
+    for name in ("_END_TASK", "_HEARTBEAT", "_ISSUED", "_HOLD_FOR_CALLBACK"):
+        plan = _explained(citus_engine, sql[f"tasks.{name}"], {**params, "outcome": "done"})
+        counts = [int(count) for count in _TASKS.findall(plan)]
+        assert counts and all(count == 1 for count in counts), (name, plan)
+        assert len({node for node in _NODE.findall(plan) if node in workers}) == 1, (name, plan)

@@ -10,8 +10,8 @@ import sqlalchemy as sa
 from routemaster import service
 from routemaster.app import App
 from routemaster.config import load_config
-from routemaster.service.counts import StateCount, state_counts
 from routemaster.service.label_counts import fold_label_counts
+from routemaster.service.reads import StateCount, state_counts
 from routemaster.service.snapshots import machine_overview
 from tests.waiting import run_together, wait_until
 

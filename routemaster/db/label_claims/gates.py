@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from routemaster.db.catalogue import CLAIMABLE, IN_SHARD, RETURNED
+from routemaster.db.catalogue import CLAIMABLE, IN_SHARD, NAMED_KEYS, RETURNED, named_by
 from routemaster.db.claimed import Claim
 from routemaster.db.keys import label_key_arrays
 from routemaster.db.label_claims.states import IN_STATES, StateKey, state_arrays
@@ -74,15 +74,12 @@ _DUE_GATE_KEYS = f"""
     """
 
 # Already locked gate labels leased, named with their shard keys.
-_LEASE = """
+_LEASE = f"""
     UPDATE labels SET due_at = %(lease_until)s, lease_owner = %(me)s,
                       attempts = labels.attempts + 1
-    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
-                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]))
+    FROM unnest({NAMED_KEYS})
          AS leased(shard_key, sm, key, name)
-    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-      AND labels.shard_key = leased.shard_key AND labels.state_machine = leased.sm
-      AND labels.name_key = leased.key AND labels.name = leased.name
+    WHERE {named_by("leased")}
     RETURNING labels.state_machine, labels.name, labels.state, labels.metadata,
               labels.entry_id, labels.attempts, labels.version
     """

@@ -14,7 +14,9 @@ from routemaster.db.catalogue import (
     CLAIMABLE,
     EACH_LABEL,
     LABELS_CLAIMABLE,
+    NAMED_KEYS,
     RETURNED_FROM_LABELS,
+    named_by,
     serialised,
 )
 from routemaster.db.claimed import Claim
@@ -128,8 +130,7 @@ def next_due_at(conn: sa.Connection) -> datetime.datetime | None:
 # shard's on Citus, in shard order), found by primary key.
 _LOCK_ENTRIES = f"""
     SELECT {RETURNED_FROM_LABELS}
-    FROM labels JOIN unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
-                            CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+    FROM labels JOIN unnest({NAMED_KEYS},
                             CAST(%(entries)s AS bigint[]))
                      AS wanted(shard_key, sm, key, name, entry_id)
       ON labels.state_machine = wanted.sm AND labels.name_key = wanted.key
@@ -148,15 +149,12 @@ _SERIALISED_LOCK_ENTRIES = serialised(_LOCK_ENTRIES, EACH_LABEL)
 
 # Leases renewed, recorded as a retry, given back.
 
-_EXTEND_LEASES = """
+_EXTEND_LEASES = f"""
     UPDATE labels SET due_at = %(lease_until)s
-    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
-                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+    FROM unnest({NAMED_KEYS},
                 CAST(%(entries)s AS bigint[]))
          AS held(shard_key, sm, key, name, entry_id)
-    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-      AND labels.shard_key = held.shard_key AND labels.state_machine = held.sm
-      AND labels.name_key = held.key AND labels.name = held.name
+    WHERE {named_by("held")}
       AND labels.entry_id = held.entry_id AND labels.lease_owner = %(me)s
     """
 
@@ -166,17 +164,14 @@ _RECORD_RETRY = """
       AND entry_id = %(entry_id)s AND lease_owner = %(me)s AND NOT deleted AND NOT errored
     """
 
-_PUT_BACK = """
+_PUT_BACK = f"""
     UPDATE labels SET due_at = back.due_at, lease_owner = NULL,
                       attempts = GREATEST(labels.attempts - back.counted, 0)
-    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
-                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+    FROM unnest({NAMED_KEYS},
                 CAST(%(entries)s AS bigint[]), CAST(%(due_ats)s AS timestamptz[]),
                 CAST(%(counted)s AS integer[]))
          AS back(shard_key, sm, key, name, entry_id, due_at, counted)
-    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-      AND labels.shard_key = back.shard_key AND labels.state_machine = back.sm
-      AND labels.name_key = back.key AND labels.name = back.name
+    WHERE {named_by("back")}
       AND labels.entry_id = back.entry_id
       AND labels.lease_owner = %(me)s AND NOT labels.deleted AND NOT labels.errored
     """

@@ -20,15 +20,12 @@ is propagated to its shards by Citus.
 from __future__ import annotations
 
 import importlib.util
-import time
 from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config as AlembicConfig
 
-from routemaster.db import label_counts
-from routemaster.db.horizon import Horizon, prepared_everywhere
 from routemaster.db.statements import fetch_all, fetch_one, fetch_value
 
 DISTRIBUTED_TABLES = ("labels", "history", "tasks", "deliveries", "bulk_items")
@@ -76,62 +73,33 @@ def alembic_config() -> AlembicConfig:
     return config
 
 
-def upgrade(engine: sa.Engine, revision: str = "head", *, recount: bool = False) -> None:
-    """Run ``alembic upgrade`` on ``engine``'s database, serialised by an advisory lock.
+def migrate(engine: sa.Engine, revision: str = "head") -> None:
+    """Run ``alembic upgrade`` on ``engine``'s database, then distribute its tables on Citus,
+    each serialised by an advisory lock.
 
     The lock lets several processes (serve and cron started together) migrate
-    the same database at start-up without tripping over each other. Then the
-    kept label counts are seeded if they are not yet (``recount``: counted
-    afresh anyway, :func:`keep_counts`).
+    the same database at start-up without tripping over each other. What the
+    store then keeps from the data (the kept label counts) is seeded by
+    :func:`routemaster.db.upgrade.upgrade`, which calls this first.
     """
     config = alembic_config()
     with engine.begin() as connection:
-        fetch_one(connection, _MIGRATION_LOCK)
+        hold_migration_lock(connection)
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
     distribute(engine)
-    keep_counts(engine, recount=recount)
 
 
-SETTLE_SECONDS = 30.0
-"""How long a recount waits for transactions prepared on Citus workers to finish."""
+def hold_migration_lock(connection: sa.Connection) -> None:
+    """Hold the migration lock until ``connection``'s transaction ends."""
+    fetch_one(connection, _MIGRATION_LOCK)
 
 
-def keep_counts(engine: sa.Engine, *, recount: bool = False) -> bool:
-    """Seed the kept label counts if they are not kept yet (``recount``: again anyway).
-
-    Whether it counted. Writes to labels wait while it counts (one grouped
-    count of the live labels, by the ``labels_by_state`` index). Under the
-    migration lock, after distributing: on Citus the count is of the shards.
-    """
-    with engine.begin() as connection:
-        fetch_one(connection, _MIGRATION_LOCK)
-        if not label_counts.has_table(connection):
-            return False  # migrated to a revision before the kept counts
-        if not recount and label_counts.kept(connection):
-            return False
-        citus = bool(fetch_value(connection, _CITUS_INSTALLED)) and "labels" in {
-            row[0] for row in fetch_all(connection, _CITUS_TABLES)
-        }
-
-        def settle() -> None:
-            # Transactions that committed on the coordinator before the lock may still be
-            # prepared on a worker (their rows invisible there): wait until they are not.
-            if not citus:
-                return
-            held = prepared_everywhere(connection)
-            if held is None:
-                raise RuntimeError("a Citus worker did not answer")
-            deadline = time.monotonic() + SETTLE_SECONDS
-            while held:
-                if time.monotonic() >= deadline:
-                    raise RuntimeError("a Citus worker kept a transaction prepared, or is down")
-                time.sleep(0.05)
-                now = prepared_everywhere(connection)
-                held = held if now is None else held & now
-
-        label_counts.recount(connection, Horizon.coordinator, settle=settle)
-        return True
+def labels_distributed(connection: sa.Connection) -> bool:
+    """Whether Citus is installed and ``labels`` distributed."""
+    return bool(fetch_value(connection, _CITUS_INSTALLED)) and "labels" in {
+        row[0] for row in fetch_all(connection, _CITUS_TABLES)
+    }
 
 
 def distribute(engine: sa.Engine) -> list[str]:
@@ -141,7 +109,7 @@ def distribute(engine: sa.Engine) -> list[str]:
     distributed. One transaction, under the migration lock.
     """
     with engine.begin() as connection:
-        fetch_one(connection, _MIGRATION_LOCK)
+        hold_migration_lock(connection)
         if not fetch_value(connection, _CITUS_INSTALLED):
             return []
         done = {row[0] for row in fetch_all(connection, _CITUS_TABLES)}

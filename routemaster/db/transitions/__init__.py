@@ -35,7 +35,8 @@ the UPDATE of a distributed table). On Citus a statement that feeds history
 from the label's row through a modifying CTE is run through an intermediate
 result and commits in two phases on both workers: there a create, a delete
 and an error are two router statements instead, the label's row then its
-history row, in the caller's transaction (:func:`writing`); each such twin
+history row, in the caller's transaction (the service opens it:
+:func:`routemaster.service.transactions.one_label_write`); each such twin
 sits next to the statement it stands for.
 
 Statements are written and run as :mod:`routemaster.db.statements` says.
@@ -51,7 +52,7 @@ from routemaster.db.transitions.deletion import (
     purge_deleted,
     soft_delete,
 )
-from routemaster.db.transitions.entries import append, append_one, record_forced, writing
+from routemaster.db.transitions.entries import append, append_one, record_forced
 from routemaster.db.transitions.errors import (
     Erring,
     become_errored,
@@ -82,5 +83,4 @@ __all__ = [
     "set_version",
     "soft_delete",
     "write_moves",
-    "writing",
 ]

@@ -25,7 +25,8 @@ def soft_delete(
 ) -> str | None:
     """Clear the metadata and record the deletion; the state it left, or ``None`` if nothing.
 
-    On Citus two router statements in the caller's transaction (:func:`writing`): the
+    On Citus two router statements in the caller's transaction (the service's
+    :func:`~routemaster.service.transactions.one_label_write`): the
     label's row, locked and marked, then its history row.
     """
     if distributed(conn):

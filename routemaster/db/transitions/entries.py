@@ -1,28 +1,17 @@
 """History rows that go with no change of state (an operator's forced entry, an error, a
-retry, a pause), and the connection a write of one label with its history row runs on."""
+retry, a pause)."""
 
 from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 
 import sqlalchemy as sa
 
 from routemaster.db.history import Entry, version_for
 from routemaster.db.keys import shard_key, shard_keys
 from routemaster.db.labels import Label
-from routemaster.db.plumbing.database import distributed
-from routemaster.db.statements import run, single_statement
-
-
-def writing(engine: sa.Engine) -> AbstractContextManager[sa.Connection]:
-    """The connection a write of one label with its history row (:func:`insert`,
-    :func:`soft_delete`) runs on: one autocommit statement on one server; on Citus a
-    transaction, where the label's row and its history row are two router statements (one
-    statement feeding the history row from the label's, a modifying CTE, is run by Citus
-    through an intermediate result and commits in two phases on both workers)."""
-    return engine.begin() if distributed(engine) else single_statement(engine)
+from routemaster.db.statements import run
 
 
 def append(conn: sa.Connection, entries: Sequence[Entry], *, now: datetime.datetime) -> None:

@@ -8,7 +8,14 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from routemaster.db.catalogue import EACH_LABEL, RETURNED, RETURNED_FROM_LABELS, serialised
+from routemaster.db.catalogue import (
+    EACH_LABEL,
+    NAMED_KEYS,
+    RETURNED,
+    RETURNED_FROM_LABELS,
+    named_by,
+    serialised,
+)
 from routemaster.db.claimed import Claim
 from routemaster.db.history import Entry
 from routemaster.db.keys import label_key_arrays, label_keys, shard_keys
@@ -107,8 +114,7 @@ def mark_errored(conn: sa.Connection, claim: Claim, *, error: str, now: datetime
 # append gives it): for one label a router statement on Citus.
 _ERROR_LABELS = f"""
     WITH erring AS (
-        SELECT * FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
-                             CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]),
+        SELECT * FROM unnest({NAMED_KEYS},
                              CAST(%(entry_ids)s AS bigint[]), CAST(%(errors)s AS text[]))
                       AS e(shard_key, sm, key, name, entry_id, error)
     )
@@ -117,9 +123,7 @@ _ERROR_LABELS = f"""
                       scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
                                           THEN %(now)s ELSE labels.scheduled_at END
     FROM erring
-    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-      AND labels.shard_key = erring.shard_key AND labels.state_machine = erring.sm
-      AND labels.name_key = erring.key AND labels.name = erring.name
+    WHERE {named_by("erring")}
       AND labels.entry_id = erring.entry_id AND NOT labels.deleted AND NOT labels.errored
     RETURNING {RETURNED_FROM_LABELS}
     """
@@ -166,12 +170,9 @@ _RETRY = f"""
                       updated_at = %(now)s,
                       scheduled_at = CASE WHEN labels.scheduled_at = labels.updated_at
                                           THEN %(now)s ELSE labels.scheduled_at END
-    FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
-                CAST(%(keys)s AS bytea[]), CAST(%(names)s AS text[]))
+    FROM unnest({NAMED_KEYS})
          AS retried(shard_key, sm, key, name)
-    WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-      AND labels.shard_key = retried.shard_key AND labels.state_machine = retried.sm
-      AND labels.name_key = retried.key AND labels.name = retried.name
+    WHERE {named_by("retried")}
       AND labels.errored AND NOT labels.deleted
     RETURNING {RETURNED_FROM_LABELS}
     """

@@ -1,0 +1,38 @@
+"""Reads of the store that have no rule of their own, for the faces: the delivery log and the
+label counts per state.
+
+Each is the store's function run in one read transaction
+(:func:`routemaster.service.transactions.read`): the faces call it with the
+:class:`~routemaster.app.App` where the store takes a connection. A read with
+a rule (what a label's explanation reads, a listing's paging) is a function
+of the service module of its concept instead.
+"""
+
+from __future__ import annotations
+
+from routemaster.db import counts, deliveries
+from routemaster.db.counts import StateCount
+from routemaster.db.deliveries import Delivery, DeliveryFilter
+from routemaster.service.transactions import read
+
+__all__ = [
+    "Delivery",
+    "DeliveryFilter",
+    "StateCount",
+    "deliveries_of_label",
+    "matching_deliveries",
+    "recent_failures",
+    "state_counts",
+]
+
+deliveries_of_label = read(deliveries.of_label)
+"""A label's calls, newest first, below the position ``before`` (none: from the newest)."""
+
+matching_deliveries = read(deliveries.matching)
+"""Every call a filter keeps, newest first, below the position ``before``."""
+
+recent_failures = read(deliveries.recent_failures)
+"""The latest failed calls, newest first."""
+
+state_counts = read(counts.in_machine)
+"""How many live labels, and how many of them errored, are in each state of one machine."""

@@ -1,0 +1,100 @@
+"""How the service opens a transaction on the store: one convention, stated here alone.
+
+Every service function that reaches the store opens its transaction with one
+of these four, in a ``with`` block, so a reader sees where each begins and
+ends; the store's functions run inside whatever transaction they are given
+and never open one (the faces and the worker never touch the store at all).
+
+- :func:`reading`: reads. Each statement sees what was committed when it
+  began; nothing is committed. :func:`one_snapshot`: reads that must all see
+  one snapshot (``REPEATABLE READ``).
+- :func:`writing`: a write, committed when the block ends, rolled back if it
+  raises. Never held while calling a remote server (feeds, webhooks,
+  subscribers): read, call with no transaction open, then write.
+- :func:`one_statement`: work that is exactly one statement, run in
+  autocommit: PostgreSQL makes the statement its own transaction, and the
+  ``BEGIN`` and ``COMMIT`` round trips disappear (a label read, an API
+  create with nothing to evaluate).
+- :func:`one_label_write`: a write of one label with its history row (a
+  create, a delete): one statement on one server, as :func:`one_statement`;
+  on Citus, where the label's row and its history row are two router
+  statements, a transaction as :func:`writing`.
+
+A read of the store that has no rule of its own (a listing, a log, a count) is
+made a service function by :func:`read`, and a write that has none by
+:func:`write`: ``of_label = read(deliveries.of_label)`` opens :func:`reading`
+around the store's function, which the faces then call with the
+:class:`~routemaster.app.App` instead of a connection. No function is
+written only to open a transaction.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Concatenate, ParamSpec, TypeVar
+
+import sqlalchemy as sa
+
+from routemaster.app import App
+from routemaster.db.plumbing.database import distributed
+from routemaster.db.statements import single_statement
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def reading(app: App) -> AbstractContextManager[sa.Connection]:
+    """A transaction for reads (rolled back at the end: it wrote nothing)."""
+    return app.db.connect()
+
+
+def one_snapshot(app: App) -> AbstractContextManager[sa.Connection]:
+    """A transaction for reads that must all see one snapshot (``REPEATABLE READ``): a label
+    and its history, the counts a stream starts from."""
+    return app.db.connect().execution_options(isolation_level="REPEATABLE READ")
+
+
+def writing(app: App) -> AbstractContextManager[sa.Connection]:
+    """A transaction for a write: committed when the block ends, rolled back if it raises."""
+    return app.db.begin()
+
+
+def one_statement(app: App) -> AbstractContextManager[sa.Connection]:
+    """Autocommit, for a block that runs exactly one statement (its own transaction)."""
+    return single_statement(app.db)
+
+
+def one_label_write(app: App) -> AbstractContextManager[sa.Connection]:
+    """A write of one label with its history row: one statement in autocommit on one server;
+    on Citus a transaction around its two router statements (one statement feeding the
+    history row from the label's, a modifying CTE, is run by Citus through an intermediate
+    result and commits in two phases on both workers)."""
+    return writing(app) if distributed(app.db) else one_statement(app)
+
+
+def read(operation: Callable[Concatenate[sa.Connection, P], R]) -> Callable[Concatenate[App, P], R]:
+    """The store's read ``operation`` as a service function: called with the App, it runs in
+    :func:`reading`."""
+
+    @functools.wraps(operation)
+    def in_a_read(app: App, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with reading(app) as conn:
+            return operation(conn, *args, **kwargs)
+
+    return in_a_read
+
+
+def write(
+    operation: Callable[Concatenate[sa.Connection, P], R],
+) -> Callable[Concatenate[App, P], R]:
+    """The store's write ``operation`` as a service function: called with the App, it runs in
+    :func:`writing`."""
+
+    @functools.wraps(operation)
+    def in_a_write(app: App, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with writing(app) as conn:
+            return operation(conn, *args, **kwargs)
+
+    return in_a_write
