@@ -94,7 +94,8 @@ def database_url(direct_database_url: str) -> Iterator[str]:
 _EMPTY_TABLES = sa.text(
     "TRUNCATE labels, history, trigger_occurrences, api_tokens, machine_versions, tasks,"
     " bulk_items, bulk_jobs, deliveries, receivers, receiver_slots, subscriptions,"
-    " retention_horizons, retention_progress, leases, label_counts"
+    " retention_horizons, retention_progress, leases, label_counts, flows, flow_keys,"
+    " children, spawns, child_wakes"
     " RESTART IDENTITY"
 )
 

@@ -20,6 +20,7 @@ from routemaster.app import App
 from routemaster.auth import READ, WRITE
 from routemaster.config.model import StateMachine
 from routemaster.machine.definitions import version_of_label
+from routemaster.service.children import parent_of
 from routemaster.service.search import listing
 from routemaster.webcore.endpoints import Query, Reply, endpoint
 from routemaster.webcore.extension import machine_or_404, routemaster_app
@@ -245,10 +246,11 @@ def live_label(app: App, machine: StateMachine, label: str) -> service.Label:
 def label_body(label: service.Label) -> dict[str, Any]:
     """The reference's ``metadata`` and ``state``, plus what an operator needs at a glance.
 
-    ``version``: the machine version the label follows (its own on a ``continue`` machine).
+    ``version``: the machine version the label follows (its own on a ``continue`` machine);
+    ``parent``: the label whose spawn state created it, for a child.
     """
     app = routemaster_app()
-    return {
+    body = {
         "metadata": label.metadata,
         "state": label.state,
         "state_entered_at": isoformat(label.state_entered_at),
@@ -257,6 +259,10 @@ def label_body(label: service.Label) -> dict[str, Any]:
         "last_error": label.last_error,
         "version": version_of_label(app.config, app.versions, label.state_machine, label.version),
     }
+    parent = parent_of(app, label.key)  # a child of a spawn state (SPEC G3)
+    if parent is not None:
+        body["parent"] = parent
+    return body
 
 
 def metadata_from_body() -> dict[str, Any]:

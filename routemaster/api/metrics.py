@@ -15,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from routemaster.api.openapi import openapi_path
 from routemaster.app import App
 from routemaster.metrics import Metrics
+from routemaster.metrics.flow_gauges import FlowGauges
 from routemaster.metrics.label_gauges import LabelGauges
 from routemaster.metrics.receiver_gauges import ReceiverGauges
 from routemaster.metrics.retention_progress import RetentionGauges
@@ -50,8 +51,9 @@ def instrument(flask_app: flask.Flask, app: App, metrics: Metrics) -> None:
     )
     lags = SubscriptionGauges(app.db, app.horizon, interval=app.settings.label_gauges_interval)
     retention = RetentionGauges(app.db, interval=app.settings.label_gauges_interval)
+    flow_gauges = FlowGauges(app.db, app.config, interval=app.settings.label_gauges_interval)
     flask_app.extensions[EXPOSITION_KEY] = metrics.registry(
-        gauges, receiver_gauges, lags, retention
+        gauges, receiver_gauges, lags, retention, flow_gauges
     )
     templates: dict[str, str] = {}
 

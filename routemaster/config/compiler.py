@@ -10,6 +10,7 @@ import dataclasses
 import datetime
 from typing import Any
 
+from routemaster.config.flows import compile_flow
 from routemaster.config.formats import parse_duration, parse_time_of_day, split_path
 from routemaster.config.model import (
     Action,
@@ -33,6 +34,7 @@ from routemaster.config.model import (
     PullWorker,
     Retention,
     RetryPolicy,
+    Spawn,
     State,
     StateMachine,
     SubscriptionsConfig,
@@ -82,7 +84,7 @@ def _machine(
     return StateMachine(
         name=name,
         states=tuple(
-            _state(state, (*path, index), retry, checked)
+            _state(name, state, (*path, index), retry, checked)
             for index, state in enumerate(machine["states"])
         ),
         feeds=tuple(Feed(feed["name"], feed["url"]) for feed in machine.get("feeds", [])),
@@ -105,14 +107,29 @@ def _machine(
     )
 
 
-def _state(state: dict[str, Any], path: ConfigPath, retry: RetryPolicy, checked: Checked) -> State:
+def _state(
+    machine: str, state: dict[str, Any], path: ConfigPath, retry: RetryPolicy, checked: Checked
+) -> State:
     next_states = _next(state.get("next"))
+    outcome = state.get("outcome")
     if "gate" in state:
         return Gate(
             name=state["gate"],
             exit_condition=checked.conditions[(*path, "exit_condition")],
             triggers=tuple(_trigger(trigger) for trigger in state.get("triggers", [])),
             next_states=next_states,
+            outcome=outcome,
+        )
+    if "spawn" in state:
+        wait = state.get("wait", "all")
+        return Spawn(
+            name=state["spawn"],
+            machine=state["machine"],
+            for_each=_path(state["for_each"]),
+            next_states=next_states,
+            at_least=None if wait == "all" else 1 if wait == "any" else int(wait["at_least"]),
+            on_exit_delete=state.get("on_exit", "keep") == "delete",
+            outcome=outcome,
         )
     worker = state.get("worker")
     async_timeout = state.get("async_timeout")
@@ -123,6 +140,8 @@ def _state(state: dict[str, Any], path: ConfigPath, retry: RetryPolicy, checked:
         retry=_retry(state.get("retry"), retry),
         worker=_worker(worker) if worker is not None else None,
         async_timeout=_duration(async_timeout) if async_timeout is not None else None,
+        flow=compile_flow(machine, state["action"], state["flow"]) if "flow" in state else None,
+        outcome=outcome,
     )
 
 

@@ -18,6 +18,7 @@ from routemaster.config.model import (
     NoNext,
     PercentileLease,
     PullWorker,
+    Spawn,
     State,
     StateMachine,
     TimerTrigger,
@@ -32,24 +33,43 @@ def describe_machine(machine: StateMachine) -> dict[str, Any]:
     edges: list[dict[str, Any]] = []
     for state in machine.states:
         gate = state if isinstance(state, Gate) else None
-        states.append(
-            {
-                "name": state.name,
-                "kind": "gate" if gate else "action",
-                "exit_condition": gate.exit_condition.source if gate else None,
-                "triggers": [_trigger(trigger) for trigger in gate.triggers] if gate else [],
-                "webhook": state.webhook if isinstance(state, Action) else None,
-                "worker": _worker(state),
-                "next": _next(state.next_states),
-                "end": isinstance(state.next_states, NoNext),
-            }
-        )
+        described = {
+            "name": state.name,
+            "kind": _kind(state),
+            "exit_condition": gate.exit_condition.source if gate else None,
+            "triggers": [_trigger(trigger) for trigger in gate.triggers] if gate else [],
+            "webhook": state.webhook if isinstance(state, Action) else None,
+            "worker": _worker(state),
+            "next": _next(state.next_states),
+            "end": isinstance(state.next_states, NoNext),
+        }
+        if state.outcome is not None:
+            described["outcome"] = state.outcome
+        if isinstance(state, Spawn):
+            described["spawn"] = spawn_settings(state)
+        states.append(described)
         edges.extend(_edges(state.name, state.next_states))
     return {
         "name": machine.name,
         "states": states,
         "edges": edges,
         "feeds": [{"name": feed.name, "url": feed.url} for feed in machine.feeds],
+    }
+
+
+def _kind(state: State) -> str:
+    if isinstance(state, Gate):
+        return "gate"
+    return "spawn" if isinstance(state, Spawn) else "action"
+
+
+def spawn_settings(spawn: Spawn) -> dict[str, Any]:
+    """A spawn state's settings as the API shows (and a stored definition keeps) them."""
+    return {
+        "machine": spawn.machine,
+        "for_each": ".".join(spawn.for_each),
+        "wait": "all" if spawn.at_least is None else {"at_least": spawn.at_least},
+        "on_exit": "delete" if spawn.on_exit_delete else "keep",
     }
 
 

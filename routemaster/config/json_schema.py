@@ -79,6 +79,34 @@ _LEASE: Schema = {
         },
     },
 }
+_METADATA_PATH: Schema = {
+    "type": "string",
+    "pattern": r"^metadata(\.[A-Za-z0-9_][A-Za-z0-9_-]*)+$",
+    "x-messages": {
+        "type": "expected a metadata path such as metadata.customer.id",
+        "pattern": "expected a metadata path such as metadata.customer.id",
+    },
+}
+_FLOW = _object(
+    {
+        "key": _METADATA_PATH,
+        "concurrency": {
+            "type": "integer",
+            "minimum": 1,
+            "x-messages": {
+                "type": "expected a whole number of labels, at least 1",
+                "minimum": "concurrency must be at least 1",
+            },
+        },
+        "weight": _METADATA_PATH,
+        "name": {
+            "type": "string",
+            "pattern": r"^[A-Za-z0-9_.-]+$",
+            "x-messages": {"pattern": "a flow's name is letters, digits, '_', '.' and '-'"},
+        },
+    },
+    required=("key",),
+)
 _TRIGGER = _tagged(
     "a trigger: one of metadata, interval, time or event",
     {
@@ -133,8 +161,32 @@ _NEXT: Schema = {
         ],
     },
 }
+_OUTCOME: Schema = {
+    "enum": ["succeeded", "failed"],
+    "x-messages": {"enum": "expected succeeded or failed"},
+}
+_WAIT: Schema = {
+    "if": {"type": "object"},
+    "then": _object(
+        {
+            "at_least": {
+                "type": "integer",
+                "minimum": 1,
+                "x-messages": {
+                    "minimum": "at_least must be 1 or more",
+                    "type": "expected a whole number of children, 1 or more",
+                },
+            }
+        },
+        required=("at_least",),
+    ),
+    "else": {
+        "enum": ["all", "any"],
+        "x-messages": {"enum": "expected all, any or {at_least: N}"},
+    },
+}
 _STATE = _tagged(
-    "a state: a mapping with a 'gate' or an 'action' key",
+    "a state: a mapping with a 'gate', an 'action' or a 'spawn' key",
     {
         "gate": _object(
             {
@@ -145,6 +197,7 @@ _STATE = _tagged(
                     "x-messages": {"type": "expected a condition (text), true or false"},
                 },
                 "next": _NEXT,
+                "outcome": _OUTCOME,
             },
             required=("gate", "exit_condition"),
         ),
@@ -156,10 +209,27 @@ _STATE = _tagged(
                     {"lease": _LEASE, "at_most_once": {"type": "boolean"}}, required=("lease",)
                 ),
                 "async_timeout": _DURATION,
+                "flow": _FLOW,
                 "next": _NEXT,
                 "retry": _RETRY,
+                "outcome": _OUTCOME,
             },
             required=("action",),
+        ),
+        "spawn": _object(
+            {
+                "spawn": _TEXT,
+                "machine": _NAME,
+                "for_each": _TEXT,
+                "wait": _WAIT,
+                "on_exit": {
+                    "enum": ["keep", "delete"],
+                    "x-messages": {"enum": "expected keep or delete"},
+                },
+                "next": _NEXT,
+                "outcome": _OUTCOME,
+            },
+            required=("spawn", "machine", "for_each"),
         ),
     },
 )

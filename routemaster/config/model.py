@@ -116,12 +116,17 @@ class RetryPolicy:
     timeout: datetime.timedelta = datetime.timedelta(seconds=10)  # per request
 
 
+OUTCOMES = ("succeeded", "failed")
+"""What a child label comes to when it enters a state marked ``outcome:`` (SPEC G3)."""
+
+
 @dataclass(frozen=True)
 class Gate:
     name: str
     exit_condition: Program
     triggers: tuple[Trigger, ...]
     next_states: NextStates
+    outcome: str | None = None  # "succeeded" or "failed": a child entering it has finished
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,17 @@ class PullWorker:
 
 
 @dataclass(frozen=True)
+class Flow:
+    """``flow:`` of an action (SPEC G2): labels queue per key, served in turn by weight,
+    at most ``concurrency`` of one key holding a slot at once (None: no cap)."""
+
+    name: str  # actions naming the same flow share its per-key counts; default SM.STATE
+    key: tuple[str, ...]  # metadata path (without "metadata"); missing: the null key
+    concurrency: int | None = None
+    weight: tuple[str, ...] | None = None  # metadata path to a number >= 1 (default 1)
+
+
+@dataclass(frozen=True)
 class Action:
     name: str
     webhook: str | None  # may contain <label> and <state_machine>; None for a pull action
@@ -162,6 +178,8 @@ class Action:
     worker: PullWorker | None = None  # set instead of ``webhook``: claimed through /tasks
     # with a webhook: a 202 answer makes the delivery a task the receiver completes later
     async_timeout: datetime.timedelta | None = None
+    flow: Flow | None = None  # per-key concurrency and fair claiming (SPEC G2)
+    outcome: str | None = None  # "succeeded" or "failed": a child entering it has finished
 
     @property
     def pulled(self) -> bool:
@@ -169,7 +187,29 @@ class Action:
         return self.worker is not None
 
 
-State = Gate | Action
+@dataclass(frozen=True)
+class Spawn:
+    """``spawn:``: one child label of ``machine`` per element of a list, then wait for them.
+
+    The label waits here until ``at_least`` children have succeeded (``None``:
+    ``wait: all``; 1: ``wait: any``) or every child has finished, then leaves by
+    ``next``, whose path may read ``children.*`` (SPEC G3).
+    """
+
+    name: str
+    machine: str  # the child machine
+    for_each: Path  # full context path, starting with "metadata"
+    next_states: NextStates
+    at_least: int | None = None
+    on_exit_delete: bool = False  # ``on_exit: delete``: children still running are deleted
+    outcome: str | None = None
+
+    def met(self, succeeded: int, running: int) -> bool:
+        """Whether the parent stops waiting with these counts."""
+        return running == 0 or (self.at_least is not None and succeeded >= self.at_least)
+
+
+State = Gate | Action | Spawn
 
 
 @dataclass(frozen=True)

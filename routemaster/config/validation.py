@@ -16,6 +16,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from routemaster.config.actions import action_problems
+from routemaster.config.children import CHILDREN_COUNTS, outcome_problems, spawn_problems
+from routemaster.config.flows import flow_problems
 from routemaster.config.formats import (
     CONTEXT_NEXT_ROOTS,
     parse_duration,
@@ -54,12 +56,14 @@ def semantic_problems(document: Any, source: SourceMap, environ: Mapping[str, st
     checker = _Checker(source, checked, environ)
     machines = document.get("state_machines") if isinstance(document, dict) else None
     if isinstance(machines, dict):
+        checker.machines = {str(name) for name in machines}
         for name, machine in machines.items():
             if isinstance(machine, dict):
                 checker.machine(str(name), machine)
     plugins = document.get("plugins") if isinstance(document, dict) else None
     if isinstance(plugins, dict):
         checker.logging_plugins(plugins.get("logging"))
+    checked.problems.extend(flow_problems(machines, source))
     for path, problem in subscription_problems(document):
         checker.report(path, problem)
     for path, problem in retention_problems(document):
@@ -98,6 +102,8 @@ class _Checker:
     ) -> None:
         self.checked.problems.append(self.source.problem(path, message, line=line, column=column))
 
+    machines: set[str] = set()  # every machine's name: what a spawn state may name
+
     def machine(self, name: str, machine: dict[str, Any]) -> None:
         path: ConfigPath = ("state_machines", name)
         feeds = self.feeds(path, _list(machine.get("feeds")))
@@ -123,7 +129,12 @@ class _Checker:
                 self.url((*state_path, "webhook"), state.get("webhook"))
                 self.checked.problems.extend(action_problems(state_path, state, self.source))
                 self.retry((*state_path, "retry"), state.get("retry"))
-            for target_path, target in self.next_states(state_path, state.get("next"), feeds):
+            elif "spawn" in state:
+                for where, message in spawn_problems(state_path, state, self.machines):
+                    self.report(where, message)
+            children = "spawn" in state  # only a spawn's next reads children.*
+            next_ = state.get("next")
+            for target_path, target in self.next_states(state_path, next_, feeds, children):
                 if target not in names:
                     dangling = True
                     known = ", ".join(names) or "none"
@@ -135,6 +146,8 @@ class _Checker:
                     edges[name_of_state].add(target)
         if not dangling:  # else unreachable states would only echo the unknown destination
             self.connected(path, states, names, edges, also=machine.get("abort_to"))
+            for where, message in outcome_problems(path, states, names, edges):
+                self.report(where, message)
         problems = migration_problems((*path, "migrations"), machine.get("migrations"), names)
         for where, message in problems + strategy_problems(path, machine, names):
             self.report(where, message)
@@ -208,7 +221,7 @@ class _Checker:
             name = _state_name(state) if isinstance(state, dict) else None
             if name is None:
                 continue
-            kind = "gate" if "gate" in state else "action"
+            kind = next(key for key in ("gate", "action", "spawn") if key in state)
             name_path = (*path, "states", index, kind)
             if not _STATE_NAME.fullmatch(name):
                 self.report(
@@ -356,7 +369,7 @@ class _Checker:
         return 0
 
     def next_states(
-        self, path: ConfigPath, next_: Any, feeds: set[str]
+        self, path: ConfigPath, next_: Any, feeds: set[str], children: bool = False
     ) -> list[tuple[ConfigPath, str]]:
         """The destinations named by ``next`` (with their paths), after checking it."""
         path = (*path, "next")
@@ -370,7 +383,7 @@ class _Checker:
             return []
         targets: list[tuple[ConfigPath, str]] = []
         if isinstance(next_.get("path"), str):
-            self.context_path((*path, "path"), next_["path"], feeds)
+            self.context_path((*path, "path"), next_["path"], feeds, children)
         if isinstance(next_.get("default"), str):
             targets.append(((*path, "default"), next_["default"]))
         seen: list[tuple[int, Any]] = []
@@ -391,9 +404,17 @@ class _Checker:
             seen.append((index, value))
         return targets
 
-    def context_path(self, path: ConfigPath, text: str, feeds: set[str]) -> None:
+    def context_path(
+        self, path: ConfigPath, text: str, feeds: set[str], children: bool = False
+    ) -> None:
         parts = split_path(text)
-        if parts is None or parts[0] not in CONTEXT_NEXT_ROOTS or len(parts) < 2:
+        if children and parts is not None and parts[0] == "children":
+            if len(parts) != 2 or parts[1] not in CHILDREN_COUNTS:
+                self.report(
+                    path,
+                    f"expected children.{', children.'.join(CHILDREN_COUNTS)}, got {text!r}",
+                )
+        elif parts is None or parts[0] not in CONTEXT_NEXT_ROOTS or len(parts) < 2:
             self.report(
                 path,
                 f"expected a path starting with {', '.join(CONTEXT_NEXT_ROOTS)}"
@@ -442,7 +463,7 @@ class _Checker:
 
 
 def _state_name(state: dict[str, Any]) -> str | None:
-    name = state.get("gate", state.get("action"))
+    name = state.get("gate", state.get("action", state.get("spawn")))
     return name if isinstance(name, str) else None
 
 

@@ -9,6 +9,7 @@ script applies exactly the changes the page does not show yet (see
 
 from routemaster.console import (
     bulk_action,  # noqa: F401 (its pages join the blueprint)
+    flows_page,  # noqa: F401 (its page joins the blueprint)
     subscriptions_page,  # registers its page on the blueprint
 )
 from routemaster.console import versions_page as _versions  # noqa: F401  (its routes)

@@ -264,6 +264,7 @@ def label_page_view(sm: str, label: str) -> str:
         changes_url=machine_url(machine.name, "changes"),
         snapshot=seen,
         deliveries_url=link("state-machines", machine.name, "labels", label, "deliveries"),
+        children_url=link("state-machines", machine.name, "labels", label, "children"),
     )
 
 

@@ -77,6 +77,11 @@ labels = sa.Table(
     sa.Column("version", sa.Integer, nullable=True),
     # the label's bucket (db/keys.py, migration 0017): Citus's distribution column
     sa.Column("shard_key", sa.Integer, primary_key=True),
+    # flows (migration 0020, db/flows.py): a queued label's flow, key (JSON text) and the
+    # moment it became due (its place in its key's queue; ``due_at`` is NULL meanwhile)
+    sa.Column("flow", sa.Text, nullable=True),
+    sa.Column("flow_key", sa.Text, nullable=True),
+    sa.Column("flow_due_at", sa.DateTime(timezone=True), nullable=True),
 )
 
 sa.Index(
@@ -134,6 +139,20 @@ sa.Index(
     labels.c.state,
     labels.c.name_key,
     postgresql_where=sa.and_(labels.c.errored, sa.not_(labels.c.deleted)),
+)
+# flows (migration 0020): each key's queue in due order, and the labels holding slots
+sa.Index(
+    "labels_flow_queue",
+    labels.c.flow,
+    labels.c.flow_key,
+    labels.c.flow_due_at,
+    postgresql_where=sa.and_(labels.c.flow_due_at.isnot(None), _CLAIMABLE),
+)
+sa.Index(
+    "labels_flow_holding",
+    labels.c.flow,
+    labels.c.flow_key,
+    postgresql_where=sa.and_(labels.c.lease_owner.isnot(None), labels.c.flow.isnot(None)),
 )
 # retention (migration 0013): deleted labels by when they were deleted, labels by how long
 # they have been in their state (finished labels)
@@ -467,4 +486,92 @@ leases = sa.Table(
     sa.Column("name", sa.Text, primary_key=True),
     sa.Column("holder", sa.Text, nullable=False),
     sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+# Flows (migration 0020, db/flows.py): each flow's virtual time, and each key's virtual
+# start (the keys with queued labels are served in its order), weight and activity.
+flows = sa.Table(
+    "flows",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("vtime", sa.Float, nullable=False, server_default="0"),
+)
+
+flow_keys = sa.Table(
+    "flow_keys",
+    metadata,
+    sa.Column("flow", sa.Text, primary_key=True),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("vstart", sa.Float, nullable=False),
+    sa.Column("weight", sa.Float, nullable=False, server_default="1"),
+    sa.Column("active", sa.Boolean, nullable=False),
+)
+sa.Index(
+    "flow_keys_ready",
+    flow_keys.c.flow,
+    flow_keys.c.vstart,
+    flow_keys.c.key,
+    postgresql_where=flow_keys.c.active,
+)
+
+# Child labels (migration 0021, SPEC G3): who spawned each child (beside the child), each
+# parent's progress (beside the parent), and the wake-ups a finishing child leaves.
+children = sa.Table(
+    "children",
+    metadata,
+    sa.Column("shard_key", sa.Integer, nullable=False),
+    sa.Column("state_machine", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("name_key", postgresql.BYTEA, nullable=False),
+    sa.Column("parent_machine", sa.Text, nullable=False),
+    sa.Column("parent_name", sa.Text, nullable=False),
+    sa.Column("parent_key", postgresql.BYTEA, nullable=False),
+    sa.Column("parent_shard_key", sa.Integer, nullable=False),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("depth", sa.Integer, nullable=False),
+    sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    # "succeeded" or "failed" once the child has finished (the first finish counts)
+    sa.Column("outcome", sa.Text, nullable=True),
+    sa.PrimaryKeyConstraint("state_machine", "name_key", "shard_key"),
+)
+
+sa.Index(
+    "children_of_parent", children.c.parent_machine, children.c.parent_key, children.c.position
+)
+sa.Index(
+    "children_outcomes",
+    children.c.parent_machine,
+    children.c.parent_key,
+    children.c.state_machine,
+    children.c.outcome,
+)
+
+spawns = sa.Table(
+    "spawns",
+    metadata,
+    sa.Column("shard_key", sa.Integer, nullable=False),
+    sa.Column("state_machine", sa.Text, nullable=False),
+    sa.Column("name_key", postgresql.BYTEA, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("entry_id", sa.BigInteger, nullable=False),
+    sa.Column("total", sa.Integer, nullable=False),
+    sa.Column("spawned", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("depth", sa.Integer, nullable=False),
+    sa.PrimaryKeyConstraint("state_machine", "name_key", "shard_key"),
+)
+
+child_wakes = sa.Table(
+    "child_wakes",
+    metadata,
+    sa.Column("shard_key", sa.Integer, nullable=False),
+    sa.Column("parent_machine", sa.Text, nullable=False),
+    sa.Column("parent_name", sa.Text, nullable=False),
+    sa.Column("parent_key", postgresql.BYTEA, nullable=False),
+    sa.Column("parent_shard_key", sa.Integer, nullable=False),
+    sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.PrimaryKeyConstraint("parent_machine", "parent_key", "parent_shard_key", "shard_key"),
 )

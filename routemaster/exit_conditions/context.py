@@ -39,6 +39,8 @@ class Context:
     previous_state: str | None = None
     current_state: str | None = None
     fetch_feed: Callable[[str], Any] | None = None
+    # a spawn state's children counted (total, succeeded, failed, running): SPEC G3
+    children: Mapping[str, int] | None = None
     _feed_cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def lookup(self, path: tuple[str, ...]) -> Any:
@@ -52,6 +54,8 @@ class Context:
             if not rest:
                 return None
             return _dig(self.feed(rest[0]), rest[1:])
+        if root == "children":
+            return _dig(self.children or {}, rest)
         if root in ("history", "system"):
             return _dig(self._system_values(root), rest)
         return None

@@ -40,6 +40,7 @@ from routemaster.config.model import (
     NextStates,
     NoNext,
     PullWorker,
+    Spawn,
     State,
     StateMachine,
     SystemTimezone,
@@ -132,12 +133,26 @@ def compile_definition(definition: Mapping[str, Any], in_force: StateMachine) ->
 
 def _state(state: Mapping[str, Any], machine: StateMachine, actions: Mapping[str, Action]) -> State:
     next_states = _next(state["next"])
+    outcome = state.get("outcome")
     if state["kind"] == "gate":
         return Gate(
             name=state["name"],
             exit_condition=compile_condition(state["exit_condition"]),
             triggers=tuple(_trigger(trigger) for trigger in state["triggers"]),
             next_states=next_states,
+            outcome=outcome,
+        )
+    if state["kind"] == "spawn":
+        spawn = state["spawn"]
+        wait = spawn["wait"]
+        return Spawn(
+            name=state["name"],
+            machine=spawn["machine"],
+            for_each=tuple(spawn["for_each"].split(".")),
+            next_states=next_states,
+            at_least=None if wait == "all" else int(wait["at_least"]),
+            on_exit_delete=spawn["on_exit"] == "delete",
+            outcome=outcome,
         )
     current = actions.get(state["name"])
     worker = state.get("worker")
@@ -151,6 +166,9 @@ def _state(state: Mapping[str, Any], machine: StateMachine, actions: Mapping[str
             PullWorker(datetime.timedelta(seconds=worker["lease"])) if worker is not None else None
         ),
         async_timeout=current.async_timeout if current is not None and webhook else None,
+        # the flow in force: one flow's per-key counts span every version's labels
+        flow=current.flow if current is not None else None,
+        outcome=outcome,
     )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from routemaster.config.model import Action, Gate, State, StateMachine
+from routemaster.config.model import Action, Gate, Spawn, State, StateMachine
 from routemaster.exit_conditions import Context, FeedUnavailable
 from routemaster.machine.next_state import choose_next_state
 from routemaster.machine.triggers import evaluates_on_entry
@@ -32,6 +32,8 @@ class PlanInput:
     metadata: Mapping[str, Any]
     entered_at: datetime.datetime
     previous_state: str | None
+    # in a spawn state: its children counted (the parent's evaluation counts them, SPEC G3)
+    children: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ def context_for(
         previous_state=plan_input.previous_state,
         current_state=plan_input.state,
         fetch_feed=read_feed,
+        children=plan_input.children,
     )
 
 
@@ -96,6 +99,8 @@ def plan_moves(
         try:
             if isinstance(state, Gate) and not state.exit_condition.evaluate(context):
                 break
+            if isinstance(state, Spawn) and not _waited(state, current.children):
+                break
             destination = choose_next_state(state.next_states, context)
         except FeedUnavailable as missing:
             return Plan(tuple(states), _is_action(machine, states), missing)
@@ -108,6 +113,13 @@ def plan_moves(
             break
         evaluate = evaluates_on_entry(entered)
     return Plan(tuple(states), _is_action(machine, states))
+
+
+def _waited(spawn: Spawn, children: Mapping[str, int] | None) -> bool:
+    """Whether a parent's wait in ``spawn`` is over (never without its children counted)."""
+    if children is None:
+        return False
+    return spawn.met(children["succeeded"], children["running"])
 
 
 def _is_action(machine: StateMachine, states: list[str]) -> bool:

@@ -77,6 +77,18 @@ class Metrics:
             registry=registry,
         )
         self._transition_series: dict[tuple[str, str, str], Counter] = {}
+        self.children_spawned = Counter(
+            "routemaster_children_spawned",
+            "Child labels created by spawn states (SPEC G3), by the parent's machine and state.",
+            ["state_machine", "state"],
+            registry=registry,
+        )
+        self.spawn_decisions = Counter(
+            "routemaster_spawn_decisions",
+            "Parents that stopped waiting for their children and left a spawn state.",
+            ["state_machine", "state"],
+            registry=registry,
+        )
         self.migrated = Counter(
             "routemaster_labels_migrated",
             "Labels taken out of a renamed or removed state by the configuration's migrations.",

@@ -35,6 +35,7 @@ from routemaster.db.labels import Label
 from routemaster.db.search import Search, not_on_version, search_count, search_page
 from routemaster.exit_conditions import ConditionSyntaxError, Program, compile_condition
 from routemaster.machine.planning import context_for
+from routemaster.service.child_words import note_deleted
 from routemaster.service.labels import log_transition
 from routemaster.service.operations import move_locked, pause_locked, retry_locked
 from routemaster.service.refusals import InvalidOperation, Malformed
@@ -278,6 +279,7 @@ class _JobRunner:
         elif command == "delete":
             transitions.record_forced(conn, label, now=now, reason=reason)
             old_state = transitions.soft_delete(conn, machine.name, label.name, now=now)
+            note_deleted(conn, self.app.config, [label.key])  # a child counts as failed
             log_transition(self.app, machine.name, label.name, old_state, None, forced=True)
         else:
             raise InvalidOperation(f"unknown bulk command {command!r}")

@@ -19,7 +19,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sqlalchemy as sa
 
@@ -34,6 +34,7 @@ from routemaster.db.deliveries import Delivery
 from routemaster.db.label_claims import ReceiverClaim, StateKey, Wanted
 from routemaster.db.receivers import ReceiverRow
 from routemaster.service.batch_moves import move_delivered
+from routemaster.service.flow_claims import RECHECK, flow_states, flows_of, serve_flow
 from routemaster.service.transactions import writing
 
 RATE_TOLERANCE = 0.1  # seconds of calls a rate lets go at once (at least one call)
@@ -87,6 +88,8 @@ class Gatekeeper:
         self._clear: tuple[float, dict[str, ReceiverRow]] | None = None
         self._known: dict[str, ReceiverRow] = {}
         self._success_written: dict[str, datetime.datetime] = {}
+        # actions with ``flow:`` (SPEC G2): claimed key by key, fairly, under their caps
+        self._flow_states = flow_states(config or app.config)
 
     def invalidate(self) -> None:
         """A call failed: read the receivers' rows again before the next claim."""
@@ -174,11 +177,17 @@ class Gatekeeper:
                     probes.add(receiver.id)
                 if want is not None:
                     wanted.append(want)
-            claimed = label_claims.claim_deliveries(
+            from_flows = self._claim_flows(conn, wanted, routes, free, now, lease_until)
+            plain = [route for route in routes if (route[1], route[2]) not in self._flow_states]
+            claimed = from_flows + label_claims.claim_deliveries(
                 conn,
-                wanted,
-                routes,
-                free=free,
+                # the receivers with other actions, for what the flows left them
+                _still_wanted(
+                    [want for want in wanted if any(r[0] == want.receiver for r in plain)],
+                    from_flows,
+                ),
+                plain,
+                free=free - len(from_flows),
                 now=now,
                 lease_until=lease_until,
                 worker_id=worker_id,
@@ -197,6 +206,45 @@ class Gatekeeper:
             for ident in probes - set(taken):
                 shared.no_probe(conn, ident, now=now)
         return Claimed([(item.claim, self._permit(item)) for item in claimed], waiting)
+
+    def _claim_flows(
+        self,
+        conn: sa.Connection,
+        wanted: Sequence[Wanted],
+        routes: Sequence[tuple[str, str, str]],
+        free: int,
+        now: datetime.datetime,
+        lease_until: datetime.datetime,
+    ) -> list[ReceiverClaim]:
+        """Deliveries from the flows of the wanted receivers, each up to what its receiver
+        may take; the rest of the slots go to their other actions."""
+        if not self._flow_states:
+            return []
+        by_receiver = flows_of(routes, self._flow_states)
+        taken: list[ReceiverClaim] = []
+        for want in wanted:
+            limit = want.limit
+            for flow in by_receiver.get(want.receiver, []):
+                slots = min(limit, free - len(taken))
+                if slots <= 0:
+                    break
+                got = serve_flow(
+                    conn,
+                    flow,
+                    slots,
+                    now=now,
+                    lease_until=lease_until,
+                    worker_id=self.app.settings.worker_id,
+                    counted=want.counted,
+                )
+                if got.backlog:
+                    self._wake(now + RECHECK)
+                limit -= len(got.claims)
+                taken += [
+                    ReceiverClaim(claim, want.receiver, queued_at, error, want.counted)
+                    for claim, queued_at, error in got.claims
+                ]
+        return taken
 
     def release(self) -> None:
         """The worker stops with no call in flight: its share of every receiver's
@@ -272,6 +320,16 @@ class Gatekeeper:
         else:
             trigger = "manual" if item.last_error is not None else "scheduled"
         return Permit(self.receivers[item.receiver], not item.counted, trigger, item.was_due)
+
+
+def _still_wanted(wanted: Sequence[Wanted], taken: Sequence[ReceiverClaim]) -> list[Wanted]:
+    """What each receiver may still take after ``taken``."""
+    counts = Counter(item.receiver for item in taken)
+    return [
+        replace(want, limit=want.limit - counts[want.receiver])
+        for want in wanted
+        if want.limit - counts[want.receiver] > 0
+    ]
 
 
 def rate_allows(

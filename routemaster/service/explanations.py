@@ -15,13 +15,15 @@ from typing import Any
 from routemaster.app import App
 from routemaster.config import describe_machine
 from routemaster.config.graph import worker_settings
-from routemaster.config.model import Action, NoNext, StateMachine
+from routemaster.config.model import Action, NoNext, Spawn, StateMachine
 from routemaster.db import deliveries, pauses, task_records
 from routemaster.db.labels import Label
 from routemaster.exit_conditions import FeedUnavailable
 from routemaster.exit_conditions.values import format_duration
 from routemaster.machine import choose_next_state
 from routemaster.machine.triggers import what_evaluates
+from routemaster.service import children as children_service
+from routemaster.service import flows as flow_service
 from routemaster.service.labels import label_context
 from routemaster.service.scheduling import explain_next_check
 from routemaster.service.transactions import reading
@@ -62,6 +64,10 @@ def explanation_of(app: App, machine: StateMachine, found: Label) -> dict[str, A
     body["next"] = described[state.name].get("next")
     if isinstance(state, Action):
         body.update(_action_explanation(app, state, found))
+        return body
+    if isinstance(state, Spawn):
+        body["kind"] = "spawn"
+        body.update(children_service.explain(app, found, state))
         return body
     body["triggers"] = described[state.name].get("triggers", [])
     check = explain_next_check(app, machine, found)
@@ -111,6 +117,8 @@ def _action_explanation(app: App, action: Action, label: Label) -> dict[str, Any
         body["worker"] = worker_settings(action.worker)
     if action.async_timeout is not None:
         body["async_timeout"] = int(action.async_timeout.total_seconds())
+    if action.flow is not None:
+        body["waiting_for"] = flow_service.waiting_for(app, action.flow, label)
     with reading(app) as conn:
         held = task_records.current(conn, *label.key, now=app.now())
     body["task"] = (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,6 +27,7 @@ from routemaster.db.schedules import Schedule
 from routemaster.exit_conditions import Context
 from routemaster.machine import Plan, evaluates_on_entry, plan_moves, update_fires
 from routemaster.machine.planning import FeedReader, context_for, no_feeds
+from routemaster.service.child_words import child_machines, note_deleted, note_finished
 from routemaster.service.feeds import FeedFetcher
 from routemaster.service.refusals import LabelDeleted, LabelExists, LabelNotFound
 from routemaster.service.scheduling import (
@@ -161,10 +163,20 @@ def _merged(
 
 def delete_label(app: App, machine: StateMachine, name: str) -> None:
     """Soft-delete: clear metadata, record it in history, keep the name taken."""
-    with one_label_write(app) as conn:
+    with _deleting(app, machine) as conn:
         old_state = transitions.soft_delete(conn, machine.name, name, now=app.now())
+        if old_state is not None:
+            note_deleted(conn, app.config, [(machine.name, name)])  # a child counts as failed
     if old_state is not None:
         log_transition(app, machine.name, name, old_state, None, forced=False)
+
+
+def _deleting(app: App, machine: StateMachine) -> AbstractContextManager[sa.Connection]:
+    """A deletion's connection: a transaction when the label may be a child (its outcome and
+    its word for its parent go with the deletion), else :func:`one_label_write`'s."""
+    if machine.name in child_machines(app.config):
+        return writing(app)
+    return one_label_write(app)
 
 
 def history(app: App, machine: StateMachine, name: str) -> list[HistoryEntry]:
@@ -319,6 +331,7 @@ def write(
 ) -> list[Label]:
     """The one writer of moves: store them, then tell the logging plugins."""
     written = transitions.write_moves(conn, moves, now=now)
+    note_finished(conn, app.config, moves)  # children that finished: word for their parents
     for move in moves:
         old = move.label.state
         for state in move.states:

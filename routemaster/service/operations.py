@@ -12,9 +12,10 @@ import sqlalchemy as sa
 
 from routemaster.app import App
 from routemaster.config.model import StateMachine
-from routemaster.db import label_claims, transitions
+from routemaster.db import flows, label_claims, transitions
 from routemaster.db import labels as store
 from routemaster.db.labels import Label, Moves
+from routemaster.db.notifications import notify_due
 from routemaster.machine import Plan, evaluates_on_entry
 from routemaster.service.labels import advance_locked, finish_in_request, write
 from routemaster.service.refusals import InvalidOperation, LabelDeleted, LabelNotFound, Malformed
@@ -87,7 +88,17 @@ def pause_locked(
     default = "paused" if paused else "resumed"
     if until is not None:
         default = f"paused until {until.isoformat()}"
-    return transitions.pause(conn, label, paused, now=now, reason=reason or default, until=until)
+    return _resume_queued(
+        conn, transitions.pause(conn, label, paused, now=now, reason=reason or default, until=until)
+    )
+
+
+def _resume_queued(conn: sa.Connection, label: Label) -> Label:
+    """A label resumed while queued in a flow (SPEC G2) is due again at once, so that the
+    next claim puts it back in its key's queue, in its place."""
+    if not label.paused and label.due_at is None and flows.requeue(conn, *label.key):
+        notify_due(conn)
+    return label
 
 
 def resume_ended_pauses(app: App, *, limit: int = 100) -> int:
@@ -96,7 +107,10 @@ def resume_ended_pauses(app: App, *, limit: int = 100) -> int:
     with writing(app) as conn:
         ended = label_claims.lock_ended(conn, now=now, limit=limit)
         for label in ended:
-            transitions.pause(conn, label, False, now=now, reason="resumed: the pause ended")
+            resumed = transitions.pause(
+                conn, label, False, now=now, reason="resumed: the pause ended"
+            )
+            _resume_queued(conn, resumed)
     return len(ended)
 
 

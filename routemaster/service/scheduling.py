@@ -27,7 +27,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.app import App
-from routemaster.config.model import Action, Gate, StateMachine
+from routemaster.config.model import Action, Gate, Spawn, State, StateMachine
 from routemaster.db import label_claims, schedules, table_statistics
 from routemaster.db.labels import Label
 from routemaster.db.schedules import Schedule
@@ -64,8 +64,8 @@ def arrival(
     on. Any other gate: never by itself (only updates evaluate it).
     """
     entered = machine.get_state(state)
-    if isinstance(entered, Action):
-        return now, None
+    if isinstance(entered, Action | Spawn):
+        return now, None  # a spawn: the worker spawns the children at once
     if not is_scheduled(entered):
         return None, None
     assert isinstance(entered, Gate)
@@ -225,7 +225,7 @@ def _governing(app: App, machine: StateMachine, label: Label) -> StateMachine:
     return machine_for(app, label) or machine
 
 
-def _state(machine: StateMachine, name: str) -> Action | Gate | None:
+def _state(machine: StateMachine, name: str) -> State | None:
     try:
         return machine.get_state(name)
     except KeyError:

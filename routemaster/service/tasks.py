@@ -39,6 +39,7 @@ from routemaster.db.tasks import Expiry
 from routemaster.db.tasks import PullState as PullState  # for the faces
 from routemaster.db.tasks import Task as Task  # for the faces
 from routemaster.machine.retry import backoff
+from routemaster.service.flow_claims import claim_flow_tasks, flow_states
 from routemaster.service.labels import (
     advance_locked,
     advance_with_feeds,
@@ -115,8 +116,15 @@ def claim_tasks(
         if expire:
             _expire(conn, app, states, now, rng)
         leased = (leases or LeaseBook()).leases(conn, app.config, states, now=now)
-        claimed = label_claims.claim_tasks(
-            conn, leased, ids=[new_task_id() for _ in range(limit)], worker=worker, now=now
+        ids = [new_task_id() for _ in range(limit)]
+        by_flow = flow_states(app.config)
+        claimed = claim_flow_tasks(conn, by_flow, leased, ids, worker=worker, now=now)
+        claimed += label_claims.claim_tasks(
+            conn,
+            [item for item in leased if (item[0], item[1]) not in by_flow],
+            ids=ids[len(claimed) :],
+            worker=worker,
+            now=now,
         )
     for task in claimed:
         _event(app, task.state_machine, task.state, task.label, "claimed")
@@ -165,8 +173,16 @@ def complete(app: App, task_id: str, patch: dict[str, Any] | None) -> Label:
         if not plan.moves and plan.feed_missing is None:
             schedules.clear_due(conn, [label.key])  # an action with no next: the label rests here
             label = store.get(conn, label.state_machine, label.name) or label
+        _slot_freed(conn, app, [(machine.name, action_state)])
     _event(app, machine.name, action_state, label.name, "completed")
     return finish_in_request(app, machine, label, plan)
+
+
+def _slot_freed(conn: sa.Connection, app: App, states: Sequence[PullState]) -> None:
+    """A task of an action with a flow ended: its key's slot is free, so waiting claims
+    (and workers) are woken to take the key's next label (SPEC G2: work-conserving)."""
+    if any(state in flow_states(app.config) for state in states):
+        notify_due(conn)
 
 
 @dataclass(frozen=True)
@@ -201,6 +217,7 @@ def complete_many(
         schedules.settle_unmoved(conn, settled.unmoved)
         for label in settled.waiting:
             schedules.mark_due(conn, label.key, at=now + app.settings.evaluation_retry_delay)
+        _slot_freed(conn, app, [(label.state_machine, label.state) for label in taken.values()])
     resting = {schedule.key: schedule for schedule in settled.unmoved}
     moved: dict[str, Label] = {}
     for task_id, label in taken.items():

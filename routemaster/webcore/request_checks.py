@@ -44,7 +44,9 @@ from werkzeug.exceptions import BadRequest
 from werkzeug.routing import IntegerConverter
 
 from routemaster.webcore.bodies import NO_BODY, json_body
+from routemaster.webcore.child_schemas import CHILD_SCHEMAS
 from routemaster.webcore.endpoints import Endpoint, Query, declared
+from routemaster.webcore.flow_schemas import FLOW_SCHEMAS
 from routemaster.webcore.schema_checks import Check, compile_check
 from routemaster.webcore.schemas import (
     OUTBOUND_SCHEMAS,
@@ -55,7 +57,13 @@ from routemaster.webcore.schemas import (
     ref,
 )
 
-COMPONENTS: Mapping[str, Schema] = {**SCHEMAS, **OUTBOUND_SCHEMAS, **TASK_SCHEMAS}
+COMPONENTS: Mapping[str, Schema] = {
+    **SCHEMAS,
+    **OUTBOUND_SCHEMAS,
+    **TASK_SCHEMAS,
+    **FLOW_SCHEMAS,
+    **CHILD_SCHEMAS,
+}
 """Every schema the OpenAPI document has, by name."""
 
 PATH_PARAMETERS: Mapping[str, Schema] = {"label": ref("LabelName")}

@@ -88,7 +88,7 @@ _NEXT = obj(
 _MACHINE_STATE = obj(
     {
         "name": TEXT,
-        "kind": {"enum": ["gate", "action"]},
+        "kind": {"enum": ["gate", "action", "spawn"]},
         "exit_condition": {"type": ["string", "null"]},
         "triggers": array(ref("Trigger")),
         "webhook": {"type": ["string", "null"]},
@@ -100,7 +100,13 @@ _MACHINE_STATE = obj(
         "end": BOOLEAN,
         "labels": {**INTEGER, "description": "Live labels in this state now."},
         "errored": {**INTEGER, "description": "How many of them are errored."},
-    }
+        "outcome": {
+            "enum": ["succeeded", "failed"],
+            "description": "A child entering this state has finished so.",
+        },
+        "spawn": ref("SpawnSettings"),
+    },
+    optional=("outcome", "spawn"),
 )
 
 _VERSION_NUMBER: Schema = {
@@ -226,7 +232,9 @@ SCHEMAS: dict[str, Schema] = {
             "last_error": {"type": ["string", "null"]},
             # the machine version the label follows: its own on a continue machine
             "version": {"type": ["integer", "null"]},
-        }
+            "parent": ref("Parent"),
+        },
+        optional=("parent",),
     ),
     "History": obj(
         {
@@ -269,7 +277,10 @@ SCHEMAS: dict[str, Schema] = {
                 "type": ["string", "null"],
                 "description": "The clause that sets next_check_at.",
             },
-            "kind": {"enum": ["gate", "action", None]},
+            "kind": {"enum": ["gate", "action", "spawn", None]},
+            "spawn": ref("SpawnProgress"),
+            "children": {**ref("ChildrenCounts"), "description": "A waiting parent's children."},
+            "wait_met": ref("WaitMet"),
             "message": TEXT,
             "next": ref("Next"),
             "webhook": TEXT,
@@ -289,6 +300,11 @@ SCHEMAS: dict[str, Schema] = {
                     {"type": "null"},
                 ],
                 "description": "The task holding the label now (pull workers, 202 callbacks).",
+            },
+            "waiting_for": {
+                "anyOf": [ref("WaitingFor"), {"type": "null"}],
+                "description": "In an action with a flow: the key the label waits its turn "
+                "for, without using attempts (null: not waiting in the flow).",
             },
             "triggers": array(ref("Trigger")),
             "exit_condition": obj(
@@ -316,10 +332,14 @@ SCHEMAS: dict[str, Schema] = {
             "worker",
             "async_timeout",
             "task",
+            "waiting_for",
             "triggers",
             "exit_condition",
             "next_state_if_held",
             "next_state_error",
+            "spawn",
+            "children",
+            "wait_met",
         ),
     ),
     "LabelCount": obj({"count": {**INTEGER, "description": "Live labels matching the filters."}}),

@@ -32,6 +32,7 @@ from routemaster.config.model import Action, Config, Gate
 from routemaster.service import resume_ended_pauses
 from routemaster.service.batch_moves import complete_deliveries, evaluate_due_gates
 from routemaster.service.bulk import run_batch as run_bulk_batch
+from routemaster.service.children import SPAWNS_PER_ROUND, close_left, run_spawns, wake_parents
 from routemaster.service.claims import Claim, StateKey, extend_leases
 from routemaster.service.configuration import apply_migrations
 from routemaster.service.database import Kind, StoreError, describe_failure
@@ -140,6 +141,27 @@ STEPS: tuple[Step, ...] = (
     ),
     Step("claiming deliveries", EVERY_ROUND, lambda work: work.claim_deliveries(), busy=True),
     Step("evaluating due gates", EVERY_ROUND, lambda work: work.evaluate_due_gates(), busy=True),
+    # Child labels (SPEC G3): children's words turned into their parents' due times, then
+    # due parents spawned a batch or decided, one transaction each; then the children still
+    # running of parents that left with ``on_exit: delete``.
+    Step(
+        "waking parents",
+        EVERY_ROUND,
+        lambda work: wake_parents(work.app, limit=work.app.settings.batch_size),
+        busy=True,
+    ),
+    Step(
+        "spawning and deciding",
+        EVERY_ROUND,
+        lambda work: run_spawns(work.app, limit=SPAWNS_PER_ROUND),
+        busy=True,
+    ),
+    Step(
+        "closing spawns",
+        seconds(1),
+        lambda work: close_left(work.app, limit=SPAWNS_PER_ROUND),
+        at_once=True,
+    ),
     # Bulk commands: one batch a round, so deliveries and gates are never kept waiting.
     Step(
         "bulk commands",

@@ -48,7 +48,8 @@ def test_unknown_key_points_at_the_key(
     assert problem.path == "state_machines.user.states.0.exit_conditon"
     assert (problem.line, problem.column) == (line_of(path, "exit_conditon"), 9)
     assert problem.message == (
-        "unknown key 'exit_conditon' (expected one of: gate, triggers, exit_condition, next)"
+        "unknown key 'exit_conditon' (expected one of: gate, triggers, exit_condition, next,"
+        " outcome)"
     )
 
 
@@ -93,7 +94,8 @@ def test_a_state_must_be_a_gate_or_an_action(
     assert problem.path == "state_machines.user.states.1"
     assert problem.line == line_of(path, "step: two")
     assert problem.message == (
-        "expected a state: a mapping with a 'gate' or an 'action' key, got a mapping with keys step"
+        "expected a state: a mapping with a 'gate', an 'action' or a 'spawn' key, got a mapping"
+        " with keys step"
     )
 
 

@@ -44,6 +44,8 @@ def test_every_kind_of_work_is_one_named_row() -> None:
         "moving delivered labels",
         "claiming deliveries",
         "evaluating due gates",
+        "waking parents",
+        "spawning and deciding",
         "bulk commands",
     ]
 

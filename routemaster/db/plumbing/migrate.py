@@ -28,7 +28,16 @@ from alembic.config import Config as AlembicConfig
 
 from routemaster.db.statements import fetch_all, fetch_one, fetch_value
 
-DISTRIBUTED_TABLES = ("labels", "history", "tasks", "deliveries", "bulk_items")
+DISTRIBUTED_TABLES = (
+    "labels",
+    "history",
+    "tasks",
+    "deliveries",
+    "bulk_items",
+    "children",
+    "spawns",
+    "child_wakes",
+)
 """The tables that grow with labels, distributed by ``shard_key``; ``labels`` first."""
 
 REFERENCE_TABLES = ("bulk_jobs", "retention_horizons")

@@ -2,7 +2,8 @@
 
 One module a kind of transition: :mod:`.creation` (create, merge metadata), :mod:`.moves`,
 :mod:`.errors` (error, retry, pause and resume), :mod:`.deletion` (delete, purge),
-:mod:`.versions` (upgrade, rename), :mod:`.completion` (a pull task completed) and
+:mod:`.versions` (upgrade, rename), :mod:`.completion` (a pull task completed),
+:mod:`.children` (a spawn's children created, SPEC G3) and
 :mod:`.entries` (history rows with no change of state); every name is importable from here.
 
 A label is created, has its metadata merged (by an update, or by a pull
@@ -44,6 +45,7 @@ Statements are written and run as :mod:`routemaster.db.statements` says.
 
 from __future__ import annotations
 
+from routemaster.db.transitions.children import create_children
 from routemaster.db.transitions.completion import complete_tasks
 from routemaster.db.transitions.creation import insert, merge_metadata
 from routemaster.db.transitions.deletion import (
@@ -70,6 +72,7 @@ __all__ = [
     "append_one",
     "become_errored",
     "complete_tasks",
+    "create_children",
     "delete_finished",
     "insert",
     "mark_errored",

@@ -1,0 +1,74 @@
+"""On Citus, a child finishing stays a one-shard commit (SPEC G3): the parent on another
+worker is never written in the child's transaction, and the tables of children are
+distributed co-located with ``labels``.
+
+Runs when ``ROUTEMASTER_TEST_CITUS_URL`` names a Citus coordinator; skipped otherwise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from routemaster import service
+from routemaster.app import App
+from routemaster.config import load_config
+from routemaster.service.children import run_spawns, wake_parents
+from tests.citus_cluster import Cluster
+from tests.db.test_routing_citus import _COMMIT_RECORDS, _NODE, Recorded, _explained, _workers
+from tests.worker.children import config
+
+pytestmark = pytest.mark.citus
+
+_COLOCATED = sa.text(
+    "SELECT CAST(logicalrelid AS text), colocationid FROM pg_dist_partition"
+    " WHERE logicalrelid IN ('labels'::regclass, 'children'::regclass, 'spawns'::regclass,"
+    " 'child_wakes'::regclass)"
+)
+
+
+def test_the_tables_of_children_are_colocated_with_labels(citus_cluster: Cluster) -> None:
+    with citus_cluster.engine.connect() as conn:
+        groups = {str(table): int(group) for table, group in conn.execute(_COLOCATED)}
+    assert set(groups) == {"labels", "children", "spawns", "child_wakes"}
+    assert len(set(groups.values())) == 1
+
+
+def test_a_child_finishing_commits_on_its_own_shard_alone(
+    citus_cluster: Cluster, tmp_path: Path
+) -> None:
+    engine = citus_cluster.engine
+    path = tmp_path / "config.yaml"
+    path.write_text(config())
+    app = App(config=load_config([path]), db=engine)
+    order, item = app.config.get_machine("order"), app.config.get_machine("item")
+    parent, child = next(
+        (name, f"{name}/0")
+        for name in (f"o{n}" for n in range(1000))
+        if citus_cluster.worker_of(name) != citus_cluster.worker_of(f"{name}/0")
+    )
+    service.create_label(app, order, parent, {"items": ["a"]})
+    while run_spawns(app, limit=10):
+        pass
+    workers = _workers(engine)
+    with engine.connect() as conn:
+        records = set(conn.execute(_COMMIT_RECORDS).scalars())
+    with Recorded(engine) as recorded:
+        moved = service.update_metadata(app, item, child, {"ok": True})
+    assert moved.state == "picked"
+    with engine.connect() as conn:
+        added = set(conn.execute(_COMMIT_RECORDS).scalars()) - records
+    assert not added, f"the child's finish committed in two phases ({sorted(added)})"
+    statements = [statement for statement, _ in recorded.statements]
+    assert any("UPDATE children" in statement for statement in statements)
+    assert any("INSERT INTO child_wakes" in statement for statement in statements)
+    for statement, params in recorded.statements:
+        plan = _explained(engine, statement, params)
+        shards = {node for node in _NODE.findall(plan) if node in workers}
+        assert len(shards) == 1, (statement, plan)
+    # ... and the parent, on another worker, hears of it: its word taken, it decides.
+    assert wake_parents(app, limit=10) == 1
+    assert run_spawns(app, limit=10) == 1
+    assert service.get_label(app, order, parent).state == "done"
