@@ -13,12 +13,14 @@ import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Concatenate, ParamSpec, Protocol
 
 from routemaster.config.model import State, StateMachine
 from routemaster.logging import BaseLogger
 
 logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
 
 
 class Answer(Protocol):
@@ -61,6 +63,21 @@ ResponseLogger = Callable[[Answer], None]
 def overrides(plugin: BaseLogger, hook: str) -> bool:
     """Whether ``plugin``'s class implements ``hook`` itself rather than inheriting the no-op."""
     return getattr(type(plugin), hook, None) is not getattr(BaseLogger, hook)
+
+
+def _tells(
+    hook: Callable[Concatenate[BaseLogger, P], None],
+) -> Callable[Concatenate[Hooks, P], None]:
+    """A method of :class:`Hooks` telling every plugin of an event, with ``hook``'s signature
+    (the plugin API's, :class:`~routemaster.logging.BaseLogger`'s: written there alone)."""
+    name = hook.__name__
+
+    def tell(self: Hooks, /, *args: P.args, **kwargs: P.kwargs) -> None:
+        self._tell(name, *args, **kwargs)
+
+    tell.__name__ = name
+    tell.__doc__ = hook.__doc__
+    return tell
 
 
 class Hooks:
@@ -123,58 +140,11 @@ class Hooks:
         """Tell every plugin of an unexpected error; call it while the error is being handled."""
         self._tell("exception", message)
 
-    def transition(
-        self,
-        *,
-        state_machine: str,
-        label: str,
-        old_state: str | None,
-        new_state: str | None,
-        forced: bool = False,
-    ) -> None:
-        self._tell(
-            "transition",
-            state_machine=state_machine,
-            label=label,
-            old_state=old_state,
-            new_state=new_state,
-            forced=forced,
-        )
-
-    def webhook_called(
-        self, *, state_machine: str, label: str, url: str, status: int | None, duration: float
-    ) -> None:
-        self._tell(
-            "webhook_called",
-            state_machine=state_machine,
-            label=label,
-            url=url,
-            status=status,
-            duration=duration,
-        )
-
-    def feed_fetched(
-        self,
-        *,
-        state_machine: str,
-        label: str,
-        feed: str,
-        url: str,
-        status: int | None,
-        duration: float,
-    ) -> None:
-        self._tell(
-            "feed_fetched",
-            state_machine=state_machine,
-            label=label,
-            feed=feed,
-            url=url,
-            status=status,
-            duration=duration,
-        )
-
-    def task_event(self, *, state_machine: str, state: str, label: str, event: str) -> None:
-        self._tell("task_event", state_machine=state_machine, state=state, label=label, event=event)
+    # The events: each hook's signature is BaseLogger's, declared there once.
+    transition = _tells(BaseLogger.transition)
+    webhook_called = _tells(BaseLogger.webhook_called)
+    feed_fetched = _tells(BaseLogger.feed_fetched)
+    task_event = _tells(BaseLogger.task_event)
 
     def _tell(self, hook: str, *args: Any, **kwargs: Any) -> None:
         for plugin in self.plugins:

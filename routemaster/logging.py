@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import json
 import logging
 import re
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from routemaster.config.model import Config
@@ -156,66 +157,30 @@ class PythonLogger(BaseLogger):
     def init_flask(self, flask_app: Any) -> None:
         flask_app.logger.setLevel(self.logger.level)
 
-    def transition(
-        self,
-        *,
-        state_machine: str,
-        label: str,
-        old_state: str | None,
-        new_state: str | None,
-        forced: bool = False,
-    ) -> None:
-        self._emit(
-            logging.INFO,
-            "transition",
-            state_machine=state_machine,
-            label=label,
-            old_state=old_state,
-            new_state=new_state,
-            forced=forced,
-        )
+    # The events' fields are BaseLogger's (the plugin API's, declared there once); each line
+    # shows every field, its default included.
 
-    def webhook_called(
-        self,
-        *,
-        state_machine: str,
-        label: str,
-        url: str,
-        status: int | None,
-        duration: float,
-    ) -> None:
+    def transition(self, **event: Any) -> None:
+        self._emit_event(logging.INFO, BaseLogger.transition, event)
+
+    def webhook_called(self, **event: Any) -> None:
+        status = event["status"]
         # Successes are the bulk and their transitions are logged anyway: DEBUG.
         level = logging.DEBUG if status is not None and 200 <= status < 300 else logging.WARNING
-        self._emit(
-            level,
-            "webhook_called",
-            state_machine=state_machine,
-            label=label,
-            url=url,
-            status=status,
-            duration=round(duration, 4),
-        )
+        self._emit_event(level, BaseLogger.webhook_called, event)
 
-    def feed_fetched(
-        self,
-        *,
-        state_machine: str,
-        label: str,
-        feed: str,
-        url: str,
-        status: int | None,
-        duration: float,
-    ) -> None:
-        self._emit(
-            logging.DEBUG,
-            "feed_fetched",
-            state_machine=state_machine,
-            label=label,
-            feed=feed,
-            url=url,
-            status=status,
-            duration=round(duration, 4),
-        )
+    def feed_fetched(self, **event: Any) -> None:
+        self._emit_event(logging.DEBUG, BaseLogger.feed_fetched, event)
+
+    def _emit_event(self, level: int, hook: Callable[..., None], event: dict[str, Any]) -> None:
+        if not self.logger.isEnabledFor(level):
+            return
+        bound = inspect.signature(hook).bind(self, **event)
+        bound.apply_defaults()
+        fields = {name: value for name, value in bound.arguments.items() if name != "self"}
+        if "duration" in fields:
+            fields["duration"] = round(fields["duration"], 4)
+        self._emit(level, hook.__name__, **fields)
 
     def exception(self, message: str, *args: Any, **kwargs: Any) -> None:
         error = sys.exc_info()[1]

@@ -42,7 +42,6 @@ from routemaster.app import App
 from routemaster.console.access import TOKEN_CHECK_KEY, console_token_check
 from routemaster.console.views import error_page
 from routemaster.hubs.changes import ChangeHub
-from routemaster.hubs.claim_waits import ClaimWaiter
 from routemaster.webcore import error_responses
 from routemaster.webcore.extension import EXTENSION_KEY, STARTED
 from routemaster.webcore.paths import NameConverter, rewrite_path_info
@@ -93,7 +92,7 @@ def create_app(app: App) -> flask.Flask:
     flask_app.extensions[EXTENSION_KEY] = app
     hub = ChangeHub(app.db, app.settings, app.horizon)
     flask_app.extensions[HUB_KEY] = hub
-    flask_app.extensions[tasks.WAITER_KEY] = ClaimWaiter(app)
+    tasks.install(flask_app, app)
     flask_app.url_map.converters["name"] = NameConverter
     error_responses.register_error_handlers(flask_app)
     flask_app.register_error_handler(NotFound, _not_found)

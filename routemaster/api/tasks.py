@@ -15,6 +15,7 @@ from werkzeug.exceptions import BadRequest, NotFound, ServiceUnavailable
 
 from routemaster.api.auth import require_scope
 from routemaster.api.labels import LABEL, label_body, live_label
+from routemaster.app import App
 from routemaster.auth import READ, WORK
 from routemaster.hubs.changes import STREAM_KEY
 from routemaster.hubs.claim_waits import ClaimWaiter, TooManyWaiting, task_json
@@ -26,6 +27,7 @@ from routemaster.webcore.responses import isoformat, json_response, past_tasks
 
 blueprint = flask.Blueprint("tasks", __name__)
 
+CLAIMS_KEY = "routemaster.pull_claims"
 WAITER_KEY = "routemaster.claims"
 HISTORY_LIMIT = 100  # a label's latest tasks shown
 TASK = "/tasks/<task_id>"
@@ -45,6 +47,18 @@ TASK_REPLIES = {
         "completed, failed or released, or the label left the action",
     ),
 }
+
+
+def install(flask_app: flask.Flask, app: App) -> None:
+    """The process's pull claims, and its waiter for the claims that wait."""
+    claims = flask_app.extensions[CLAIMS_KEY] = task_service.PullClaims(app)
+    flask_app.extensions[WAITER_KEY] = ClaimWaiter(app, claims)
+
+
+def pull_claims(flask_app: flask.Flask) -> task_service.PullClaims:
+    claims = flask_app.extensions[CLAIMS_KEY]
+    assert isinstance(claims, task_service.PullClaims)
+    return claims
 
 
 def claim_waiter(flask_app: flask.Flask) -> ClaimWaiter:
@@ -68,7 +82,7 @@ def claim_waiter(flask_app: flask.Flask) -> ClaimWaiter:
 )
 def claim() -> flask.Response:
     claim_request, wait = _claim_request(checked_body())
-    tasks = claim_waiter(flask.current_app).claim(claim_request)
+    tasks = pull_claims(flask.current_app).claim(claim_request)
     return _claimed(claim_request, wait, tasks)
 
 
@@ -96,7 +110,7 @@ def complete_many() -> flask.Response:
         if refused is not None:
             return refused
         then, wait = _claim_request(wanted)  # a bad claim completes nothing
-    done, claimed = claim_waiter(flask.current_app).complete_and_claim(completions, then)
+    done, claimed = pull_claims(flask.current_app).complete_and_claim(completions, then)
     completed = {"completed": [_completed(answer) for answer in done]}
     if then is None:
         return json_response({**completed, "tasks": []}, headers=NO_STORE)
@@ -131,7 +145,11 @@ def _claimed(
     before: dict[str, Any] | None = None,
 ) -> flask.Response:
     """The claim's answer, after the fields of ``before``: these tasks, or, when there are
-    none and the claim may wait, the answer the claim waiter gives later."""
+    none and the claim may wait, the answer the claim waiter gives later (a claim that does
+    not wait never reaches it)."""
+    if tasks or not wait:
+        answer = {**(before or {}), "tasks": [task_json(task) for task in tasks]}
+        return json_response(answer, headers=NO_STORE)
     try:
         pending = claim_waiter(flask.current_app).wait_for(
             claim_request, wait, tasks, before=before
@@ -206,11 +224,11 @@ def fail(task_id: str) -> flask.Response:
     retry: bool = body.get("retry", True)
     retry_after: float | None = body.get("retry_after")
     app = routemaster_app()
-    waiter = claim_waiter(flask.current_app)
+    rng = pull_claims(flask.current_app).rng
     return _answer(
         lambda: label_body(
             task_service.fail(
-                app, task_id, error=error, retry=retry, retry_after=retry_after, rng=waiter.rng
+                app, task_id, error=error, retry=retry, retry_after=retry_after, rng=rng
             )
         )
     )

@@ -44,12 +44,14 @@ class Held:
 
 class Book:
     """The worker's shared state. Every method takes the one lock; ``changed`` is notified on
-    every change (a slot freed, an outcome queued, a lease added or ended, a stop asked)."""
+    every change that frees something (a slot freed, an outcome queued, a lease ended, a stop
+    asked), ``leased`` when a lease is added (what the heartbeat thread waits for)."""
 
     def __init__(self, concurrency: int) -> None:
         self.concurrency = concurrency
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
+        self.leased = threading.Condition(self.lock)  # a lease added: only the heartbeats wait
         self.held: dict[str, Held] = {}
         self.busy = 0  # handlers running
         self.outcomes: list[Outcome] = []
@@ -66,7 +68,7 @@ class Book:
         with self.changed:
             self.held[task.id] = held
             self.busy += 1
-            self.changed.notify_all()
+            self.leased.notify_all()
         return held
 
     def finish(self, held: Held, outcome: Outcome) -> bool:

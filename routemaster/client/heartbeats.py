@@ -41,7 +41,7 @@ def _due(book: Book) -> list[Held]:
         due = [held for held in beating if held.beat_at <= now]
         if not due:
             soonest = min((held.beat_at for held in beating), default=now + IDLE_TURN)
-            book.changed.wait(min(max(soonest - now, 0.0), IDLE_TURN))
+            book.leased.wait(min(max(soonest - now, 0.0), IDLE_TURN))
         return due
 
 

@@ -6,7 +6,8 @@ claim (``wait``), sending the completions queued by then in the same
 request (``POST /tasks/complete`` with ``claim``); a *sender* sends the
 outcomes that came in while the claimer waited, completions in batches of
 up to 100 and failures one by one; a *heartbeat* thread keeps every lease
-(:mod:`routemaster.client.heartbeats`); each task runs on a thread of its own.
+(:mod:`routemaster.client.heartbeats`); ``concurrency`` handler threads run
+the tasks, each on one of them.
 
 Drain (SIGTERM, SIGINT or :meth:`Worker.stop`): no more claims; running
 handlers get ``grace`` seconds; a claim waiting on the service is cancelled
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import socket
 import threading
@@ -83,6 +85,7 @@ class Worker:
         self._refused: Refused | None = None
         self._claiming_since: float | None = None  # when the claimer's request began
         self._claims: ClaimConnection | None = None  # the claimer's, to cancel on a drain
+        self._tasks: queue.SimpleQueue[Held | None] = queue.SimpleQueue()  # to the handlers
 
     def task(self, handler: Handler) -> Handler:
         """Decorator: ``handler(task)`` does the work; its dict is merged into the metadata."""
@@ -104,6 +107,8 @@ class Worker:
         if self._handler is None:
             raise RuntimeError("no handler: decorate one with @worker.task")
         restore = self._catch_signals()
+        for n in range(self._book.concurrency):
+            self._thread(self._run_handlers, f"handler-{n}")
         helpers = [
             self._thread(self._supervised(self._claim, "claimer"), "claimer"),
             self._thread(self._supervised(self._send, "sender"), "sender"),
@@ -122,6 +127,8 @@ class Worker:
             clean = self._drain(helpers[0])
         finally:
             self._finished.set()
+            for _ in range(self._book.concurrency):
+                self._tasks.put(None)  # the handler threads end once their task is done
             restore()
         if self._refused is not None:
             raise self._refused
@@ -229,7 +236,12 @@ class Worker:
         return answer[1]
 
     def _start(self, held: Held) -> None:
-        self._thread(lambda: self._handle(held), f"task-{held.task.label}")
+        self._tasks.put(held)
+
+    def _run_handlers(self) -> None:
+        """One of ``concurrency`` handler threads: tasks from the claimer until ``None``."""
+        while (held := self._tasks.get()) is not None:
+            self._handle(held)
 
     def _handle(self, held: Held) -> None:
         """Run the handler on one task; queue its outcome unless its lease is gone."""

@@ -356,26 +356,14 @@ def record_outcomes(conn: sa.Connection, machine: str, outcomes: Sequence[tuple[
     if not outcomes:
         return
     names = [name for name, _ in outcomes]
-    run(
+    run(  # as a finish, the parents' word aside: their count already read the outcomes
         conn,
-        _RECORD_OUTCOMES,
+        _FINISH,
         {
             **label_key_arrays((machine, name) for name in names),
             "outcomes": [outcome for _, outcome in outcomes],
         },
     )
-
-
-_RECORD_OUTCOMES = """
-    UPDATE children SET outcome = found.outcome
-    FROM unnest(CAST(%(machines)s AS text[]), CAST(%(keys)s AS bytea[]),
-                CAST(%(shard_keys)s AS integer[]), CAST(%(outcomes)s AS text[]))
-         AS found (state_machine, name_key, shard_key, outcome)
-    WHERE children.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
-      AND children.state_machine = found.state_machine
-      AND children.name_key = found.name_key AND children.shard_key = found.shard_key
-      AND children.outcome IS NULL
-    """
 
 
 def wake_parents(

@@ -46,7 +46,7 @@ import sqlalchemy as sa
 from routemaster.db.labels import label_params
 from routemaster.db.shards import shard_map
 from routemaster.db.statements import Row, fetch_all, fetch_one, run
-from routemaster.db.tasks import Lease, Task
+from routemaster.db.tasks import TASKS_ISSUED, Lease, Task, claimed_columns
 
 StateKey = tuple[str, str]
 
@@ -459,7 +459,7 @@ _LEASE_HEADS = """
               h.n
     """
 
-_LEASE_TASKS = """
+_LEASE_TASKS = f"""
     WITH chosen AS (
         SELECT * FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
                              CAST(%(name_keys)s AS bytea[]), CAST(%(ids)s AS text[]),
@@ -478,20 +478,8 @@ _LEASE_TASKS = """
         WHERE labels.shard_key = ANY(CAST(%(shard_keys)s AS integer[]))
           AND labels.shard_key = chosen.shard_key AND labels.state_machine = chosen.sm
           AND labels.name_key = chosen.name_key
-        RETURNING labels.task_id, labels.state_machine, labels.name, labels.state,
-                  labels.metadata, labels.attempts, labels.entry_id, labels.due_at,
-                  chosen.lease, chosen.lease_source, chosen.lease_samples, chosen.n,
-                  labels.shard_key
-    ), issued AS (
-        INSERT INTO tasks (id, shard_key, state_machine, label, state, entry_id, attempt, worker,
-                           lease, claimed_at, lease_source, lease_samples)
-        SELECT task_id, shard_key, state_machine, name, state, entry_id, attempts, %(worker)s,
-               lease * interval '1 second', %(now)s, lease_source, lease_samples
-        FROM claimed
-    )
-    SELECT task_id AS id, state_machine, name AS label, state, metadata, attempts AS attempt,
-           entry_id, due_at AS lease_expires_at
-    FROM claimed ORDER BY n
+        RETURNING {claimed_columns("chosen")}
+    ), {TASKS_ISSUED}
     """
 
 _SET_VSTARTS = """

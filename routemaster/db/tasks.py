@@ -234,6 +234,33 @@ def hold_for_callback(conn: sa.Connection, task_id: str, *, until: datetime.date
     return run(conn, _HOLD_FOR_CALLBACK, {**_task_params(task_id), "until": until}) == 1
 
 
+def claimed_columns(source: str) -> str:
+    """What a pull claim's ``claimed`` CTE returns for :data:`TASKS_ISSUED`: each leased
+    label's task, with its lease, where it came from and its place ``n``, from ``source``."""
+    return (
+        "labels.task_id, labels.state_machine, labels.name, labels.state,\n"
+        "                  labels.metadata, labels.attempts, labels.entry_id, labels.due_at,\n"
+        f"                  {source}.lease, {source}.lease_source, {source}.lease_samples,\n"
+        f"                  {source}.n, labels.shard_key"
+    )
+
+
+TASKS_ISSUED = """issued AS (
+        INSERT INTO tasks (id, shard_key, state_machine, label, state, entry_id, attempt, worker,
+                           lease, claimed_at, lease_source, lease_samples)
+        SELECT task_id, shard_key, state_machine, name, state, entry_id, attempts, %(worker)s,
+               lease * interval '1 second', %(now)s, lease_source, lease_samples
+        FROM claimed
+    )
+    SELECT task_id AS id, state_machine, name AS label, state, metadata, attempts AS attempt,
+           entry_id, due_at AS lease_expires_at
+    FROM claimed ORDER BY n"""
+"""The end of a claim of pull tasks, after its ``claimed`` CTE (labels leased, each given its
+task id and numbered ``n`` in claim order, with their leases): the tasks recorded, and the
+claim's answer (:class:`Task` rows, in that order). Every pull claim ends so
+(:mod:`routemaster.db.label_claims`, :mod:`routemaster.db.flows`)."""
+
+
 # Run-out leases: every task ended; labels due again rescheduled here, those to be errored
 # left to routemaster.db.transitions (expire runs both in one transaction).
 _EXPIRE = """

@@ -28,11 +28,9 @@ its tasks to a half-closed client, which releases them.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import logging
 import os
-import random
 import select
 import socket
 import threading
@@ -44,7 +42,6 @@ from routemaster.app import App
 from routemaster.db.notifications import Listener, due_listener
 from routemaster.db.tasks import PullState, Task
 from routemaster.service import tasks as task_service
-from routemaster.service.leases import LeaseBook
 
 logger = logging.getLogger(__name__)
 
@@ -162,62 +159,19 @@ class TooManyWaiting(Exception):
 
 
 class ClaimWaiter:
-    """This process's claims: each made now, then, when it found nothing and may wait, held
-    until tasks come or its wait ends by the thread that serves them (started on first use).
+    """This process's waiting claims: each found nothing when made (by ``claims``) and may
+    wait, so it is held until tasks come or its wait ends by the thread that serves them
+    (started on first use), which claims for it through ``claims`` again.
     """
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, claims: task_service.PullClaims) -> None:
         self.app = app
-        self.rng = random.Random()
-        self.leases = LeaseBook()  # the percentile leases' recent durations, for every claim
+        self.claims = claims
         self._pending: list[PendingClaim] = []
         self._lock = threading.Lock()
         self._pid: int | None = None
         self._running = False
         self._wake_r, self._wake_w = -1, -1
-        self._expired_at: datetime.datetime | None = None
-
-    def expiry_due(self) -> bool:
-        """Whether a claim should first end the leases that ran out: at most once per
-        poll interval of the app's clock in this process, so a busy API does not pay one
-        more statement per claim (the worker loop ends them every second anyway)."""
-        now = self.app.now()
-        with self._lock:
-            last = self._expired_at
-            if (
-                last is not None
-                and abs((now - last).total_seconds()) < self.app.settings.poll_interval
-            ):
-                return False
-            self._expired_at = now
-            return True
-
-    def claim(self, claim: task_service.NextClaim) -> list[Task]:
-        """The claim made now: the tasks it takes (maybe none)."""
-        return task_service.claim_tasks(
-            self.app,
-            claim.states,
-            worker=claim.worker,
-            limit=claim.limit,
-            rng=self.rng,
-            expire=self.expiry_due(),
-            leases=self.leases,
-        )
-
-    def complete_and_claim(
-        self,
-        completions: Sequence[tuple[str, dict[str, Any] | None]],
-        then: task_service.NextClaim | None,
-    ) -> tuple[list[task_service.Completed], list[Task]]:
-        """Complete tasks in order, then make the claim ``then`` now (if there is one)."""
-        return task_service.complete_and_claim(
-            self.app,
-            completions,
-            then,
-            rng=self.rng,
-            expire=then is not None and self.expiry_due(),
-            leases=self.leases,
-        )
 
     def wait_for(
         self,
@@ -228,7 +182,8 @@ class ClaimWaiter:
         before: Mapping[str, Any] | None = None,
     ) -> PendingClaim | None:
         """The claim held until tasks come or ``wait`` seconds pass, or ``None`` when it is
-        answered now: it took tasks, may not wait, or waits on no state.
+        answered now: it took tasks, may not wait, or waits on no state (the API answers
+        those itself, never calling here).
 
         Raises :class:`TooManyWaiting` when this process holds as many as it may.
         """
@@ -328,14 +283,8 @@ class ClaimWaiter:
                 continue
             if claim.keys <= empty:
                 continue
-            tasks = task_service.claim_tasks(
-                self.app,
-                claim.states,
-                worker=claim.worker,
-                limit=claim.limit,
-                rng=self.rng,
-                expire=self.expiry_due(),
-                leases=self.leases,
+            tasks = self.claims.claim(
+                task_service.NextClaim(claim.states, claim.worker, claim.limit)
             )
             if len(tasks) < claim.limit:
                 empty |= claim.keys

@@ -333,16 +333,12 @@ class _Observer(BaseLogger):
         self._metrics = metrics
         self._deliveries = threading.local()  # the delivery each thread is in
 
-    def transition(
-        self,
-        *,
-        state_machine: str,
-        label: str,
-        old_state: str | None,
-        new_state: str | None,
-        forced: bool = False,
-    ) -> None:
-        self._metrics.count_transition(state_machine, old_state or "", new_state or "")
+    # The events' fields are BaseLogger's (the plugin API's, declared there once).
+
+    def transition(self, **event: Any) -> None:
+        self._metrics.count_transition(
+            event["state_machine"], event["old_state"] or "", event["new_state"] or ""
+        )
 
     @contextlib.contextmanager
     def process_webhook(self, state_machine: Any, state: Any) -> Iterator[None]:
@@ -364,23 +360,15 @@ class _Observer(BaseLogger):
         if delivery is not None:
             delivery.status = response.status_code
 
-    def feed_fetched(
-        self,
-        *,
-        state_machine: str,
-        label: str,
-        feed: str,
-        url: str,
-        status: int | None,
-        duration: float,
-    ) -> None:
-        result = outcome(status)
-        labels = (state_machine, feed, "failure" if result == "gone" else result)
+    def feed_fetched(self, **event: Any) -> None:
+        result = outcome(event["status"])
+        labels = (event["state_machine"], event["feed"], "failure" if result == "gone" else result)
         self._metrics.feed_calls.labels(*labels).inc()
-        self._metrics.feed_seconds.labels(*labels).observe(duration)
+        self._metrics.feed_seconds.labels(*labels).observe(event["duration"])
 
-    def task_event(self, *, state_machine: str, state: str, label: str, event: str) -> None:
-        self._metrics.tasks.labels(state_machine, state, event).inc()
+    def task_event(self, **event: Any) -> None:
+        labels = (event["state_machine"], event["state"], event["event"])
+        self._metrics.tasks.labels(*labels).inc()
 
 
 @dataclass

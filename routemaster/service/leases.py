@@ -7,7 +7,7 @@ action's last 100 completed tasks, clamped to [min, max], and ``min`` while
 fewer than 20 have completed: leases follow how long the work really takes.
 
 Choosing is pure (:func:`choose`). Reading the durations costs one indexed
-statement of at most 100 rows per action (``db/task_completions.py``);
+statement of at most 100 rows per action (``db/task_records.py``);
 :class:`LeaseBook` keeps each action's durations for a few seconds of the
 app's clock, so a busy claim path reads them once per interval per process
 rather than once per claim.
@@ -24,7 +24,7 @@ from fractions import Fraction
 import sqlalchemy as sa
 
 from routemaster.config.model import Action, Config, PercentileLease, PullWorker
-from routemaster.db import task_completions
+from routemaster.db import task_records
 from routemaster.db.tasks import Lease, LeasedState, PullState
 
 MIN_SAMPLES = 20  # completions before a percentile lease is trusted; ``min`` until then
@@ -93,7 +93,7 @@ class LeaseBook:
             }
         stale = [key for key in wanted if key not in durations]
         if stale:
-            fresh = task_completions.recent_durations(conn, stale)
+            fresh = task_records.recent_durations(conn, stale)
             durations |= fresh
             with self._lock:
                 self._kept.update({key: (now, seconds) for key, seconds in fresh.items()})

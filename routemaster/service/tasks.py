@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import random
 import secrets
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -27,7 +28,6 @@ from routemaster.db import (
     counts,
     label_claims,
     schedules,
-    task_completions,
     task_records,
     transitions,
 )
@@ -212,7 +212,7 @@ def complete_many(
         first.setdefault(task_id, patch)
     with writing(app) as conn:
         taken = transitions.complete_tasks(conn, list(first.items()), now=now)
-        issued = task_completions.issued_among(conn, [i for i in first if i not in taken])
+        issued = task_records.issued_among(conn, [i for i in first if i not in taken])
         settled = settle_batch(conn, app, list(taken.values()), now=now)
         schedules.settle_unmoved(conn, settled.unmoved)
         for label in settled.waiting:
@@ -277,6 +277,62 @@ def complete_and_claim(
         leases=leases,
     )
     return done, claimed
+
+
+class PullClaims:
+    """This process's pull claims, made now: the state every claim of the process shares (a
+    random source for backoffs, the percentile leases' recent durations, when run-out leases
+    were last ended). The API makes a claim here; only a claim that found nothing and may
+    wait is handed to the claim waiter (:mod:`routemaster.hubs.claim_waits`), which claims
+    here again for it.
+    """
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.rng = random.Random()
+        self.leases = LeaseBook()
+        self._lock = threading.Lock()
+        self._expired_at: datetime.datetime | None = None
+
+    def expiry_due(self) -> bool:
+        """Whether a claim should first end the leases that ran out: at most once per
+        poll interval of the app's clock in this process, so a busy API does not pay one
+        more statement per claim (the worker loop ends them every second anyway)."""
+        now = self.app.now()
+        with self._lock:
+            last = self._expired_at
+            if (
+                last is not None
+                and abs((now - last).total_seconds()) < self.app.settings.poll_interval
+            ):
+                return False
+            self._expired_at = now
+            return True
+
+    def claim(self, claim: NextClaim) -> list[Task]:
+        """The claim made now: the tasks it takes (maybe none)."""
+        return claim_tasks(
+            self.app,
+            claim.states,
+            worker=claim.worker,
+            limit=claim.limit,
+            rng=self.rng,
+            expire=self.expiry_due(),
+            leases=self.leases,
+        )
+
+    def complete_and_claim(
+        self, completions: Sequence[tuple[str, dict[str, Any] | None]], then: NextClaim | None
+    ) -> tuple[list[Completed], list[Task]]:
+        """Complete tasks in order, then make the claim ``then`` now (if there is one)."""
+        return complete_and_claim(
+            self.app,
+            completions,
+            then,
+            rng=self.rng,
+            expire=then is not None and self.expiry_due(),
+            leases=self.leases,
+        )
 
 
 def fail(

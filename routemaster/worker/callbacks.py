@@ -18,8 +18,8 @@ import logging
 from routemaster.app import App
 from routemaster.config.model import Action
 from routemaster.http.webhooks import DeliveryResult, Outcome, WebhookRequest
-from routemaster.service.claims import Claim
 from routemaster.service.delivery_outcomes import error_unanswered, hold_for_callback, observe
+from routemaster.service.in_flight import Claim
 from routemaster.service.reads import Delivery
 from routemaster.service.tasks import open_callback_task
 

@@ -28,7 +28,8 @@ from routemaster.machine.clock import (
     scheduled_triggers,
 )
 from routemaster.machine.schedule import zone_of
-from routemaster.service.claims import StateKey, forget_occurrences, record_occurrence
+from routemaster.service.clock_occurrences import forget_occurrences, record_occurrence
+from routemaster.service.in_flight import StateKey
 from routemaster.worker.sweeps import PROCESS_GATE
 
 logger = logging.getLogger(__name__)

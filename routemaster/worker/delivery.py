@@ -17,9 +17,9 @@ import time
 from routemaster.app import App
 from routemaster.config.model import Action
 from routemaster.http.webhooks import Outcome, build_request, deliver
-from routemaster.service.claims import Claim
 from routemaster.service.delivery_claims import Permit
 from routemaster.service.delivery_outcomes import observe, record_failed_delivery, webhook_delivery
+from routemaster.service.in_flight import Claim
 from routemaster.service.versions import governing
 from routemaster.worker import callbacks
 from routemaster.worker.recording import Recorder

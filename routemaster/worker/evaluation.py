@@ -13,7 +13,7 @@ import logging
 from routemaster import service
 from routemaster.app import App
 from routemaster.service.batch_moves import evaluation_failed
-from routemaster.service.claims import Claim
+from routemaster.service.in_flight import Claim
 
 logger = logging.getLogger(__name__)
 

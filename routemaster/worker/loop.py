@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 from routemaster.app import App
 from routemaster.http.client import BoundedAdapter
-from routemaster.service.claims import listen_for_due, next_due_at, tell_idle_shards
 from routemaster.service.database import StoreError
 from routemaster.service.versions import load_all_versions, worker_view
+from routemaster.service.wakeups import listen_for_due, next_due_at, tell_idle_shards
 from routemaster.worker.round import Round, Work
 from routemaster.worker.subscription_sender import SubscriptionSender
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from routemaster.service.claims import Claim
+from routemaster.service.in_flight import Claim
 from routemaster.service.reads import Delivery
 
 Delivered = tuple[Claim, Delivery]

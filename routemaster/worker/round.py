@@ -33,10 +33,10 @@ from routemaster.service import resume_ended_pauses
 from routemaster.service.batch_moves import complete_deliveries, evaluate_due_gates
 from routemaster.service.bulk import run_batch as run_bulk_batch
 from routemaster.service.children import SPAWNS_PER_ROUND, close_left, run_spawns, wake_parents
-from routemaster.service.claims import Claim, StateKey, extend_leases
 from routemaster.service.configuration import apply_migrations
 from routemaster.service.database import Kind, StoreError, describe_failure
 from routemaster.service.delivery_claims import Gatekeeper, Permit
+from routemaster.service.in_flight import Claim, StateKey, extend_leases
 from routemaster.service.label_counts import FOLD_INTERVAL, FoldPace
 from routemaster.service.retention import prune as prune_retained
 from routemaster.service.scheduling import schedule_unscheduled

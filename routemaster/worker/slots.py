@@ -1,6 +1,6 @@
 """The worker's delivery slots: a thread pool that knows what it holds and wakes the loop.
 
-Every job is a :class:`~routemaster.service.claims.Claim` (a delivery or a gate
+Every job is a :class:`~routemaster.service.in_flight.Claim` (a delivery or a gate
 evaluation that reads feeds). The loop sleeps in ``select`` on :attr:`wake_fd`
 (beside its ``LISTEN`` connection), so a finished job wakes it at once and
 nothing polls while work is in flight.
@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from routemaster.service.claims import Claim
+from routemaster.service.in_flight import Claim
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
-from routemaster.api.tasks import claim_waiter
+from routemaster.api.tasks import WAITER_KEY, claim_waiter
 from routemaster.hubs import claim_waits
 from tests.api.helpers import body
 from tests.api.tasks_support import MakeClient, create, tasks_client
@@ -126,3 +126,23 @@ def test_waiting_claims_beyond_the_limit_are_refused(make_client: MakeClient) ->
     create(client, "jobs", "x")
     thread.join(timeout=10)
     assert [task["label"] for task in answer["tasks"]] == ["x"]
+
+
+def test_a_claim_that_does_not_wait_never_reaches_the_claim_waiter(
+    make_client: MakeClient,
+) -> None:
+    """A claim without ``wait`` (or with 0) is made and answered by the request itself: with
+    no waiter in the process at all, claims and a batch completion's claim still answer."""
+    client, _ = make_client()
+    application = client.application
+    assert isinstance(application, flask.Flask)
+    del application.extensions[WAITER_KEY]
+    assert body(client.post("/tasks/claim", json={"worker": "w"}))["tasks"] == []
+    assert body(client.post("/tasks/claim", json={"worker": "w", "wait": 0}))["tasks"] == []
+    create(client, "jobs", "now")
+    [task] = body(client.post("/tasks/claim", json={"worker": "w", "wait": 5}))["tasks"]
+    completed = client.post(
+        "/tasks/complete", json={"tasks": [{"id": task["id"]}], "claim": {"worker": "w"}}
+    )
+    assert completed.status_code == 200, body(completed)
+    assert body(completed)["tasks"] == [] and body(completed)["completed"][0]["status"] == 200

@@ -21,7 +21,7 @@ import routemaster.service
 from routemaster.app import App
 from routemaster.config import load_config
 from routemaster.db import occurrences
-from routemaster.service.claims import record_occurrence
+from routemaster.service.clock_occurrences import record_occurrence
 from routemaster.service.transactions import read, write
 from tests.api.conftest import CONFIG_PATH
 

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from routemaster.db.catalogue import IN_SHARD, LABELS_CLAIMABLE, LABELS_IN_SHARD
 from routemaster.db.label_claims.states import IN_STATES, StateKey, state_arrays
 from routemaster.db.shards import Fetch, take, take_each
-from routemaster.db.tasks import Held, LeasedState, Task
+from routemaster.db.tasks import TASKS_ISSUED, Held, LeasedState, Task, claimed_columns
 
 
 def claim_tasks(
@@ -104,20 +104,8 @@ _CLAIM_TASKS = f"""
         WHERE {LABELS_IN_SHARD}
           AND labels.state_machine = numbered.state_machine
           AND labels.name_key = numbered.name_key
-        RETURNING labels.task_id, labels.state_machine, labels.name, labels.state,
-                  labels.metadata, labels.attempts, labels.entry_id, labels.due_at,
-                  numbered.lease, numbered.lease_source, numbered.lease_samples, numbered.n,
-                  labels.shard_key
-    ), issued AS (
-        INSERT INTO tasks (id, shard_key, state_machine, label, state, entry_id, attempt, worker,
-                           lease, claimed_at, lease_source, lease_samples)
-        SELECT task_id, shard_key, state_machine, name, state, entry_id, attempts, %(worker)s,
-               lease * interval '1 second', %(now)s, lease_source, lease_samples
-        FROM claimed
-    )
-    SELECT task_id AS id, state_machine, name AS label, state, metadata, attempts AS attempt,
-           entry_id, due_at AS lease_expires_at
-    FROM claimed ORDER BY n
+        RETURNING {claimed_columns("numbered")}
+    ), {TASKS_ISSUED}
     """
 
 # On Citus: the shard keys of the oldest labels awaiting a pull claim.

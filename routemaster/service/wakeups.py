@@ -1,13 +1,6 @@
-"""The worker's claims of due work: their leases, when the next falls due, clock occurrences.
-
-The worker holds claims (deliveries, feed-reading evaluations) in its
-slots; while they are in flight their leases are extended so no other
-worker claims them again, and between rounds it sleeps until the next label
-falls due or a ``NOTIFY`` says one has (:func:`listen_for_due`). A clock
-trigger's occurrence is claimed too: the first worker to record it fires it
-for the others' logs and metrics. Each reads or writes the store in a
-transaction of its own.
-"""
+"""When the worker wakes: between rounds it sleeps until the next label falls due, or until a
+``NOTIFY`` says one has. On Citus, what the worker's quiet claims must know to send no
+statement while nothing is due (:mod:`routemaster.db.idle_shards`)."""
 
 from __future__ import annotations
 
@@ -15,12 +8,10 @@ import datetime
 from collections.abc import Sequence
 
 from routemaster.app import App
-from routemaster.db import label_claims, occurrences
-from routemaster.db.claimed import Claim as Claim  # for the worker
-from routemaster.db.label_claims import StateKey as StateKey  # for the worker
+from routemaster.db import label_claims
 from routemaster.db.notifications import Listener, due_listener
 from routemaster.db.shards import known_shard_map
-from routemaster.service.transactions import read, write, writing
+from routemaster.service.transactions import read
 
 
 def listen_for_due(app: App) -> Listener:
@@ -50,19 +41,6 @@ def tell_idle_shards(
     shards.idle.heard(payloads)
 
 
-def extend_leases(app: App, held: Sequence[Claim]) -> None:
-    """Keep every claim in ``held`` leased for one more lease from now."""
-    if not held:
-        return
-    with writing(app) as conn:
-        label_claims.extend_leases(
-            conn,
-            held,
-            lease_until=app.now() + app.settings.lease,
-            worker_id=app.settings.worker_id,
-        )
-
-
 _read_next_due_at = read(label_claims.next_due_at)
 
 
@@ -75,11 +53,3 @@ def next_due_at(app: App) -> datetime.datetime | None:
         if kept:
             return at
     return _read_next_due_at(app)
-
-
-record_occurrence = write(occurrences.record_occurrence)
-"""Whether this call is the first, across all workers, to handle the occurrence."""
-
-
-forget_occurrences = write(occurrences.forget_occurrences)
-"""Occurrences before ``before`` can never be computed again: their rows only take space."""
