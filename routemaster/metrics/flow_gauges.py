@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -19,6 +18,7 @@ from prometheus_client.registry import Collector
 from routemaster.config.model import Action, Config
 from routemaster.db import flows
 from routemaster.db.flows import FlowCounts
+from routemaster.metrics.throttled import ThrottledReading
 
 logger = logging.getLogger(__name__)
 
@@ -39,15 +39,14 @@ class FlowGauges(Collector):
                 if isinstance(state, Action) and state.flow is not None:
                     states.setdefault(state.flow.name, []).append((machine.name, state.name))
         self._flows = sorted(states.items())
-        self._interval = interval
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._last: tuple[float, list[FlowCounts]] | None = None
+        self._reading = ThrottledReading(
+            self._read, what="flow gauges", logger=logger, interval=interval, clock=clock
+        )
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         if not self._flows:
             return
-        counts = self._reading()
+        counts = self._reading.get()
         if counts is None:
             return
         waiting = GaugeMetricFamily(
@@ -65,16 +64,7 @@ class FlowGauges(Collector):
             holding.add_metric([count.name], count.holding)
         yield from (waiting, holding)
 
-    def _reading(self) -> list[FlowCounts] | None:
-        with self._lock:
-            if self._last is not None and self._clock() - self._last[0] < self._interval:
-                return self._last[1]
-            try:
-                with self._engine.connect() as conn:
-                    now = datetime.datetime.now(datetime.UTC)
-                    counts = flows.flow_counts(conn, self._flows, now=now)
-            except sa.exc.SQLAlchemyError as error:
-                logger.warning("flow gauges not refreshed: %s", type(error).__name__)
-                return self._last[1] if self._last else None
-            self._last = (self._clock(), counts)
-            return counts
+    def _read(self) -> list[FlowCounts]:
+        with self._engine.connect() as conn:
+            now = datetime.datetime.now(datetime.UTC)
+            return flows.flow_counts(conn, self._flows, now=now)

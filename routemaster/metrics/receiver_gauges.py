@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from prometheus_client.registry import Collector
 from routemaster.config.model import Config
 from routemaster.config.origins import configured_receivers
 from routemaster.db import receiver_labels, receivers
+from routemaster.metrics.throttled import ThrottledReading
 
 logger = logging.getLogger(__name__)
 
@@ -50,13 +50,12 @@ class ReceiverGauges(Collector):
             for receiver in self._receivers.values()
             for machine, state in receiver.action_states
         ]
-        self._interval = interval
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._last: tuple[float, _Reading] | None = None
+        self._reading = ThrottledReading(
+            self._read, what="receiver gauges", logger=logger, interval=interval, clock=clock
+        )
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        reading = self._reading()
+        reading = self._reading.get()
         if reading is None:
             return
         ids = sorted(set(self._receivers) | set(reading.state))
@@ -90,23 +89,14 @@ class ReceiverGauges(Collector):
             failures.add_metric([ident], reading.failures.get(ident, 0))
         yield from (state, in_flight, waiting, failures)
 
-    def _reading(self) -> _Reading | None:
-        with self._lock:
-            if self._last is not None and self._clock() - self._last[0] < self._interval:
-                return self._last[1]
-            try:
-                with self._engine.connect() as conn:
-                    rows = receivers.all_receivers(conn)
-                    counts = receiver_labels.counts(
-                        conn, self._routes, now=datetime.datetime.now(datetime.UTC)
-                    )
-            except sa.exc.SQLAlchemyError as error:
-                logger.warning("receiver gauges not refreshed: %s", type(error).__name__)
-                return self._last[1] if self._last else None
-            reading = _Reading(
-                state={row.id: row.state for row in rows},
-                failures={row.id: row.failures_in_a_row for row in rows},
-                counts=counts,
+    def _read(self) -> _Reading:
+        with self._engine.connect() as conn:
+            rows = receivers.all_receivers(conn)
+            counts = receiver_labels.counts(
+                conn, self._routes, now=datetime.datetime.now(datetime.UTC)
             )
-            self._last = (self._clock(), reading)
-            return reading
+        return _Reading(
+            state={row.id: row.state for row in rows},
+            failures={row.id: row.failures_in_a_row for row in rows},
+            counts=counts,
+        )

@@ -12,7 +12,6 @@ run's cutoff: rows older than this are being pruned). Read at most every
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -21,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from routemaster.db import retention_progress as store
+from routemaster.metrics.throttled import ThrottledReading
 
 logger = logging.getLogger(__name__)
 
@@ -30,10 +30,9 @@ class RetentionGauges(Collector):
         self, engine: sa.Engine, *, interval: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._engine = engine
-        self._interval = interval
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._taken: tuple[float, list[store.Progress]] | None = None
+        self._reading = ThrottledReading(
+            self._read, what="retention gauges", logger=logger, interval=interval, clock=clock
+        )
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         progress = self.progress()
@@ -63,14 +62,9 @@ class RetentionGauges(Collector):
         yield horizon
 
     def progress(self) -> list[store.Progress]:
-        with self._lock:
-            if self._taken is not None and self._clock() - self._taken[0] < self._interval:
-                return self._taken[1]
-            try:
-                with self._engine.connect() as conn:
-                    fresh = store.progress(conn)
-            except sa.exc.SQLAlchemyError as error:
-                logger.warning("retention gauges not refreshed: %s", type(error).__name__)
-                return self._taken[1] if self._taken else []
-            self._taken = (self._clock(), fresh)
-            return fresh
+        progress = self._reading.get()
+        return progress if progress is not None else []
+
+    def _read(self) -> list[store.Progress]:
+        with self._engine.connect() as conn:
+            return store.progress(conn)

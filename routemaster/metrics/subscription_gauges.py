@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from routemaster.db import subscriptions as store
 from routemaster.db.horizon import Horizon
+from routemaster.metrics.throttled import ThrottledReading
 
 logger = logging.getLogger(__name__)
 
@@ -67,12 +67,13 @@ class SubscriptionGauges(Collector):
         interval: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._engine = engine
-        self._horizon = horizon
-        self._interval = interval
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._taken: tuple[float, list[SubscriptionLag]] | None = None
+        self._reading = ThrottledReading(
+            lambda: subscription_lags(engine, horizon),
+            what="subscription gauges",
+            logger=logger,
+            interval=interval,
+            clock=clock,
+        )
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         lags = self.lags()
@@ -104,13 +105,5 @@ class SubscriptionGauges(Collector):
         yield lost
 
     def lags(self) -> list[SubscriptionLag]:
-        with self._lock:
-            if self._taken is not None and self._clock() - self._taken[0] < self._interval:
-                return self._taken[1]
-            try:
-                fresh = subscription_lags(self._engine, self._horizon)
-            except sa.exc.SQLAlchemyError as error:
-                logger.warning("subscription gauges not refreshed: %s", type(error).__name__)
-                return self._taken[1] if self._taken else []
-            self._taken = (self._clock(), fresh)
-            return fresh
+        lags = self._reading.get()
+        return lags if lags is not None else []
