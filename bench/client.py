@@ -48,7 +48,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from tasks import create_rate, fresh_database, hand_over, in_threads, percentile  # noqa: E402
+from tasks import (  # noqa: E402
+    create_rate,
+    fresh_database,
+    hand_over,
+    in_threads,
+    percentile,
+    send_one_at_a_time,
+)
 
 from routemaster.client import Task, Worker  # noqa: E402
 
@@ -132,16 +139,7 @@ def client_hand_over(base: str, samples: int) -> list[float]:
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     time.sleep(1.0)  # let the worker be waiting (a benchmark, not a test)
-    session = requests.Session()
-    sent: dict[str, float] = {}
-    for n in range(samples):
-        name = f"client-handover{n}"
-        sent[name] = time.perf_counter()
-        session.post(f"{base}/state-machines/jobs/labels/{name}", json={"metadata": {}})
-        deadline = time.perf_counter() + 5
-        while name not in started and time.perf_counter() < deadline:
-            time.sleep(0.0005)
-        time.sleep(0.01)  # one label at a time: the worker back to waiting
+    sent = send_one_at_a_time(base, "client-handover", samples, started)
     worker.stop()
     thread.join(30)
     return [started[name] - sent[name] for name in sent if name in started]

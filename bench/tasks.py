@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +171,24 @@ def batch_rate(base: str, processes: int, threads: int) -> float:
     return count / seconds
 
 
+def send_one_at_a_time(
+    base: str, prefix: str, samples: int, seen: Mapping[str, float]
+) -> dict[str, float]:
+    """Create ``samples`` jobs labels, each once the last is in ``seen`` (or after 5 s), so
+    the consumers are back to waiting; when each was sent (``time.perf_counter``)."""
+    session = requests.Session()
+    sent: dict[str, float] = {}
+    for n in range(samples):
+        name = f"{prefix}{n}"
+        sent[name] = time.perf_counter()
+        session.post(f"{base}/state-machines/jobs/labels/{name}", json={"metadata": {}})
+        deadline = time.perf_counter() + 5
+        while name not in seen and time.perf_counter() < deadline:
+            time.sleep(0.0005)
+        time.sleep(0.01)  # one label at a time: consumers back to waiting
+    return sent
+
+
 def hand_over(base: str, consumers: int, samples: int) -> list[float]:
     """Seconds from sending a create to a waiting consumer holding the task, per label."""
     received: dict[str, float] = {}
@@ -198,16 +216,7 @@ def hand_over(base: str, consumers: int, samples: int) -> list[float]:
     for thread in threads:
         thread.start()
     time.sleep(1.0)  # let every consumer be waiting (a benchmark, not a test)
-    session = requests.Session()
-    sent: dict[str, float] = {}
-    for n in range(samples):
-        name = f"handover{n}"
-        sent[name] = time.perf_counter()
-        session.post(f"{base}/state-machines/jobs/labels/{name}", json={"metadata": {}})
-        deadline = time.perf_counter() + 5
-        while name not in received and time.perf_counter() < deadline:
-            time.sleep(0.0005)
-        time.sleep(0.01)  # one label at a time: consumers back to waiting
+    sent = send_one_at_a_time(base, "handover", samples, received)
     stop.set()
     for thread in threads:
         thread.join(timeout=5)
