@@ -14,6 +14,12 @@ from tests.worker.children import config, rows
 from tests.worker.conftest import MakeApp, running
 
 
+def _spawned(app: App, items: list[object]) -> None:
+    """``o1`` created with ``items`` to spawn from, and every child of it spawned."""
+    service.create_label(app, app.config.get_machine("order"), "o1", {"items": items})
+    wait_until(lambda: len(_children(app)) == len(items), f"{len(items)} children")
+
+
 def _children(app: App, parent: str = "o1") -> list[tuple[object, ...]]:
     return rows(
         app,
@@ -41,10 +47,9 @@ def test_a_parent_waits_for_all_its_children_then_leaves_by_their_counts(
     make_app: MakeApp,
 ) -> None:
     app = make_app(config())
-    order, item = app.config.get_machine("order"), app.config.get_machine("item")
+    item = app.config.get_machine("item")
     with running(app):
-        service.create_label(app, order, "o1", {"items": ["a", "b", "c"]})
-        wait_until(lambda: len(_children(app)) == 3, "three children")
+        _spawned(app, ["a", "b", "c"])
         child = service.get_label(app, item, "o1/1")
         assert child.metadata == {"item": "b", "parent": {"state_machine": "order", "label": "o1"}}
         service.update_metadata(app, item, "o1/0", {"ok": True})
@@ -58,10 +63,9 @@ def test_a_parent_waits_for_all_its_children_then_leaves_by_their_counts(
 
 def test_all_succeeded_takes_the_destination_for_no_failures(make_app: MakeApp) -> None:
     app = make_app(config())
-    order, item = app.config.get_machine("order"), app.config.get_machine("item")
+    item = app.config.get_machine("item")
     with running(app):
-        service.create_label(app, order, "o1", {"items": [1, 2]})
-        wait_until(lambda: len(_children(app)) == 2, "two children")
+        _spawned(app, [1, 2])
         service.update_metadata(app, item, "o1/0", {"ok": True})
         time.sleep(0.5)  # the parent was woken and counted one child running: it waits
         assert _state(app, "o1") == "pick"
@@ -78,10 +82,9 @@ def test_an_empty_list_decides_at_once(make_app: MakeApp) -> None:
 
 def test_wait_any_decides_on_the_first_success_and_keeps_the_others(make_app: MakeApp) -> None:
     app = make_app(config(wait="any"))
-    order, item = app.config.get_machine("order"), app.config.get_machine("item")
+    item = app.config.get_machine("item")
     with running(app):
-        service.create_label(app, order, "o1", {"items": [1, 2, 3]})
-        wait_until(lambda: len(_children(app)) == 3, "three children")
+        _spawned(app, [1, 2, 3])
         service.update_metadata(app, item, "o1/2", {"bad": True})
         service.update_metadata(app, item, "o1/1", {"ok": True})
         wait_until(lambda: _state(app, "o1") == "partial", "decided on the first success")
@@ -95,10 +98,9 @@ def test_wait_any_decides_on_the_first_success_and_keeps_the_others(make_app: Ma
 
 def test_at_least_waits_for_that_many_successes(make_app: MakeApp) -> None:
     app = make_app(config(wait="{at_least: 2}"))
-    order, item = app.config.get_machine("order"), app.config.get_machine("item")
+    item = app.config.get_machine("item")
     with running(app):
-        service.create_label(app, order, "o1", {"items": [1, 2, 3, 4]})
-        wait_until(lambda: len(_children(app)) == 4, "four children")
+        _spawned(app, [1, 2, 3, 4])
         service.update_metadata(app, item, "o1/0", {"ok": True})
         service.update_metadata(app, item, "o1/1", {"bad": True})
         time.sleep(0.5)
@@ -109,10 +111,9 @@ def test_at_least_waits_for_that_many_successes(make_app: MakeApp) -> None:
 
 def test_on_exit_delete_deletes_the_children_still_running(make_app: MakeApp) -> None:
     app = make_app(config(wait="any", on_exit="delete"))
-    order, item = app.config.get_machine("order"), app.config.get_machine("item")
+    item = app.config.get_machine("item")
     with running(app):
-        service.create_label(app, order, "o1", {"items": [1, 2, 3]})
-        wait_until(lambda: len(_children(app)) == 3, "three children")
+        _spawned(app, [1, 2, 3])
         service.update_metadata(app, item, "o1/1", {"ok": True})
         wait_until(
             lambda: (
@@ -130,10 +131,9 @@ def test_on_exit_delete_deletes_the_children_still_running(make_app: MakeApp) ->
 
 def test_a_child_deleted_counts_as_failed(make_app: MakeApp) -> None:
     app = make_app(config())
-    order, item = app.config.get_machine("order"), app.config.get_machine("item")
+    item = app.config.get_machine("item")
     with running(app):
-        service.create_label(app, order, "o1", {"items": [1, 2]})
-        wait_until(lambda: len(_children(app)) == 2, "two children")
+        _spawned(app, [1, 2])
         service.update_metadata(app, item, "o1/0", {"ok": True})
         service.delete_label(app, item, "o1/1")
         wait_until(lambda: _state(app, "o1") == "partial", "the deleted child failed")
@@ -143,8 +143,7 @@ def test_a_parent_deleted_while_children_run_takes_them_with_it(make_app: MakeAp
     app = make_app(config(on_exit="delete"))
     order = app.config.get_machine("order")
     with running(app):
-        service.create_label(app, order, "o1", {"items": [1, 2]})
-        wait_until(lambda: len(_children(app)) == 2, "two children")
+        _spawned(app, [1, 2])
         service.delete_label(app, order, "o1")
         wait_until(
             lambda: [deleted for _, _, deleted in _children(app)] == [True, True],
@@ -159,8 +158,7 @@ def test_a_parent_deleted_with_on_exit_keep_leaves_its_children_running(
     app = make_app(config())
     order, item = app.config.get_machine("order"), app.config.get_machine("item")
     with running(app):
-        service.create_label(app, order, "o1", {"items": [1, 2]})
-        wait_until(lambda: len(_children(app)) == 2, "two children")
+        _spawned(app, [1, 2])
         service.delete_label(app, order, "o1")
         wait_until(lambda: rows(app, "SELECT count(*) FROM spawns") == [(0,)], "forgotten")
         service.update_metadata(app, item, "o1/0", {"ok": True})  # a word nobody waits for
@@ -172,8 +170,7 @@ def test_an_operator_moving_the_parent_on_deletes_its_children(make_app: MakeApp
     app = make_app(config(on_exit="delete"))
     order = app.config.get_machine("order")
     with running(app):
-        service.create_label(app, order, "o1", {"items": [1, 2]})
-        wait_until(lambda: len(_children(app)) == 2, "two children")
+        _spawned(app, [1, 2])
         force_move(app, order, "o1", "done", reason="by hand")
         wait_until(
             lambda: [deleted for _, _, deleted in _children(app)] == [True, True],
@@ -223,10 +220,9 @@ def test_a_chain_deeper_than_eight_spawns_errors_the_label_that_would_go_deeper(
 
 def test_the_changes_stream_carries_children_like_any_label(make_app: MakeApp) -> None:
     app = make_app(config())
-    order, item = app.config.get_machine("order"), app.config.get_machine("item")
+    item = app.config.get_machine("item")
     with running(app):
-        service.create_label(app, order, "o1", {"items": [1, 2]})
-        wait_until(lambda: len(_children(app)) == 2, "two children")
+        _spawned(app, [1, 2])
         service.update_metadata(app, item, "o1/0", {"ok": True})
 
     def changes() -> list[tuple[str, str, str | None]]:
