@@ -7,44 +7,15 @@ from pathlib import Path
 
 from routemaster.config import ConfigProblem, load_config
 from routemaster.config.model import Spawn
+from tests.worker.children import config
 
 Problems = Callable[..., list[ConfigProblem]]
-
-GOOD = """\
-state_machines:
-  order:
-    states:
-      - spawn: pick
-        machine: item
-        for_each: metadata.items
-        wait: {wait}
-        on_exit: delete
-        next:
-          type: context
-          path: children.failed
-          default: partial
-          destinations:
-            - value: 0
-              state: done
-      - gate: done
-        exit_condition: false
-      - gate: partial
-        exit_condition: false
-  item:
-    states:
-      - gate: waiting
-        exit_condition: metadata.ok = true
-        next: picked
-      - gate: picked
-        exit_condition: false
-        outcome: succeeded
-"""
 
 
 def test_a_spawn_state_compiles_with_its_wait(write: Callable[..., Path]) -> None:
     for wait, at_least in (("all", None), ("any", 1), ("{at_least: 2}", 2)):
-        config = load_config([write(GOOD.format(wait=wait))])
-        spawn = config.get_machine("order").get_state("pick")
+        loaded = load_config([write(config(wait=wait, on_exit="delete"))])
+        spawn = loaded.get_machine("order").get_state("pick")
         assert isinstance(spawn, Spawn)
         assert (spawn.machine, spawn.for_each, spawn.at_least) == (
             "item",
@@ -52,7 +23,7 @@ def test_a_spawn_state_compiles_with_its_wait(write: Callable[..., Path]) -> Non
             at_least,
         )
         assert spawn.on_exit_delete
-        assert config.get_machine("item").get_state("picked").outcome == "succeeded"
+        assert loaded.get_machine("item").get_state("picked").outcome == "succeeded"
 
 
 def _one(problems: Problems, path: Path) -> ConfigProblem:
@@ -64,7 +35,7 @@ def _one(problems: Problems, path: Path) -> ConfigProblem:
 def test_an_unknown_child_machine_is_named_with_its_place(
     write: Callable[..., Path], problems: Problems, line_of: Callable[..., int]
 ) -> None:
-    path = write(GOOD.format(wait="all").replace("machine: item", "machine: itme"))
+    path = write(config(on_exit="delete", items_machine="itme"))
     problem = _one(problems, path)
     assert problem.path == "state_machines.order.states.0.machine"
     assert problem.line == line_of(path, "machine: itme")
@@ -75,7 +46,7 @@ def test_an_unknown_child_machine_is_named_with_its_place(
 def test_for_each_must_be_a_path_in_the_metadata(
     write: Callable[..., Path], problems: Problems, line_of: Callable[..., int]
 ) -> None:
-    path = write(GOOD.format(wait="all").replace("metadata.items", "feeds.items"))
+    path = write(config(on_exit="delete").replace("metadata.items", "feeds.items"))
     problem = _one(problems, path)
     assert problem.path == "state_machines.order.states.0.for_each"
     assert problem.line == line_of(path, "for_each:")
@@ -85,7 +56,7 @@ def test_for_each_must_be_a_path_in_the_metadata(
 def test_at_least_must_be_one_or_more(
     write: Callable[..., Path], problems: Problems, line_of: Callable[..., int]
 ) -> None:
-    path = write(GOOD.format(wait="{at_least: 0}"))
+    path = write(config(wait="{at_least: 0}", on_exit="delete"))
     problem = _one(problems, path)
     assert problem.path == "state_machines.order.states.0.wait.at_least"
     assert problem.line == line_of(path, "at_least")
@@ -93,7 +64,7 @@ def test_at_least_must_be_one_or_more(
 
 
 def test_an_unknown_wait_is_refused(write: Callable[..., Path], problems: Problems) -> None:
-    problem = _one(problems, write(GOOD.format(wait="most")))
+    problem = _one(problems, write(config(wait="most", on_exit="delete")))
     assert problem.path == "state_machines.order.states.0.wait"
     assert problem.message == "expected all, any or {at_least: N}, got the text 'most'"
 
@@ -102,7 +73,7 @@ def test_next_reads_only_the_children_counts(
     write: Callable[..., Path], problems: Problems
 ) -> None:
     problem = _one(
-        problems, write(GOOD.format(wait="all").replace("children.failed", "children.best"))
+        problems, write(config(on_exit="delete").replace("children.failed", "children.best"))
     )
     assert problem.path == "state_machines.order.states.0.next.path"
     assert "children.total, children.succeeded" in problem.message
@@ -111,10 +82,8 @@ def test_next_reads_only_the_children_counts(
 def test_an_outcome_on_a_state_with_no_way_in_is_refused(
     write: Callable[..., Path], problems: Problems, line_of: Callable[..., int]
 ) -> None:
-    text = GOOD.format(wait="all").replace(
-        "        exit_condition: metadata.ok = true\n",
-        "        exit_condition: metadata.ok = true\n        outcome: failed\n",
-    )
+    exit_line = "        exit_condition: metadata.ok = true or metadata.bad = true\n"
+    text = config(on_exit="delete").replace(exit_line, exit_line + "        outcome: failed\n")
     path = write(text)
     problem = _one(problems, path)
     assert problem.path == "state_machines.item.states.0.outcome"
