@@ -4,6 +4,7 @@ HTTP, a worker run on a thread, and a handler that records what it was given."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -95,6 +96,21 @@ class Recorder:
     def per_label(self) -> Counter[str]:
         with self.lock:
             return Counter(task.label for task in self.calls)
+
+
+def recording_worker(base: str, recorder: Recorder, *, name: str, pause: float = 0.05) -> Worker:
+    """A worker on ``jobs``/``work``: its handler records each task, takes ``pause`` seconds,
+    and writes its ``name`` into the label's metadata (``handled_by``)."""
+    worker = Worker(base, state_machine="jobs", state="work", concurrency=4, wait=2, name=name)
+
+    @worker.task
+    def handle(task: Task) -> dict[str, Any]:
+        recorder.started(task)
+        time.sleep(pause)
+        recorder.done(task)
+        return {"handled_by": name}
+
+    return worker
 
 
 @contextmanager

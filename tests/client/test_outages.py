@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,24 +13,19 @@ import sqlalchemy as sa
 
 from routemaster.client import Task, Worker
 from tests.api.tcp_proxy import TcpProxy
-from tests.client.support import Recorder, create, done, leased, machine_file, running
+from tests.client.support import (
+    Recorder,
+    create,
+    done,
+    leased,
+    machine_file,
+    recording_worker,
+    running,
+)
 from tests.serving import free_port, serve_process, serving
 from tests.waiting import wait_until
 
 NAMES = [f"job-{n}" for n in range(40)]
-
-
-def recording_worker(base: str, recorder: Recorder, pause: float = 0.05) -> Worker:
-    worker = Worker(base, state_machine="jobs", state="work", concurrency=4, wait=2)
-
-    @worker.task
-    def handle(task: Task) -> dict[str, Any]:
-        recorder.started(task)
-        time.sleep(pause)
-        recorder.done(task)
-        return {"handled": True}
-
-    return worker
 
 
 def held_back(worker: Worker) -> bool:
@@ -62,7 +56,7 @@ def test_the_client_rides_out_a_database_outage_of_the_service(
             proxied,
             env={"ROUTEMASTER_DIRECT_DATABASE_URL": proxied},
         ) as base:
-            worker = recording_worker(base, recorder)
+            worker = recording_worker(base, recorder, name="outage")
             with running(worker):
                 create(base, NAMES)
                 wait_until(lambda: len(recorder.finished) >= 8, "some tasks handled")

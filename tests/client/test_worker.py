@@ -20,6 +20,7 @@ from tests.client.support import (
     label,
     leased,
     machine_file,
+    recording_worker,
     running,
     states,
     tasks_of,
@@ -32,19 +33,6 @@ from tests.waiting import wait_until
 def server(tmp_path: Path, database_url: str, db_engine: sa.Engine) -> Iterator[str]:
     with serving(machine_file(tmp_path), database_url) as base:
         yield base
-
-
-def recording_worker(base: str, recorder: Recorder, *, name: str, pause: float = 0.05) -> Worker:
-    worker = Worker(base, state_machine="jobs", state="work", concurrency=4, wait=2, name=name)
-
-    @worker.task
-    def handle(task: Task) -> dict[str, Any]:
-        recorder.started(task)
-        time.sleep(pause)
-        recorder.done(task)
-        return {"handled_by": name}
-
-    return worker
 
 
 def test_every_task_is_handled_once_across_a_drain_and_a_second_worker(server: str) -> None:
