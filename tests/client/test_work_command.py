@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,24 @@ def work(base: str, directory: Path, *options: str) -> subprocess.Popen[bytes]:
     )
 
 
+@contextmanager
+def reaped(process: subprocess.Popen[bytes]) -> Iterator[None]:
+    """The process killed if the block leaves it running (a wait that failed)."""
+    try:
+        yield
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def stopped(process: subprocess.Popen[bytes], *signals: signal.Signals, timeout: float) -> bytes:
+    """Sends ``signals`` in turn; the output, once the process exits within ``timeout`` s."""
+    for signum in signals:
+        process.send_signal(signum)
+    output, _ = process.communicate(timeout=timeout)
+    return output
+
+
 def started(directory: Path) -> set[str]:
     return {path.name.removeprefix("started-") for path in directory.glob("started-*")}
 
@@ -59,14 +78,10 @@ def test_sigterm_lets_running_handlers_finish_and_exits_0_with_nothing_leased(
 ) -> None:
     process = work(server, tmp_path, "--concurrency", "2", "--grace", "30")
     names = ["a", "b", "c", "d"]
-    try:
+    with reaped(process):
         create(server, names, {"seconds": 1.5})
         wait_until(lambda: len(started(tmp_path)) == 2, "two handlers running", timeout=20)
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
+        output = stopped(process, signal.SIGTERM, timeout=30)
     assert process.returncode == 0, output.decode()
     assert b"draining" in output and b"drained" in output
     running = started(tmp_path)
@@ -81,15 +96,11 @@ def test_sigterm_lets_running_handlers_finish_and_exits_0_with_nothing_leased(
 
 def test_a_second_signal_stops_at_once(server: str, tmp_path: Path) -> None:
     process = work(server, tmp_path, "--concurrency", "1", "--grace", "60")
-    try:
+    with reaped(process):
         create(server, ["endless"], {"seconds": 600})
         wait_until(lambda: started(tmp_path) == {"endless"}, "the handler running", timeout=20)
-        process.send_signal(signal.SIGTERM)  # draining: the handler would get 60 s
-        process.send_signal(signal.SIGINT)
-        output, _ = process.communicate(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
+        # SIGTERM: draining, the handler would get 60 s; then SIGINT
+        output = stopped(process, signal.SIGTERM, signal.SIGINT, timeout=10)
     assert process.returncode == 1, output.decode()
     assert b"again: stopping at once" in output
     # the lease is left to run out: the service offers the label again then
@@ -121,16 +132,12 @@ def test_the_client_example_in_the_guide_works_as_written(server: str, tmp_path:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
-    try:
+    with reaped(process):
         create(server, ["cat.mp4"])
         create(server, ["broken.mp4"], {"codec": "unknown"})
         wait_until(lambda: label(server, "cat.mp4")["state"] == "done", "done", timeout=20)
         wait_until(lambda: label(server, "broken.mp4")["errored"], "errored", timeout=20)
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
+        output = stopped(process, signal.SIGTERM, timeout=30)
     assert process.returncode == 0, output.decode()
     token = tasks_of(server, "cat.mp4")[0]["idempotency_token"]
     assert label(server, "cat.mp4")["metadata"] == {
