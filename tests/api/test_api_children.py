@@ -10,14 +10,13 @@ import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
-from routemaster.app import App, Settings
+from routemaster.app import App
 from routemaster.config import load_config
-from routemaster.metrics import Metrics
 from routemaster.service.children import run_spawns
 from routemaster.web import create_app
 from tests.api.helpers import body
 from tests.api.openapi_check import CheckedClient
-from tests.metrics.test_metrics import scrape, value
+from tests.metrics.test_metrics import metered_app, scrape, value
 from tests.worker.children import config
 
 ORDER = "/state-machines/order/labels"
@@ -138,14 +137,7 @@ def test_metrics_count_the_children_spawned_and_the_decisions(
 ) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(config())
-    metrics = Metrics()
-    app = App(
-        config=load_config([path]),
-        db=db_engine,
-        settings=Settings(label_gauges_interval=0),
-        metrics=metrics,
-        loggers=(metrics.observer(),),
-    )
+    app = metered_app(load_config([path]), db_engine)
     client = create_app(app).test_client()
     _spawned(app, client, [])
     _spawned_as(app, client, "o2", ["a", "b", "c"])

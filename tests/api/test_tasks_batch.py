@@ -11,7 +11,6 @@ import sqlalchemy as sa
 
 from routemaster.app import App, Settings
 from routemaster.config import load_config
-from routemaster.metrics import Metrics
 from routemaster.web import create_app
 from tests.api.helpers import body
 from tests.api.openapi_check import CheckedClient
@@ -26,7 +25,7 @@ from tests.api.tasks_support import (
     tasks_client,
 )
 from tests.api.tokens import TOKENS, bearer, secured_api
-from tests.metrics.test_metrics import scrape, value
+from tests.metrics.test_metrics import metered_app, scrape, value
 from tests.worker.conftest import FakeClock
 
 
@@ -131,15 +130,7 @@ def test_a_malformed_batch_is_refused_and_completes_nothing(
 def measured(db_engine: sa.Engine, tmp_path: Path) -> Client:
     path = tmp_path / "tasks.yaml"
     path.write_text(CONFIG)
-    metrics = Metrics()
-    app = App(
-        config=load_config([path]),
-        db=db_engine,
-        settings=Settings(label_gauges_interval=0),
-        metrics=metrics,
-        loggers=(metrics.observer(),),
-    )
-    flask_app = create_app(app)
+    flask_app = create_app(metered_app(load_config([path]), db_engine))
     flask_app.test_client_class = CheckedClient
     return flask_app.test_client()
 

@@ -9,13 +9,11 @@ import pytest
 import sqlalchemy as sa
 from flask.testing import FlaskClient
 
-from routemaster.app import App, Settings
 from routemaster.config import load_config
-from routemaster.metrics import Metrics
 from routemaster.web import create_app
 from tests.api.openapi_check import CheckedClient
 from tests.api.tasks_support import CONFIG, START, claim, create
-from tests.metrics.test_metrics import scrape, value
+from tests.metrics.test_metrics import metered_app, scrape, value
 from tests.worker.conftest import FakeClock
 
 
@@ -28,16 +26,7 @@ def clock() -> FakeClock:
 def client(db_engine: sa.Engine, tmp_path: Path, clock: FakeClock) -> FlaskClient:
     path = tmp_path / "tasks.yaml"
     path.write_text(CONFIG)
-    metrics = Metrics()
-    app = App(
-        config=load_config([path]),
-        db=db_engine,
-        settings=Settings(label_gauges_interval=0),
-        metrics=metrics,
-        loggers=(metrics.observer(),),
-        clock=clock,
-    )
-    flask_app: flask.Flask = create_app(app)
+    flask_app: flask.Flask = create_app(metered_app(load_config([path]), db_engine, clock))
     flask_app.test_client_class = CheckedClient
     return flask_app.test_client()
 

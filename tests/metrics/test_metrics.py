@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from routemaster.app import App, Settings
+from routemaster.app import App, Clock, Settings, utc_now
 from routemaster.config.model import Config
 from routemaster.metrics import Metrics, outcome
 from routemaster.metrics.label_gauges import SNAPSHOT_FILE, LabelGauges
@@ -43,17 +43,23 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
-@pytest.fixture
-def metered(db_engine: sa.Engine, config: Config) -> flask.Flask:
+def metered_app(config: Config, db: sa.Engine, clock: Clock = utc_now) -> App:
+    """An App whose ``/metrics`` counts what its loggers are told, its gauges read afresh at
+    every scrape."""
     metrics = Metrics()
-    app = App(
+    return App(
         config=config,
-        db=db_engine,
+        db=db,
         settings=Settings(label_gauges_interval=0),
         metrics=metrics,
         loggers=(metrics.observer(),),
+        clock=clock,
     )
-    flask_app = create_app(app)
+
+
+@pytest.fixture
+def metered(db_engine: sa.Engine, config: Config) -> flask.Flask:
+    flask_app = create_app(metered_app(config, db_engine))
     flask_app.test_client_class = CheckedClient
     return flask_app
 
