@@ -49,6 +49,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from tasks import (  # noqa: E402
+    BATCH,
+    CONFIG,
     create_rate,
     fresh_database,
     hand_over,
@@ -58,18 +60,6 @@ from tasks import (  # noqa: E402
 )
 
 from routemaster.client import Task, Worker  # noqa: E402
-
-BATCH = 10
-CONFIG = """
-state_machines:
-  jobs:
-    states:
-      - action: process
-        worker: {lease: 1m}
-        next: done
-      - gate: done
-        exit_condition: false
-"""
 
 
 def raw_rate(base: str, loops: int, limit: int = BATCH) -> tuple[int, float]:
