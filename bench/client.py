@@ -38,7 +38,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,7 @@ from tasks import (  # noqa: E402
     in_threads,
     percentile,
     send_one_at_a_time,
+    wait_until_serving,
 )
 
 from routemaster.client import Task, Worker  # noqa: E402
@@ -166,14 +166,7 @@ def main() -> None:
         )
         base = f"http://127.0.0.1:{args.port}"
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    urllib.request.urlopen(base + "/", timeout=2).close()
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, "serve did not start"
-                    time.sleep(0.1)
+            wait_until_serving(base)
             for round_ in range(args.rounds):
                 create_rate(base, f"r{round_}-", args.labels, 16)
                 cpu = time.process_time()

@@ -223,6 +223,18 @@ def hand_over(base: str, consumers: int, samples: int) -> list[float]:
     return [received[name] - sent[name] for name in sent if name in received]
 
 
+def wait_until_serving(base: str, timeout: float = 30) -> None:
+    """Return once the service at ``base`` answers, failing after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(base + "/", timeout=2).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, "serve did not start"
+            time.sleep(0.1)
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
@@ -257,14 +269,7 @@ def main() -> None:
         process = subprocess.Popen(serve, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)
         base = f"http://127.0.0.1:{args.port}"
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    urllib.request.urlopen(base + "/", timeout=2).close()
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, "serve did not start"
-                    time.sleep(0.1)
+            wait_until_serving(base)
             results: dict[str, float] = {}
             c = args.consumers
             if not args.only_batch:
