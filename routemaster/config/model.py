@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from routemaster.config.receiver_rules import ReceiverPolicy
@@ -345,6 +346,17 @@ class Config:
     sources: tuple[str, ...] = ()  # the files it was loaded from, for messages
     receivers: tuple[ReceiverPolicy, ...] = ()  # the ``receivers:`` rules, first match wins
     retention: Retention = field(default_factory=Retention)  # the top level's ``retention``
+
+    @cached_property
+    def child_machines(self) -> frozenset[str]:
+        """The machines some spawn state creates children in: derived once, since every write
+        of a label asks whether it may be a child."""
+        return frozenset(
+            state.machine
+            for machine in self.state_machines
+            for state in machine.states
+            if isinstance(state, Spawn)
+        )
 
     def get_machine(self, name: str) -> StateMachine:
         """The machine called ``name``; ``KeyError`` when there is none."""

@@ -31,16 +31,6 @@ def spawn_states(config: Config) -> list[StateKey]:
     ]
 
 
-def child_machines(config: Config) -> set[str]:
-    """The machines some spawn state creates children in."""
-    return {
-        state.machine
-        for machine in config.state_machines
-        for state in machine.states
-        if isinstance(state, Spawn)
-    }
-
-
 def outcome_states(machine: StateMachine) -> tuple[list[str], list[str]]:
     """The machine's states marked ``outcome: succeeded``, and ``outcome: failed``."""
     succeeded = [state.name for state in machine.states if state.outcome == "succeeded"]
@@ -52,7 +42,7 @@ def note_finished(conn: sa.Connection, config: Config, moves: Sequence[Moves]) -
     """Children among ``moves`` that entered a state with an ``outcome``: recorded, with word
     for their parents, in ``conn``'s transaction, beside each child (nothing is written to a
     parent's row)."""
-    machines = child_machines(config)
+    machines = config.child_machines
     if not machines:
         return
     finished = []
@@ -71,7 +61,7 @@ def note_finished(conn: sa.Connection, config: Config, moves: Sequence[Moves]) -
 def note_deleted(conn: sa.Connection, config: Config, deleted: Iterable[LabelKey]) -> None:
     """Children among ``deleted``: failed (unless they had finished already), with word for
     their parents."""
-    machines = child_machines(config)
+    machines = config.child_machines
     store.finish(conn, [(key, "failed") for key in deleted if key[0] in machines])
 
 

@@ -41,7 +41,6 @@ from routemaster.db.labels import Label, LabelKey
 from routemaster.machine import evaluates_on_entry, plan_moves
 from routemaster.machine.planning import context_for
 from routemaster.service.child_words import (
-    child_machines,
     machine_named,
     note_deleted,
     outcome_of,
@@ -410,7 +409,7 @@ def explain(app: App, label: Label, spawn: Spawn) -> dict[str, Any]:
 
 def parent_of(app: App, key: LabelKey) -> dict[str, str] | None:
     """``{"state_machine", "label"}`` of the label that spawned ``key``, if one did."""
-    if key[0] not in child_machines(app.config):
+    if key[0] not in app.config.child_machines:
         return None
     with reading(app) as conn:
         parent = store.parent_of(conn, key)

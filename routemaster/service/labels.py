@@ -27,7 +27,7 @@ from routemaster.db.schedules import Schedule
 from routemaster.exit_conditions import Context
 from routemaster.machine import Plan, evaluates_on_entry, plan_moves, update_fires
 from routemaster.machine.planning import FeedReader, context_for, no_feeds
-from routemaster.service.child_words import child_machines, note_deleted, note_finished
+from routemaster.service.child_words import note_deleted, note_finished
 from routemaster.service.feeds import FeedFetcher
 from routemaster.service.refusals import LabelDeleted, LabelExists, LabelNotFound
 from routemaster.service.scheduling import (
@@ -174,7 +174,7 @@ def delete_label(app: App, machine: StateMachine, name: str) -> None:
 def _deleting(app: App, machine: StateMachine) -> AbstractContextManager[sa.Connection]:
     """A deletion's connection: a transaction when the label may be a child (its outcome and
     its word for its parent go with the deletion), else :func:`one_label_write`'s."""
-    if machine.name in child_machines(app.config):
+    if machine.name in app.config.child_machines:
         return writing(app)
     return one_label_write(app)
 
