@@ -150,10 +150,23 @@ def plain_target(server: str, name: str) -> Iterator[Target]:
         admin.dispose()
 
 
+_COORDINATOR_HOLDS_SHARDS = (
+    "SELECT citus_set_node_property(%(host)s, %(port)s, 'shouldhaveshards', true)"
+)
+
+
 @contextmanager
-def citus_target(coordinator: str, name: str) -> Iterator[Target]:
+def citus_target(coordinator: str, name: str, *, coordinator_shards: bool) -> Iterator[Target]:
     database: Cluster = create_cluster_database(name, coordinator)
     try:
+        if coordinator_shards:  # before migrate distributes: a third of the shards stay there
+            node = database.coordinator
+            engine = create_engine(database.url)
+            with engine.begin() as conn:
+                conn.exec_driver_sql(
+                    _COORDINATOR_HOLDS_SHARDS, {"host": node.host, "port": node.port}
+                )
+            engine.dispose()
         yield Target(
             "citus",
             database.url,
@@ -358,6 +371,11 @@ def main() -> None:
     )
     parser.add_argument("--idle-warmup", type=float, default=5.0)
     parser.add_argument(
+        "--coordinator-shards",
+        action="store_true",
+        help="the coordinator holds shards too (citus_set_node_property ... shouldhaveshards)",
+    )
+    parser.add_argument(
         "--only",
         type=lambda text: set(text.split(",")),
         default={"requests", "deliveries", "pull", "idle"},
@@ -381,7 +399,9 @@ def main() -> None:
             if name == "plain":
                 made = plain_target(args.plain or args.coordinator, database)
             else:
-                made = citus_target(args.coordinator, database)
+                made = citus_target(
+                    args.coordinator, database, coordinator_shards=args.coordinator_shards
+                )
             with made as target:
                 results[name] = measure(target, args, config)
     config.unlink()

@@ -86,6 +86,8 @@ class Settings:
     task_retention: datetime.timedelta = datetime.timedelta(days=7)
     worker_id: str = field(default_factory=_default_worker_id)
     metrics: bool = True  # Prometheus metrics (GET /metrics, cron --metrics-bind)
+    # on Citus, a read of one label goes to the node holding its shard (docs/performance.md)
+    route_reads: bool = True
     label_gauges_interval: float = 5.0  # seconds; label counts for /metrics at most this often
     token_use_interval: float = 30.0  # seconds; tokens' last use is written this often
     # push subscriptions (per worker process): batches in flight at once, each send's total

@@ -11,6 +11,7 @@ from routemaster.cli.metrics import instrumented, multiprocess_directory, worker
 from routemaster.cli.options import Options, direct_engine
 from routemaster.cli.plugins import sending_statsd_at_once
 from routemaster.db.history import stamp_versions
+from routemaster.db.nodes import route_reads
 from routemaster.db.plumbing.database import create_engine
 from routemaster.machine.definitions import LoadedVersions
 
@@ -50,6 +51,7 @@ def cron(
             statement_timeout=settings.statement_timeout,
         )
         stamp_versions(engine, versions, continuing(config))
+        route_reads(engine, on=settings.route_reads)
         direct = direct_engine()
         try:
             with worker_metrics(metrics_bind, plugins) as (metrics, loggers):

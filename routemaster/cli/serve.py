@@ -29,6 +29,7 @@ from routemaster.cli.environment import (
 from routemaster.cli.metrics import instrumented, multiprocess_directory, wants_metrics_directory
 from routemaster.cli.options import Options, direct_engine
 from routemaster.db.history import stamp_versions
+from routemaster.db.nodes import route_reads
 from routemaster.db.plumbing.database import create_engine
 from routemaster.logging import wants_json
 from routemaster.machine.definitions import LoadedVersions
@@ -164,6 +165,7 @@ def _serve(
             statement_timeout=settings.statement_timeout,
         )
         stamp_versions(engine, versions, continuing(config))
+        route_reads(engine, on=settings.route_reads)
         app = App(
             config=config,
             db=engine,

@@ -56,6 +56,7 @@ import sqlalchemy as sa
 
 from routemaster.db.idle_shards import IdleShards
 from routemaster.db.keys import SHARD_KEYS
+from routemaster.db.nodes import SHARD_OF_KEY
 from routemaster.db.plumbing.database import distributed
 from routemaster.db.statements import Params, Row, Statement, fetch_all, run
 
@@ -70,13 +71,6 @@ SHARDS_OPTION = "routemaster_shards"
 
 HINT_SECONDS = 1.0
 """How long the shards a read across the shards found are visited without reading again."""
-
-# Every shard key with the id of the shard of ``labels`` it is in (all tables are co-located
-# with labels, so it is each table's shard too, by index).
-_PLACEMENT = """
-    SELECT key, get_shard_id_for_distribution_column('labels', key)
-    FROM generate_series(0, %(last)s) AS key
-    """
 
 
 class ShardMap:
@@ -201,7 +195,7 @@ class ShardMap:
             known = self._shard_of
         if known is not None:
             return known
-        rows = fetch_all(conn, _PLACEMENT, {"last": SHARD_KEYS - 1})
+        rows = fetch_all(conn, SHARD_OF_KEY, {"last": SHARD_KEYS - 1})
         placement = {int(key): int(shard) for key, shard in rows}
         keys_of: dict[int, list[int]] = {}
         for key in sorted(placement):

@@ -187,6 +187,20 @@ def single_statement(engine: sa.Engine) -> Iterator[sa.Connection]:
                 driver.autocommit = False  # type: ignore[union-attr]
 
 
+def never_prepared(engine: sa.Engine) -> None:
+    """Every connection of ``engine`` sends :class:`Prepared` statements as plain SQL.
+
+    For a Citus worker taking queries itself: there ``EXECUTE`` of a statement on
+    a distributed table costs more than the same text sent whole (measured on the
+    local cluster: 0.40-0.43 ms of the node's CPU against 0.26-0.30 ms), where on
+    one plain server it costs a third of it.
+    """
+
+    @sa.event.listens_for(engine, "connect")
+    def plain_sql_only(dbapi_connection: Any, record: Any) -> None:
+        record.info[_PREPARED_KEY] = None
+
+
 def _run(conn: sa.Connection, statement: Statement, params: Params, want: _Want) -> Any:
     plain = statement if isinstance(statement, str) else statement.sql
     driver: Any = conn.connection.driver_connection

@@ -157,6 +157,14 @@ class Metrics:
             registry=registry,
         )
 
+        self.label_reads = Counter(
+            "routemaster_label_reads",
+            "Reads of one label (its GET, its history) by where they ran: on the Citus node "
+            "holding its shard (node), or through DATABASE_URL (database).",
+            ["route"],
+            registry=registry,
+        )
+
         self.bulk_labels = Counter(
             "routemaster_bulk_labels",
             "Labels handled by bulk commands, by outcome (done, skipped, failed).",

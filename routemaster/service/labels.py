@@ -37,7 +37,12 @@ from routemaster.service.scheduling import (
     scheduled_states_of_versions,
     store_after_update,
 )
-from routemaster.service.transactions import one_label_write, one_statement, writing
+from routemaster.service.transactions import (
+    one_label_read,
+    one_label_write,
+    one_statement,
+    writing,
+)
 from routemaster.service.versions import machine_for
 
 
@@ -86,7 +91,7 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
 
 
 def get_label(app: App, machine: StateMachine, name: str) -> Label:
-    with one_statement(app) as conn:
+    with one_label_read(app, name) as conn:
         label = store.get(conn, machine.name, name)
     if label is None:
         raise LabelNotFound(name)
@@ -180,7 +185,7 @@ def _deleting(app: App, machine: StateMachine) -> AbstractContextManager[sa.Conn
 
 
 def history(app: App, machine: StateMachine, name: str) -> list[HistoryEntry]:
-    with one_statement(app) as conn:
+    with one_label_read(app, name) as conn:
         return store.history(conn, machine.name, name)
 
 

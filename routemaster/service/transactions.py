@@ -1,7 +1,7 @@
 """How the service opens a transaction on the store: one convention, stated here alone.
 
 Every service function that reaches the store opens its transaction with one
-of these four, in a ``with`` block, so a reader sees where each begins and
+of these, in a ``with`` block, so a reader sees where each begins and
 ends; the store's functions run inside whatever transaction they are given
 and never open one (the faces and the worker never touch the store at all).
 
@@ -19,6 +19,10 @@ and never open one (the faces and the worker never touch the store at all).
   create, a delete): one statement on one server, as :func:`one_statement`;
   on Citus, where the label's row and its history row are two router
   statements, a transaction as :func:`writing`.
+- :func:`one_label_read`: a read of one label's rows that is exactly one
+  statement: as :func:`one_statement`, and on Citus sent to the node holding
+  the label's shard (:mod:`routemaster.db.nodes`), so the
+  coordinator spends nothing on it.
 
 A read of the store that has no rule of its own (a listing, a log, a count) is
 made a service function by :func:`read`, and a write that has none by
@@ -31,13 +35,14 @@ written only to open a transaction.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Concatenate, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 
 from routemaster.app import App
+from routemaster.db.nodes import near
 from routemaster.db.plumbing.database import distributed
 from routemaster.db.statements import single_statement
 
@@ -72,6 +77,17 @@ def one_label_write(app: App) -> AbstractContextManager[sa.Connection]:
     history row from the label's, a modifying CTE, is run by Citus through an intermediate
     result and commits in two phases on both workers)."""
     return writing(app) if distributed(app.db) else one_statement(app)
+
+
+@contextmanager
+def one_label_read(app: App, name: str) -> Iterator[sa.Connection]:
+    """Autocommit for one statement reading label ``name``'s rows, on the node holding them
+    (counted in ``routemaster_label_reads``)."""
+    with near(app.db, name) as conn:
+        if app.metrics is not None:
+            route = "database" if conn.engine is app.db else "node"
+            app.metrics.label_reads.labels(route).inc()
+        yield conn
 
 
 def read(operation: Callable[Concatenate[sa.Connection, P], R]) -> Callable[Concatenate[App, P], R]:

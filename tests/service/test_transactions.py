@@ -26,7 +26,14 @@ from routemaster.service.transactions import read, write
 from tests.api.conftest import CONFIG_PATH
 
 SERVICE = Path(routemaster.service.__file__).parent
-OPENERS = {"reading", "one_snapshot", "writing", "one_statement", "one_label_write"}
+OPENERS = {
+    "reading",
+    "one_snapshot",
+    "writing",
+    "one_statement",
+    "one_label_write",
+    "one_label_read",
+}
 OPENED_ELSEWHERE = {"begin", "connect", "single_statement", "execution_options"}
 MOST_PASS_THROUGHS = 8
 NOW = datetime.datetime(2026, 12, 7, 12, 0, tzinfo=datetime.UTC)

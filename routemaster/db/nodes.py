@@ -1,0 +1,234 @@
+"""On Citus, the node that holds each label's shard, and a pool to each: one label's reads go there.
+
+Every request entering through the coordinator costs the coordinator more
+than the whole request costs one plain PostgreSQL: it plans the statement,
+opens or reuses a connection to the worker, and relays the rows. Citus 11
+and later keep their metadata on every node, so a worker takes queries on
+distributed tables itself, and runs locally what is local: a read of one
+label sent to the node holding the label's shard costs that node alone a
+little more than one plain server, and the coordinator nothing.
+
+So a read of one label (its ``GET``, its history) goes there (:func:`near`).
+The map from shard key to node is Citus's own placement, read in one
+statement on the coordinator and read again every :data:`REFRESH` seconds
+(the shard keys of one shard stay together; a move or rebalance changes
+only which node holds them). A stale map is never wrong, only slower: a
+node asked for a shard it no longer holds runs the statement as any Citus
+node does, across the network to wherever the shard now is.
+
+Writes still enter through the coordinator: a history row's position in
+the changes stream is the coordinator's transaction id
+(:mod:`routemaster.db.changes`), which a transaction started on a worker
+does not have (docs/performance.md says what routed writes would need).
+
+A node this process cannot reach (an address in ``pg_dist_node`` that only
+the cluster resolves, a firewall) is found at its first connection:
+its reads go through the coordinator, and the node is tried again after
+:data:`RETRY_DOWN` seconds. Each node's pool is sized like the
+coordinator's, and its connections carry the same transaction settings, but
+send every statement as plain SQL (:func:`~routemaster.db.statements.never_prepared`).
+
+Held in the coordinator engine's execution options (:func:`nodes_of`), like
+the claims' shard map, never in a module-level variable. Plain PostgreSQL,
+or ``ROUTEMASTER_ROUTE_READS=0``: every read goes where it always went.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from routemaster.db.keys import SHARD_KEYS, shard_key
+from routemaster.db.plumbing.database import create_engine, distributed
+from routemaster.db.statements import fetch_all, fetch_value, never_prepared, single_statement
+from routemaster.db.transaction_settings import settings_of
+
+NODES_OPTION = "routemaster_nodes"
+"""The coordinator engine's execution option holding its :class:`Nodes`."""
+
+ROUTE_OPTION = "routemaster_route_reads"
+"""The coordinator engine's execution option saying whether reads are routed at all."""
+
+REFRESH = 30.0
+"""Seconds a placement read on the coordinator is used before it is read again."""
+
+RETRY_DOWN = 60.0
+"""Seconds a node this process could not reach is left alone before it is tried again."""
+
+SHARD_OF_KEY = """
+    SELECT key, get_shard_id_for_distribution_column('labels', key)
+    FROM generate_series(0, %(last)s) AS key
+    """
+"""Every shard key with the id of its shard of ``labels`` (every table is co-located with
+labels, so the shard of the same index in each). Changes only when a shard is split."""
+
+# Where each shard of labels is: changes when a shard is moved.
+_PLACED = """
+    SELECT placement.shardid, placement.groupid
+    FROM pg_dist_placement AS placement JOIN pg_dist_shard AS shard USING (shardid)
+    WHERE shard.logicalrelid = CAST('labels' AS regclass) AND placement.shardstate = 1
+    """
+
+# The nodes that take queries on distributed tables: active primaries with the metadata.
+_NODES = """
+    SELECT groupid, nodename, nodeport FROM pg_dist_node
+    WHERE isactive AND noderole = 'primary' AND hasmetadata AND metadatasynced
+    """
+
+# What a node says it is, so that a pool never reads another cluster's or database's rows.
+_WHO = "SELECT groupid FROM pg_dist_local_group"
+
+
+@dataclass
+class _Node:
+    group: int
+    engine: sa.Engine
+    down_until: float = 0.0
+
+
+class Nodes:
+    """Shard key -> the node holding it, with a pool to each node; one per coordinator engine."""
+
+    def __init__(self, coordinator: sa.Engine) -> None:
+        self._coordinator = coordinator
+        self._lock = threading.Lock()
+        self._shard_of: dict[int, int] = {}  # shard key -> shard id
+        self._group_of: list[int] = []  # shard key -> group of the node holding it
+        self._address: dict[int, tuple[str, int]] = {}
+        self._nodes: dict[int, _Node] = {}
+        self._read_at = float("-inf")
+        self.routed = 0  # reads sent to a worker node, for /metrics
+        self.fell_back = 0  # reads meant for a node that could not be reached
+
+    def engine_for(self, key: int) -> sa.Engine:
+        """The pool of the node holding shard key ``key`` (the coordinator's when it holds it,
+        when the node is down for this process, or before the placement was read)."""
+        self._refresh_if_old()
+        with self._lock:
+            group = self._group_of[key] if key < len(self._group_of) else 0
+            if group == 0:
+                return self._coordinator
+            node = self._nodes.get(group)
+            if node is not None and node.down_until <= time.monotonic():
+                return node.engine
+            address = self._address.get(group)
+        if node is None and address is not None:
+            return self._opened(group, address)
+        return self._coordinator
+
+    def unreachable(self, engine: sa.Engine) -> None:
+        """A connection to ``engine``'s node failed: its reads go to the coordinator for a while."""
+        with self._lock:
+            for node in self._nodes.values():
+                if node.engine is engine:
+                    node.down_until = time.monotonic() + RETRY_DOWN
+            self.fell_back += 1
+
+    def dispose(self) -> None:
+        with self._lock:
+            nodes, self._nodes = list(self._nodes.values()), {}
+        for node in nodes:
+            node.engine.dispose()
+
+    def _refresh_if_old(self) -> None:
+        if time.monotonic() - self._read_at < REFRESH:
+            return
+        with self._lock:  # one thread reads; the others use the map they have meanwhile
+            if time.monotonic() - self._read_at < REFRESH:
+                return
+            self._read_at = time.monotonic()
+        try:
+            with self._coordinator.connect() as conn:
+                placed: dict[int, int] = dict(fetch_all(conn, _PLACED, {}))
+                if not self._shard_of or not placed.keys() <= set(self._shard_of.values()):
+                    self._shard_of = dict(fetch_all(conn, SHARD_OF_KEY, {"last": SHARD_KEYS - 1}))
+                nodes = fetch_all(conn, _NODES, {})
+        except sa.exc.DBAPIError:
+            with self._lock:  # the coordinator is away: keep the map, read it again soon
+                self._read_at = time.monotonic() - REFRESH + RETRY_DOWN / 10
+            return
+        group_of = [placed.get(self._shard_of.get(key, -1), 0) for key in range(SHARD_KEYS)]
+        with self._lock:
+            self._group_of = group_of
+            self._address = {group: (host, port) for group, host, port in nodes}
+
+    def _opened(self, group: int, address: tuple[str, int]) -> sa.Engine:
+        """A pool to the node of ``group``, checked to be that node of this cluster's database."""
+        url = self._coordinator.url.set(host=address[0], port=address[1])
+        pool = self._coordinator.pool
+        engine = create_engine(
+            url.render_as_string(hide_password=False),
+            pool_size=pool.size() if isinstance(pool, sa.pool.QueuePool) else 5,
+            max_overflow=4,
+        )
+        never_prepared(engine)
+        coordinator_settings = settings_of(self._coordinator)
+        settings = settings_of(engine)
+        settings.statement_timeout_ms = coordinator_settings.statement_timeout_ms
+        node = _Node(group, engine)
+        try:
+            with engine.connect() as conn:
+                if fetch_value(conn, _WHO) != group or not distributed(conn):
+                    node.down_until = float("inf")  # another cluster or database: never used
+        except sa.exc.DBAPIError:
+            node.down_until = time.monotonic() + RETRY_DOWN
+        with self._lock:
+            kept = self._nodes.setdefault(group, node)
+        if kept is not node:
+            engine.dispose()
+        return kept.engine if kept.down_until <= time.monotonic() else self._coordinator
+
+
+def nodes_of(engine: sa.Engine) -> Nodes | None:
+    """The coordinator engine's :class:`Nodes` on Citus with routing on; ``None`` otherwise."""
+    options = engine.get_execution_options()
+    found = options.get(NODES_OPTION)
+    if isinstance(found, Nodes):
+        return found
+    if options.get(ROUTE_OPTION) is False or not distributed(engine):
+        return None
+    made = Nodes(engine)
+    engine.update_execution_options(**{NODES_OPTION: made})
+    return made
+
+
+def route_reads(engine: sa.Engine, *, on: bool) -> None:
+    """Whether ``engine``'s reads of one label may go to the node holding it (default: yes)."""
+    engine.update_execution_options(**{ROUTE_OPTION: on})
+
+
+@contextmanager
+def near(engine: sa.Engine, name: str) -> Iterator[sa.Connection]:
+    """Autocommit on the node holding label ``name``'s shard, for exactly one read statement.
+
+    On plain PostgreSQL, or where that node cannot be reached, the coordinator's
+    :func:`~routemaster.db.statements.single_statement`. A node that refuses the
+    connection costs nothing but the attempt (the read goes to the coordinator); one
+    lost during the statement fails it like an outage, and the next reads go to the
+    coordinator.
+    """
+    nodes = nodes_of(engine)
+    target = engine if nodes is None else nodes.engine_for(shard_key(name))
+    with ExitStack() as stack:
+        conn = None
+        if nodes is not None and target is not engine:
+            try:
+                conn = stack.enter_context(single_statement(target))
+            except sa.exc.DBAPIError:
+                nodes.unreachable(target)
+            else:
+                nodes.routed += 1
+        if conn is None:
+            target = engine
+            conn = stack.enter_context(single_statement(engine))
+        try:
+            yield conn
+        except sa.exc.DBAPIError as error:
+            if nodes is not None and target is not engine and error.connection_invalidated:
+                nodes.unreachable(target)
+            raise
