@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
+from routemaster.db.nodes import dispose_nodes
 from routemaster.db.plumbing.database import create_engine, normalise_url
 from routemaster.db.upgrade import upgrade
 from tests.citus_cluster import Cluster, citus_run, fresh_cluster_database
@@ -112,6 +113,7 @@ def db_engine(database_url: str) -> Iterator[sa.Engine]:
     _empty_tables(engine)
     yield engine
     _empty_tables(engine)
+    dispose_nodes(engine)
     engine.dispose()
 
 

@@ -307,6 +307,7 @@ def receivers_page() -> str:
         failures=failures,
         wakeups=None if app.metrics is None else app.metrics.wakeups(),
         poll_interval=app.settings.poll_interval,
+        label_reads=reads.label_read_routes(app),
     )
 
 

@@ -84,6 +84,15 @@ _NODES = """
 _WHO = "SELECT groupid FROM pg_dist_local_group"
 
 
+@dataclass(frozen=True)
+class NodeRoute:
+    """A node as this process routes to it, for the console."""
+
+    address: str  # host:port, as pg_dist_node names it
+    shard_keys: int  # how many of the SHARD_KEYS buckets it holds
+    reachable: bool | None  # None: not tried yet; False: its reads go through the coordinator
+
+
 @dataclass
 class _Node:
     group: int
@@ -120,6 +129,22 @@ class Nodes:
         if node is None and address is not None:
             return self._opened(group, address)
         return self._coordinator
+
+    def routes(self) -> list[NodeRoute]:
+        """Each node that holds shards, the coordinator's group first."""
+        self._refresh_if_old()
+        now = time.monotonic()
+        with self._lock:
+            held: dict[int, int] = {}
+            for group in self._group_of:
+                held[group] = held.get(group, 0) + 1
+            routes = []
+            for group in sorted(held):
+                host, port = self._address.get(group, ("?", 0))
+                node = self._nodes.get(group)
+                reachable = True if group == 0 else None if node is None else node.down_until <= now
+                routes.append(NodeRoute(f"{host}:{port}", held[group], reachable))
+            return routes
 
     def unreachable(self, engine: sa.Engine) -> None:
         """A connection to ``engine``'s node failed: its reads go to the coordinator for a while."""
@@ -195,6 +220,14 @@ def nodes_of(engine: sa.Engine) -> Nodes | None:
     made = Nodes(engine)
     engine.update_execution_options(**{NODES_OPTION: made})
     return made
+
+
+def dispose_nodes(engine: sa.Engine) -> None:
+    """Close the pools to the nodes that ``engine``'s reads were routed to, if any were opened
+    (``engine.dispose()`` closes only its own)."""
+    found = engine.get_execution_options().get(NODES_OPTION)
+    if isinstance(found, Nodes):
+        found.dispose()
 
 
 def route_reads(engine: sa.Engine, *, on: bool) -> None:

@@ -10,16 +10,21 @@ of the service module of its concept instead.
 
 from __future__ import annotations
 
+from routemaster.app import App
 from routemaster.db import counts, deliveries
 from routemaster.db.counts import StateCount
 from routemaster.db.deliveries import Delivery, DeliveryFilter
+from routemaster.db.nodes import ROUTE_OPTION, NodeRoute, nodes_of
+from routemaster.db.plumbing.database import distributed
 from routemaster.service.transactions import read
 
 __all__ = [
     "Delivery",
     "DeliveryFilter",
+    "NodeRoute",
     "StateCount",
     "deliveries_of_label",
+    "label_read_routes",
     "matching_deliveries",
     "recent_failures",
     "state_counts",
@@ -36,3 +41,14 @@ recent_failures = read(deliveries.recent_failures)
 
 state_counts = read(counts.in_machine)
 """How many live labels, and how many of them errored, are in each state of one machine."""
+
+
+def label_read_routes(app: App) -> tuple[str, list[NodeRoute]]:
+    """Where this process sends a read of one label: ``"one server"``, ``"off"``
+    (``ROUTEMASTER_ROUTE_READS=0`` on Citus) or ``"nodes"``, with each node that holds shards."""
+    if not distributed(app.db):
+        return "one server", []
+    nodes = nodes_of(app.db)
+    if nodes is None or app.db.get_execution_options().get(ROUTE_OPTION) is False:
+        return "off", []
+    return "nodes", nodes.routes()

@@ -103,3 +103,10 @@ def test_the_receivers_page_shows_how_the_servers_processes_hear_of_work(
                 lambda: f"the worker polling: {_wakeups(base)}",
                 timeout=30,
             )
+
+
+def test_receivers_page_says_where_label_reads_go(client: FlaskClient, app: App) -> None:
+    """One server: through DATABASE_URL; on Citus (the Citus pass runs this module's twin,
+    tests/console/test_label_reads_citus.py) each node holding shards is listed."""
+    text = _text(_page(client, "/console/receivers")).partition("Label reads")[2]
+    assert "Through DATABASE_URL (one PostgreSQL server)" in text

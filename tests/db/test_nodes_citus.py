@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from routemaster.db import nodes as routing
 from routemaster.db.keys import shard_key
-from routemaster.db.nodes import near, nodes_of, route_reads
+from routemaster.db.nodes import dispose_nodes, near, nodes_of, route_reads
 from routemaster.db.plumbing.database import create_engine
 from routemaster.db.statements import fetch_value
 from tests.citus_cluster import Cluster
@@ -42,9 +42,7 @@ def engine(citus_cluster: Cluster) -> Iterator[sa.Engine]:
     """The service's engine on the coordinator, with the node pools it opens disposed after."""
     made = create_engine(citus_cluster.url)
     yield made
-    found = nodes_of(made)
-    if found is not None:
-        found.dispose()
+    dispose_nodes(made)
     made.dispose()
 
 
