@@ -35,6 +35,7 @@ or ``ROUTEMASTER_ROUTE_READS=0``: every read goes where it always went.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -48,6 +49,8 @@ from routemaster.db.plumbing.database import create_engine, distributed
 from routemaster.db.statements import fetch_all, fetch_value, never_prepared, single_statement
 from routemaster.db.transaction_settings import settings_of
 
+logger = logging.getLogger(__name__)
+
 NODES_OPTION = "routemaster_nodes"
 """The coordinator engine's execution option holding its :class:`Nodes`."""
 
@@ -56,6 +59,9 @@ ROUTE_OPTION = "routemaster_route_reads"
 
 REFRESH = 30.0
 """Seconds a placement read on the coordinator is used before it is read again."""
+
+CONNECT_TIMEOUT = 2
+"""Seconds a connection to a node may take before the read goes through the coordinator."""
 
 RETRY_DOWN = 60.0
 """Seconds a node this process could not reach is left alone before it is tried again."""
@@ -146,11 +152,21 @@ class Nodes:
                 routes.append(NodeRoute(f"{host}:{port}", held[group], reachable))
             return routes
 
-    def unreachable(self, engine: sa.Engine) -> None:
-        """A connection to ``engine``'s node failed: its reads go to the coordinator for a while."""
+    def unreachable(self, engine: sa.Engine, error: Exception, opened: _Node | None = None) -> None:
+        """A connection to ``engine``'s node failed: its reads go to the coordinator for a while
+        (said in the log when a node that was reached stops being so)."""
         with self._lock:
-            for node in self._nodes.values():
+            for node in [*self._nodes.values(), *([opened] if opened else [])]:
                 if node.engine is engine:
+                    if node.down_until <= time.monotonic():
+                        logger.warning(
+                            "Citus node %s:%s not reached; reads of its labels go through "
+                            "the coordinator for %g s: %s",
+                            engine.url.host,
+                            engine.url.port,
+                            RETRY_DOWN,
+                            str(error).splitlines()[0] if str(error) else type(error).__name__,
+                        )
                     node.down_until = time.monotonic() + RETRY_DOWN
             self.fell_back += 1
 
@@ -185,6 +201,8 @@ class Nodes:
     def _opened(self, group: int, address: tuple[str, int]) -> sa.Engine:
         """A pool to the node of ``group``, checked to be that node of this cluster's database."""
         url = self._coordinator.url.set(host=address[0], port=address[1])
+        if "connect_timeout" not in url.query:  # a node behind a firewall that drops: 2 s, once
+            url = url.update_query_dict({"connect_timeout": str(CONNECT_TIMEOUT)})
         pool = self._coordinator.pool
         engine = create_engine(
             url.render_as_string(hide_password=False),
@@ -200,8 +218,8 @@ class Nodes:
             with engine.connect() as conn:
                 if fetch_value(conn, _WHO) != group or not distributed(conn):
                     node.down_until = float("inf")  # another cluster or database: never used
-        except sa.exc.DBAPIError:
-            node.down_until = time.monotonic() + RETRY_DOWN
+        except sa.exc.DBAPIError as error:
+            self.unreachable(engine, error, node)
         with self._lock:
             kept = self._nodes.setdefault(group, node)
         if kept is not node:
@@ -252,8 +270,8 @@ def near(engine: sa.Engine, name: str) -> Iterator[sa.Connection]:
         if nodes is not None and target is not engine:
             try:
                 conn = stack.enter_context(single_statement(target))
-            except sa.exc.DBAPIError:
-                nodes.unreachable(target)
+            except sa.exc.DBAPIError as error:
+                nodes.unreachable(target, error)
             else:
                 nodes.routed += 1
         if conn is None:
@@ -263,5 +281,5 @@ def near(engine: sa.Engine, name: str) -> Iterator[sa.Connection]:
             yield conn
         except sa.exc.DBAPIError as error:
             if nodes is not None and target is not engine and error.connection_invalidated:
-                nodes.unreachable(target)
+                nodes.unreachable(target, error)
             raise

@@ -110,3 +110,29 @@ def test_reads_follow_a_moved_shard(
         with admin.connect() as conn:  # back where it was, for the tests after this one
             conn.execute(_MOVE, {"shard": shard, "source": target.port, "target": source.port})
         admin.dispose()
+
+
+def test_a_node_not_reached_is_read_through_the_coordinator_then_tried_again(
+    citus_cluster: Cluster, engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = citus_cluster.workers[0]
+    name = citus_cluster.names_on(node, "away", 1)[0]
+    _label(engine, name, 5)
+    found = nodes_of(engine)
+    assert found is not None
+    routed = found.engine_for(shard_key(name))
+    assert routed.url.port == node.port
+
+    refused = sa.create_engine("postgresql+psycopg2://root@127.0.0.1:1/x?connect_timeout=1")
+    with pytest.raises(sa.exc.OperationalError) as error:
+        refused.connect()
+    found.unreachable(routed, error.value)  # as near() does when the node refuses
+
+    assert _read(engine, name) == (citus_cluster.coordinator.port, "5")
+    assert [
+        route.reachable for route in found.routes() if route.address.endswith(f":{node.port}")
+    ] == [False]
+
+    monkeypatch.setattr(routing, "RETRY_DOWN", 0.0)
+    found.unreachable(routed, error.value)  # down for no time at all: tried again at once
+    assert _read(engine, name) == (node.port, "5")
