@@ -27,6 +27,7 @@ from routemaster.config import load_config
 from routemaster.db import labels, transitions
 from routemaster.db.history import stamp_versions
 from routemaster.db.keys import shard_key
+from routemaster.db.nodes import nodes_of
 from routemaster.db.plumbing.database import distributed
 from routemaster.db.plumbing.migrate import (
     DISTRIBUTED_TABLES,
@@ -56,25 +57,28 @@ def citus_engine(citus_cluster: Cluster) -> sa.Engine:
 
 
 class Recorded:
-    """The statements an engine runs that touch a distributed table, with their parameters."""
+    """The statements engines run that touch a distributed table, with their parameters and
+    the engine that ran each (the coordinator's, or a node's for reads sent there)."""
 
-    def __init__(self, engine: sa.Engine) -> None:
-        self.statements: list[tuple[str, Any]] = []
-        self._engine = engine
+    def __init__(self, *engines: sa.Engine) -> None:
+        self.statements: list[tuple[sa.Engine, str, Any]] = []
+        self._engines = engines
 
     def __enter__(self) -> Recorded:
-        sa.event.listen(self._engine, "before_cursor_execute", self._seen)
+        for engine in self._engines:
+            sa.event.listen(engine, "before_cursor_execute", self._seen)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        sa.event.remove(self._engine, "before_cursor_execute", self._seen)
+        for engine in self._engines:
+            sa.event.remove(engine, "before_cursor_execute", self._seen)
 
     def _seen(self, conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
         statement = statement.removeprefix(CITUS_PROLOGUE).removeprefix(PROLOGUE)
         statement = statement.removeprefix(CITUS_PROLOGUE.removeprefix(PROLOGUE))
         tables = {name.lower() for name in _TABLE.findall(statement)}
         if tables & set(DISTRIBUTED_TABLES):
-            self.statements.append((statement, params))
+            self.statements.append((conn.engine, statement, params))
 
 
 def _explained(engine: sa.Engine, statement: str, params: Any) -> str:
@@ -124,17 +128,25 @@ def test_a_label_request_runs_on_the_label_shard_alone(
     for method, path, body in before:
         assert client.open(path, method=method, json=body).status_code < 300
     workers = _workers(citus_engine)
+    nodes = nodes_of(citus_engine)
+    assert nodes is not None
+    on_its_node = nodes.engine_for(shard_key("alice"))  # where reads of alice are sent
     method, path, body = request_
-    with Recorded(citus_engine) as recorded:
+    with Recorded(citus_engine, on_its_node) as recorded:
         answer = client.open(path, method=method, json=body)
     assert answer.status_code == status, answer.get_data(as_text=True)
     assert recorded.statements, "the request read or wrote no label"
-    for statement, params in recorded.statements:
-        plan = _explained(citus_engine, statement, params)
+    if method == "GET" and path in (f"{LABELS}/alice", f"{LABELS}/alice/history"):
+        # a read of one label: on the node holding it, nothing on the coordinator
+        assert {engine for engine, _, _ in recorded.statements} == {on_its_node}
+    for engine, statement, params in recorded.statements:
+        plan = _explained(engine, statement, params)
         counts = [int(count) for count in _TASKS.findall(plan)]
         assert counts and all(count == 1 for count in counts), (statement, plan)
         shards = {node for node in _NODE.findall(plan) if node in workers}
         assert len(shards) == 1, (statement, plan)
+        if engine is on_its_node:  # sent to the node holding the shard: it runs it itself
+            assert shards == {(str(engine.url.host), str(engine.url.port))}, (statement, plan)
 
 
 def test_history_rows_carry_the_version_and_the_coordinators_transaction(
