@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from routemaster.app import App, Clock, Settings, utc_now
 from routemaster.config.model import Config
+from routemaster.db.plumbing.database import distributed
 from routemaster.metrics import Metrics, outcome
 from routemaster.metrics.label_gauges import SNAPSHOT_FILE, LabelGauges
 from routemaster.web import create_app
@@ -87,6 +88,20 @@ def test_requests_are_counted_by_endpoint_template_never_by_label(client: FlaskC
     text = client.get("/metrics").get_data(as_text=True)
     assert "secret-customer-42" not in text
     assert "b%2Fc" not in text
+
+
+def test_label_reads_are_counted_by_where_they_ran(
+    client: FlaskClient, db_engine: sa.Engine
+) -> None:
+    """On one server through DATABASE_URL; on Citus on the node holding the label (the Citus
+    pass checks that one: tests/console/test_label_reads_citus.py)."""
+    client.post(f"{LABELS}/a", json={"metadata": {}})
+    for _ in range(2):
+        assert client.get(f"{LABELS}/a").status_code == 200
+    assert client.get(f"{LABELS}/nobody").status_code == 404
+    reads = "routemaster_label_reads_total"
+    route = "node" if distributed(db_engine) else "database"
+    assert value(scrape(client), reads, route=route) == 3
 
 
 def test_transitions_are_counted_by_machine_and_states(client: FlaskClient) -> None:
