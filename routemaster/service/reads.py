@@ -16,7 +16,7 @@ from routemaster.db.counts import StateCount
 from routemaster.db.deliveries import Delivery, DeliveryFilter
 from routemaster.db.nodes import ROUTE_OPTION, NodeRoute, nodes_of
 from routemaster.db.plumbing.database import distributed
-from routemaster.service.transactions import read
+from routemaster.service.transactions import label_read, read
 
 __all__ = [
     "Delivery",
@@ -30,7 +30,7 @@ __all__ = [
     "state_counts",
 ]
 
-deliveries_of_label = read(deliveries.of_label)
+deliveries_of_label = label_read(deliveries.of_label)
 """A label's calls, newest first, below the position ``before`` (none: from the newest)."""
 
 matching_deliveries = read(deliveries.matching)

@@ -26,10 +26,12 @@ and never open one (the faces and the worker never touch the store at all).
 
 A read of the store that has no rule of its own (a listing, a log, a count) is
 made a service function by :func:`read`, and a write that has none by
-:func:`write`: ``of_label = read(deliveries.of_label)`` opens :func:`reading`
-around the store's function, which the faces then call with the
-:class:`~routemaster.app.App` instead of a connection. No function is
-written only to open a transaction.
+:func:`write`: ``recent_failures = read(deliveries.recent_failures)`` opens
+:func:`reading` around the store's function, which the faces then call with
+the :class:`~routemaster.app.App` instead of a connection. A one-statement
+read of one label's rows is made one by :func:`label_read`
+(``label_read(deliveries.of_label)``), which runs it in
+:func:`one_label_read`. No function is written only to open a transaction.
 """
 
 from __future__ import annotations
@@ -100,6 +102,23 @@ def read(operation: Callable[Concatenate[sa.Connection, P], R]) -> Callable[Conc
             return operation(conn, *args, **kwargs)
 
     return in_a_read
+
+
+def label_read(
+    operation: Callable[Concatenate[sa.Connection, str, str, P], R],
+) -> Callable[Concatenate[App, str, str, P], R]:
+    """The store's read of one label's rows, ``operation(conn, state_machine, name, ...)`` and
+    exactly one statement, as a service function: called with the App, it runs in
+    :func:`one_label_read` (on Citus, on the node holding the label)."""
+
+    @functools.wraps(operation)
+    def near_the_label(
+        app: App, state_machine: str, name: str, /, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        with one_label_read(app, name) as conn:
+            return operation(conn, state_machine, name, *args, **kwargs)
+
+    return near_the_label
 
 
 def write(
