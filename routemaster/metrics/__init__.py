@@ -159,7 +159,7 @@ class Metrics:
 
         self.label_reads = Counter(
             "routemaster_label_reads",
-            "Reads of one label (its GET, its history) by where they ran: on the Citus node "
+            "Reads of one label (its GET, history, deliveries) by where they ran: on the Citus node "
             "holding its shard (node), or through DATABASE_URL (database).",
             ["route"],
             registry=registry,
