@@ -11,6 +11,7 @@ the rest.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 from collections import Counter, defaultdict
@@ -80,10 +81,13 @@ def placement(engine: sa.Engine, shard: int) -> Node:
     return Node(host, int(port))
 
 
-def move(engine: sa.Engine, shard: int, target: Node, mode: str) -> None:
+def move(
+    engine: sa.Engine, shard: int, target: Node, mode: str, *, conn: sa.Connection | None = None
+) -> None:
+    """Move ``shard`` to ``target`` and commit (in ``conn``'s transaction, if given)."""
     source = placement(engine, shard)
-    with engine.connect() as conn:
-        conn.execute(
+    with contextlib.nullcontext(conn) if conn is not None else engine.connect() as moving:
+        moving.execute(
             _MOVE,
             {
                 "shard": shard,
@@ -94,7 +98,7 @@ def move(engine: sa.Engine, shard: int, target: Node, mode: str) -> None:
                 "mode": mode,
             },
         )
-        conn.commit()
+        moving.commit()
 
 
 class Load:
