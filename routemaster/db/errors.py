@@ -9,6 +9,16 @@ short message (``message_primary``, which names no statement), the SQLSTATE.
 Only a failure to reach the server is :attr:`Kind.UNREACHABLE`; a statement
 cut off by ``statement_timeout``, a value the server refuses or a conflict
 between transactions are the database answering, and are told apart.
+
+On Citus, a statement that Citus runs in steps (a claim's CTEs) hands each
+step's rows to the next as an *intermediate result* sent to the nodes that
+the plan named. When a shard move (``citus_move_shard_placement``) commits
+while such a statement waits for the shard's lock, its later step runs on the
+shard's new node, where the result was never sent: Citus fails the statement
+with SQLSTATE ``CIINF`` ("could not find the intermediate result file"), and
+the transaction is rolled back. That is :attr:`Kind.MOVED`: nothing was done,
+and the same transaction run again is planned on the new placement
+(:func:`moved_during`).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import sqlalchemy as sa
 _CONNECTION_CLASS = "08"
 _SHUTTING_DOWN = {"57P01", "57P02", "57P03"}  # admin/crash shutdown, cannot connect now
 _QUERY_CANCELED = "57014"  # statement_timeout (or a cancel request)
+_INTERMEDIATE_RESULT_NOT_FOUND = "CIINF"  # Citus: a shard moved under a statement run in steps
 
 
 class Kind(enum.Enum):
@@ -31,6 +42,7 @@ class Kind(enum.Enum):
     REFUSED = "refused"  # a value the server cannot store (SQLSTATE class 22)
     TOO_LARGE = "too large"  # a server limit (class 54: sizes, nesting, index rows)
     CONFLICT = "conflict"  # serialization failure or deadlock (class 40)
+    MOVED = "moved"  # Citus: a shard moved while the statement ran (module docstring)
     OTHER = "other"
 
 
@@ -67,8 +79,17 @@ def describe_failure(error: BaseException) -> DatabaseFailure:
     detail = primary or type(original).__name__
     if sqlstate == _QUERY_CANCELED:
         return DatabaseFailure(Kind.TIMEOUT, detail, sqlstate)
+    if sqlstate == _INTERMEDIATE_RESULT_NOT_FOUND:
+        return DatabaseFailure(Kind.MOVED, detail, sqlstate)
     kinds = {"22": Kind.REFUSED, "54": Kind.TOO_LARGE, "40": Kind.CONFLICT}
     return DatabaseFailure(kinds.get(sqlstate[:2], Kind.OTHER), detail, sqlstate)
+
+
+def moved_during(error: BaseException) -> bool:
+    """Whether ``error`` is a shard move cutting a statement short (:attr:`Kind.MOVED`): its
+    transaction was rolled back, and running it again is safe."""
+    original = getattr(error, "orig", None) or error
+    return getattr(original, "pgcode", None) == _INTERMEDIATE_RESULT_NOT_FOUND
 
 
 def _first_line(error: BaseException) -> str:

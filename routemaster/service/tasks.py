@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.app import App
-from routemaster.config.model import Action, Config
+from routemaster.config.model import Action, Config, StateMachine
 from routemaster.db import (
     counts,
     label_claims,
@@ -38,9 +38,11 @@ from routemaster.db.notifications import notify_due
 from routemaster.db.tasks import Expiry
 from routemaster.db.tasks import PullState as PullState  # for the faces
 from routemaster.db.tasks import Task as Task  # for the faces
+from routemaster.machine.planning import Plan
 from routemaster.machine.retry import backoff
 from routemaster.service.flow_claims import claim_flow_tasks, flow_states
 from routemaster.service.labels import (
+    Settled,
     advance_locked,
     advance_with_feeds,
     finish_in_request,
@@ -48,6 +50,7 @@ from routemaster.service.labels import (
     settle_batch,
 )
 from routemaster.service.leases import LeaseBook
+from routemaster.service.shard_moves import again_if_moved
 from routemaster.service.transactions import read, reading, writing
 from routemaster.service.versions import machine_for
 
@@ -112,20 +115,24 @@ def claim_tasks(
     durations ``leases`` kept if given.
     """
     now = app.now()
-    with writing(app) as conn:
-        if expire:
-            _expire(conn, app, states, now, rng)
-        leased = (leases or LeaseBook()).leases(conn, app.config, states, now=now)
-        ids = [new_task_id() for _ in range(limit)]
-        by_flow = flow_states(app.config)
-        claimed = claim_flow_tasks(conn, by_flow, leased, ids, worker=worker, now=now)
-        claimed += label_claims.claim_tasks(
-            conn,
-            [item for item in leased if (item[0], item[1]) not in by_flow],
-            ids=ids[len(claimed) :],
-            worker=worker,
-            now=now,
-        )
+
+    def claiming() -> list[Task]:
+        with writing(app) as conn:
+            if expire:
+                _expire(conn, app, states, now, rng)
+            leased = (leases or LeaseBook()).leases(conn, app.config, states, now=now)
+            ids = [new_task_id() for _ in range(limit)]
+            by_flow = flow_states(app.config)
+            claimed = claim_flow_tasks(conn, by_flow, leased, ids, worker=worker, now=now)
+            return claimed + label_claims.claim_tasks(
+                conn,
+                [item for item in leased if (item[0], item[1]) not in by_flow],
+                ids=ids[len(claimed) :],
+                worker=worker,
+                now=now,
+            )
+
+    claimed = again_if_moved(claiming)  # on Citus: a shard moved meanwhile (service/shard_moves)
     for task in claimed:
         _event(app, task.state_machine, task.state, task.label, "claimed")
     return claimed
@@ -160,20 +167,25 @@ def heartbeat(app: App, task_id: str) -> datetime.datetime:
 def complete(app: App, task_id: str, patch: dict[str, Any] | None) -> Label:
     """Merge ``patch`` into the metadata and move the label on, as a delivered webhook does."""
     now = app.now()
-    with writing(app) as conn:
-        label = _take(conn, task_id, "completed", now)
-        action_state = label.state
-        machine = app.config.get_machine(label.state_machine)
-        if patch:
-            merged = transitions.merge_metadata(
-                conn, label.state_machine, label.name, patch, now=now
-            )
-            label = merged or label
-        label, plan = advance_locked(conn, app, machine, label, now=now)
-        if not plan.moves and plan.feed_missing is None:
-            schedules.clear_due(conn, [label.key])  # an action with no next: the label rests here
-            label = store.get(conn, label.state_machine, label.name) or label
-        _slot_freed(conn, app, [(machine.name, action_state)])
+
+    def completing() -> tuple[StateMachine, str, Label, Plan]:
+        with writing(app) as conn:
+            label = _take(conn, task_id, "completed", now)
+            action_state = label.state
+            machine = app.config.get_machine(label.state_machine)
+            if patch:
+                merged = transitions.merge_metadata(
+                    conn, label.state_machine, label.name, patch, now=now
+                )
+                label = merged or label
+            label, plan = advance_locked(conn, app, machine, label, now=now)
+            if not plan.moves and plan.feed_missing is None:
+                schedules.clear_due(conn, [label.key])  # an action with no next: it rests here
+                label = store.get(conn, label.state_machine, label.name) or label
+            _slot_freed(conn, app, [(machine.name, action_state)])
+        return machine, action_state, label, plan
+
+    machine, action_state, label, plan = again_if_moved(completing)
     _event(app, machine.name, action_state, label.name, "completed")
     return finish_in_request(app, machine, label, plan)
 
@@ -210,14 +222,20 @@ def complete_many(
     first: dict[str, dict[str, Any] | None] = {}
     for task_id, patch in completions:
         first.setdefault(task_id, patch)
-    with writing(app) as conn:
-        taken = transitions.complete_tasks(conn, list(first.items()), now=now)
-        issued = task_records.issued_among(conn, [i for i in first if i not in taken])
-        settled = settle_batch(conn, app, list(taken.values()), now=now)
-        schedules.settle_unmoved(conn, settled.unmoved)
-        for label in settled.waiting:
-            schedules.mark_due(conn, label.key, at=now + app.settings.evaluation_retry_delay)
-        _slot_freed(conn, app, [(label.state_machine, label.state) for label in taken.values()])
+
+    def completing() -> tuple[dict[str, Label], set[str], Settled]:
+        with writing(app) as conn:
+            taken = transitions.complete_tasks(conn, list(first.items()), now=now)
+            issued = task_records.issued_among(conn, [i for i in first if i not in taken])
+            settled = settle_batch(conn, app, list(taken.values()), now=now)
+            schedules.settle_unmoved(conn, settled.unmoved)
+            for label in settled.waiting:
+                schedules.mark_due(conn, label.key, at=now + app.settings.evaluation_retry_delay)
+            states = [(label.state_machine, label.state) for label in taken.values()]
+            _slot_freed(conn, app, states)
+        return taken, issued, settled
+
+    taken, issued, settled = again_if_moved(completing)
     resting = {schedule.key: schedule for schedule in settled.unmoved}
     moved: dict[str, Label] = {}
     for task_id, label in taken.items():

@@ -73,7 +73,9 @@ def _database_error(error: StoreError) -> flask.Response:
         logger.warning("%s %s: %s", flask.request.method, flask.request.path, failure.log_line())
     else:
         logger.info("%s %s: %s", flask.request.method, flask.request.path, failure.log_line())
-    return json_response({"message": message}, status)
+    # A shard that moved under the request is where it is now: asking again at once works.
+    headers = {"Retry-After": "1"} if failure.kind is Kind.MOVED else None
+    return json_response({"message": message}, status, headers)
 
 
 def _answer(failure: DatabaseFailure) -> tuple[int, str]:
@@ -91,6 +93,11 @@ def _answer(failure: DatabaseFailure) -> tuple[int, str]:
         return 400, f"The database refused a value: {failure.detail}."
     if failure.kind is Kind.TOO_LARGE:
         return 413, f"The request exceeds a database limit: {failure.detail}."
+    if failure.kind is Kind.MOVED:
+        return 503, (
+            "Part of the database moved to another node while this request ran (a shard "
+            "move); nothing was changed. Try again."
+        )
     if failure.kind is Kind.CONFLICT:
         return 409, "A concurrent change conflicted with this request; nothing was changed. Retry."
     return 500, f"Database error ({failure.sqlstate or failure.detail}); nothing was changed."

@@ -102,6 +102,8 @@ def _error_from(engine: sa.Engine, statement: str) -> sa.exc.SQLAlchemyError:
         ("SELECT CAST('{' AS jsonb)", Kind.REFUSED),
         ("SELECT pg_sleep(5)", Kind.TIMEOUT),
         ("SELECT * FROM no_such_table", Kind.OTHER),
+        # Citus's code when a shard move cut a statement run in steps short
+        ("DO $$ BEGIN RAISE EXCEPTION 'moved' USING ERRCODE = 'CIINF'; END $$", Kind.MOVED),
     ],
 )
 def test_failures_are_classified_by_what_the_server_said(
@@ -114,6 +116,37 @@ def test_failures_are_classified_by_what_the_server_said(
         engine.dispose()
     assert failure.kind is kind
     assert "SELECT" not in failure.log_line()
+
+
+# What Citus raises when a shard move cuts a statement short, raised here by a trigger.
+_MOVED_UNDER_IT = (
+    "CREATE FUNCTION moved_under_it() RETURNS trigger LANGUAGE plpgsql AS"
+    " $$ BEGIN RAISE EXCEPTION 'Query could not find the intermediate result file'"
+    " USING ERRCODE = 'CIINF'; END $$",
+    "CREATE TRIGGER moved_under_it BEFORE INSERT ON labels"
+    " FOR EACH ROW EXECUTE FUNCTION moved_under_it()",
+)
+_NOT_MOVED = ("DROP TRIGGER moved_under_it ON labels", "DROP FUNCTION moved_under_it()")
+
+
+def test_a_shard_moved_under_a_request_is_503_with_retry_after(
+    client: FlaskClient, db_engine: sa.Engine
+) -> None:
+    """On Citus a shard move can cut a statement short (routemaster/db/errors.py): nothing
+    was done, and the client is told to ask again, never given a 500."""
+    with db_engine.begin() as conn:
+        for statement in _MOVED_UNDER_IT:
+            conn.execute(sa.text(statement))
+    try:
+        response = client.post(LABEL, json={"metadata": {}})
+    finally:
+        with db_engine.begin() as conn:
+            for statement in _NOT_MOVED:
+                conn.execute(sa.text(statement))
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+    assert "moved to another node" in body(response)["message"]
+    assert client.get(LABEL).status_code == 404
 
 
 def test_index_row_too_large_is_a_server_limit(db_engine: sa.Engine) -> None:
