@@ -402,6 +402,8 @@ def main() -> None:
                 made = citus_target(args.coordinator, database)
             with made as target:
                 results[name] = measure(target, args, config, received)
+                for key, value in results[name].items():  # before the database is dropped
+                    print(f"{name}: {key}: {value:.2f}", flush=True)
     config.unlink()
     workers = len(worker_nodes(sa.engine.make_url(normalise_url(args.coordinator))))
     print(f"$ python bench/citus.py {shlex.join(sys.argv[1:])}")
