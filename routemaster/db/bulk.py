@@ -97,6 +97,9 @@ _CLAIM_SERIALISED = """
 
 # On Citus (routemaster.db.shards): the shard keys of the first pending items, read without a
 # lock across the shards (which shards to visit).
+# On Citus: whether any job is running, before reading its items across the shards.
+_ANY_RUNNING = "SELECT EXISTS (SELECT 1 FROM bulk_jobs WHERE finished_at IS NULL)"
+
 _PENDING_KEYS = """
     SELECT item.shard_key
     FROM bulk_items AS item JOIN bulk_jobs AS job ON job.id = item.job_id
@@ -202,6 +205,10 @@ def claim_items(conn: sa.Connection, *, limit: int) -> list[Item]:
     shard, the shards from a random one on.
     """
     if shard_map(conn) is not None:
+        # No job running (the common case): bulk_jobs, a reference table, is read on the
+        # coordinator, and the read of pending items across the shards is not sent at all.
+        if not fetch_value(conn, _ANY_RUNNING):
+            return []
         one_connection_per_node(conn)  # the batch ends writing bulk_jobs, a reference table
         # quiet: a worker's idle rounds skip it until a bulk command notifies (idle_shards)
         rows = take(conn, _PENDING_KEYS, _CLAIM, {"limit": limit}, quiet=True)

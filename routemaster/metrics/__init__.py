@@ -159,8 +159,8 @@ class Metrics:
 
         self.label_reads = Counter(
             "routemaster_label_reads",
-            "Reads of one label (its GET, history, deliveries) by where they ran: on the Citus node "
-            "holding its shard (node), or through DATABASE_URL (database).",
+            "Reads of one label (its GET, history, deliveries) by where they ran: on the Citus "
+            "node holding its shard (node), or through DATABASE_URL (database).",
             ["route"],
             registry=registry,
         )

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from routemaster.db.catalogue import CLAIMABLE, IN_SHARD, LABELS_IN_SHARD
 from routemaster.db.claimed import Claim
 from routemaster.db.receivers import Route, route_arrays
-from routemaster.db.shards import Fetch, ShardMap, take_each
+from routemaster.db.shards import FIND_KEYS, Fetch, ShardMap, take_each
 from routemaster.db.statements import Row, fetch_all
 
 
@@ -78,14 +78,18 @@ def claim_deliveries(
     def by_receiver(shards: ShardMap) -> list[list[int]]:
         keys: set[int] = set()
         for want in wanted:
-            params = {**_plain_params([want], routes), "free": min(want.limit, free), **lease}
+            params = {
+                **_plain_params([want], routes),
+                "find_keys": max(min(want.limit, free), FIND_KEYS),
+                **lease,
+            }
             keys.update(key for (key,) in fetch_all(conn, _DUE_DELIVERY_KEYS, params))
         return shards.whole_shards(conn, keys)
 
     return take_each(
         conn,
         _DUE_DELIVERY_KEYS,
-        {**_plain_params(wanted, routes), "free": free, **lease},
+        {**_plain_params(wanted, routes), "find_keys": max(free, FIND_KEYS), **lease},
         claim_in,
         wanted=free,
         groups=None if _unlimited(wanted, free) else by_receiver,
@@ -242,10 +246,11 @@ _CLAIM_DELIVERIES_PLAIN = f"""
               labels.version
     """
 
-# On Citus: the shard keys of the oldest due deliveries of the wanted receivers.
+# On Citus: the shard keys of the oldest due deliveries of the wanted receivers (at least
+# FIND_KEYS).
 _DUE_DELIVERY_KEYS = f"""
     SELECT shard_key FROM labels
     WHERE {_DUE_DELIVERY}
     ORDER BY due_at
-    LIMIT %(free)s
+    LIMIT %(find_keys)s
     """

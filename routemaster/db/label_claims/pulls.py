@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from routemaster.db.catalogue import IN_SHARD, LABELS_CLAIMABLE, LABELS_IN_SHARD
 from routemaster.db.label_claims.states import IN_STATES, StateKey, state_arrays
-from routemaster.db.shards import Fetch, take, take_each
+from routemaster.db.shards import FIND_KEYS, Fetch, take, take_each
 from routemaster.db.tasks import TASKS_ISSUED, Held, LeasedState, Task, claimed_columns
 
 
@@ -46,7 +46,8 @@ def claim_tasks(
         taking = {**params, "ids": left, "limit": len(left), "shard_keys": shard_keys}
         return [Task(*row) for row in fetch(conn, _CLAIM_TASKS, taking)]
 
-    return take_each(conn, _AWAITING_KEYS, params, claim_in, wanted=len(ids))
+    find = {**params, "find_keys": max(len(ids), FIND_KEYS)}
+    return take_each(conn, _AWAITING_KEYS, find, claim_in, wanted=len(ids))
 
 
 def lock_expired_tasks(
@@ -108,7 +109,7 @@ _CLAIM_TASKS = f"""
     ), {TASKS_ISSUED}
     """
 
-# On Citus: the shard keys of the oldest labels awaiting a pull claim.
+# On Citus: the shard keys of the oldest labels awaiting a pull claim (at least FIND_KEYS).
 _AWAITING_KEYS = f"""
     SELECT labels.shard_key FROM labels
     WHERE (labels.state_machine, labels.state) IN (
@@ -116,7 +117,7 @@ _AWAITING_KEYS = f"""
       AND labels.due_at <= %(now)s AND labels.lease_owner IS NULL
       AND {LABELS_CLAIMABLE}
     ORDER BY labels.due_at
-    LIMIT %(limit)s
+    LIMIT %(find_keys)s
     """
 
 # Run-out pull leases (leased labels, index labels_leased), and on Citus their shard keys.
