@@ -328,10 +328,11 @@ def drain(
             )
 
     try:
+        # Counted before any cron runs: nothing moves the labels or calls the receiver until then.
+        waiting, calls = left(), received() if received is not None else 0
         with cron_processes(url, config, processes):
-            started, waiting = time.monotonic(), left()
+            started = time.monotonic()
             if received is not None:
-                calls = received()
                 while received() < calls + waiting:
                     time.sleep(0.05)
             while left():
