@@ -266,36 +266,6 @@ def test_a_single_label_write_commits_in_one_phase(citus_engine: sa.Engine, case
     assert not added, f"{case}: committed in two phases ({sorted(added)})"
 
 
-def test_a_batch_of_moves_on_one_worker_commits_there_in_one_phase(
-    citus_cluster: Cluster,
-) -> None:
-    """The worker's moves of a batch (delivered labels, due gates) are written label by
-    label, each a router statement on its shard: a batch whose labels are all on one worker
-    commits there in one phase (the batch statement ran its CTEs through intermediate
-    results on the coordinator and both workers, and committed in two phases), each label
-    moved with its history rows as before."""
-    engine = citus_cluster.engine
-    app = App(config=load_config([CONFIG_PATH]), db=engine)
-    client = create_app(app).test_client()
-    names = citus_cluster.names_on(citus_cluster.workers[0], "batch", 3)
-    for name in names:
-        assert client.post(f"{LABELS}/{name}", json={"metadata": {}}).status_code == 201
-    with engine.connect() as conn:
-        records = set(conn.execute(_COMMIT_RECORDS).scalars())
-    with engine.begin() as conn:
-        locked = [labels.lock(conn, "user", name) for name in names]
-        batch = [labels.Moves(lab, ("review", "notify"), due_at=None) for lab in locked if lab]
-        written = transitions.write_moves(conn, batch, now=NOW)
-    with engine.connect() as conn:
-        added = set(conn.execute(_COMMIT_RECORDS).scalars()) - records
-    assert not added, f"committed in two phases ({sorted(added)})"
-    assert [(label.name, label.state) for label in written] == [(n, "notify") for n in names]
-    for name in names:
-        history = client.get(f"{LABELS}/{name}/history").get_json()
-        moves = [(entry["old_state"], entry["new_state"]) for entry in history["history"]]
-        assert moves[-2:] == [("start", "review"), ("review", "notify")], moves
-
-
 def test_a_call_made_with_a_task_id_runs_on_the_label_shard_alone(
     citus_engine: sa.Engine,
 ) -> None:

@@ -33,10 +33,8 @@ def write_moves(
     moves = [move for move in moves if move.states]
     if not moves:
         return []
-    if distributed(conn) or (len(moves) == 1 and len(moves[0].states) == 1):
-        written = [_write_one_label(conn, move, now=now) for move in moves]
-        notify_due_times(conn, [move.due_at for move in moves], now=now)
-        return written
+    if len(moves) == 1 and (len(moves[0].states) == 1 or distributed(conn)):
+        return [_write_one_label(conn, moves[0], now=now)]
     history: dict[str, list[Any]] = {
         key: []
         for key in (
@@ -83,14 +81,10 @@ def _write_one_label(conn: sa.Connection, move: Moves, *, now: datetime.datetime
     """The commonest write, one label moving one state (an API update), in a plainer statement.
 
     PostgreSQL plans it in about half the time of the batch statement. On
-    Citus every move is written so, a batch label by label and a label
-    moving through several states once per state: each is a router
-    statement on the label's shard, where the batch statement is no router
-    statement even when all its labels share a shard (its CTEs run through
-    intermediate results on the coordinator, its history rows are pulled
-    there and copied back). Measured on a coordinator and two workers
-    (``bench/statements.py``), a worker's moves of delivered batches cost
-    about half as much so. The caller notifies the due times.
+    Citus a label moving through several states takes it once per state:
+    each is a router statement on the label's shard, where the batch
+    statement's CTEs are run through intermediate results and commit in two
+    phases on both workers.
     """
     label = move.label
     params = {
@@ -111,6 +105,7 @@ def _write_one_label(conn: sa.Connection, move: Moves, *, now: datetime.datetime
         if row is None:
             raise KeyError(label.key)
         written, old = label_from_row(row), new
+    notify_due_times(conn, [move.due_at], now=now)
     return written
 
 
