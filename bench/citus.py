@@ -41,7 +41,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,7 +156,9 @@ _COORDINATOR_HOLDS_SHARDS = (
 
 
 @contextmanager
-def citus_target(coordinator: str, name: str, *, coordinator_shards: bool) -> Iterator[Target]:
+def citus_target(
+    coordinator: str, name: str, *, coordinator_shards: bool = False
+) -> Iterator[Target]:
     database: Cluster = create_cluster_database(name, coordinator)
     try:
         if coordinator_shards:  # before migrate distributes: a third of the shards stay there
@@ -268,6 +270,20 @@ def measure(
         idle()
     engine.dispose()
     return results
+
+
+@contextmanager
+def receiver_at(port: int) -> Iterator[Callable[[], int]]:
+    """``bench/receiver.py`` on ``port`` while the block runs; gives its count of calls answered
+    200 so far."""
+    receiver = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "receiver.py"), "--port", str(port)]
+    )
+    try:
+        yield lambda: int(requests.get(f"http://127.0.0.1:{port}/stats").json()["ok"])
+    finally:
+        receiver.terminate()
+        receiver.wait()
 
 
 @contextmanager
@@ -402,17 +418,7 @@ def main() -> None:
     config = Path(f"/tmp/routemaster-bench-citus-{os.getpid()}.yaml")
     config.write_text(CONFIG.format(port=receiver_port))
     results: dict[str, dict[str, float]] = {}
-
-    def received() -> int:
-        """Calls the receiver answered 200 so far."""
-        return int(requests.get(f"http://127.0.0.1:{receiver_port}/stats").json()["ok"])
-
-    with ExitStack() as stack:
-        receiver = subprocess.Popen(
-            [sys.executable, str(ROOT / "bench" / "receiver.py"), "--port", str(receiver_port)]
-        )
-        stack.callback(receiver.wait)
-        stack.callback(receiver.terminate)
+    with receiver_at(receiver_port) as received:
         for name in args.targets.split(","):
             database = f"bench_citus_{name}_{os.getpid()}"
             if name == "plain":

@@ -19,14 +19,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import sys
 import uuid
 from collections.abc import Callable
-from contextlib import ExitStack
 from pathlib import Path
 
-import requests
 import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +38,7 @@ from citus import (  # noqa: E402
     drain,
     plain_target,
     pull,
+    receiver_at,
     server_cpu,
 )
 from pooler import rate  # noqa: E402
@@ -159,15 +157,7 @@ def main() -> None:
     config = Path(f"/tmp/routemaster-bench-statements-{os.getpid()}.yaml")
     config.write_text(CONFIG.format(port=port))
 
-    def received() -> int:
-        return int(requests.get(f"http://127.0.0.1:{port}/stats").json()["ok"])
-
-    with ExitStack() as stack:
-        receiver = subprocess.Popen(
-            [sys.executable, str(ROOT / "bench" / "receiver.py"), "--port", str(port)]
-        )
-        stack.callback(receiver.wait)
-        stack.callback(receiver.terminate)
+    with receiver_at(port) as received:
         for phase in args.only.split(","):
             for name in args.targets.split(","):
                 database = f"bench_statements_{name}_{os.getpid()}"
