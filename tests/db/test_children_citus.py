@@ -61,11 +61,11 @@ def test_a_child_finishing_commits_on_its_own_shard_alone(
     with engine.connect() as conn:
         added = set(conn.execute(_COMMIT_RECORDS).scalars()) - records
     assert not added, f"the child's finish committed in two phases ({sorted(added)})"
-    statements = [statement for statement, _ in recorded.statements]
+    statements = [statement for _, statement, _ in recorded.statements]
     assert any("UPDATE children" in statement for statement in statements)
     assert any("INSERT INTO child_wakes" in statement for statement in statements)
-    for statement, params in recorded.statements:
-        plan = _explained(engine, statement, params)
+    for ran_on, statement, params in recorded.statements:
+        plan = _explained(ran_on, statement, params)
         shards = {node for node in _NODE.findall(plan) if node in workers}
         assert len(shards) == 1, (statement, plan)
     # ... and the parent, on another worker, hears of it: its word taken, it decides.
