@@ -88,6 +88,8 @@ class Settings:
     metrics: bool = True  # Prometheus metrics (GET /metrics, cron --metrics-bind)
     # on Citus, a read of one label goes to the node holding its shard (docs/performance.md)
     route_reads: bool = True
+    # on Citus, a write of one label goes to the node holding its shard (docs/performance.md)
+    route_writes: bool = True
     label_gauges_interval: float = 5.0  # seconds; label counts for /metrics at most this often
     token_use_interval: float = 30.0  # seconds; tokens' last use is written this often
     # push subscriptions (per worker process): batches in flight at once, each send's total

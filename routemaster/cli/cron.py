@@ -11,7 +11,7 @@ from routemaster.cli.metrics import instrumented, multiprocess_directory, worker
 from routemaster.cli.options import Options, direct_engine
 from routemaster.cli.plugins import sending_statsd_at_once
 from routemaster.db.history import stamp_versions
-from routemaster.db.nodes import route_reads
+from routemaster.db.nodes import route_reads, route_writes
 from routemaster.db.plumbing.database import create_engine
 from routemaster.machine.definitions import LoadedVersions
 
@@ -52,6 +52,7 @@ def cron(
         )
         stamp_versions(engine, versions, continuing(config))
         route_reads(engine, on=settings.route_reads)
+        route_writes(engine, on=settings.route_writes)
         direct = direct_engine()
         try:
             with worker_metrics(metrics_bind, plugins) as (metrics, loggers):

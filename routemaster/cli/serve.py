@@ -29,7 +29,7 @@ from routemaster.cli.environment import (
 from routemaster.cli.metrics import instrumented, multiprocess_directory, wants_metrics_directory
 from routemaster.cli.options import Options, direct_engine
 from routemaster.db.history import stamp_versions
-from routemaster.db.nodes import route_reads
+from routemaster.db.nodes import route_reads, route_writes
 from routemaster.db.plumbing.database import create_engine
 from routemaster.logging import wants_json
 from routemaster.machine.definitions import LoadedVersions
@@ -166,6 +166,7 @@ def _serve(
         )
         stamp_versions(engine, versions, continuing(config))
         route_reads(engine, on=settings.route_reads)
+        route_writes(engine, on=settings.route_writes)
         app = App(
             config=config,
             db=engine,

@@ -15,12 +15,15 @@ it was written and wherever it lands (on Citus, on the label's shard):
   visible. The statements write it as
   ``CASE WHEN %(continuing)s THEN COALESCE(labels.version, %(running)s) ELSE
   %(running)s END`` with :func:`version_params` (a batch names each row's, :func:`version_for`);
-- ``xact_id``: ``pg_current_xact_id()`` named in the statement. On one server
-  that is what the column's default gave; on Citus the function is volatile, so
-  the coordinator evaluates it (an ``INSERT ... SELECT`` naming it is pulled to
-  the coordinator instead of being pushed down to a worker, where the default
-  would take the worker's transaction id): the changes stream orders by the
-  coordinator's transaction.
+- ``xact_id``: ``routemaster_xact_id()`` named in the statement (migration 0022):
+  ``pg_current_xact_id()``, unless a write sent to the Citus node holding the
+  label (:func:`routemaster.db.nodes.writing_near`) set ``routemaster.xact_id``
+  to the id of the transaction it holds open on the coordinator. On one server
+  that is what the column's default gives; through the coordinator on Citus
+  the function is volatile, so the coordinator evaluates it (an ``INSERT ...
+  SELECT`` naming it is pulled to the coordinator instead of being pushed down
+  to a worker, where it would take the worker's transaction id): either way
+  the changes stream orders by the coordinator's transaction.
 
 ``transitions.append`` writes rows that go with no change to the label row (an
 operator's forced entry); the statements that move a label write their row
@@ -43,6 +46,7 @@ __all__ = [
     "Entry",
     "RunningVersions",
     "running_versions",
+    "share_versions",
     "stamp_versions",
     "version_for",
     "version_params",
@@ -84,6 +88,12 @@ def stamp_versions(
     running = running_versions(engine)
     running.versions = dict(versions)
     running.continuing = frozenset(continuing)
+
+
+def share_versions(source: sa.Engine, target: sa.Engine) -> None:
+    """History rows written through ``target`` (a pool to a Citus node, for routed writes)
+    carry ``source``'s running versions, now and after every later :func:`stamp_versions`."""
+    target.update_execution_options(**{_VERSIONS_OPTION: running_versions(source)})
 
 
 def version_params(conn: sa.Connection, machine: str) -> dict[str, Any]:

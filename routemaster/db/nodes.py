@@ -16,10 +16,22 @@ only which node holds them). A stale map is never wrong, only slower: a
 node asked for a shard it no longer holds runs the statement as any Citus
 node does, across the network to wherever the shard now is.
 
-Writes still enter through the coordinator: a history row's position in
-the changes stream is the coordinator's transaction id
-(:mod:`routemaster.db.changes`), which a transaction started on a worker
-does not have (docs/performance.md says what routed writes would need).
+A write of one label goes there too (:func:`writing_near`). A history row's
+position in the changes stream is the id of its transaction on the
+coordinator (:mod:`routemaster.db.changes`), which a transaction started on
+a worker does not have; so the write holds a transaction open on the
+coordinator as well, with nothing in it but its id: the id is taken just
+before the label's first history row is written (the label's row is locked,
+or inserted, by an earlier statement of every one-label write, so writers of
+one label take their ids in the order they write), handed to the node's
+transaction as ``routemaster.xact_id`` (``routemaster_xact_id()``, migration
+0022), and the coordinator's transaction commits only after the node's. So
+the coordinator's horizon passes the id only once the row is visible on its
+node, as with a write that went through the coordinator, and positions stay
+what they were. A ``NOTIFY`` of the write is sent on the coordinator's
+transaction, where the listeners are. The coordinator's part costs it a
+``BEGIN``, one ``SELECT`` and a ``COMMIT``: no distributed planning, no
+connection to a worker.
 
 A node this process cannot reach (an address in ``pg_dist_node`` that only
 the cluster resolves, a firewall) is found at its first connection:
@@ -30,7 +42,8 @@ send every statement as plain SQL (:func:`~routemaster.db.statements.never_prepa
 
 Held in the coordinator engine's execution options (:func:`nodes_of`), like
 the claims' shard map, never in a module-level variable. Plain PostgreSQL,
-or ``ROUTEMASTER_ROUTE_READS=0``: every read goes where it always went.
+or ``ROUTEMASTER_ROUTE_READS=0`` (``ROUTEMASTER_ROUTE_WRITES=0``): every read
+(write) goes where it always went.
 """
 
 from __future__ import annotations
@@ -44,9 +57,17 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from routemaster.db.history import share_versions
 from routemaster.db.keys import SHARD_KEYS, shard_key
 from routemaster.db.plumbing.database import create_engine, distributed
-from routemaster.db.statements import fetch_all, fetch_value, never_prepared, single_statement
+from routemaster.db.statements import (
+    COORDINATOR_OPTION,
+    XACT_OPTION,
+    fetch_all,
+    fetch_value,
+    never_prepared,
+    single_statement,
+)
 from routemaster.db.transaction_settings import settings_of
 
 logger = logging.getLogger(__name__)
@@ -56,6 +77,9 @@ NODES_OPTION = "routemaster_nodes"
 
 ROUTE_OPTION = "routemaster_route_reads"
 """The coordinator engine's execution option saying whether reads are routed at all."""
+
+ROUTE_WRITES_OPTION = "routemaster_route_writes"
+"""The coordinator engine's execution option saying whether writes of one label are routed."""
 
 REFRESH = 30.0
 """Seconds a placement read on the coordinator is used before it is read again."""
@@ -88,6 +112,13 @@ _NODES = """
 
 # What a node says it is, so that a pool never reads another cluster's or database's rows.
 _WHO = "SELECT groupid FROM pg_dist_local_group"
+
+# A routed write's transaction id, taken on the coordinator (its transaction stays open until
+# the node's has committed) ...
+_TAKE_XACT = "SELECT CAST(pg_current_xact_id() AS text)"
+
+# ... and handed to the node's transaction, sent in front of its first history row's statement.
+_GIVE_XACT = "SELECT set_config('routemaster.xact_id', '{xact}', true); "
 
 
 @dataclass(frozen=True)
@@ -210,6 +241,7 @@ class Nodes:
             max_overflow=4,
         )
         never_prepared(engine)
+        share_versions(self._coordinator, engine)
         coordinator_settings = settings_of(self._coordinator)
         settings = settings_of(engine)
         settings.statement_timeout_ms = coordinator_settings.statement_timeout_ms
@@ -227,13 +259,16 @@ class Nodes:
         return kept.engine if kept.down_until <= time.monotonic() else self._coordinator
 
 
-def nodes_of(engine: sa.Engine) -> Nodes | None:
-    """The coordinator engine's :class:`Nodes` on Citus with routing on; ``None`` otherwise."""
+def nodes_of(engine: sa.Engine, *, option: str = ROUTE_OPTION) -> Nodes | None:
+    """The coordinator engine's :class:`Nodes` on Citus with routing on (reads, or what
+    ``option`` names); ``None`` otherwise."""
     options = engine.get_execution_options()
+    if options.get(option) is False:
+        return None
     found = options.get(NODES_OPTION)
     if isinstance(found, Nodes):
         return found
-    if options.get(ROUTE_OPTION) is False or not distributed(engine):
+    if not distributed(engine):
         return None
     made = Nodes(engine)
     engine.update_execution_options(**{NODES_OPTION: made})
@@ -251,6 +286,72 @@ def dispose_nodes(engine: sa.Engine) -> None:
 def route_reads(engine: sa.Engine, *, on: bool) -> None:
     """Whether ``engine``'s reads of one label may go to the node holding it (default: yes)."""
     engine.update_execution_options(**{ROUTE_OPTION: on})
+
+
+def route_writes(engine: sa.Engine, *, on: bool) -> None:
+    """Whether ``engine``'s writes of one label may go to the node holding it (default: yes)."""
+    engine.update_execution_options(**{ROUTE_WRITES_OPTION: on})
+
+
+class _CoordinatorXact:
+    """A routed write's transaction on the coordinator: opened when its id is first wanted."""
+
+    def __init__(self, coordinator: sa.Connection) -> None:
+        self.coordinator = coordinator
+        self.given = False
+
+    def prefix(self, sql: str) -> str:
+        """What to send in front of ``sql`` on the node: the id, before the first history row
+        (``routemaster_xact_id()``), taken now; nothing before or after that."""
+        if self.given or "routemaster_xact_id()" not in sql:
+            return ""
+        xact = int(fetch_value(self.coordinator, _TAKE_XACT))
+        self.given = True
+        return _GIVE_XACT.format(xact=xact)
+
+
+@contextmanager
+def writing_near(engine: sa.Engine, name: str) -> Iterator[sa.Connection]:
+    """A transaction writing label ``name``'s rows alone, on the node holding its shard.
+
+    Committed when the block ends, rolled back if it raises, as
+    ``engine.begin()`` (which it is on plain PostgreSQL, with routing off, or
+    where the node cannot be reached). On a node, the coordinator's
+    transaction that gives the history rows their id (the module's
+    docstring) commits after the node's, and takes the write's ``NOTIFY``
+    (:data:`~routemaster.db.statements.COORDINATOR_OPTION`). Every statement
+    in the block must reach that label's rows alone (its tasks, deliveries,
+    children's rows: its shard), and lock or insert the label's row before
+    its first history row.
+    """
+    nodes = nodes_of(engine, option=ROUTE_WRITES_OPTION)
+    target = engine if nodes is None else nodes.engine_for(shard_key(name))
+    node_conn = None
+    if nodes is not None and target is not engine:
+        try:
+            node_conn = target.connect()
+        except sa.exc.DBAPIError as error:
+            nodes.unreachable(target, error)
+    if node_conn is None:
+        with engine.begin() as conn:
+            yield conn
+        return
+    assert nodes is not None
+    with node_conn, engine.connect() as coordinator:
+        xact = _CoordinatorXact(coordinator)
+        node_conn.execution_options(**{XACT_OPTION: xact, COORDINATOR_OPTION: coordinator})
+        try:
+            with node_conn.begin():
+                yield node_conn
+        except sa.exc.DBAPIError as error:
+            if error.connection_invalidated:
+                nodes.unreachable(target, error)
+            raise
+        # The node has committed: its rows are visible before the id's transaction ends.
+        try:
+            coordinator.commit()
+        except sa.exc.DBAPIError as error:  # the write stands; only its wake-up is lost
+            logger.warning("a write's transaction on the coordinator did not commit: %s", error)
 
 
 @contextmanager

@@ -40,7 +40,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from routemaster.db.plumbing.database import distributed
-from routemaster.db.statements import Params, run, run_on_driver, single_statement
+from routemaster.db.statements import Params, coordinator_of, run, run_on_driver, single_statement
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +66,9 @@ _PROBE = "SELECT pg_notify('routemaster_probe', %(payload)s)"
 
 
 def notify_due(conn: sa.Connection) -> None:
-    """Wake listening workers when this transaction commits."""
-    run(conn, _NOTIFY_DUE)
+    """Wake listening workers when this transaction commits (in a write routed to a Citus
+    node, when the coordinator's part of it does, just after)."""
+    run(coordinator_of(conn), _NOTIFY_DUE)
 
 
 def notify_due_times(
@@ -81,7 +82,7 @@ def notify_due_times(
     if any(at <= now for at in later):
         notify_due(conn)
     elif later and distributed(conn):
-        run(conn, _NOTIFY_DUE_LATER, {"at": min(later).isoformat()})
+        run(coordinator_of(conn), _NOTIFY_DUE_LATER, {"at": min(later).isoformat()})
 
 
 @dataclass(frozen=True)

@@ -189,7 +189,7 @@ history = sa.Table(
     sa.Column("reason", sa.Text, nullable=True),
     # the writing transaction: the changes stream orders by (xact_id, id) and
     # shows a row only once every transaction below it has finished
-    sa.Column("xact_id", Xid8(), nullable=False, server_default=sa.text("pg_current_xact_id()")),
+    sa.Column("xact_id", Xid8(), nullable=False, server_default=sa.text("routemaster_xact_id()")),
     # the machine version the label follows, or that the writing process ran (written by
     # every writer since migration 0017; a trigger set it before)
     sa.Column("version", sa.Integer, nullable=True),

@@ -94,6 +94,16 @@ _Want = Literal["one", "all", "count"]
 SETTINGS_OPTION = "routemaster_transaction_settings"
 """The engine execution option holding its per-transaction settings (``TransactionSettings``)."""
 
+XACT_OPTION = "routemaster_routed_xact"
+"""On a connection to a Citus node running a routed write
+(:func:`routemaster.db.nodes.writing_near`): what gives its history rows the coordinator's
+transaction id, an object whose ``prefix(sql)`` says what to send in front of ``sql``
+(``""``: nothing)."""
+
+COORDINATOR_OPTION = "routemaster_coordinator"
+"""On a connection to a Citus node running a routed write: the coordinator's connection, where
+the write's ``NOTIFY`` goes (:func:`coordinator_of`)."""
+
 _SINGLE_KEY = "routemaster.single_statement"  # in the pool's connection info: in single_statement
 
 PROLOGUE = "SET LOCAL statement_timeout = %(routemaster_statement_timeout)s; "
@@ -201,6 +211,20 @@ def never_prepared(engine: sa.Engine) -> None:
         record.info[_PREPARED_KEY] = None
 
 
+def on_a_node(conn: sa.Connection) -> bool:
+    """Whether ``conn`` runs a write routed to a Citus node (where a statement that Citus
+    would run in steps sends the intermediate results to the node itself, and commits in two
+    phases)."""
+    return XACT_OPTION in conn.get_execution_options()
+
+
+def coordinator_of(conn: sa.Connection) -> sa.Connection:
+    """Where a ``NOTIFY`` of ``conn``'s transaction goes: ``conn``, or, in a write routed to a
+    Citus node, the coordinator's transaction that commits after it."""
+    found = conn.get_execution_options().get(COORDINATOR_OPTION)
+    return found if isinstance(found, sa.Connection) else conn
+
+
 def _run(conn: sa.Connection, statement: Statement, params: Params, want: _Want) -> Any:
     plain = statement if isinstance(statement, str) else statement.sql
     driver: Any = conn.connection.driver_connection
@@ -208,6 +232,9 @@ def _run(conn: sa.Connection, statement: Statement, params: Params, want: _Want)
     prologue = None if found is None else found[0]
     if found is not None:
         params = {**params, **found[1]}
+    routed = conn.get_execution_options().get(XACT_OPTION)
+    if routed is not None and (given := routed.prefix(plain)):
+        prologue = (prologue or "") + given
     if _observed(conn):
         sent = plain if prologue is None else prologue + plain
         result = conn.exec_driver_sql(sent, dict(params))

@@ -164,6 +164,14 @@ class Metrics:
             ["route"],
             registry=registry,
         )
+        self.label_writes = Counter(
+            "routemaster_label_writes",
+            "Writes of one label on Citus (a create, an update, a delete, an evaluation after "
+            "feeds) by where they ran: on the node holding its shard (node), or through "
+            "DATABASE_URL (database).",
+            ["route"],
+            registry=registry,
+        )
 
         self.bulk_labels = Counter(
             "routemaster_bulk_labels",

@@ -38,10 +38,10 @@ from routemaster.service.scheduling import (
     store_after_update,
 )
 from routemaster.service.transactions import (
+    label_writing,
     one_label_read,
     one_label_write,
     one_statement,
-    writing,
 )
 from routemaster.service.versions import machine_for
 
@@ -75,12 +75,12 @@ def create_label(app: App, machine: StateMachine, name: str, metadata: dict[str,
 
     if not isinstance(initial, Action) and not evaluates_on_entry(initial):
         # The insert is all there is to do: one statement, its own transaction (two on Citus).
-        with one_label_write(app) as conn:
+        with one_label_write(app, name) as conn:
             created = insert(conn)
         if created is None:
             raise LabelExists(name)
         return created
-    with writing(app) as conn:
+    with label_writing(app, name) as conn:
         label = insert(conn)
         if label is None:
             raise LabelExists(name)
@@ -109,7 +109,7 @@ def update_metadata(app: App, machine: StateMachine, name: str, patch: dict[str,
     now = app.now()
     # Gates evaluated at moments in any version a label of the machine may follow (SPEC E4).
     scheduled = scheduled_states_of_versions(app, machine)
-    with writing(app) as conn:
+    with label_writing(app, name) as conn:
         label = _merged(conn, machine, name, patch, scheduled, now=now)
         # The definition that governs it: its own version's, on a continue machine. A state it
         # lacks (a newer one's, in a rolling deploy), or a version not found: not evaluated.
@@ -168,7 +168,7 @@ def _merged(
 
 def delete_label(app: App, machine: StateMachine, name: str) -> None:
     """Soft-delete: clear metadata, record it in history, keep the name taken."""
-    with _deleting(app, machine) as conn:
+    with _deleting(app, machine, name) as conn:
         old_state = transitions.soft_delete(conn, machine.name, name, now=app.now())
         if old_state is not None:
             note_deleted(conn, app.config, [(machine.name, name)])  # a child counts as failed
@@ -176,12 +176,12 @@ def delete_label(app: App, machine: StateMachine, name: str) -> None:
         log_transition(app, machine.name, name, old_state, None, forced=False)
 
 
-def _deleting(app: App, machine: StateMachine) -> AbstractContextManager[sa.Connection]:
+def _deleting(app: App, machine: StateMachine, name: str) -> AbstractContextManager[sa.Connection]:
     """A deletion's connection: a transaction when the label may be a child (its outcome and
-    its word for its parent go with the deletion), else :func:`one_label_write`'s."""
+    its word for its parent go with the deletion, beside it), else :func:`one_label_write`'s."""
     if machine.name in app.config.child_machines:
-        return writing(app)
-    return one_label_write(app)
+        return label_writing(app, name)
+    return one_label_write(app, name)
 
 
 def history(app: App, machine: StateMachine, name: str) -> list[HistoryEntry]:
@@ -263,7 +263,7 @@ def advance_with_feeds(app: App, key: LabelKey, entry_id: int, *, timeout: float
     now = app.now()
     fetcher = FeedFetcher(app, machine, key[1], state=snapshot.state, timeout=timeout)
     plan = _plan(app, machine, snapshot, now, fetcher.read)
-    with writing(app) as conn:
+    with label_writing(app, key[1]) as conn:
         label = store.lock(conn, *key)
         if label is None or not label.live or label.entry_id != entry_id:
             return None

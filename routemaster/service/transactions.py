@@ -15,10 +15,15 @@ and never open one (the faces and the worker never touch the store at all).
   autocommit: PostgreSQL makes the statement its own transaction, and the
   ``BEGIN`` and ``COMMIT`` round trips disappear (a label read, an API
   create with nothing to evaluate).
+- :func:`label_writing`: a write of one label's rows alone (an update, a
+  create that evaluates): :func:`writing` on one server; on Citus a
+  transaction on the node holding the label's shard
+  (:func:`routemaster.db.nodes.writing_near`), so the coordinator spends on
+  it only the transaction that gives its history rows their position.
 - :func:`one_label_write`: a write of one label with its history row (a
   create, a delete): one statement on one server, as :func:`one_statement`;
   on Citus, where the label's row and its history row are two router
-  statements, a transaction as :func:`writing`.
+  statements, a transaction as :func:`label_writing`.
 - :func:`one_label_read`: a read of one label's rows that is exactly one
   statement: as :func:`one_statement`, and on Citus sent to the node holding
   the label's shard (:mod:`routemaster.db.nodes`), so the
@@ -44,7 +49,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 import sqlalchemy as sa
 
 from routemaster.app import App
-from routemaster.db.nodes import near
+from routemaster.db.nodes import near, writing_near
 from routemaster.db.plumbing.database import distributed
 from routemaster.db.statements import single_statement
 
@@ -73,12 +78,28 @@ def one_statement(app: App) -> AbstractContextManager[sa.Connection]:
     return single_statement(app.db)
 
 
-def one_label_write(app: App) -> AbstractContextManager[sa.Connection]:
-    """A write of one label with its history row: one statement in autocommit on one server;
-    on Citus a transaction around its two router statements (one statement feeding the
-    history row from the label's, a modifying CTE, is run by Citus through an intermediate
-    result and commits in two phases on both workers)."""
-    return writing(app) if distributed(app.db) else one_statement(app)
+@contextmanager
+def label_writing(app: App, name: str) -> Iterator[sa.Connection]:
+    """A transaction writing label ``name``'s rows alone, as :func:`writing`; on Citus on the
+    node holding them (counted in ``routemaster_label_writes``)."""
+    if not distributed(app.db):
+        with writing(app) as conn:
+            yield conn
+        return
+    with writing_near(app.db, name) as conn:
+        if app.metrics is not None:
+            route = "database" if conn.engine is app.db else "node"
+            app.metrics.label_writes.labels(route).inc()
+        yield conn
+
+
+def one_label_write(app: App, name: str) -> AbstractContextManager[sa.Connection]:
+    """A write of label ``name`` with its history row: one statement in autocommit on one
+    server; on Citus a transaction around its two router statements (one statement feeding
+    the history row from the label's, a modifying CTE, is run by Citus through an
+    intermediate result and commits in two phases on both workers), on the node holding
+    them (:func:`label_writing`)."""
+    return label_writing(app, name) if distributed(app.db) else one_statement(app)
 
 
 @contextmanager

@@ -32,4 +32,4 @@ def test_every_history_writer_names_shard_key_version_and_xact_id() -> None:
 def test_every_history_writer_takes_the_transaction_id_from_the_coordinator() -> None:
     for name, sql in STATEMENTS:
         if HISTORY_INSERT.search(sql):
-            assert "pg_current_xact_id()" in sql, name
+            assert "routemaster_xact_id()" in sql, name

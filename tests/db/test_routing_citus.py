@@ -46,6 +46,7 @@ NOW = datetime.datetime(2026, 11, 28, 5, 0, tzinfo=datetime.UTC)
 _TABLE = re.compile(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(\w+)", re.IGNORECASE)
 _TASKS = re.compile(r"Task Count: (\d+)")
 _NODE = re.compile(r"Node: host=(\S+) port=(\d+)")
+_GIVE_XACT = re.compile(r"^SELECT set_config\('routemaster\.xact_id', '\d+', true\); ")
 
 
 @pytest.fixture
@@ -62,6 +63,7 @@ class Recorded:
 
     def __init__(self, *engines: sa.Engine) -> None:
         self.statements: list[tuple[sa.Engine, str, Any]] = []
+        self.sent: list[str] = []  # every statement as sent, without the prologue
         self._engines = engines
 
     def __enter__(self) -> Recorded:
@@ -76,6 +78,8 @@ class Recorded:
     def _seen(self, conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
         statement = statement.removeprefix(CITUS_PROLOGUE).removeprefix(PROLOGUE)
         statement = statement.removeprefix(CITUS_PROLOGUE.removeprefix(PROLOGUE))
+        self.sent.append(statement)
+        statement = _GIVE_XACT.sub("", statement)  # a routed write's coordinator transaction id
         tables = {name.lower() for name in _TABLE.findall(statement)}
         if tables & set(DISTRIBUTED_TABLES):
             self.statements.append((conn.engine, statement, params))
@@ -139,6 +143,13 @@ def test_a_label_request_runs_on_the_label_shard_alone(
     if method == "GET" and path.removeprefix(f"{LABELS}/alice") in ("", "/history", "/deliveries"):
         # a read of one label: on the node holding it, nothing on the coordinator
         assert {engine for engine, _, _ in recorded.statements} == {on_its_node}
+    if method in ("POST", "PATCH", "DELETE") and path == f"{LABELS}/alice":
+        # a create, an update, a delete: on the node holding it (the coordinator only gives
+        # the history rows their transaction id)
+        assert {engine for engine, _, _ in recorded.statements} == {on_its_node}
+        writing_history = [sql for sql in recorded.sent if "INSERT INTO history" in sql]
+        if writing_history:  # the first history row takes the coordinator's transaction id
+            assert _GIVE_XACT.search(writing_history[0]), writing_history[0]
     for engine, statement, params in recorded.statements:
         plan = _explained(engine, statement, params)
         counts = [int(count) for count in _TASKS.findall(plan)]
@@ -189,8 +200,12 @@ def test_migrating_again_distributes_nothing_more(citus_engine: sa.Engine) -> No
     assert "api_tokens" not in kinds  # small tables no statement joins stay on the coordinator
 
 
-# Commit records: Citus writes one per worker a transaction prepared on (two-phase commit).
-_COMMIT_RECORDS = sa.text("SELECT gid FROM pg_dist_transaction")
+# Commit records: Citus writes one per worker a transaction prepared on (two-phase commit), on
+# the node that committed it (the coordinator, or the node a routed write ran on).
+_COMMIT_RECORDS = sa.text(
+    "SELECT nodeid, result FROM run_command_on_all_nodes("
+    "'SELECT coalesce(string_agg(gid, '','' ORDER BY gid), '''') FROM pg_dist_transaction')"
+)
 
 Write = Callable[[FlaskClient, sa.Engine], None]
 
@@ -258,12 +273,20 @@ def test_a_single_label_write_commits_in_one_phase(citus_engine: sa.Engine, case
     before, write = SINGLE_LABEL_WRITES[case]
     for step in before:
         step(client, citus_engine)
-    with citus_engine.connect() as conn:
-        records = set(conn.execute(_COMMIT_RECORDS).scalars())
+    records = _commit_records(citus_engine)
     write(client, citus_engine)
-    with citus_engine.connect() as conn:
-        added = set(conn.execute(_COMMIT_RECORDS).scalars()) - records
+    added = _commit_records(citus_engine) - records
     assert not added, f"{case}: committed in two phases ({sorted(added)})"
+
+
+def _commit_records(engine: sa.Engine) -> set[tuple[int, str]]:
+    with engine.connect() as conn:
+        return {
+            (port, gid)
+            for port, found in conn.execute(_COMMIT_RECORDS)
+            for gid in str(found).split(",")
+            if gid
+        }
 
 
 def test_a_call_made_with_a_task_id_runs_on_the_label_shard_alone(

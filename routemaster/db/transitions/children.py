@@ -75,7 +75,7 @@ _CREATE = """
         INSERT INTO history (id, shard_key, state_machine, label, old_state, new_state, created,
                              version, xact_id)
         SELECT entry_id, shard_key, %(sm)s, name, NULL, %(state)s, %(now)s,
-               %(history_version)s, pg_current_xact_id()
+               %(history_version)s, routemaster_xact_id()
         FROM created
     )
     INSERT INTO children (shard_key, state_machine, name, name_key, parent_machine,

@@ -78,7 +78,7 @@ _INSERT_FIRST_ENTRY = """
     INSERT INTO history (id, shard_key, state_machine, label, old_state, new_state, created,
                          version, xact_id)
     VALUES (%(entry_id)s, %(shard_key)s, %(sm)s, %(name)s, NULL, %(state)s, %(now)s,
-            %(history_version)s, pg_current_xact_id())
+            %(history_version)s, routemaster_xact_id())
     """
 """On Citus, :data:`_INSERT`'s first history entry, in the same transaction (:func:`insert`)."""
 
@@ -88,7 +88,7 @@ _INSERT = f"""
         INSERT INTO history (id, shard_key, state_machine, label, old_state, new_state, created,
                              version, xact_id)
         SELECT entry_id, %(shard_key)s, state_machine, name, NULL, state, state_entered_at,
-               %(history_version)s, pg_current_xact_id()
+               %(history_version)s, routemaster_xact_id()
         FROM created
     )
     SELECT {RETURNED}

@@ -103,7 +103,7 @@ _DELETE = f"""
                          version, xact_id)
     SELECT %(shard_key)s, state_machine, name, state, NULL, %(now)s, 'deleted',
            CASE WHEN %(continuing)s THEN COALESCE(version, %(running)s) ELSE %(running)s END,
-           pg_current_xact_id()
+           routemaster_xact_id()
     FROM deleted
     RETURNING old_state
     """
@@ -137,7 +137,7 @@ _DELETE_FINISHED = f"""
                          version, xact_id)
     SELECT shard_key, state_machine, name, state, NULL, %(now)s, %(reason)s,
            CASE WHEN %(continuing)s THEN COALESCE(version, %(running)s) ELSE %(running)s END,
-           pg_current_xact_id()
+           routemaster_xact_id()
     FROM marked
     """
 

@@ -74,7 +74,7 @@ _APPEND = """
     INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, forced,
                          reason, kind, version, xact_id)
     SELECT shard_key, sm, name, old, new, %(now)s, forced, reason, kind, version,
-           pg_current_xact_id()
+           routemaster_xact_id()
     FROM unnest(CAST(%(shard_keys)s AS integer[]), CAST(%(machines)s AS text[]),
                 CAST(%(names)s AS text[]), CAST(%(olds)s AS text[]), CAST(%(news)s AS text[]),
                 CAST(%(forceds)s AS boolean[]), CAST(%(reasons)s AS text[]),
@@ -86,5 +86,5 @@ _APPEND_ONE = """
     INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, forced,
                          reason, kind, version, xact_id)
     VALUES (%(shard_key)s, %(sm)s, %(name)s, %(old)s, %(new)s, %(now)s, %(forced)s, %(reason)s,
-            %(kind)s, %(version)s, pg_current_xact_id())
+            %(kind)s, %(version)s, routemaster_xact_id())
     """

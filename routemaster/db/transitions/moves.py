@@ -15,7 +15,7 @@ from routemaster.db.keys import label_key, shard_key
 from routemaster.db.labels import Label, Moves, label_from_row
 from routemaster.db.notifications import notify_due_times
 from routemaster.db.plumbing.database import distributed
-from routemaster.db.statements import fetch_all, fetch_one
+from routemaster.db.statements import fetch_all, fetch_one, fetch_value, on_a_node
 
 # Every move of the service, whoever decided it (an API update, the worker, an operator), is
 # written here. A batch is one statement however many labels move; a single label moving one
@@ -84,7 +84,11 @@ def _write_one_label(conn: sa.Connection, move: Moves, *, now: datetime.datetime
     Citus a label moving through several states takes it once per state:
     each is a router statement on the label's shard, where the batch
     statement's CTEs are run through intermediate results and commit in two
-    phases on both workers.
+    phases on both workers. On a Citus node (a write routed there:
+    :func:`routemaster.db.nodes.writing_near`) the history row and the label's
+    row are two statements: the node would send itself the history row's id
+    as an intermediate result, over a connection to itself, and commit in
+    two phases with itself.
     """
     label = move.label
     params = {
@@ -101,7 +105,13 @@ def _write_one_label(conn: sa.Connection, move: Moves, *, now: datetime.datetime
     }
     written, old = label, label.state
     for new in move.states:
-        row = fetch_one(conn, _MOVE_ONE, {**params, "old": old, "new": new})
+        if on_a_node(conn):
+            entry = fetch_value(conn, _MOVE_ONE_ENTRY, {**params, "old": old, "new": new})
+            row = fetch_one(
+                conn, _MOVE_ONE_LABEL, {**params, "old": old, "new": new, "entry_id": entry}
+            )
+        else:
+            row = fetch_one(conn, _MOVE_ONE, {**params, "old": old, "new": new})
         if row is None:
             raise KeyError(label.key)
         written, old = label_from_row(row), new
@@ -124,7 +134,7 @@ _MOVE_MANY = f"""
         INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created,
                              forced, reason, version, xact_id)
         SELECT shard_key, state_machine, name, old_state, new_state, %(now)s, forced, reason,
-               version, pg_current_xact_id()
+               version, routemaster_xact_id()
         FROM moves ORDER BY seq
         RETURNING id, state_machine, label, old_state, new_state
     ), latest AS (
@@ -155,7 +165,7 @@ _MOVE_ONE = f"""
         INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created,
                              forced, reason, version, xact_id)
         VALUES (%(shard_key)s, %(sm)s, %(name)s, %(old)s, %(new)s, %(now)s, %(forced)s,
-                %(reason)s, %(version)s, pg_current_xact_id())
+                %(reason)s, %(version)s, routemaster_xact_id())
         RETURNING id
     )
     UPDATE labels SET
@@ -164,6 +174,27 @@ _MOVE_ONE = f"""
         due_at = %(due_at)s, next_check_at = %(next_check_at)s, scheduled_at = %(now)s,
         attempts = 0, errored = false, last_error = NULL, lease_owner = NULL
     FROM entry
+    WHERE labels.shard_key = %(shard_key)s AND labels.state_machine = %(sm)s
+      AND labels.name_key = %(key)s AND labels.name = %(name)s
+    RETURNING {RETURNED_FROM_LABELS}
+    """
+
+# _MOVE_ONE on a Citus node, as two statements: the history row ...
+_MOVE_ONE_ENTRY = """
+    INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, forced,
+                         reason, version, xact_id)
+    VALUES (%(shard_key)s, %(sm)s, %(name)s, %(old)s, %(new)s, %(now)s, %(forced)s, %(reason)s,
+            %(version)s, routemaster_xact_id())
+    RETURNING id
+    """
+
+# ... then the label's row, in the state that history row entered.
+_MOVE_ONE_LABEL = f"""
+    UPDATE labels SET
+        state = %(new)s, previous_state = %(old)s,
+        state_entered_at = %(now)s, entry_id = %(entry_id)s, updated_at = %(now)s,
+        due_at = %(due_at)s, next_check_at = %(next_check_at)s, scheduled_at = %(now)s,
+        attempts = 0, errored = false, last_error = NULL, lease_owner = NULL
     WHERE labels.shard_key = %(shard_key)s AND labels.state_machine = %(sm)s
       AND labels.name_key = %(key)s AND labels.name = %(name)s
     RETURNING {RETURNED_FROM_LABELS}

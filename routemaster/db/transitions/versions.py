@@ -100,7 +100,7 @@ _RENAME_ONE = """
     INSERT INTO history (shard_key, state_machine, label, old_state, new_state, created, forced,
                          reason, version, xact_id)
     SELECT %(shard_key)s, state_machine, name, %(old)s, %(new)s, %(now)s, true, %(reason)s, %(v)s,
-           pg_current_xact_id()
+           routemaster_xact_id()
     FROM renamed
     """
 
@@ -132,7 +132,7 @@ _RENAME = f"""
                          reason, version, xact_id)
     SELECT shard_key, state_machine, name, %(old)s, %(new)s, %(now)s, true, %(reason)s,
            CASE WHEN %(continuing)s THEN COALESCE(version, %(running)s) ELSE %(running)s END,
-           pg_current_xact_id()
+           routemaster_xact_id()
     FROM renamed
     RETURNING id
     """
