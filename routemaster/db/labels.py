@@ -208,9 +208,13 @@ _IS_DELETED = """
     """
 
 
+# A label's history in position order: its writes are serialised, each later one's
+# transaction id the higher. Ids alone are not in that order on Citus: a write routed to a
+# node numbers its rows from that node's range of the sequence (routemaster/db/nodes.py).
 _HISTORY = """
     SELECT id, old_state, new_state, created, forced, reason, kind, version FROM history
-    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND label = %(name)s ORDER BY id
+    WHERE shard_key = %(shard_key)s AND state_machine = %(sm)s AND label = %(name)s
+    ORDER BY xact_id, id
     """
 
 _PREPARED_SELECT = Prepared("routemaster_label_select", _SELECT)

@@ -311,8 +311,8 @@ class _CoordinatorXact:
 
 
 @contextmanager
-def writing_near(engine: sa.Engine, name: str) -> Iterator[sa.Connection]:
-    """A transaction writing label ``name``'s rows alone, on the node holding its shard.
+def writing_near(engine: sa.Engine, key: int) -> Iterator[sa.Connection]:
+    """A transaction writing one label's rows alone, on the node holding its shard key ``key``.
 
     Committed when the block ends, rolled back if it raises, as
     ``engine.begin()`` (which it is on plain PostgreSQL, with routing off, or
@@ -325,7 +325,7 @@ def writing_near(engine: sa.Engine, name: str) -> Iterator[sa.Connection]:
     its first history row.
     """
     nodes = nodes_of(engine, option=ROUTE_WRITES_OPTION)
-    target = engine if nodes is None else nodes.engine_for(shard_key(name))
+    target = engine if nodes is None else nodes.engine_for(key)
     node_conn = None
     if nodes is not None and target is not engine:
         try:
@@ -338,6 +338,7 @@ def writing_near(engine: sa.Engine, name: str) -> Iterator[sa.Connection]:
         return
     assert nodes is not None
     with node_conn, engine.connect() as coordinator:
+        coordinator.begin()  # sends nothing: PostgreSQL's transaction begins with its first use
         xact = _CoordinatorXact(coordinator)
         node_conn.execution_options(**{XACT_OPTION: xact, COORDINATOR_OPTION: coordinator})
         try:

@@ -52,7 +52,8 @@ _LEASED = """
 
 # The labels errored in these states within [since, until), in the order they are locked.
 # When a label became errored: its ``errored`` history entry for its current entry into the
-# state (the hash index on ``history.label`` finds it), or for labels errored before such
+# state (the hash index on ``history.label`` finds it; after the entry by position, as ids
+# from a write routed to a Citus node come from that node's range), or for labels errored before such
 # entries were written, when the row last changed.
 _ERRORED_BETWEEN = """
     WITH routes AS (
@@ -64,7 +65,11 @@ _ERRORED_BETWEEN = """
                    (SELECT max(history.created) FROM history
                     WHERE history.shard_key = labels.shard_key AND history.label = labels.name
                       AND history.state_machine = labels.state_machine
-                      AND history.kind = 'errored' AND history.id > labels.entry_id),
+                      AND history.kind = 'errored'
+                      AND (history.xact_id, history.id) > (
+                          SELECT entry.xact_id, entry.id FROM history AS entry
+                          WHERE entry.shard_key = labels.shard_key
+                            AND entry.id = labels.entry_id)),
                    labels.updated_at) AS errored_at
         FROM labels
         WHERE labels.errored AND NOT labels.deleted

@@ -51,7 +51,7 @@ from routemaster.service.labels import (
 )
 from routemaster.service.leases import LeaseBook
 from routemaster.service.shard_moves import again_if_moved
-from routemaster.service.transactions import read, reading, writing
+from routemaster.service.transactions import read, reading, task_writing, writing
 from routemaster.service.versions import machine_for
 
 EXPIRE_BATCH = 100
@@ -169,7 +169,7 @@ def complete(app: App, task_id: str, patch: dict[str, Any] | None) -> Label:
     now = app.now()
 
     def completing() -> tuple[StateMachine, str, Label, Plan]:
-        with writing(app) as conn:
+        with task_writing(app, task_id) as conn:
             label = _take(conn, task_id, "completed", now)
             action_state = label.state
             machine = app.config.get_machine(label.state_machine)

@@ -20,6 +20,8 @@ and never open one (the faces and the worker never touch the store at all).
   transaction on the node holding the label's shard
   (:func:`routemaster.db.nodes.writing_near`), so the coordinator spends on
   it only the transaction that gives its history rows their position.
+- :func:`task_writing`: :func:`label_writing` for the label of a pull task,
+  named by the task's id (a completion, a failure).
 - :func:`one_label_write`: a write of one label with its history row (a
   create, a delete): one statement on one server, as :func:`one_statement`;
   on Citus, where the label's row and its history row are two router
@@ -49,9 +51,11 @@ from typing import Concatenate, ParamSpec, TypeVar
 import sqlalchemy as sa
 
 from routemaster.app import App
+from routemaster.db.keys import shard_key
 from routemaster.db.nodes import near, writing_near
 from routemaster.db.plumbing.database import distributed
 from routemaster.db.statements import single_statement
+from routemaster.db.tasks import shard_key_of_task
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -78,15 +82,26 @@ def one_statement(app: App) -> AbstractContextManager[sa.Connection]:
     return single_statement(app.db)
 
 
-@contextmanager
-def label_writing(app: App, name: str) -> Iterator[sa.Connection]:
+def label_writing(app: App, name: str) -> AbstractContextManager[sa.Connection]:
     """A transaction writing label ``name``'s rows alone, as :func:`writing`; on Citus on the
     node holding them (counted in ``routemaster_label_writes``)."""
+    return _writing_near(app, shard_key(name))
+
+
+def task_writing(app: App, task_id: str) -> AbstractContextManager[sa.Connection]:
+    """:func:`label_writing` for the label of pull task ``task_id`` (its shard key leads the
+    id; an id issued before migration 0017 has none: :func:`writing`)."""
+    key = shard_key_of_task(task_id)
+    return writing(app) if key is None else _writing_near(app, key)
+
+
+@contextmanager
+def _writing_near(app: App, key: int) -> Iterator[sa.Connection]:
     if not distributed(app.db):
         with writing(app) as conn:
             yield conn
         return
-    with writing_near(app.db, name) as conn:
+    with writing_near(app.db, key) as conn:
         if app.metrics is not None:
             route = "database" if conn.engine is app.db else "node"
             app.metrics.label_writes.labels(route).inc()
