@@ -53,8 +53,8 @@ _LEASED = """
 # The labels errored in these states within [since, until), in the order they are locked.
 # When a label became errored: its ``errored`` history entry for its current entry into the
 # state (the hash index on ``history.label`` finds it; after the entry by position, as ids
-# from a write routed to a Citus node come from that node's range), or for labels errored before such
-# entries were written, when the row last changed.
+# from a write routed to a Citus node come from that node's range), or for labels errored
+# before such entries were written, when the row last changed.
 _ERRORED_BETWEEN = """
     WITH routes AS (
         SELECT * FROM unnest(CAST(%(route_machines)s AS text[]), CAST(%(route_states)s AS text[]))

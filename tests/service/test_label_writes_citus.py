@@ -14,12 +14,13 @@ Runs when ``ROUTEMASTER_TEST_CITUS_URL`` names a Citus coordinator; skipped othe
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
-import psycopg2
 import pytest
 import sqlalchemy as sa
 from prometheus_client import generate_latest
@@ -123,7 +124,7 @@ def test_racing_writers_of_one_label_come_out_of_the_stream_in_their_order(
         chain = [(c.old_state, c.new_state) for c in stream if c.label == name]
         # created in g0, then each move from where the one before left it, to where it is
         assert chain[0] == (None, "g0")
-        assert all(after[0] == before[1] for before, after in zip(chain, chain[1:], strict=False))
+        assert all(after[0] == before[1] for before, after in itertools.pairwise(chain))
         assert chain[-1][1] == get_label(app, machine, name).state
         assert len(chain) > 3  # the racing updates moved it, several times
     exposed = generate_latest(app.metrics.registry()).decode() if app.metrics else ""
@@ -135,8 +136,9 @@ def test_racing_writers_of_one_label_come_out_of_the_stream_in_their_order(
 def test_a_write_that_makes_work_due_wakes_the_workers_on_the_coordinator(
     citus_cluster: Cluster, app: App
 ) -> None:
-    listener = psycopg2.connect(citus_cluster.url.replace("postgresql+psycopg2:", "postgresql:"))
-    listener.autocommit = True
+    listening = sa.create_engine(citus_cluster.url, isolation_level="AUTOCOMMIT")
+    raw = listening.raw_connection()
+    listener: Any = raw.driver_connection
     try:
         listener.cursor().execute("LISTEN routemaster_due")
         name = citus_cluster.names_on(citus_cluster.workers[0], "woken", 1)[0]
@@ -148,7 +150,8 @@ def test_a_write_that_makes_work_due_wakes_the_workers_on_the_coordinator(
 
         wait_until(heard, "the NOTIFY of a label entering an action")
     finally:
-        listener.close()
+        raw.close()
+        listening.dispose()
 
 
 def test_with_routing_off_or_the_node_away_writes_go_through_the_coordinator(
