@@ -118,7 +118,7 @@ _WHO = "SELECT groupid FROM pg_dist_local_group"
 _TAKE_XACT = "SELECT CAST(pg_current_xact_id() AS text)"
 
 # ... and handed to the node's transaction, sent in front of its first history row's statement.
-_GIVE_XACT = "SELECT set_config('routemaster.xact_id', '{xact}', true); "
+_GIVE_XACT = "SELECT set_config('routemaster.xact_id', %(routemaster_xact_id)s, true); "
 
 
 @dataclass(frozen=True)
@@ -300,14 +300,15 @@ class _CoordinatorXact:
         self.coordinator = coordinator
         self.given = False
 
-    def prefix(self, sql: str) -> str:
-        """What to send in front of ``sql`` on the node: the id, before the first history row
-        (``routemaster_xact_id()``), taken now; nothing before or after that."""
+    def prefix(self, sql: str) -> tuple[str, dict[str, str]] | None:
+        """What to send in front of ``sql`` on the node, with its parameters: the id, before
+        the first history row (``routemaster_xact_id()``), taken now; nothing (``None``)
+        before or after that."""
         if self.given or "routemaster_xact_id()" not in sql:
-            return ""
-        xact = int(fetch_value(self.coordinator, _TAKE_XACT))
+            return None
+        xact = str(int(fetch_value(self.coordinator, _TAKE_XACT)))
         self.given = True
-        return _GIVE_XACT.format(xact=xact)
+        return _GIVE_XACT, {"routemaster_xact_id": xact}
 
 
 @contextmanager

@@ -97,8 +97,8 @@ SETTINGS_OPTION = "routemaster_transaction_settings"
 XACT_OPTION = "routemaster_routed_xact"
 """On a connection to a Citus node running a routed write
 (:func:`routemaster.db.nodes.writing_near`): what gives its history rows the coordinator's
-transaction id, an object whose ``prefix(sql)`` says what to send in front of ``sql``
-(``""``: nothing)."""
+transaction id, an object whose ``prefix(sql)`` says what to send in front of ``sql``, with
+its parameters (``None``: nothing)."""
 
 COORDINATOR_OPTION = "routemaster_coordinator"
 """On a connection to a Citus node running a routed write: the coordinator's connection, where
@@ -233,8 +233,9 @@ def _run(conn: sa.Connection, statement: Statement, params: Params, want: _Want)
     if found is not None:
         params = {**params, **found[1]}
     routed = conn.get_execution_options().get(XACT_OPTION)
-    if routed is not None and (given := routed.prefix(plain)):
-        prologue = (prologue or "") + given
+    if routed is not None and (given := routed.prefix(plain)) is not None:
+        prologue = (prologue or "") + given[0]
+        params = {**params, **given[1]}
     if _observed(conn):
         sent = plain if prologue is None else prologue + plain
         result = conn.exec_driver_sql(sent, dict(params))

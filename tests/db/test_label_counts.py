@@ -233,7 +233,11 @@ _SET_LIST = re.compile(r"UPDATE labels SET(.*?)(?:\bFROM\b|\bWHERE\b|\bRETURNING
 _STATE_OR_DELETED = re.compile(r"(?:^|,)\s*(state|deleted)\s*=")  # an assignment, not a test
 # On Citus a create and a delete are each two router statements in one transaction: the
 # label's row, then its history entry (db/transitions.append_one).
-_CREATE_THEN_ENTRY = {"transitions._INSERT_LABEL", "transitions._MARK_DELETED"}
+_CREATE_THEN_ENTRY = {
+    "transitions._INSERT_LABEL",
+    "transitions._MARK_DELETED",
+    "transitions._MOVE_ONE_LABEL",  # on a Citus node, after its history row (_MOVE_ONE_ENTRY)
+}
 
 
 def test_every_statement_that_changes_a_labels_state_appends_its_history_row() -> None:

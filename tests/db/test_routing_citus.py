@@ -46,7 +46,9 @@ NOW = datetime.datetime(2026, 11, 28, 5, 0, tzinfo=datetime.UTC)
 _TABLE = re.compile(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(\w+)", re.IGNORECASE)
 _TASKS = re.compile(r"Task Count: (\d+)")
 _NODE = re.compile(r"Node: host=(\S+) port=(\d+)")
-_GIVE_XACT = re.compile(r"^SELECT set_config\('routemaster\.xact_id', '\d+', true\); ")
+_GIVE_XACT = re.compile(
+    r"^SELECT set_config\('routemaster\.xact_id', %\(routemaster_xact_id\)s, true\); "
+)
 
 
 @pytest.fixture
