@@ -17,7 +17,9 @@ from routemaster.app import App
 from routemaster.config import load_config
 from routemaster.service.children import run_spawns, wake_parents
 from tests.citus_cluster import Cluster
-from tests.db.test_routing_citus import _COMMIT_RECORDS, _NODE, Recorded, _explained, _workers
+from routemaster.db.keys import shard_key
+from routemaster.db.nodes import nodes_of
+from tests.db.test_routing_citus import _NODE, Recorded, _commit_records, _explained, _workers
 from tests.worker.children import config
 
 pytestmark = pytest.mark.citus
@@ -53,13 +55,14 @@ def test_a_child_finishing_commits_on_its_own_shard_alone(
     while run_spawns(app, limit=10):
         pass
     workers = _workers(engine)
-    with engine.connect() as conn:
-        records = set(conn.execute(_COMMIT_RECORDS).scalars())
-    with Recorded(engine) as recorded:
+    nodes = nodes_of(engine)
+    assert nodes is not None
+    on_its_node = nodes.engine_for(shard_key(child))  # where the child's update runs
+    records = _commit_records(engine)
+    with Recorded(engine, on_its_node) as recorded:
         moved = service.update_metadata(app, item, child, {"ok": True})
     assert moved.state == "picked"
-    with engine.connect() as conn:
-        added = set(conn.execute(_COMMIT_RECORDS).scalars()) - records
+    added = _commit_records(engine) - records
     assert not added, f"the child's finish committed in two phases ({sorted(added)})"
     statements = [statement for _, statement, _ in recorded.statements]
     assert any("UPDATE children" in statement for statement in statements)
@@ -68,6 +71,7 @@ def test_a_child_finishing_commits_on_its_own_shard_alone(
         plan = _explained(ran_on, statement, params)
         shards = {node for node in _NODE.findall(plan) if node in workers}
         assert len(shards) == 1, (statement, plan)
+        assert ran_on is on_its_node, statement
     # ... and the parent, on another worker, hears of it: its word taken, it decides.
     assert wake_parents(app, limit=10) == 1
     assert run_spawns(app, limit=10) == 1
