@@ -308,6 +308,7 @@ def receivers_page() -> str:
         wakeups=None if app.metrics is None else app.metrics.wakeups(),
         poll_interval=app.settings.poll_interval,
         label_reads=reads.label_read_routes(app),
+        label_writes=reads.label_write_route(app),
     )
 
 

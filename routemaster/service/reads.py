@@ -14,7 +14,7 @@ from routemaster.app import App
 from routemaster.db import counts, deliveries
 from routemaster.db.counts import StateCount
 from routemaster.db.deliveries import Delivery, DeliveryFilter
-from routemaster.db.nodes import ROUTE_OPTION, NodeRoute, nodes_of
+from routemaster.db.nodes import ROUTE_OPTION, ROUTE_WRITES_OPTION, NodeRoute, nodes_of
 from routemaster.db.plumbing.database import distributed
 from routemaster.service.transactions import label_read, read
 
@@ -52,3 +52,13 @@ def label_read_routes(app: App) -> tuple[str, list[NodeRoute]]:
     if nodes is None or app.db.get_execution_options().get(ROUTE_OPTION) is False:
         return "off", []
     return "nodes", nodes.routes()
+
+
+def label_write_route(app: App) -> str:
+    """Where this process sends a write of one label: ``"one server"``, ``"off"``
+    (``ROUTEMASTER_ROUTE_WRITES=0`` on Citus) or ``"nodes"`` (the node holding it)."""
+    if not distributed(app.db):
+        return "one server"
+    if app.db.get_execution_options().get(ROUTE_WRITES_OPTION) is False:
+        return "off"
+    return "nodes"
