@@ -15,10 +15,10 @@ import sqlalchemy as sa
 from routemaster import service
 from routemaster.app import App
 from routemaster.config import load_config
-from routemaster.service.children import run_spawns, wake_parents
-from tests.citus_cluster import Cluster
 from routemaster.db.keys import shard_key
 from routemaster.db.nodes import nodes_of
+from routemaster.service.children import run_spawns, wake_parents
+from tests.citus_cluster import Cluster
 from tests.db.test_routing_citus import _NODE, Recorded, _commit_records, _explained, _workers
 from tests.worker.children import config
 
