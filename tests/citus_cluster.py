@@ -473,3 +473,15 @@ def rounds_pass(horizon: Horizon, rounds: int, read: Callable[[], object]) -> No
         return horizon.rounds.worker_rounds >= target
 
     wait_until(done, f"{rounds} confirmation rounds", timeout=30, every=0.05)
+
+
+def refused_connection() -> sa.exc.OperationalError:
+    """The error of a connection a node refused (nothing listens on port 1): what a node pool
+    reports as not reached (``Nodes.unreachable``)."""
+    refused = sa.create_engine("postgresql+psycopg2://root@127.0.0.1:1/x?connect_timeout=1")
+    try:
+        with pytest.raises(sa.exc.OperationalError) as error:
+            refused.connect()
+    finally:
+        refused.dispose()
+    return error.value
