@@ -184,15 +184,15 @@ class Nodes:
             return routes
 
     def unreachable(self, engine: sa.Engine, error: Exception, opened: _Node | None = None) -> None:
-        """A connection to ``engine``'s node failed: its reads go to the coordinator for a while
-        (said in the log when a node that was reached stops being so)."""
+        """A connection to ``engine``'s node failed: its reads and writes go to the coordinator
+        for a while (said in the log when a node that was reached stops being so)."""
         with self._lock:
             for node in [*self._nodes.values(), *([opened] if opened else [])]:
                 if node.engine is engine:
                     if node.down_until <= time.monotonic():
                         logger.warning(
-                            "Citus node %s:%s not reached; reads of its labels go through "
-                            "the coordinator for %g s: %s",
+                            "Citus node %s:%s not reached; reads and writes of its labels go "
+                            "through the coordinator for %g s: %s",
                             engine.url.host,
                             engine.url.port,
                             RETRY_DOWN,

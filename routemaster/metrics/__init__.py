@@ -167,8 +167,8 @@ class Metrics:
         self.label_writes = Counter(
             "routemaster_label_writes",
             "Writes of one label on Citus (a create, an update, a delete, an evaluation after "
-            "feeds) by where they ran: on the node holding its shard (node), or through "
-            "DATABASE_URL (database).",
+            "feeds, a pull task's completion) by where they ran: on the node holding its shard "
+            "(node), or through DATABASE_URL (database).",
             ["route"],
             registry=registry,
         )

@@ -21,7 +21,7 @@ and never open one (the faces and the worker never touch the store at all).
   (:func:`routemaster.db.nodes.writing_near`), so the coordinator spends on
   it only the transaction that gives its history rows their position.
 - :func:`task_writing`: :func:`label_writing` for the label of a pull task,
-  named by the task's id (a completion, a failure).
+  named by the task's id (its completion).
 - :func:`one_label_write`: a write of one label with its history row (a
   create, a delete): one statement on one server, as :func:`one_statement`;
   on Citus, where the label's row and its history row are two router
@@ -103,8 +103,7 @@ def _writing_near(app: App, key: int) -> Iterator[sa.Connection]:
         return
     with writing_near(app.db, key) as conn:
         if app.metrics is not None:
-            route = "database" if conn.engine is app.db else "node"
-            app.metrics.label_writes.labels(route).inc()
+            app.metrics.label_writes.labels(_route(app, conn)).inc()
         yield conn
 
 
@@ -123,9 +122,13 @@ def one_label_read(app: App, name: str) -> Iterator[sa.Connection]:
     (counted in ``routemaster_label_reads``)."""
     with near(app.db, name) as conn:
         if app.metrics is not None:
-            route = "database" if conn.engine is app.db else "node"
-            app.metrics.label_reads.labels(route).inc()
+            app.metrics.label_reads.labels(_route(app, conn)).inc()
         yield conn
+
+
+def _route(app: App, conn: sa.Connection) -> str:
+    """Where ``conn`` runs, as ``routemaster_label_reads`` and ``_writes`` count it."""
+    return "database" if conn.engine is app.db else "node"
 
 
 def read(operation: Callable[Concatenate[sa.Connection, P], R]) -> Callable[Concatenate[App, P], R]:
